@@ -1,0 +1,39 @@
+# The two commands: `make demo` (set up, then run the main job) and `make test` (set up, then test).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint typecheck bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, the CPU build on disk; otherwise sentence-transformers pulls a multi-GB CUDA build
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[all,dev]'
+	touch $(STAMP)
+
+demo: setup
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli demo
+
+test: setup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest
+
+lint: setup typecheck
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	# mypy cannot follow the package-dir mapping of an editable install: check a symlinked tree
+	rm -rf .typecheck && mkdir -p .typecheck/keeper_middleware
+	for f in keeper_middleware/*; do ln -s ../../$$f .typecheck/keeper_middleware/; done
+	for d in retrievers graphs integrations bench; do ln -s ../../$$d .typecheck/keeper_middleware/$$d; done
+	cd .typecheck && ../$(VENV)/bin/mypy --config-file ../pyproject.toml -p keeper_middleware
+
+bench: setup
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli step-cost
+
+clean:
+	rm -rf $(VENV) .typecheck build dist *.egg-info

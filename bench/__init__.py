@@ -1,0 +1,1 @@
+"""The benchmark: streams, ledger, grader, notes audit, simulated reader, runner and reports."""

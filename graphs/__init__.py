@@ -1,0 +1,1 @@
+"""Prebuilt LangGraph graphs, one per way of managing context (an "arm"), with one interface."""

@@ -1,0 +1,1 @@
+"""keeper-middleware: keeps long-running agents working far past their context window."""

@@ -1,1 +1,63 @@
-"""keeper-middleware: keeps long-running agents working far past their context window."""
+"""keeper-middleware: keeps long-running agents working far past their context window.
+
+The keeper archives the oldest turns word for word, keeps a small checked NOTES block (RULES /
+STATE / OPEN) updated in place, gives the model a search tool over the archive, and repeats the
+RULES wherever new questions arrive.
+"""
+
+from keeper_middleware.agent import create_keeper_agent
+from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesVersion, SQLiteArchive
+from keeper_middleware.checks import CheckContext, Issue, NoteCheck, default_checks
+from keeper_middleware.config import KeeperConfig, ThinkingPolicy
+from keeper_middleware.counters import Counters
+from keeper_middleware.errors import (
+    ArchiveError,
+    ConfigurationError,
+    KeeperError,
+    MissingDependencyError,
+    WindowTooSmallError,
+)
+from keeper_middleware.keeper import Keeper, ModelSetup, StepResult
+from keeper_middleware.node import KeeperGraphState, KeeperNode, keeper_node
+from keeper_middleware.notes import Notes, parse_notes, render_notes
+from keeper_middleware.questions import PatternQuestionDetector, QuestionDetector
+from keeper_middleware.retrievers.base import Hit, Passage, Retriever
+from keeper_middleware.search_tool import archive_search_tool
+from keeper_middleware.tokens import ApproximateTokenCounter, TokenCounter
+
+__all__ = [
+    "ApproximateTokenCounter",
+    "ArchiveError",
+    "ArchiveStore",
+    "ArchivedTurn",
+    "CheckContext",
+    "ConfigurationError",
+    "Counters",
+    "Hit",
+    "Issue",
+    "Keeper",
+    "KeeperConfig",
+    "KeeperError",
+    "KeeperGraphState",
+    "KeeperNode",
+    "MissingDependencyError",
+    "ModelSetup",
+    "NoteCheck",
+    "Notes",
+    "NotesVersion",
+    "Passage",
+    "PatternQuestionDetector",
+    "QuestionDetector",
+    "Retriever",
+    "SQLiteArchive",
+    "StepResult",
+    "ThinkingPolicy",
+    "TokenCounter",
+    "WindowTooSmallError",
+    "archive_search_tool",
+    "create_keeper_agent",
+    "default_checks",
+    "keeper_node",
+    "parse_notes",
+    "render_notes",
+]

@@ -1,5 +1,39 @@
-"""Retrieval backends behind one ``Retriever`` protocol."""
+"""Retrieval backends behind one ``Retriever`` protocol.
 
-from keeper_middleware.retrievers.base import Hit, Passage, Retriever
+The keyword backend needs nothing beyond the standard library; the embedding and hybrid backends
+import sentence-transformers and chromadb only when one is made.
+"""
 
-__all__ = ["Hit", "Passage", "Retriever"]
+from keeper_middleware.retrievers.base import (
+    Hit,
+    MissingExtraError,
+    Passage,
+    Retriever,
+    RetrieverError,
+    ServerUnavailableError,
+)
+from keeper_middleware.retrievers.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
+from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+from keeper_middleware.retrievers.factory import make_retriever
+from keeper_middleware.retrievers.hybrid import HybridRetriever, reciprocal_rank_fusion
+from keeper_middleware.retrievers.keyword import KeywordRetriever
+from keeper_middleware.retrievers.sentences import passages_from_text, split_sentences
+
+__all__ = [
+    "Embedder",
+    "EmbeddingRetriever",
+    "HashingEmbedder",
+    "Hit",
+    "HybridRetriever",
+    "KeywordRetriever",
+    "MiniLMEmbedder",
+    "MissingExtraError",
+    "Passage",
+    "Retriever",
+    "RetrieverError",
+    "ServerUnavailableError",
+    "make_retriever",
+    "passages_from_text",
+    "reciprocal_rank_fusion",
+    "split_sentences",
+]

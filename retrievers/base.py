@@ -1,9 +1,15 @@
-"""The one contract every retrieval backend meets.
+"""The one contract every retrieval backend meets, and the errors they raise.
 
 A passage is a sentence-level unit of the archive, numbered in the content's own numbering (the
 item it arrived in), never by message index: mixing the two numberings cost real answers. Search
 results carry the sentence that follows each match, because text that says "it" hides the change
 in the next sentence.
+
+Errors::
+
+    RetrieverError
+    ├── MissingExtraError      (also an ImportError: an optional dependency is not installed)
+    └── ServerUnavailableError (also a ConnectionError: a configured server did not answer)
 """
 
 from __future__ import annotations
@@ -26,6 +32,18 @@ class Passage:
     text: str
     """The sentence, word for word."""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.session, str) or not self.session:
+            raise ValueError(f"Passage.session must be a non-empty string, got {self.session!r}.")
+        if isinstance(self.position, bool) or not isinstance(self.position, int):
+            raise TypeError(f"Passage.position must be an int, got {self.position!r}.")
+        if self.position < 0:
+            raise ValueError(f"Passage.position must be 0 or more, got {self.position}.")
+        if isinstance(self.item, bool) or not isinstance(self.item, int):
+            raise TypeError(f"Passage.item must be an int (the content's number), got {self.item!r}.")
+        if not isinstance(self.text, str):
+            raise TypeError(f"Passage.text must be a string, got {type(self.text).__name__}.")
+
 
 @dataclass(frozen=True, slots=True)
 class Hit:
@@ -42,8 +60,12 @@ class Hit:
 class Retriever(Protocol):
     """Adds passages as they arrive and finds the best matches for a query.
 
-    Adding is incremental (an archive grows for months; no full re-index per add). Every filter is
-    optional; ``from_item``/``to_item`` are inclusive.
+    Adding is incremental (an archive grows for months; no full re-index per add). Adding a
+    passage at a (session, position) that is already stored replaces it, so re-adding after a
+    crash is harmless. Every filter is optional; ``from_item``/``to_item`` are inclusive. A query
+    with no word in it (empty, only punctuation) finds nothing. A search always sees every
+    passage added before it: a backend that indexes in the background waits for that session's
+    queue first. ``flush`` waits until everything added is searchable; ``close`` flushes too.
     """
 
     def add(self, passages: Sequence[Passage]) -> None: ...
@@ -62,4 +84,29 @@ class Retriever(Protocol):
 
     def delete_session(self, session: str) -> None: ...
 
+    def flush(self) -> None: ...
+
     def close(self) -> None: ...
+
+
+class RetrieverError(Exception):
+    """Base of the errors raised by retrieval backends."""
+
+
+class MissingExtraError(RetrieverError, ImportError):
+    """An optional dependency of a backend is not installed; the message says what to install."""
+
+
+class ServerUnavailableError(RetrieverError, ConnectionError):
+    """A configured search server did not answer; the message names the URL it was looked for at."""
+
+
+def check_search_arguments(k: int, from_item: int | None, to_item: int | None) -> None:
+    """Rejects arguments every backend would misread, with the fix in the message."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive int (how many hits to return), got {k!r}.")
+    if from_item is not None and to_item is not None and from_item > to_item:
+        raise ValueError(
+            f"from_item ({from_item}) is after to_item ({to_item}); both are inclusive, "
+            "so swap them or drop one."
+        )

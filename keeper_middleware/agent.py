@@ -1,0 +1,54 @@
+"""A ready agent: keeper → model → tools, with the archive search tool bound."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Checkpointer
+
+from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.keeper import Keeper, Tool
+from keeper_middleware.node import KeeperGraphState, KeeperNode
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.tokens import TokenCounter
+
+
+def create_keeper_agent(
+    model: BaseChatModel,
+    tools: Sequence[Tool] = (),
+    *,
+    system_prompt: str | None = None,
+    config: KeeperConfig | None = None,
+    keeper: Keeper | None = None,
+    archive: ArchiveStore | str | Path = ":memory:",
+    retriever: Retriever | str | None = None,
+    token_counter: TokenCounter | str | None = None,
+    checkpointer: Checkpointer = None,
+    name: str | None = None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """A compiled tool-calling agent whose context the keeper manages.
+
+    The keeper runs before every model call; the session is the thread id of each run
+    (``config={"configurable": {"thread_id": ...}}``). Pass ``keeper=`` to share one engine
+    (and archive) between graphs, or the keeper's own arguments to make one.
+    """
+    engine = keeper or Keeper(
+        config, archive=archive, retriever=retriever, token_counter=token_counter
+    )
+    node = KeeperNode(engine, model=model, tools=tools, system_prompt=system_prompt)
+    graph = StateGraph(KeeperGraphState)
+    graph.add_node("keeper", node.as_runnable("keeper"))
+    graph.add_node("model", node.model_runnable("model"))
+    graph.add_node("tools", ToolNode(list(node.tools)))
+    graph.add_edge(START, "keeper")
+    graph.add_edge("keeper", "model")
+    graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "keeper")
+    return graph.compile(checkpointer=checkpointer, name=name or "keeper_agent")

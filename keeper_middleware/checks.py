@@ -1,0 +1,359 @@
+"""Checks on note changes: the program redoes what it can verify before a line enters the notes.
+
+Each check returns `Issue`s, and the issue's action says how sure the check is (measured: a check
+that left out every line it could not follow kept stale values in the notes):
+
+- ``drop``: left out at once, no question asked (a line about a name the noted turns never
+  mention: it comes from text already noted).
+- ``drop_if_unresolved``: the text contradicts the line (the sum is wrong, or the working uses an
+  amount found nowhere): asked again, and left out if the re-ask does not fix it.
+- ``keep_if_unresolved``: questioned but not contradicted (a value with no working that the text
+  does not state): asked again, and kept if the re-ask does not fix it.
+- ``reask``: a problem with the reply as a whole (a tracked name the reply does not account for):
+  asked again; nothing is left out.
+
+Generic checks are always on; the tracked-name checks belong to a domain (story counters, file
+names, ticket ids) and run only when a pattern for the names is given.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from keeper_middleware.changes import Change, RuleLine, SetLine, UnsetLine
+from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.notes import Notes
+from keeper_middleware.numbers import amounts_in, format_number, parse_number
+
+Action = Literal["reask", "drop", "drop_if_unresolved", "keep_if_unresolved"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    """What a check may compare a reply with."""
+
+    noted_text: str
+    """The text of the turns being noted (not the messages kept from before the notes)."""
+    notes: Notes
+    """The notes before this reply."""
+    tracked_names: re.Pattern[str] | None = None
+    """Names whose every change must be noted; None switches the tracked-name checks off."""
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One problem found in a reply, in words the model can act on."""
+
+    line: str
+    """The canonical change line, or "" for a problem with the reply as a whole."""
+    reason: str
+    """What is wrong, as a clause: "the amount 650 is not in the turns or the notes"."""
+    check: str
+    """The name of the check that found it."""
+    action: Action
+    """What happens to the line (see the module docstring)."""
+
+
+class NoteCheck(Protocol):
+    """An extension point: one check over the change lines of a notes reply."""
+
+    @property
+    def name(self) -> str:
+        """A short name for logs and counters."""
+        ...
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]: ...
+
+
+_IMPLIED_AMOUNTS = {
+    r"\b(?:double[sd]?|twice|half|halved|halve[sd]?|pairs?)\b": 2.0,
+    r"\b(?:triple[sd]?|thrice|thirds?)\b": 3.0,
+    r"\b(?:quadruple[sd]?|quarters?)\b": 4.0,
+    r"\b(?:per\s*cent|percent|%)": 100.0,
+    r"\bdozens?\b": 12.0,
+}
+_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d])")
+_TIMES = re.compile(r"(?<=[\d)])\s*[x×X·]\s*(?=[\d(])")
+
+
+class WorkingError(ValueError):
+    """A working that is not plain arithmetic over amounts."""
+
+
+def normalise_working(working: str) -> str:
+    """Working written the ways people write it, as Python arithmetic (1,204 × 2 − 3 → 1204*2-3)."""
+    text = working.strip().replace("−", "-").replace("–", "-").replace("÷", "/")
+    text = _THOUSANDS.sub(lambda m: m.group().replace(",", ""), text)
+    return _TIMES.sub("*", text)
+
+
+def _evaluate(node: ast.AST, amounts: list[float]) -> float:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body, amounts)
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
+        amounts.append(abs(float(node.value)))
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        operand = _evaluate(node.operand, amounts)
+        return -operand if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
+        left = _evaluate(node.left, amounts)
+        right = _evaluate(node.right, amounts)
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right
+        if right == 0:
+            raise WorkingError("it divides by zero")
+        return left / right
+    raise WorkingError("it is not arithmetic over amounts with + - * / and parentheses")
+
+
+def evaluate_working(working: str) -> tuple[float, list[float]]:
+    """The value of a working and the amounts it uses (absolute values), or `WorkingError`.
+
+    A working that restates its result ("342 - 10 = 332") is read up to the first "=".
+    """
+    expression = normalise_working(working).split("=")[0].strip()
+    if not expression:
+        raise WorkingError("it is empty")
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except (SyntaxError, ValueError) as error:
+        raise WorkingError(
+            "it is not arithmetic over amounts with + - * / and parentheses"
+        ) from error
+    amounts: list[float] = []
+    return _evaluate(tree, amounts), amounts
+
+
+def _decimals(value_text: str) -> int:
+    _, dot, fraction = value_text.strip().partition(".")
+    return len(fraction) if dot and fraction.isdigit() else 0
+
+
+def value_matches(value_text: str, result: float) -> bool:
+    """Whether a written value equals a computed one; "33.33" matches 100/3 (rounded as shown)."""
+    value = parse_number(value_text)
+    if value is None:
+        return False
+    if math.isclose(value, result, rel_tol=1e-9, abs_tol=1e-9):
+        return True
+    places = _decimals(value_text)
+    return places > 0 and math.isclose(round(result, places), value, abs_tol=1e-9)
+
+
+def known_amounts(context: CheckContext) -> set[float]:
+    """Amounts a working may use: those in the noted turns, the state values and the rules."""
+    found = set(amounts_in(context.noted_text))
+    for pattern, amount in _IMPLIED_AMOUNTS.items():
+        if re.search(pattern, context.noted_text, re.IGNORECASE):
+            found.add(amount)
+    for _, value in context.notes.state:
+        found |= amounts_in(value)
+    for rule in context.notes.rules:
+        found |= amounts_in(rule)
+    return found
+
+
+def _set_lines(changes: Sequence[Change]) -> list[SetLine]:
+    return [change for change in changes if isinstance(change, SetLine)]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkingArithmetic:
+    """Redo every sum: a worked-out value must equal its working."""
+
+    name: str = field(default="working_arithmetic", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        issues: list[Issue] = []
+        for line in _set_lines(changes):
+            if line.working is None:
+                continue
+            try:
+                result, _ = evaluate_working(line.working)
+            except WorkingError as error:
+                issues.append(
+                    Issue(
+                        line.render(),
+                        f"the working could not be checked: {error}; write it with amounts "
+                        "from the turns or the notes",
+                        self.name,
+                        "keep_if_unresolved",
+                    )
+                )
+                continue
+            if parse_number(line.value) is None:
+                reason = f"the value {line.value!r} is not a number, but the working is a sum"
+                issues.append(Issue(line.render(), reason, self.name, "keep_if_unresolved"))
+            elif not value_matches(line.value, result):
+                reason = f"the working comes to {format_number(result)}, not {line.value}"
+                issues.append(Issue(line.render(), reason, self.name, "drop_if_unresolved"))
+        return issues
+
+
+@dataclass(frozen=True, slots=True)
+class AmountsInText:
+    """Every amount in a working must come from the turns or the notes (models invent working)."""
+
+    name: str = field(default="amounts_in_text", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        issues: list[Issue] = []
+        known: set[float] | None = None
+        for line in _set_lines(changes):
+            if line.working is None:
+                continue
+            try:
+                _, used = evaluate_working(line.working)
+            except WorkingError:
+                continue  # WorkingArithmetic reports it
+            known = known_amounts(context) if known is None else known
+            for amount in dict.fromkeys(used):
+                if amount not in known:
+                    reason = f"the amount {format_number(amount)} is not in the turns or the notes"
+                    issues.append(Issue(line.render(), reason, self.name, "drop_if_unresolved"))
+        return issues
+
+
+@dataclass(frozen=True, slots=True)
+class ValueShowsWorking:
+    """A number the text does not state must show how it was worked out.
+
+    Only questioned, never left out on this ground alone: the value may be right and written in
+    a way no check can follow.
+    """
+
+    name: str = field(default="value_shows_working", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        issues: list[Issue] = []
+        stated = amounts_in(context.noted_text)
+        for line in _set_lines(changes):
+            value = parse_number(line.value)
+            if line.working is not None or value is None or value == 0:
+                continue
+            if abs(value) in stated or context.notes.state_value(line.key) == line.value:
+                continue
+            reason = (
+                f"the value {line.value} is not stated in the turns; if it was worked out, "
+                "show the working"
+            )
+            issues.append(Issue(line.render(), reason, self.name, "keep_if_unresolved"))
+        return issues
+
+
+def _mentions(name: str, text: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class NamesMentioned:
+    """A SET/UNSET about a tracked name the noted turns never mention is left out.
+
+    Such a line comes from text that was already noted (a message kept in view after a cut).
+    """
+
+    tracked_names: re.Pattern[str] | None = None
+    """The names to check; None uses the context's pattern."""
+    name: str = field(default="names_mentioned", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        pattern = self.tracked_names or context.tracked_names
+        if pattern is None:
+            return []
+        issues: list[Issue] = []
+        for change in changes:
+            if not isinstance(change, SetLine | UnsetLine):
+                continue
+            names = [match.group() for match in pattern.finditer(change.key)]
+            if names and not any(_mentions(name, context.noted_text) for name in names):
+                reason = f"{names[0]} is not mentioned in the turns being noted"
+                issues.append(Issue(change.render(), reason, self.name, "drop"))
+        return issues
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+@dataclass(frozen=True, slots=True)
+class TrackedNamesAccounted:
+    """Every tracked name the turns give an amount for must have a SET or UNSET line.
+
+    A RULE line that names it also accounts for it; questions (sentences ending in "?") state
+    nothing and are skipped.
+    """
+
+    tracked_names: re.Pattern[str] | None = None
+    """The names to check; None uses the context's pattern."""
+    name: str = field(default="tracked_names_accounted", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        pattern = self.tracked_names or context.tracked_names
+        if pattern is None:
+            return []
+        accounted: set[str] = set()
+        for change in changes:
+            if isinstance(change, SetLine | UnsetLine):
+                accounted |= {m.group().casefold() for m in pattern.finditer(change.key)}
+            elif isinstance(change, RuleLine):
+                accounted |= {m.group().casefold() for m in pattern.finditer(change.text)}
+        missing: dict[str, None] = {}
+        for sentence in _SENTENCE_END.split(context.noted_text):
+            sentence = sentence.strip()
+            if not sentence or sentence.endswith("?") or not amounts_in(sentence):
+                continue
+            for match in pattern.finditer(sentence):
+                if match.group().casefold() not in accounted:
+                    missing[match.group()] = None
+        if not missing:
+            return []
+        names = ", ".join(missing)
+        reason = (
+            f"the turns state amounts for {names}, and no SET or UNSET line accounts for "
+            f"{'it' if len(missing) == 1 else 'them'}"
+        )
+        return [Issue("", reason, self.name, "reask")]
+
+
+GENERIC_CHECKS: tuple[NoteCheck, ...] = (WorkingArithmetic(), AmountsInText(), ValueShowsWorking())
+
+
+def compile_names(tracked_names: str | re.Pattern[str] | None) -> re.Pattern[str] | None:
+    """A tracked-names pattern from a regular expression string, with a clear error if it is bad."""
+    if tracked_names is None or isinstance(tracked_names, re.Pattern):
+        return tracked_names
+    try:
+        return re.compile(tracked_names)
+    except re.error as error:
+        raise ConfigurationError(
+            f"tracked_names {tracked_names!r} is not a valid regular expression ({error}); "
+            r"give a pattern that matches one name, e.g. r'\b[a-z]+\d{2}\b'."
+        ) from error
+
+
+def default_checks(tracked_names: str | re.Pattern[str] | None = None) -> tuple[NoteCheck, ...]:
+    """The generic checks, plus the tracked-name checks when a pattern for the names is given."""
+    pattern = compile_names(tracked_names)
+    if pattern is None:
+        return GENERIC_CHECKS
+    return (*GENERIC_CHECKS, NamesMentioned(pattern), TrackedNamesAccounted(pattern))
+
+
+def run_checks(
+    changes: Sequence[Change], context: CheckContext, checks: Sequence[NoteCheck]
+) -> list[Issue]:
+    """Every issue every check finds, in check order."""
+    return [issue for check in checks for issue in check.check(changes, context)]

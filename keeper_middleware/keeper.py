@@ -1,0 +1,686 @@
+"""The keeper engine: pure decisions around an archive, driven by a model call it is given.
+
+Each step, before the model is called:
+
+1. new inputs get their item numbers; a new question gets the RULES placed right after it;
+2. when the request is about to outgrow the window (or every N items), one more message is
+   appended to the conversation the server has already read, asking for the changes; the reply
+   is parsed, checked, re-asked within bounds, and applied to the NOTES;
+3. the turns that leave the window are archived word for word in the same transaction as the
+   new NOTES version, and the window restarts from the task, the NOTES and the newest exchange.
+
+Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert formats and call
+:meth:`Keeper.step` or :meth:`Keeper.astep`; the two differ only in how the model is called.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesDraft, open_archive
+from keeper_middleware.checks import CheckContext, NoteCheck, default_checks
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.counters import Counters
+from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.cut import CutPlan, Layout, cut_key, find_layout, plan_cut
+from keeper_middleware.injection import (
+    merge_hits,
+    question_queries,
+    render_retrieved_block,
+    render_rules_block,
+)
+from keeper_middleware.items import ItemNumbering
+from keeper_middleware.messages import (
+    keeper_kind,
+    keeper_message,
+    reasoning_of,
+    role_of,
+    strip_reasoning,
+    text_of,
+    thought_to_limit,
+)
+from keeper_middleware.note_taking import Ask, NoteOutcome, NoteTaking, notes_request_text
+from keeper_middleware.notes import Notes, parse_notes, render_notes
+from keeper_middleware.questions import (
+    PatternQuestionDetector,
+    QuestionDetector,
+    open_question_index,
+)
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.factory import make_retriever
+from keeper_middleware.retrievers.sentences import passages_from_text
+from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
+from keeper_middleware.search import (
+    SEARCH_TOOL_NAME,
+    GuardState,
+    SearchCommand,
+    after_new_input,
+    decide,
+    render_results,
+)
+from keeper_middleware.tokens import TokenCounter, resolve_token_counter
+
+NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
+AsyncNoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], Awaitable[AIMessage]]
+Tool = BaseTool | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSetup:
+    """How the model is called. Work calls and note calls share it, so a note call renders
+    exactly like a normal call and the server's prefix cache serves it (2–4% cache hits before
+    this was so, 91% after, measured)."""
+
+    system_prompt: str | None = None
+    tools: tuple[Tool, ...] = ()
+
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [convert_to_openai_tool(t) for t in self.tools]  # type: ignore[arg-type]
+
+    def render(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The messages exactly as the model receives them."""
+        if self.system_prompt is None or (messages and isinstance(messages[0], SystemMessage)):
+            return list(messages)
+        return [SystemMessage(content=self.system_prompt), *messages]
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one keeper step decided: the new message list and the keeper's bookkeeping."""
+
+    messages: list[BaseMessage]
+    state: dict[str, Any]
+    changed: bool
+    """True when ``messages`` differs from what the step was given."""
+    rewritten: bool
+    """True when messages were removed or replaced (not only appended)."""
+    cut: bool = False
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A step between its decision and its model calls."""
+
+    session: str
+    messages: list[BaseMessage]
+    state: dict[str, Any]
+    plan: CutPlan | None
+    notes: Notes
+    request: list[BaseMessage] = field(default_factory=list)
+    key: str = ""
+
+
+class Keeper:
+    """The engine. One instance serves many sessions (threads); all state is per session."""
+
+    def __init__(
+        self,
+        config: KeeperConfig | None = None,
+        *,
+        archive: ArchiveStore | str | Path = ":memory:",
+        retriever: Retriever | str | None = None,
+        token_counter: TokenCounter | str | None = None,
+        checks: Sequence[NoteCheck] | None = None,
+        question_detector: QuestionDetector | None = None,
+    ) -> None:
+        self.config = config or KeeperConfig()
+        self.archive = open_archive(archive)
+        index_dir = None
+        if isinstance(archive, str | Path) and str(archive) != ":memory:":
+            index_dir = Path(archive).with_suffix(".index")
+        self.retriever = make_retriever(retriever, path=index_dir)
+        self.tokens = resolve_token_counter(token_counter)
+        self.checks = tuple(checks) if checks is not None else default_checks(
+            self.config.tracked_names
+        )
+        self.detector = question_detector or PatternQuestionDetector(
+            self.config.question_patterns
+        )
+        self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)
+        self._lock = threading.RLock()
+        self._counters: dict[str, Counters] = {}
+
+    # ----------------------------------------------------------------- state and counters
+
+    def counters(self, session: str) -> Counters:
+        with self._lock:
+            if session not in self._counters:
+                self._counters[session] = Counters.from_json(
+                    self.archive.get_value(session, "counters")
+                )
+            return self._counters[session]
+
+    def _save_counters(self, session: str) -> None:
+        self.archive.put_value(session, "counters", self.counters(session).to_json())
+
+    def notes(self, session: str) -> Notes:
+        """The current NOTES of a session (empty before the first cut)."""
+        latest = self.archive.latest_notes(session)
+        if latest is None:
+            return Notes()
+        return _notes_from_json(latest.data_json)
+
+    def _guard(self, session: str) -> GuardState:
+        return GuardState.from_json(self.archive.get_value(session, "search_guard"))
+
+    def _set_guard(self, session: str, guard: GuardState) -> None:
+        self.archive.put_value(session, "search_guard", guard.to_json())
+
+    # ----------------------------------------------------------------- the step
+
+    def step(
+        self,
+        session: str,
+        messages: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        setup: ModelSetup,
+        call: NoteCall,
+    ) -> StepResult:
+        """One keeper step before a model call (sync)."""
+        pending = self._prepare(session, messages, state, setup)
+        if pending.plan is None:
+            return self._finish_without_cut(pending, messages)
+        outcome = self._reuse_committed(pending)
+        if outcome is None:
+            pending.request = self._note_request(pending, setup)
+            outcome = self._take_notes(pending, call)
+        return self._finish_cut(pending, outcome, setup)
+
+    async def astep(
+        self,
+        session: str,
+        messages: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        setup: ModelSetup,
+        call: AsyncNoteCall,
+    ) -> StepResult:
+        """One keeper step before a model call (async); same decisions as :meth:`step`."""
+        pending = self._prepare(session, messages, state, setup)
+        if pending.plan is None:
+            return self._finish_without_cut(pending, messages)
+        outcome = self._reuse_committed(pending)
+        if outcome is None:
+            pending.request = self._note_request(pending, setup)
+            outcome = await self._atake_notes(pending, call)
+        return self._finish_cut(pending, outcome, setup)
+
+    # ----------------------------------------------------------------- arrivals
+
+    def _prepare(
+        self,
+        session: str,
+        given: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        setup: ModelSetup,
+    ) -> _Pending:
+        kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
+        messages = [_with_id(m) for m in given]
+        messages = self._observe(session, messages, kstate)
+        notes = self.notes(session)
+        layout = self._layout(messages)
+        counters = self.counters(session)
+        request_tokens = self._count(setup, messages)
+        counters.peak_window = max(counters.peak_window, request_tokens)
+        plan = None
+        if self._notes_due(kstate, request_tokens, layout, messages):
+            open_at = open_question_index(messages, self.detector, start=layout.head_end)
+            note_request = keeper_message(notes_request_text(0), "notes_request")
+            request_cost = self.tokens.count_messages([note_request])
+
+            def fits(boundary: int) -> bool:
+                size = self._count(setup, messages[:boundary]) + request_cost
+                return size <= self.config.budget
+
+            plan = plan_cut(messages, layout, open_question=open_at, notes_call_fits=fits)
+            if plan is not None and plan.kept_count:
+                plan = self._drop_kept_if_too_big(plan, messages, notes, setup)
+        if plan is None and request_tokens > self.config.budget:
+            raise WindowTooSmallError(
+                f"the request is {request_tokens} tokens, over the budget of "
+                f"{self.config.budget} (window {self.config.window} - reply reserve "
+                f"{self.config.reply_reserve}), and nothing can be cut: what must stay in view "
+                "(system prompt, tools, task, NOTES and any open question with its work) does "
+                "not fit. Raise the window, lower reply_reserve, or send smaller inputs."
+            )
+        return _Pending(session, messages, kstate, plan, notes)
+
+    def _drop_kept_if_too_big(
+        self, plan: CutPlan, messages: Sequence[BaseMessage], notes: Notes, setup: ModelSetup
+    ) -> CutPlan:
+        """Keep the newest exchange only if the window after the cut leaves room to work."""
+        notes_estimate = self.tokens.count_text(render_notes(notes)) * 5 // 4 + 256
+        after = [*messages[: plan.layout.head_end], *messages[plan.keep_from :]]
+        if self._count(setup, after) + notes_estimate <= self.config.notes_threshold:
+            return plan
+        return replace(plan, keep_from=plan.boundary)
+
+    def _observe(
+        self, session: str, messages: list[BaseMessage], kstate: dict[str, Any]
+    ) -> list[BaseMessage]:
+        """Number new inputs and place the RULES (and retrieved sentences) after new questions."""
+        seen = set(kstate.get("seen", []))
+        items: dict[str, int] = dict(kstate.get("items", {}))
+        last_item = int(kstate.get("last_item", 0))
+        numbered = bool(kstate.get("numbered", False))
+        rules = self.notes(session).rules
+        counters = self.counters(session)
+        result: list[BaseMessage] = []
+        new_input = False
+        for message in messages:
+            result.append(message)
+            msg_id = str(message.id)
+            if msg_id in seen or keeper_kind(message) is not None:
+                seen.add(msg_id)
+                continue
+            seen.add(msg_id)
+            is_question = self.detector.is_question(message)
+            if self.items.is_new_input(message):
+                new_input = True
+                stated = self.items.stated_number(message)
+                if stated is not None:
+                    last_item, numbered = stated, True
+                elif not (numbered and is_question):
+                    last_item += 1
+            items[msg_id] = last_item
+            if is_question:
+                extra = self._beside_question(session, message, rules)
+                for added in extra:
+                    seen.add(str(added.id))
+                    result.append(added)
+                counters.rules_injected += sum(1 for m in extra if keeper_kind(m) == "rules")
+        if new_input:
+            self._set_guard(session, after_new_input(self._guard(session)))
+        live_ids = {str(m.id) for m in result}
+        kstate["seen"] = [i for i in seen if i in live_ids]
+        kstate["items"] = {k: v for k, v in items.items() if k in live_ids}
+        kstate["last_item"] = last_item
+        kstate["numbered"] = numbered
+        kstate.setdefault("notes_item", 0)
+        return result
+
+    def _beside_question(
+        self, session: str, question: BaseMessage, rules: Sequence[str]
+    ) -> list[BaseMessage]:
+        added: list[BaseMessage] = []
+        qid = str(question.id)
+        if self.config.rules_next_to_questions and rules:
+            added.append(keeper_message(render_rules_block(rules), "rules", msg_id=f"rules-{qid}"))
+        if self.config.show_retrieved > 0:
+            per_query = [
+                self.retriever.search(q, session=session, k=self.config.show_retrieved)
+                for q in question_queries(question)
+            ]
+            hits = merge_hits(per_query, self.config.show_retrieved * max(1, len(per_query)))
+            added.append(
+                keeper_message(render_retrieved_block(hits), "retrieved", msg_id=f"retrieved-{qid}")
+            )
+        return added
+
+    def _layout(self, messages: Sequence[BaseMessage]) -> Layout:
+        kept = 0
+        for message in messages:
+            if keeper_kind(message) == "notes":
+                kept = parse_notes(text_of(message))[1]
+                break
+        return find_layout(messages, pinned_head=self.config.pinned_head, kept=kept)
+
+    def _notes_due(
+        self,
+        kstate: Mapping[str, Any],
+        request_tokens: int,
+        layout: Layout,
+        messages: Sequence[BaseMessage],
+    ) -> bool:
+        if layout.noted_start >= len(messages):
+            return False
+        if request_tokens >= self.config.notes_threshold:
+            return True
+        every = self.config.notes_every_items
+        return every is not None and int(kstate["last_item"]) - int(kstate["notes_item"]) >= every
+
+    def _count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
+        return self.tokens.count_messages(setup.render(messages), setup.tool_schemas)
+
+    # ----------------------------------------------------------------- note taking
+
+    def _note_request(self, pending: _Pending, setup: ModelSetup) -> list[BaseMessage]:
+        assert pending.plan is not None
+        if self.config.notes_mode == "rewrite":
+            text = REWRITE_REQUEST_TEXT
+        else:
+            text = notes_request_text(0)
+        convo = pending.messages[: pending.plan.boundary]
+        return [*setup.render(convo), keeper_message(text, "notes_request")]
+
+    def _reuse_committed(self, pending: _Pending) -> NoteOutcome | Notes | None:
+        """A cut committed before a crash is finished from the archive, not asked again."""
+        assert pending.plan is not None
+        leaving = [pending.messages[i] for i in pending.plan.leaving]
+        boundary_id = str(pending.messages[pending.plan.boundary - 1].id)
+        pending.key = cut_key(pending.session, [str(m.id) for m in leaving], boundary_id)
+        if self.archive.find_cut(pending.session, pending.key) is None:
+            return None
+        latest = self.archive.latest_notes(pending.session)
+        return _notes_from_json(latest.data_json) if latest else pending.notes
+
+    def _take_notes(self, pending: _Pending, call: NoteCall) -> NoteOutcome | Notes:
+        dialogue = self._note_dialogue(pending)
+        try:
+            request = next(dialogue)
+            while True:
+                request = dialogue.send(call(*request))
+        except StopIteration as done:
+            result: NoteOutcome | Notes = done.value
+            return result
+
+    async def _atake_notes(self, pending: _Pending, call: AsyncNoteCall) -> NoteOutcome | Notes:
+        dialogue = self._note_dialogue(pending)
+        try:
+            request = next(dialogue)
+            while True:
+                request = dialogue.send(await call(*request))
+        except StopIteration as done:
+            result: NoteOutcome | Notes = done.value
+            return result
+
+    def _note_dialogue(
+        self, pending: _Pending
+    ) -> Generator[tuple[list[BaseMessage], Mapping[str, Any]], AIMessage, NoteOutcome | Notes]:
+        """The note-taking conversation, as a generator of model requests.
+
+        The sync and async steps pump the same generator; only the model call differs.
+        """
+        assert pending.plan is not None
+        counters = self.counters(pending.session)
+        counters.note_requests += 1
+        convo = list(pending.request)
+        thinking_on = self._note_kwargs(thinking=True)
+        if self.config.notes_mode == "rewrite":
+            return (yield from self._rewrite_dialogue(pending, convo, thinking_on))
+        noted_text = "\n".join(
+            text_of(pending.messages[i])
+            for i in pending.plan.noted
+            if keeper_kind(pending.messages[i]) is None
+        )
+        taking = NoteTaking(
+            notes=pending.notes,
+            noted_text=noted_text,
+            checks=self.checks,
+            max_reasks=self.config.max_reasks,
+        )
+        step = taking.first_step()
+        last_text = ""
+        while isinstance(step, Ask):
+            if step.text is not None:
+                convo = [
+                    *convo,
+                    AIMessage(content=last_text),
+                    keeper_message(step.text, "notes_reask"),
+                ]
+            reply = yield from self._ask_once(pending.session, convo, thinking_on)
+            last_text = text_of(reply)
+            step = taking.receive(last_text)
+        outcome = step.outcome
+        counters.reasks += outcome.reasks
+        counters.garbage_note_lines += outcome.garbage_lines
+        counters.dropped_note_lines += len(outcome.dropped)
+        if not outcome.usable:
+            counters.empty_note_replies += 1
+        return outcome
+
+    def _rewrite_dialogue(
+        self, pending: _Pending, convo: list[BaseMessage], kwargs: Mapping[str, Any]
+    ) -> Generator[tuple[list[BaseMessage], Mapping[str, Any]], AIMessage, Notes]:
+        """The earlier form: the model rewrites the whole NOTES; rules are restored after."""
+        counters = self.counters(pending.session)
+        for attempt in range(self.config.max_reasks + 1):
+            reply = yield from self._ask_once(pending.session, convo, kwargs)
+            rewritten = parse_rewrite(text_of(reply))
+            if rewritten is not None:
+                merged, _repairs = merge_rewrite(pending.notes, rewritten)
+                return merged
+            if attempt < self.config.max_reasks:
+                counters.reasks += 1
+                convo = [
+                    *convo,
+                    AIMessage(content=text_of(reply)),
+                    keeper_message(
+                        "[NOTES CHECK] Your reply had no NOTES block. Write the complete NOTES "
+                        "with the sections RULES, STATE and OPEN, one '- ' line per entry.",
+                        "notes_reask",
+                    ),
+                ]
+        counters.empty_note_replies += 1
+        return pending.notes
+
+    def _ask_once(
+        self, session: str, convo: list[BaseMessage], kwargs: Mapping[str, Any]
+    ) -> Generator[tuple[list[BaseMessage], Mapping[str, Any]], AIMessage, AIMessage]:
+        """One note call; a reply that thought to its limit is asked again without thinking."""
+        counters = self.counters(session)
+        reply = yield (convo, kwargs)
+        counters.notes_calls += 1
+        counters.add_usage(reply, management=True)
+        policy = self.config.thinking
+        if thought_to_limit(reply) and policy.retry_empty_without_thinking:
+            counters.thinking_retries += 1
+            reply = yield (convo, self._note_kwargs(thinking=False))
+            counters.notes_calls += 1
+            counters.add_usage(reply, management=True)
+        return strip_reasoning(reply)
+
+    def _note_kwargs(self, *, thinking: bool) -> dict[str, Any]:
+        policy = self.config.thinking
+        kwargs: dict[str, Any] = {}
+        if policy.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = policy.reasoning_effort
+        kwargs.update(policy.on if thinking else policy.off)
+        return kwargs
+
+    # ----------------------------------------------------------------- finishing
+
+    def _finish_without_cut(self, pending: _Pending, given: Sequence[BaseMessage]) -> StepResult:
+        self._save_counters(pending.session)
+        given_ids = [m.id for m in given]
+        ids = [m.id for m in pending.messages]
+        changed = ids != given_ids
+        rewritten = changed and ids[: len(given_ids)] != given_ids
+        return StepResult(pending.messages, pending.state, changed, rewritten)
+
+    def _finish_cut(
+        self, pending: _Pending, outcome: NoteOutcome | Notes, setup: ModelSetup
+    ) -> StepResult:
+        plan, session, messages = pending.plan, pending.session, pending.messages
+        assert plan is not None
+        items: dict[str, int] = pending.state["items"]
+        notes = outcome.notes if isinstance(outcome, NoteOutcome) else outcome
+        known = [
+            items[str(messages[i].id)] for i in plan.noted if str(messages[i].id) in items
+        ]
+        first = notes.first_item if notes.first_item is not None else (min(known) if known else None)
+        last = max(known) if known else notes.last_item
+        notes = notes.covering(first, last)
+        leaving = [*messages[: plan.layout.head_end], *(messages[i] for i in plan.leaving)]
+        turns = [
+            _archived_turn(session, m, items.get(str(m.id)))
+            for m in leaving
+            if keeper_kind(m) is None and not isinstance(m, SystemMessage)
+        ]
+        rendered = render_notes(notes)
+        notes_message = keeper_message(
+            render_notes(notes, kept=plan.kept_count), "notes", msg_id=f"notes-{pending.key}"
+        )
+        window = [*messages[: plan.layout.head_end], notes_message, *messages[plan.keep_from :]]
+        size = self._count(setup, window)
+        if size > self.config.budget:
+            raise WindowTooSmallError(
+                f"after a cut the request is still {size} tokens, over the budget of "
+                f"{self.config.budget} (window {self.config.window} - reply reserve "
+                f"{self.config.reply_reserve}): what must stay in view (system prompt, task, "
+                "NOTES, the newest exchange and any open question) does not fit. Raise the "
+                "window, lower reply_reserve, or send smaller inputs."
+            )
+        self.archive.commit_cut(
+            session,
+            cut_key=pending.key,
+            turns=turns,
+            notes=NotesDraft(
+                first_item=notes.first_item,
+                last_item=notes.last_item,
+                text=rendered,
+                data_json=_notes_to_json(notes),
+            ),
+        )
+        self._sync_index(session)
+        state = dict(pending.state)
+        state["notes_item"] = int(state.get("last_item", 0))
+        live = {str(m.id) for m in window}
+        state["seen"] = [i for i in state["seen"] if i in live] + [str(notes_message.id)]
+        state["items"] = {k: v for k, v in items.items() if k in live}
+        counters = self.counters(session)
+        counters.cuts += 1
+        counters.archive_turns = self.archive.turn_count(session)
+        counters.notes_tokens = self.tokens.count_text(rendered)
+        counters.peak_window = max(counters.peak_window, size)
+        self._save_counters(session)
+        return StepResult(window, state, changed=True, rewritten=True, cut=True)
+
+    def _sync_index(self, session: str) -> None:
+        """Index archived turns the retriever has not seen yet (also after a crash)."""
+        done = int(self.archive.get_value(session, "indexed_seq") or -1)
+        position = int(self.archive.get_value(session, "next_position") or 0)
+        batch = []
+        for turn in self.archive.turns(session, after_seq=done):
+            # search results are archived (every turn is) but never indexed: a search must not
+            # find the results of earlier searches
+            if turn.content.strip() and turn.name != SEARCH_TOOL_NAME:
+                passages = passages_from_text(session, turn.item or 0, turn.content, position)
+                position += len(passages)
+                batch.extend(passages)
+            done = turn.seq
+        if batch:
+            self.retriever.add(batch)
+        self.archive.put_value(session, "indexed_seq", done)
+        self.archive.put_value(session, "next_position", position)
+
+    # ----------------------------------------------------------------- the model's side
+
+    def work_kwargs(self, session: str, messages: Sequence[BaseMessage]) -> dict[str, Any]:
+        """Call kwargs for the agent's own next model call.
+
+        Thinking stays on while a question is open (without it a measured run repeated one
+        search 790 times); the one reply after a stop line is sampled with some randomness.
+        """
+        layout = self._layout(messages)
+        open_at = open_question_index(messages, self.detector, start=layout.head_end)
+        kwargs = self._note_kwargs(thinking=open_at is not None)
+        guard = self._guard(session)
+        if guard.sample_next:
+            kwargs.update(self.config.thinking.sample_after_stop)
+            self._set_guard(session, replace(guard, sample_next=False))
+        return kwargs
+
+    def record_reply(self, session: str, reply: AIMessage) -> AIMessage:
+        """Count a work reply and strip its reasoning before it is stored."""
+        counters = self.counters(session)
+        counters.model_calls += 1
+        counters.add_usage(reply, management=False)
+        self._save_counters(session)
+        return strip_reasoning(reply)
+
+    def count_thinking_retry(self, session: str) -> None:
+        self.counters(session).thinking_retries += 1
+
+    def search(
+        self, session: str, query: str, from_item: int | None = None, to_item: int | None = None
+    ) -> str:
+        """The archive search tool's body, guards included."""
+        counters = self.counters(session)
+        if not query or not query.strip():
+            return "Refused: give a few keywords to search for (for example a name)."
+        command = SearchCommand(query=query, from_item=from_item, to_item=to_item)
+        decision = decide(self._guard(session), command)
+        self._set_guard(session, decision.state)
+        if decision.verdict != "run":
+            counters.search_refusals += 1
+            counters.search_stops += decision.verdict == "stop"
+            self._save_counters(session)
+            return decision.message
+        counters.searches += 1
+        self._save_counters(session)
+        hits = self.retriever.search(
+            query,
+            session=session,
+            k=self.config.search_scan,
+            from_item=from_item,
+            to_item=to_item,
+        )
+        return render_results(
+            command, hits, shown=self.config.search_results, scanned=self.config.search_scan
+        )
+
+    def close(self) -> None:
+        self.retriever.close()
+        self.archive.close()
+
+
+def _archived_turn(session: str, message: BaseMessage, item: int | None) -> ArchivedTurn:
+    tool_calls = message.tool_calls if isinstance(message, AIMessage) else []
+    content = text_of(strip_reasoning(message) if isinstance(message, AIMessage) else message)
+    return ArchivedTurn(
+        session=session,
+        msg_id=str(message.id),
+        item=item,
+        role=role_of(message),
+        content=content,
+        tool_calls_json=json.dumps(tool_calls, ensure_ascii=False, default=str),
+        tool_call_id=message.tool_call_id if isinstance(message, ToolMessage) else None,
+        name=message.name,
+        reasoning=reasoning_of(message),
+    )
+
+
+def _with_id(message: BaseMessage) -> BaseMessage:
+    if message.id:
+        return message
+    return message.model_copy(update={"id": str(uuid.uuid4())})
+
+
+def _notes_to_json(notes: Notes) -> str:
+    return json.dumps(
+        {
+            "rules": list(notes.rules),
+            "state": [list(p) for p in notes.state],
+            "open": list(notes.open),
+            "first_item": notes.first_item,
+            "last_item": notes.last_item,
+        },
+        ensure_ascii=False,
+    )
+
+
+def _notes_from_json(data: str) -> Notes:
+    raw = json.loads(data)
+    return Notes(
+        rules=tuple(raw.get("rules", ())),
+        state=tuple((str(k), str(v)) for k, v in raw.get("state", ())),
+        open=tuple(raw.get("open", ())),
+        first_item=raw.get("first_item"),
+        last_item=raw.get("last_item"),
+    )

@@ -1,0 +1,143 @@
+"""Small, pure facts about LangChain messages that every part of the keeper needs.
+
+Keeper-authored messages carry ``additional_kwargs["keeper"]`` (see docs/formats.md), so code
+never has to sniff their text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+KEEPER_KEY = "keeper"
+_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+
+
+def keeper_kind(message: BaseMessage) -> str | None:
+    """The kind of a keeper-authored message ("notes", "rules", ...), or None for anyone else's."""
+    kind = message.additional_kwargs.get(KEEPER_KEY)
+    return kind if isinstance(kind, str) else None
+
+
+def keeper_message(text: str, kind: str, *, msg_id: str | None = None) -> HumanMessage:
+    """A user-role message written by the keeper, tagged so it is recognised later."""
+    return HumanMessage(content=text, additional_kwargs={KEEPER_KEY: kind}, id=msg_id)
+
+
+def text_of(message: BaseMessage) -> str:
+    """The visible text of a message: string content, or the text parts of list content."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+    return "".join(parts)
+
+
+def role_of(message: BaseMessage) -> str:
+    """ "system", "human", "ai" or "tool" (anything else by its LangChain type)."""
+    return message.type
+
+
+def is_input(message: BaseMessage) -> bool:
+    """A user message that is not the keeper's own."""
+    return isinstance(message, HumanMessage) and keeper_kind(message) is None
+
+
+def reasoning_of(message: BaseMessage) -> str:
+    """Reasoning text a reply carried, wherever the provider put it."""
+    found: list[str] = []
+    for key in _REASONING_KEYS:
+        value = message.additional_kwargs.get(key)
+        if isinstance(value, str) and value:
+            found.append(value)
+    if isinstance(message.content, str):
+        found.extend(m.group(0) for m in _THINK_BLOCK.finditer(message.content))
+    else:
+        for part in message.content:
+            if isinstance(part, dict) and part.get("type") in ("reasoning", "thinking"):
+                found.append(str(part.get("reasoning") or part.get("thinking") or ""))
+    stored = message.response_metadata.get("keeper_reasoning")
+    if isinstance(stored, str) and stored:
+        found.append(stored)
+    return "\n".join(found)
+
+
+def strip_reasoning(message: AIMessage) -> AIMessage:
+    """A copy of a reply without its reasoning; the reasoning moves to response_metadata.
+
+    The history carrying every reply's reasoning grew to ~215K tokens in a measured run; what the
+    model reads again must not carry it. It is kept (not sent) so the archive can store it.
+    """
+    reasoning = reasoning_of(message)
+    if not reasoning:
+        return message
+    kwargs = {k: v for k, v in message.additional_kwargs.items() if k not in _REASONING_KEYS}
+    content: Any = message.content
+    if isinstance(content, str):
+        content = _THINK_BLOCK.sub("", content)
+    else:
+        content = [
+            p
+            for p in content
+            if not (isinstance(p, dict) and p.get("type") in ("reasoning", "thinking"))
+        ]
+    metadata = {**message.response_metadata, "keeper_reasoning": reasoning}
+    return message.model_copy(
+        update={"content": content, "additional_kwargs": kwargs, "response_metadata": metadata}
+    )
+
+
+def thought_to_limit(message: BaseMessage) -> bool:
+    """A reply that spent its whole budget thinking and wrote nothing."""
+    if not isinstance(message, AIMessage) or message.tool_calls or text_of(message).strip():
+        return False
+    reason = message.response_metadata.get("finish_reason") or message.response_metadata.get(
+        "stop_reason"
+    )
+    return reason in ("length", "max_tokens")
+
+
+def is_final_answer(message: BaseMessage) -> bool:
+    """An AI reply with something to say and no tool calls: it answers what came before."""
+    return (
+        isinstance(message, AIMessage)
+        and not message.tool_calls
+        and bool(text_of(_strip_think(message)).strip())
+    )
+
+
+def _strip_think(message: BaseMessage) -> BaseMessage:
+    if isinstance(message, AIMessage):
+        return strip_reasoning(message)
+    return message
+
+
+def safe_boundary(messages: Sequence[BaseMessage], index: int) -> int:
+    """The nearest index <= ``index`` where a cut splits no tool call from its results.
+
+    Providers reject a tool result whose call is gone (and a call whose result is missing), so an
+    AI message with tool calls and its ToolMessages always leave the window together.
+    """
+    index = max(0, min(index, len(messages)))
+    while 0 < index < len(messages) and isinstance(messages[index], ToolMessage):
+        index -= 1
+    # the message before the boundary may be an AI call whose results lie beyond it
+    if 0 < index <= len(messages):
+        before = messages[index - 1]
+        if isinstance(before, AIMessage) and before.tool_calls:
+            return safe_boundary(messages, index - 1)
+    return index
+
+
+def system_of(messages: Sequence[BaseMessage]) -> SystemMessage | None:
+    """The system message at the head of a conversation, if it has one."""
+    return messages[0] if messages and isinstance(messages[0], SystemMessage) else None

@@ -1,0 +1,139 @@
+"""The keeper as a LangGraph node, placed before every model node of a graph.
+
+The node converts between graph state and the engine: it reads ``messages`` and the keeper's
+JSON-like bookkeeping (``keeper``), runs one step, and returns an update. A cut rewrites the stored
+history (``RemoveMessage(REMOVE_ALL_MESSAGES)`` plus the new window), so checkpoints really shrink;
+everything that left is in the archive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+
+from keeper_middleware.keeper import Keeper, ModelSetup, StepResult, Tool
+from keeper_middleware.messages import thought_to_limit
+from keeper_middleware.search_tool import archive_search_tool, session_of
+
+KEEPER_STATE_KEY = "keeper"
+
+
+class KeeperGraphState(TypedDict):
+    """The state a keeper graph needs: the messages and the keeper's own bookkeeping."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    keeper: NotRequired[dict[str, Any]]
+
+
+def state_update(given: Sequence[BaseMessage], result: StepResult) -> dict[str, Any]:
+    """The graph update for a step: nothing, appended messages, or a rewritten history."""
+    update: dict[str, Any] = {KEEPER_STATE_KEY: result.state}
+    if result.rewritten:
+        update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]
+    elif result.changed:
+        update["messages"] = result.messages[len(given) :]
+    return update
+
+
+class KeeperNode:
+    """Runs the keeper before a model call; usable as a node of any ``StateGraph``.
+
+    ``model``, ``tools`` and ``system_prompt`` must be what the model node uses: note-taking
+    calls are rendered exactly like work calls, so they hit the server's prefix cache. The archive
+    search tool is added to ``tools`` (``node.tools``); bind the same list in the model node.
+    """
+
+    def __init__(
+        self,
+        keeper: Keeper,
+        *,
+        model: BaseChatModel,
+        tools: Sequence[Tool] = (),
+        system_prompt: str | None = None,
+    ) -> None:
+        self.keeper = keeper
+        self.search_tool = archive_search_tool(keeper)
+        self.tools: tuple[Tool, ...] = (*tools, self.search_tool)
+        self.setup = ModelSetup(system_prompt=system_prompt, tools=self.tools)
+        self.model: Runnable[Any, BaseMessage] = model.bind_tools(list(self.tools))
+
+    def __call__(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        session = session_of(config)
+        messages = list(state.get("messages", []))
+        result = self.keeper.step(
+            session, messages, state.get(KEEPER_STATE_KEY), self.setup, self._call
+        )
+        return state_update(messages, result)
+
+    async def acall(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        session = session_of(config)
+        messages = list(state.get("messages", []))
+        result = await self.keeper.astep(
+            session, messages, state.get(KEEPER_STATE_KEY), self.setup, self._acall
+        )
+        return state_update(messages, result)
+
+    def as_runnable(self, name: str = "keeper") -> Runnable[Any, Any]:
+        """The node with both sync and async paths, for ``graph.add_node(name, ...)``."""
+        return RunnableLambda(self.__call__, afunc=self.acall, name=name)
+
+    def _call(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+        return _as_ai(self.model.invoke(messages, **kwargs))
+
+    async def _acall(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+        return _as_ai(await self.model.ainvoke(messages, **kwargs))
+
+    # ---- the model node that goes with it (used by create_keeper_agent and the arms)
+
+    def call_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        """A model node that calls the model the way the keeper expects (sync)."""
+        session = session_of(config)
+        messages = self.setup.render(state["messages"])
+        kwargs = self.keeper.work_kwargs(session, state["messages"])
+        reply = _as_ai(self.model.invoke(messages, **kwargs))
+        if thought_to_limit(reply) and self.keeper.config.thinking.retry_empty_without_thinking:
+            self.keeper.count_thinking_retry(session)
+            reply = _as_ai(self.model.invoke(messages, **self._no_thinking(kwargs)))
+        return {"messages": [self.keeper.record_reply(session, reply)]}
+
+    async def acall_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        """The same model node (async)."""
+        session = session_of(config)
+        messages = self.setup.render(state["messages"])
+        kwargs = await asyncio.to_thread(self.keeper.work_kwargs, session, state["messages"])
+        reply = _as_ai(await self.model.ainvoke(messages, **kwargs))
+        if thought_to_limit(reply) and self.keeper.config.thinking.retry_empty_without_thinking:
+            self.keeper.count_thinking_retry(session)
+            reply = _as_ai(await self.model.ainvoke(messages, **self._no_thinking(kwargs)))
+        return {"messages": [self.keeper.record_reply(session, reply)]}
+
+    def model_runnable(self, name: str = "model") -> Runnable[Any, Any]:
+        return RunnableLambda(self.call_model, afunc=self.acall_model, name=name)
+
+    def _no_thinking(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        policy = self.keeper.config.thinking
+        cleaned = {k: v for k, v in kwargs.items() if k not in policy.on}
+        return {**cleaned, **policy.off}
+
+
+def keeper_node(
+    keeper: Keeper,
+    *,
+    model: BaseChatModel,
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+) -> KeeperNode:
+    """Build a :class:`KeeperNode`; add ``node.as_runnable()`` before your model node."""
+    return KeeperNode(keeper, model=model, tools=tools, system_prompt=system_prompt)
+
+
+def _as_ai(message: BaseMessage) -> AIMessage:
+    if isinstance(message, AIMessage):
+        return message
+    return AIMessage(content=message.content, id=message.id)

@@ -1,0 +1,343 @@
+"""Token budget: how big a request is, counting everything that is sent.
+
+The window is a hard limit, so a count that leaves something out lets a request overflow. A common
+fault is to count only message text; the system prompt, the tool schemas, the tool calls (name and
+JSON arguments), the tool call ids and the reasoning text are all sent too, and are all counted here.
+
+Three counters share one protocol:
+
+- ``ApproximateTokenCounter`` (the default): characters over a ratio. No data, no network.
+- ``HuggingFaceTokenCounter``: the model's own ``tokenizer.json`` from a local folder.
+- ``ServerTokenCounter``: the model server's tokenize endpoint (llama.cpp, vLLM,
+  llama-cpp-python), so the count matches the server's tokenizer exactly.
+
+The last two tokenize a text rendering of each message (role, name, content, tool calls, ids,
+reasoning) and add a fixed overhead per message for the chat template's markers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, get_args, runtime_checkable
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from keeper_middleware.errors import ConfigurationError, KeeperError, MissingDependencyError
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "ApproximateTokenCounter",
+    "HuggingFaceTokenCounter",
+    "ServerFlavor",
+    "ServerTokenCounter",
+    "TokenCounter",
+    "TokenizeEndpointError",
+    "message_parts",
+    "resolve_token_counter",
+]
+
+ServerFlavor = Literal["llama.cpp", "vllm", "llama-cpp-python"]
+_OPENAI_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+_IMAGE_TYPES = ("image", "image_url", "input_image")
+_ENDPOINTS: dict[str, str] = {
+    "llama.cpp": "/tokenize",
+    "vllm": "/tokenize",
+    "llama-cpp-python": "/extras/tokenize/count",
+}
+
+
+class TokenizeEndpointError(KeeperError):
+    """The server's tokenize endpoint could not be reached or gave an answer it should not."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts what a request costs. ``tools`` are OpenAI-style JSON schemas
+    (``langchain_core.utils.function_calling.convert_to_openai_tool`` makes them)."""
+
+    def count_messages(
+        self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
+    ) -> int: ...
+
+    def count_text(self, text: str) -> int: ...
+
+
+def message_parts(message: BaseMessage) -> tuple[list[str], int, int]:
+    """Every text a message sends, its number of images and of tool calls.
+
+    Images count as a fixed cost, not by the length of their base64 data.
+    """
+    parts = [_OPENAI_ROLES.get(message.type, message.type)]
+    if message.name:
+        parts.append(message.name)
+    images = 0
+    content = message.content
+    for part in [content] if isinstance(content, str) else content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+        elif part.get("type") in _IMAGE_TYPES:
+            images += 1
+        else:
+            parts.append(json.dumps(part, ensure_ascii=False, default=str))
+    calls: list[Any] = []
+    if isinstance(message, AIMessage):
+        calls = [*message.tool_calls, *message.invalid_tool_calls]
+    for call in calls:
+        args = call.get("args")
+        parts.append(str(call.get("name") or ""))
+        parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        parts.append(str(call.get("id") or ""))
+    if isinstance(message, ToolMessage):
+        parts.append(message.tool_call_id)
+    reasoning = message.additional_kwargs.get("reasoning_content")
+    if isinstance(reasoning, str):
+        parts.append(reasoning)
+    return [p for p in parts if p], images, len(calls)
+
+
+def _tools_json(tools: Sequence[dict[str, Any]]) -> str:
+    return "".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApproximateTokenCounter:
+    """Characters over a ratio, for everything sent; no tokenizer and no network needed.
+
+    Deliberately uncached: the lengths are cheap to take, and a cache keyed on the message id alone
+    would go stale when a message is replaced under the same id.
+    """
+
+    chars_per_token: float = 4.0
+    """About 4 for English with GPT-style tokenizers; lower it to count more conservatively."""
+    per_message: int = 4
+    """Tokens the chat template adds around each message (role markers, separators)."""
+    per_tool_call: int = 8
+    """Tokens the template adds around each tool call."""
+    per_image: int = 85
+    """Fixed cost of one image (OpenAI's low-detail cost)."""
+
+    def __post_init__(self) -> None:
+        if not self.chars_per_token > 0:
+            raise ConfigurationError(
+                f"chars_per_token={self.chars_per_token}; use a positive number such as 4.0"
+            )
+        for name in ("per_message", "per_tool_call", "per_image"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"{name}={getattr(self, name)}; use 0 or more")
+
+    def count_text(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token)
+
+    def count_message(self, message: BaseMessage) -> int:
+        parts, images, calls = message_parts(message)
+        chars = sum(map(len, parts))
+        return (
+            math.ceil(chars / self.chars_per_token)
+            + self.per_message
+            + self.per_tool_call * calls
+            + self.per_image * images
+        )
+
+    def count_messages(
+        self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
+    ) -> int:
+        total = sum(self.count_message(message) for message in messages)
+        return total + (self.count_text(_tools_json(tools)) if tools else 0)
+
+
+class _TextCountingCounter:
+    """Counts messages by tokenizing their rendering; remembers counts by a digest of the text.
+
+    The memory holds digests, not texts, so it stays small however long the messages are.
+    """
+
+    def __init__(self, *, per_message: int, per_image: int, cache_size: int) -> None:
+        if per_message < 0 or per_image < 0 or cache_size < 0:
+            raise ConfigurationError("per_message, per_image and cache_size must be 0 or more")
+        self.per_message = per_message
+        self.per_image = per_image
+        self._cache_size = cache_size
+        self._cache: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _tokenize_count(self, text: str) -> int:
+        raise NotImplementedError
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        count = self._tokenize_count(text)
+        with self._lock:
+            self._cache[key] = count
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return count
+
+    def count_messages(
+        self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
+    ) -> int:
+        total = 0
+        for message in messages:
+            parts, images, _ = message_parts(message)
+            total += self.count_text("\n".join(parts)) + self.per_message
+            total += self.per_image * images
+        return total + (self.count_text(_tools_json(tools)) if tools else 0)
+
+
+class HuggingFaceTokenCounter(_TextCountingCounter):
+    """The model's own tokenizer, loaded from a local ``tokenizer.json`` (no network)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        per_message: int = 4,
+        per_image: int = 85,
+        cache_size: int = 4096,
+    ) -> None:
+        super().__init__(per_message=per_message, per_image=per_image, cache_size=cache_size)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise MissingDependencyError("tokenizers", "embeddings") from exc
+        file = Path(path)
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        if not file.is_file():
+            raise ConfigurationError(
+                f"no tokenizer file at {file}; pass a model folder holding tokenizer.json, "
+                "or the path of the file itself"
+            )
+        self.path = file
+        self._tokenizer = Tokenizer.from_file(str(file))
+        # a tokenizer.json may pad or truncate every encoding (MiniLM's pads to 128)
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+
+    def _tokenize_count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def __repr__(self) -> str:
+        return f"HuggingFaceTokenCounter({str(self.path)!r})"
+
+
+class ServerTokenCounter(_TextCountingCounter):
+    """The model server's own count, from its tokenize endpoint.
+
+    ``base_url`` is the server's address; a trailing ``/v1`` (as given to OpenAI clients) is
+    dropped, since the tokenize endpoints sit at the root.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        flavor: ServerFlavor = "llama.cpp",
+        model: str | None = None,
+        timeout: float = 10.0,
+        per_message: int = 4,
+        per_image: int = 85,
+        cache_size: int = 4096,
+    ) -> None:
+        super().__init__(per_message=per_message, per_image=per_image, cache_size=cache_size)
+        if flavor not in _ENDPOINTS:
+            raise ConfigurationError(
+                f"flavor={flavor!r}; use one of {', '.join(map(repr, get_args(ServerFlavor)))}"
+            )
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"base_url={base_url!r}; use e.g. 'http://127.0.0.1:8080'")
+        import httpx
+
+        root = base_url.rstrip("/").removesuffix("/v1")
+        self.flavor: ServerFlavor = flavor
+        self.model = model
+        self.url = root + _ENDPOINTS[flavor]
+        self._client: httpx.Client = httpx.Client(timeout=timeout)
+
+    def _payload(self, text: str) -> dict[str, Any]:
+        if self.flavor == "llama.cpp":
+            return {"content": text}
+        if self.flavor == "vllm":
+            model = {"model": self.model} if self.model else {}
+            return {**model, "prompt": text, "add_special_tokens": False}
+        return {"input": text}
+
+    def _tokenize_count(self, text: str) -> int:
+        import httpx
+
+        try:
+            response = self._client.post(self.url, json=self._payload(text))
+        except httpx.HTTPError as exc:
+            raise TokenizeEndpointError(
+                f"cannot reach the tokenize endpoint {self.url} ({exc!r}); is the {self.flavor} "
+                "server running there?"
+            ) from exc
+        if response.status_code != 200:
+            raise TokenizeEndpointError(
+                f"the tokenize endpoint {self.url} answered HTTP {response.status_code}: "
+                f"{response.text[:200]!r}; check the address and flavor={self.flavor!r}"
+            )
+        try:
+            body = response.json()
+            count = len(body["tokens"]) if self.flavor == "llama.cpp" else body["count"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TokenizeEndpointError(
+                f"the tokenize endpoint {self.url} answered {response.text[:200]!r}, which is not "
+                f"a {self.flavor} tokenize reply; check flavor={self.flavor!r}"
+            ) from exc
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise TokenizeEndpointError(f"{self.url} gave a count that is not a whole number")
+        return count
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ServerTokenCounter({self.url!r}, flavor={self.flavor!r})"
+
+
+def resolve_token_counter(spec: TokenCounter | str | None) -> TokenCounter:
+    """Turn a setting into a counter: None or "approximate", "hf:<path>", "server:<url>"
+    (llama.cpp), or a counter as is."""
+    if spec is None or spec == "approximate":
+        return ApproximateTokenCounter()
+    if isinstance(spec, str):
+        if spec.startswith("hf:"):
+            return HuggingFaceTokenCounter(spec.removeprefix("hf:"))
+        if spec.startswith("server:"):
+            return ServerTokenCounter(spec.removeprefix("server:"))
+    elif isinstance(spec, TokenCounter):
+        return spec
+    raise ConfigurationError(
+        f"token counter {spec!r} is not known; use 'approximate', 'hf:/path/to/model', "
+        "'server:http://host:port' (llama.cpp), or a TokenCounter such as "
+        "ServerTokenCounter(url, flavor='vllm')"
+    )

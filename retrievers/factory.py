@@ -1,0 +1,57 @@
+"""Chooses a retrieval backend from one argument, so swapping backends is a one-word change."""
+
+from __future__ import annotations
+
+from os import PathLike
+from pathlib import Path
+
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.embedders import Embedder
+from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+from keeper_middleware.retrievers.hybrid import HybridRetriever
+from keeper_middleware.retrievers.keyword import KeywordRetriever
+
+BACKENDS = ("keyword", "embedding", "hybrid")
+KEYWORD_FILE = "keyword.sqlite3"
+EMBEDDING_FOLDER = "chroma"
+
+
+def make_retriever(
+    spec: Retriever | str | None,
+    *,
+    path: str | PathLike[str] | None = None,
+    embedder: Embedder | None = None,
+) -> Retriever:
+    """A retriever from a spec: an object passes through; "keyword" (the default, also for None),
+    "embedding" or "hybrid" store their files in the folder ``path`` (in memory when None);
+    "embedding+http://host:port" and "hybrid+http://host:port" use a Chroma server.
+    ``embedder`` replaces the default model (all-MiniLM-L6-v2) of the embedding backends.
+    """
+    if spec is None:
+        spec = "keyword"
+    if not isinstance(spec, str):
+        if isinstance(spec, Retriever):
+            return spec
+        raise TypeError(
+            f"make_retriever takes a Retriever or one of {', '.join(BACKENDS)}, "
+            f"got {type(spec).__name__}."
+        )
+    backend, _, server = spec.strip().partition("+")
+    backend = backend.lower()
+    if backend not in BACKENDS or (server and backend == "keyword"):
+        raise ValueError(
+            f"Unknown retriever {spec!r}: use 'keyword', 'embedding', 'hybrid', "
+            "'embedding+http://host:port' or 'hybrid+http://host:port'."
+        )
+    folder = Path(path) if path is not None else None
+    if backend == "keyword":
+        return KeywordRetriever(folder / KEYWORD_FILE if folder else ":memory:")
+    embedding = EmbeddingRetriever(
+        None if server or folder is None else folder / EMBEDDING_FOLDER,
+        server=server or None,
+        embedder=embedder,
+    )
+    if backend == "embedding":
+        return embedding
+    keyword = KeywordRetriever(folder / KEYWORD_FILE if folder else ":memory:")
+    return HybridRetriever(keyword, embedding)

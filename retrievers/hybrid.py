@@ -1,0 +1,81 @@
+"""Keyword and embedding search fused by reciprocal rank.
+
+BM25 finds what a question names exactly (``domo86``); embeddings find what it says in other
+words. Reciprocal-rank fusion needs no score calibration between the two: each list contributes
+``1 / (k_rrf + rank)`` per passage, and each list is asked for twice the hits wanted so a passage
+ranked low by one backend can still be lifted by the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from keeper_middleware.retrievers.base import Hit, Passage, Retriever, check_search_arguments
+
+
+def reciprocal_rank_fusion(lists: Sequence[Sequence[Hit]], *, k: int, k_rrf: int = 60) -> list[Hit]:
+    """Merges ranked lists of one session's hits; ties go to the newer passage."""
+    scores: dict[int, float] = {}
+    hits: dict[int, Hit] = {}
+    for ranked in lists:
+        for rank, hit in enumerate(ranked, start=1):
+            position = hit.passage.position
+            scores[position] = scores.get(position, 0.0) + 1.0 / (k_rrf + rank)
+            if position not in hits or (not hits[position].next_text and hit.next_text):
+                hits[position] = hit
+    order = sorted(scores, key=lambda position: (-scores[position], -position))
+    return [
+        Hit(passage=hits[p].passage, score=scores[p], next_text=hits[p].next_text)
+        for p in order[:k]
+    ]
+
+
+class HybridRetriever:
+    """Adds to both backends and fuses their results; owns both (closing it closes them)."""
+
+    def __init__(self, keyword: Retriever, embedding: Retriever, *, k_rrf: int = 60) -> None:
+        if k_rrf < 1:
+            raise ValueError(f"k_rrf must be a positive int (60 is the usual choice), got {k_rrf}.")
+        self._keyword = keyword
+        self._embedding = embedding
+        self._k_rrf = k_rrf
+
+    def add(self, passages: Sequence[Passage]) -> None:
+        self._keyword.add(passages)
+        self._embedding.add(passages)
+
+    def search(
+        self,
+        query: str,
+        *,
+        session: str,
+        k: int = 10,
+        from_item: int | None = None,
+        to_item: int | None = None,
+    ) -> list[Hit]:
+        check_search_arguments(k, from_item, to_item)
+        lists = [
+            backend.search(query, session=session, k=2 * k, from_item=from_item, to_item=to_item)
+            for backend in (self._keyword, self._embedding)
+        ]
+        return reciprocal_rank_fusion(lists, k=k, k_rrf=self._k_rrf)
+
+    def count(self, session: str) -> int:
+        return self._keyword.count(session)
+
+    def delete_session(self, session: str) -> None:
+        self._keyword.delete_session(session)
+        self._embedding.delete_session(session)
+
+    def flush(self) -> None:
+        self._keyword.flush()
+        self._embedding.flush()
+
+    def close(self) -> None:
+        try:
+            self._keyword.close()
+        finally:
+            self._embedding.close()
+
+    def __repr__(self) -> str:
+        return f"HybridRetriever({self._keyword!r}, {self._embedding!r}, k_rrf={self._k_rrf})"

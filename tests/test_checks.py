@@ -1,0 +1,217 @@
+"""Checks on note changes: what each one questions, and how sure it is."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from keeper_middleware.changes import RuleLine, SetLine, UnsetLine, parse_changes
+from keeper_middleware.checks import (
+    GENERIC_CHECKS,
+    AmountsInText,
+    CheckContext,
+    NamesMentioned,
+    TrackedNamesAccounted,
+    ValueShowsWorking,
+    WorkingArithmetic,
+    WorkingError,
+    default_checks,
+    evaluate_working,
+    run_checks,
+)
+from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.notes import Notes
+
+COUNTERS = re.compile(r"\b[a-z]+\d{2}\b")
+
+
+def context(text: str, notes: Notes = Notes(), names: re.Pattern[str] | None = None):
+    return CheckContext(noted_text=text, notes=notes, tracked_names=names)
+
+
+def issues_for(reply: str, ctx: CheckContext, checks=GENERIC_CHECKS):
+    return run_checks(parse_changes(reply).changes, ctx, checks)
+
+
+@pytest.mark.parametrize(
+    ("working", "value"),
+    [
+        ("342 - 10", 332),
+        ("(342 - 10) * 2", 664),
+        ("-400 - 342", -742),
+        ("5 × 3 + 13", 28),
+        ("5x3", 15),
+        ("20 − 4", 16),
+        ("1,204 + 1", 1205),
+        ("10 / 4", 2.5),
+        ("342 - 10 = 332", 332),
+        ("+7", 7),
+    ],
+)
+def test_working_is_evaluated_as_arithmetic(working, value):
+    assert evaluate_working(working)[0] == pytest.approx(value)
+
+
+@pytest.mark.parametrize(
+    "working", ["342 minus ten", "domo86 - 10", "2 ** 8", "__import__('os')", "4 / 0", ""]
+)
+def test_anything_but_plain_arithmetic_is_refused(working):
+    with pytest.raises(WorkingError):
+        evaluate_working(working)
+
+
+def test_working_reports_the_amounts_it_uses():
+    assert evaluate_working("(342 - 10) * -2")[1] == [342.0, 10.0, 2.0]
+
+
+TEXT_342 = "The clerk recorded domo86 at three hundred and forty-two. Ten were taken from it."
+
+
+def test_correct_working_from_the_text_passes_every_generic_check():
+    assert issues_for("SET domo86 = 332 (= 342 - 10)", context(TEXT_342)) == []
+
+
+def test_number_words_in_the_text_count_as_amounts():
+    ctx = context("Mira took twelve from domo86, which had stood at one thousand and four.")
+    assert issues_for("SET domo86 = 992 (= 1004 - 12)", ctx) == []
+
+
+def test_wrong_sum_is_contradicted():
+    [issue] = issues_for("SET domo86 = 322 (= 342 - 10)", context(TEXT_342))
+    assert issue.check == "working_arithmetic"
+    assert issue.action == "drop_if_unresolved"
+    assert issue.reason == "the working comes to 332, not 322"
+    assert issue.line == "SET domo86 = 322 (= 342 - 10)"
+
+
+def test_sign_slip_with_an_amount_not_in_the_text_is_caught():
+    issues = issues_for("SET domo86 = -742 (= -400 - 342)", context(TEXT_342))
+    assert [(i.check, i.action) for i in issues] == [("amounts_in_text", "drop_if_unresolved")]
+    assert issues[0].reason == "the amount 400 is not in the turns or the notes"
+
+
+def test_amounts_from_the_notes_state_and_rules_may_be_used():
+    notes = Notes(
+        rules=("A counter's tally is its value times five plus thirteen.",),
+        state=(("domo86", "332"),),
+    )
+    ctx = context("Seven were added to domo86.", notes)
+    assert issues_for("SET domo86 = 339 (= 332 + 7)", ctx) == []
+    assert issues_for("SET tally = 1708 (= 339 * 5 + 13)", context("339 now.", notes)) == []
+
+
+def test_implied_multipliers_count_as_amounts():
+    ctx = context("The stock of varu55, which stood at 40, was doubled.")
+    assert issues_for("SET varu55 = 80 (= 40 * 2)", ctx) == []
+
+
+def test_a_value_rounded_as_written_matches_its_working():
+    ctx = context("A third of the 100 in tisa09 was kept.")
+    assert issues_for("SET tisa09 = 33.33 (= 100 / 3)", ctx) == []
+    [issue] = issues_for("SET tisa09 = 33 (= 100 / 3)", ctx)
+    assert issue.action == "drop_if_unresolved"
+
+
+def test_unreadable_working_is_questioned_but_not_contradicted():
+    [issue] = issues_for("SET domo86 = 332 (= 342 minus ten)", context(TEXT_342))
+    assert issue.check == "working_arithmetic"
+    assert issue.action == "keep_if_unresolved"
+
+
+def test_working_for_a_value_that_is_not_a_number_is_questioned():
+    [issue] = issues_for("SET status = done (= 1 + 1)", context("1 thing"))
+    assert issue.action == "keep_if_unresolved"
+
+
+def test_stated_value_without_working_passes():
+    ctx = context("The clerk recorded dope10 at six.")
+    assert issues_for("SET dope10 = 6", ctx) == []
+
+
+def test_value_without_working_that_the_text_does_not_state_is_only_questioned():
+    [issue] = issues_for("SET dope10 = 16", context("The clerk recorded dope10 at six."))
+    assert (issue.check, issue.action) == ("value_shows_working", "keep_if_unresolved")
+    assert "show the working" in issue.reason
+
+
+def test_value_without_working_passes_when_it_is_already_the_noted_value_or_zero():
+    notes = Notes(state=(("dope10", "16"),))
+    ctx = context("dope10 was mentioned.", notes)
+    assert issues_for("SET dope10 = 16\nSET empty01 = 0", ctx) == []
+
+
+def test_text_values_are_not_questioned_as_numbers():
+    assert issues_for("SET owner = Mira", context("Mira has it.")) == []
+
+
+def test_line_about_a_name_the_turns_never_mention_is_dropped():
+    ctx = context(TEXT_342, names=COUNTERS)
+    issues = run_checks(
+        [SetLine("katu85", "84"), UnsetLine("nipewe33"), SetLine("domo86", "342")],
+        ctx,
+        [NamesMentioned()],
+    )
+    assert [(i.line, i.action) for i in issues] == [
+        ("SET katu85 = 84", "drop"),
+        ("UNSET nipewe33", "drop"),
+    ]
+    assert issues[0].reason == "katu85 is not mentioned in the turns being noted"
+
+
+def test_keys_that_are_not_tracked_names_are_not_dropped():
+    issues = run_checks(
+        [SetLine("weather", "rain")], context("x", names=COUNTERS), [NamesMentioned()]
+    )
+    assert issues == []
+
+
+def test_a_tracked_name_given_an_amount_must_be_accounted_for():
+    text = TEXT_342 + " The clerk recorded katu85 at five. What does nipewe33 hold now?"
+    ctx = context(text, names=COUNTERS)
+    [issue] = run_checks([SetLine("domo86", "332", "342 - 10")], ctx, [TrackedNamesAccounted()])
+    assert (issue.line, issue.action) == ("", "reask")
+    assert "katu85" in issue.reason
+    assert "nipewe33" not in issue.reason  # a question states nothing
+
+
+def test_a_rule_naming_the_counters_accounts_for_them():
+    text = "Rule: kelo12 and varu55 are confidential, from item 1 on."
+    ctx = context(text, names=COUNTERS)
+    changes = [RuleLine("kelo12 and varu55 are confidential, from item 1 on.")]
+    assert run_checks(changes, ctx, [TrackedNamesAccounted()]) == []
+
+
+def test_tracked_name_checks_do_nothing_without_a_pattern():
+    ctx = context(TEXT_342)
+    assert (
+        run_checks([SetLine("katu85", "84")], ctx, [NamesMentioned(), TrackedNamesAccounted()])
+        == []
+    )
+
+
+def test_default_checks_add_the_domain_checks_only_when_names_are_given():
+    assert default_checks(None) == GENERIC_CHECKS
+    checks = default_checks(r"\b[a-z]+\d{2}\b")
+    assert [c.name for c in checks] == [
+        "working_arithmetic",
+        "amounts_in_text",
+        "value_shows_working",
+        "names_mentioned",
+        "tracked_names_accounted",
+    ]
+    [issue] = run_checks([SetLine("katu85", "5")], context("nothing here 5"), checks)
+    assert issue.action == "drop"
+
+
+def test_a_bad_names_pattern_is_a_configuration_error_that_says_the_fix():
+    with pytest.raises(ConfigurationError, match="valid regular expression"):
+        default_checks("([a-z")
+
+
+def test_generic_checks_are_instances_of_the_named_classes():
+    assert [type(c) for c in GENERIC_CHECKS] == [
+        WorkingArithmetic,
+        AmountsInText,
+        ValueShowsWorking,
+    ]

@@ -423,6 +423,7 @@ class Keeper:
             noted_text=noted_text,
             checks=self.checks,
             max_reasks=self.config.max_reasks,
+            tracked_names=self.config.tracked_names,
         )
         step = taking.first_step()
         last_text = ""

@@ -64,8 +64,12 @@ class StoryModel:
     garbage_first: bool = False
     note_requests: list[list[BaseMessage]] = field(default_factory=list)
     answer: Callable[[list[BaseMessage]], str] | None = None
+    hook: Callable[[list[BaseMessage]], None] | None = None
+    """Called first on every request (tests use it to inject crashes)."""
 
     def __call__(self, messages: list[BaseMessage]) -> AIMessage | str:
+        if self.hook is not None:
+            self.hook(messages)
         last = messages[-1]
         kind = keeper_kind(last)
         if kind == "notes_request":

@@ -1,0 +1,134 @@
+"""A crash at any step of a cut loses nothing and duplicates nothing.
+
+Each test raises at one step of a cut, then retries the run from the checkpoint (as LangGraph does
+with ``invoke(None)``) on a keeper reopened from the same files: every turn is archived exactly
+once and the NOTES match the archive.
+"""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from keeper_middleware import Keeper, KeeperConfig, SQLiteArchive, create_keeper_agent
+from tests.fake_model import ScriptedChatModel
+from tests.story_model import StoryModel, batch
+
+CONFIG = KeeperConfig(window=4096, reply_reserve=256, notes_every_items=3)
+THREAD = {"configurable": {"thread_id": "t1"}}
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def crashing_once(fn, when=lambda *a, **k: True):
+    state = {"armed": True}
+
+    def wrapper(*args, **kwargs):
+        if state["armed"] and when(*args, **kwargs):
+            state["armed"] = False
+            raise Boom("injected crash")
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def run_until_crash_and_recover(tmp_path, inject) -> Keeper:
+    archive_path = tmp_path / "archive.sqlite3"
+    saver = InMemorySaver()
+    keeper = Keeper(CONFIG, archive=archive_path)
+    model = ScriptedChatModel(default=StoryModel())
+    agent = create_keeper_agent(model, keeper=keeper, checkpointer=saver)
+    agent.invoke({"messages": [HumanMessage("Task: read. Rule: keep it exact.")]}, THREAD)
+    for i in range(1, 3):
+        agent.invoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+    inject(keeper, model)
+    with pytest.raises(Boom):
+        agent.invoke({"messages": [HumanMessage(batch(3, "Today we set c3 to 9."))]}, THREAD)
+    keeper.close()
+    # the process "restarts": a new keeper on the same files; the run resumes from the checkpoint
+    reopened = Keeper(CONFIG, archive=archive_path)
+    agent = create_keeper_agent(ScriptedChatModel(default=StoryModel()), keeper=reopened, checkpointer=saver)
+    agent.invoke(None, THREAD)
+    for i in range(4, 10):
+        agent.invoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+    return reopened
+
+
+def assert_consistent(keeper: Keeper) -> None:
+    turns = list(keeper.archive.turns("t1"))
+    ids = [t.msg_id for t in turns]
+    assert len(ids) == len(set(ids)), "a turn was archived twice"
+    assert [t.seq for t in turns] == list(range(len(turns)))
+    batches = [t.content for t in turns if t.content.startswith("Item ")]
+    assert len(batches) == len(set(batches)), "an input was archived twice"
+    assert {int(b.split(".")[0].split()[1]) for b in batches} == set(range(1, len(batches) + 1))
+    versions = list(keeper.archive.notes_versions("t1"))
+    assert len(versions) == keeper.archive.get_value("t1", "counters")["cuts"] or len(versions) >= 2
+    notes = keeper.notes("t1")
+    assert notes.rules == ("keep it exact.",)
+    assert notes.state_dict() == {f"c{i}": str(i * 3) for i in range(1, notes.last_item + 1)}
+    hits = keeper.retriever.search("c1", session="t1")
+    assert len({h.passage.position for h in hits}) == len(hits)
+
+
+def test_crash_during_the_note_call(tmp_path):
+    def inject(keeper, model):
+        model.default.hook = crashing_once(lambda messages: None, lambda messages: "[NOTES REQUEST]" in str(messages[-1].content))
+
+    assert_consistent(run_until_crash_and_recover(tmp_path, inject))
+
+
+def test_crash_during_the_reask(tmp_path):
+    def inject(keeper, model):
+        model.default.invent_working_first = True
+        model.default.hook = crashing_once(lambda messages: None, lambda messages: "[NOTES CHECK]" in str(messages[-1].content))
+
+    assert_consistent(run_until_crash_and_recover(tmp_path, inject))
+
+
+def test_crash_inside_the_archive_transaction(tmp_path):
+    def inject(keeper, model):
+        keeper.archive._before_commit = crashing_once(keeper.archive._before_commit)
+
+    keeper = run_until_crash_and_recover(tmp_path, inject)
+    assert_consistent(keeper)
+
+
+def test_crash_after_the_archive_commit_before_the_state_is_saved(tmp_path):
+    def inject(keeper, model):
+        keeper._sync_index = crashing_once(keeper._sync_index)
+
+    keeper = run_until_crash_and_recover(tmp_path, inject)
+    assert_consistent(keeper)
+    versions = list(keeper.archive.notes_versions("t1"))
+    assert len({v.cut_key for v in versions}) == len(versions), "a cut was committed twice"
+
+
+def test_crash_while_indexing_is_caught_up_later(tmp_path):
+    def inject(keeper, model):
+        keeper.retriever.add = crashing_once(keeper.retriever.add)
+
+    keeper = run_until_crash_and_recover(tmp_path, inject)
+    assert_consistent(keeper)
+    assert "item 1:" in keeper.search("t1", "c1")
+
+
+def test_reopened_archive_continues_the_same_session(tmp_path):
+    path = tmp_path / "a.sqlite3"
+    keeper = Keeper(CONFIG, archive=path)
+    agent = create_keeper_agent(ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage("Task: read. Rule: keep it exact.")]}, THREAD)
+    for i in range(1, 7):
+        agent.invoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+    before = keeper.archive.turn_count("t1")
+    notes = keeper.notes("t1")
+    keeper.close()
+    with SQLiteArchive(path) as archive:
+        assert archive.turn_count("t1") == before
+    reopened = Keeper(CONFIG, archive=path)
+    assert reopened.notes("t1") == notes
+    assert reopened.counters("t1").cuts == 2
+    assert reopened.search("t1", "c2").startswith("Found")

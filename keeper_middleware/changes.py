@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from keeper_middleware.notes import Notes
+from keeper_middleware.numbers import parse_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,13 @@ def _split_working(rest: str) -> tuple[str, str | None]:
     return rest, None
 
 
+def _without_final_period(rest: str) -> str:
+    """ "6." and "332 (= 342 - 10)." end a sentence; the period is not part of the value."""
+    if rest.endswith(".") and (rest[:-1].endswith(")") or parse_number(rest[:-1]) is not None):
+        return rest[:-1].rstrip()
+    return rest
+
+
 def parse_change_line(line: str) -> Change | None:
     """One line as a change, or None when it matches no form of docs/formats.md §2."""
     cleaned = _clean_line(line)
@@ -161,11 +169,11 @@ def parse_change_line(line: str) -> Change | None:
             return kind(match.group("text").strip())
     match = _UNSET.match(cleaned)
     if match:
-        key = match.group("key").strip()
+        key = match.group("key").strip().rstrip(".").strip()
         return UnsetLine(key) if key and "=" not in key else None
     match = _SET.match(cleaned)
     if match:
-        value, working = _split_working(match.group("rest").strip())
+        value, working = _split_working(_without_final_period(match.group("rest").strip()))
         key = match.group("key").strip()
         if not value or not key or working == "":
             return None

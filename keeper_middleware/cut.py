@@ -51,7 +51,9 @@ def find_layout(messages: Sequence[BaseMessage], *, pinned_head: int, kept: int)
         (i for i in range(len(messages)) if keeper_kind(messages[i]) == "notes"), None
     )
     head_end = min(index, notes_index) if notes_index is not None else index
-    return Layout(head_end=head_end, notes_index=notes_index, kept=kept if notes_index is not None else 0)
+    return Layout(
+        head_end=head_end, notes_index=notes_index, kept=kept if notes_index is not None else 0
+    )
 
 
 @dataclass(frozen=True, slots=True)

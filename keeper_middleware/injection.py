@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from langchain_core.messages import BaseMessage
+
 from keeper_middleware.messages import text_of
 from keeper_middleware.retrievers.base import Hit
-from langchain_core.messages import BaseMessage
 
 RULES_TAG = "[RULES]"
 RETRIEVED_TAG = "[RETRIEVED]"

@@ -33,11 +33,11 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesDraft, open_archive
-from keeper_middleware.checks import CheckContext, NoteCheck, default_checks
+from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
-from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.cut import CutPlan, Layout, cut_key, find_layout, plan_cut
+from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.injection import (
     merge_hits,
     question_queries,
@@ -146,12 +146,10 @@ class Keeper:
             index_dir = Path(archive).with_suffix(".index")
         self.retriever = make_retriever(retriever, path=index_dir)
         self.tokens = resolve_token_counter(token_counter)
-        self.checks = tuple(checks) if checks is not None else default_checks(
-            self.config.tracked_names
+        self.checks = (
+            tuple(checks) if checks is not None else default_checks(self.config.tracked_names)
         )
-        self.detector = question_detector or PatternQuestionDetector(
-            self.config.question_patterns
-        )
+        self.detector = question_detector or PatternQuestionDetector(self.config.question_patterns)
         self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)
         self._lock = threading.RLock()
         self._counters: dict[str, Counters] = {}
@@ -511,10 +509,10 @@ class Keeper:
         assert plan is not None
         items: dict[str, int] = pending.state["items"]
         notes = outcome.notes if isinstance(outcome, NoteOutcome) else outcome
-        known = [
-            items[str(messages[i].id)] for i in plan.noted if str(messages[i].id) in items
-        ]
-        first = notes.first_item if notes.first_item is not None else (min(known) if known else None)
+        known = [items[str(messages[i].id)] for i in plan.noted if str(messages[i].id) in items]
+        first = (
+            notes.first_item if notes.first_item is not None else (min(known) if known else None)
+        )
         last = max(known) if known else notes.last_item
         notes = notes.covering(first, last)
         leaving = [*messages[: plan.layout.head_end], *(messages[i] for i in plan.leaving)]

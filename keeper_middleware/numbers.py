@@ -8,11 +8,29 @@ from __future__ import annotations
 
 import re
 
-_UNITS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen"
-).split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_UNITS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 _SCALES = [(1_000_000_000, "billion"), (1_000_000, "million"), (1_000, "thousand")]
 _WORD_VALUE = {w: i for i, w in enumerate(_UNITS)} | {
     w: 10 * i for i, w in enumerate(_TENS) if w != "_"
@@ -22,8 +40,10 @@ _NUMBER_WORDS = set(_WORD_VALUE) | set(_SCALE_VALUE) | {"and", "minus", "negativ
 
 _DIGITS = re.compile(r"(?<![\w.])[-−]?\d[\d,]*(?:\.\d+)?(?![\w])")
 _WORD_RUN = re.compile(
-    r"\b(?:(?:minus|negative)\s+)?(?:" + "|".join(sorted(set(_WORD_VALUE) | set(_SCALE_VALUE), key=len, reverse=True))
-    + r")(?:[\s-]+(?:and[\s-]+)?(?:" + "|".join(sorted(set(_WORD_VALUE) | set(_SCALE_VALUE), key=len, reverse=True))
+    r"\b(?:(?:minus|negative)\s+)?(?:"
+    + "|".join(sorted(set(_WORD_VALUE) | set(_SCALE_VALUE), key=len, reverse=True))
+    + r")(?:[\s-]+(?:and[\s-]+)?(?:"
+    + "|".join(sorted(set(_WORD_VALUE) | set(_SCALE_VALUE), key=len, reverse=True))
     + r"))*\b",
     re.IGNORECASE,
 )

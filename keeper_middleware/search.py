@@ -98,7 +98,9 @@ def decide(state: GuardState, command: SearchCommand) -> GuardDecision:
         )
     if not reason:
         counts = {**state.counts, key: state.counts.get(key, 0) + 1}
-        return GuardDecision("run", "", replace(state, last_key=key, counts=counts, refusals_in_row=0))
+        return GuardDecision(
+            "run", "", replace(state, last_key=key, counts=counts, refusals_in_row=0)
+        )
     refusals = state.refusals_in_row + 1
     if refusals >= 3:
         return GuardDecision(

@@ -39,9 +39,7 @@ def archive_search_tool(keeper: Keeper) -> StructuredTool:
         from_item: int | None = None,
         to_item: int | None = None,
     ) -> str:
-        return await asyncio.to_thread(
-            keeper.search, session_of(config), query, from_item, to_item
-        )
+        return await asyncio.to_thread(keeper.search, session_of(config), query, from_item, to_item)
 
     return StructuredTool.from_function(
         func=search_archive,

@@ -45,7 +45,11 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, BaseMessage]:
         names = []
         for tool in tools:
-            name = getattr(tool, "name", None) or (tool.get("function", {}).get("name") if isinstance(tool, dict) else None) or getattr(tool, "__name__", "?")
+            name = (
+                getattr(tool, "name", None)
+                or (tool.get("function", {}).get("name") if isinstance(tool, dict) else None)
+                or getattr(tool, "__name__", "?")
+            )
             names.append(name)
         clone = self.model_copy(update={"bound_tools": names})
         clone.received = self.received  # share the log

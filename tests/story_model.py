@@ -84,11 +84,17 @@ class StoryModel:
             if self.drop_rules_first:
                 self.drop_rules_first = False
                 kept = [ln for ln in lines if not ln.startswith("RULE")]
-                return "\n".join(kept + ["SET ghost99 = 5 (= 650 - 27)"])
+                return "\n".join([*kept, "SET ghost99 = 5 (= 650 - 27)"])
             if self.invent_working_first:
                 self.invent_working_first = False
                 lines = [
-                    re.sub(r"^SET (\w+) = (-?\d+)$", lambda m: f"SET {m.group(1)} = {m.group(2)} (= {int(m.group(2)) + 650} - 650)", ln)
+                    re.sub(
+                        r"^SET (\w+) = (-?\d+)$",
+                        lambda m: (
+                            f"SET {m.group(1)} = {m.group(2)} (= {int(m.group(2)) + 650} - 650)"
+                        ),
+                        ln,
+                    )
                     for ln in lines
                 ]
             return "\n".join(lines)

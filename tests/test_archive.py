@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import signal
 import sqlite3
@@ -338,26 +339,26 @@ def test_a_failure_inside_a_cut_leaves_no_part_of_it(store, monkeypatch):
     assert audit(store, "s") == {1: 3, 2: 3}
 
 
+WRITER_IMPORTS = """
+import json, os, signal, sys
+from keeper_middleware.archive import ArchivedTurn, NotesDraft, SQLiteArchive
+"""
 WRITER = textwrap.dedent(
     """
-    import os, signal, sys
-    sys.path.insert(0, {tests!r})
-    from test_archive import make_turns, notes_for
-    from keeper_middleware.archive import SQLiteArchive
-
     path, session = sys.argv[1], sys.argv[2]
     cuts, die_at, size, first = (int(arg) for arg in sys.argv[3:])
     archive = SQLiteArchive(path)
     if die_at >= 0:
         def die(s, key):
-            if key == f"cut-{{die_at}}":
+            if key == f"cut-{die_at}":
                 os.kill(os.getpid(), signal.SIGKILL)
         archive._before_commit = die
     for cut in range(first, first + cuts):
-        archive.commit_cut(session, cut_key=f"cut-{{cut}}", turns=make_turns(session, cut, 5, size=size), notes=notes_for(cut))
+        turns = make_turns(session, cut, 5, size=size)
+        archive.commit_cut(session, cut_key=f"cut-{cut}", turns=turns, notes=notes_for(cut))
         print(cut, flush=True)
     """
-).format(tests=str(Path(__file__).parent))
+)
 
 
 def writer(
@@ -365,8 +366,9 @@ def writer(
 ) -> subprocess.Popen[str]:
     """A separate Python process committing ``cuts`` cuts to ``path``, printing each cut done."""
     args = [str(path), session, str(cuts), str(die_at), str(size), str(first)]
+    script = WRITER_IMPORTS + inspect.getsource(make_turns) + inspect.getsource(notes_for) + WRITER
     return subprocess.Popen(
-        [sys.executable, "-c", WRITER, *args],
+        [sys.executable, "-c", script, *args],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -71,6 +71,13 @@ def test_a_bracket_without_equals_belongs_to_the_value():
     assert parse_change_line("SET a = 5 (estimated)") == SetLine("a", "5 (estimated)")
 
 
+def test_a_final_period_ends_the_sentence_not_the_value():
+    assert parse_change_line("SET a = 6.") == SetLine("a", "6")
+    assert parse_change_line("SET a = 332 (= 342 - 10).") == SetLine("a", "332", "342 - 10")
+    assert parse_change_line("SET owner = Mira S.") == SetLine("owner", "Mira S.")
+    assert parse_change_line("UNSET domo86.") == UnsetLine("domo86")
+
+
 def test_value_may_contain_equals_signs():
     assert parse_change_line("SET formula = a = b") == SetLine("formula", "a = b")
 

@@ -25,8 +25,10 @@ from keeper_middleware.notes import Notes
 
 COUNTERS = re.compile(r"\b[a-z]+\d{2}\b")
 
+EMPTY = Notes()
 
-def context(text: str, notes: Notes = Notes(), names: re.Pattern[str] | None = None):
+
+def context(text: str, notes: Notes = EMPTY, names: re.Pattern[str] | None = None):
     return CheckContext(noted_text=text, notes=notes, tracked_names=names)
 
 

@@ -19,7 +19,7 @@ CONFIG = KeeperConfig(window=4096, reply_reserve=256, notes_every_items=3)
 THREAD = {"configurable": {"thread_id": "t1"}}
 
 
-class Boom(RuntimeError):
+class BoomError(RuntimeError):
     pass
 
 
@@ -29,7 +29,7 @@ def crashing_once(fn, when=lambda *a, **k: True):
     def wrapper(*args, **kwargs):
         if state["armed"] and when(*args, **kwargs):
             state["armed"] = False
-            raise Boom("injected crash")
+            raise BoomError("injected crash")
         return fn(*args, **kwargs)
 
     return wrapper
@@ -43,17 +43,23 @@ def run_until_crash_and_recover(tmp_path, inject) -> Keeper:
     agent = create_keeper_agent(model, keeper=keeper, checkpointer=saver)
     agent.invoke({"messages": [HumanMessage("Task: read. Rule: keep it exact.")]}, THREAD)
     for i in range(1, 3):
-        agent.invoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+        agent.invoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
     inject(keeper, model)
-    with pytest.raises(Boom):
+    with pytest.raises(BoomError):
         agent.invoke({"messages": [HumanMessage(batch(3, "Today we set c3 to 9."))]}, THREAD)
     keeper.close()
     # the process "restarts": a new keeper on the same files; the run resumes from the checkpoint
     reopened = Keeper(CONFIG, archive=archive_path)
-    agent = create_keeper_agent(ScriptedChatModel(default=StoryModel()), keeper=reopened, checkpointer=saver)
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=reopened, checkpointer=saver
+    )
     agent.invoke(None, THREAD)
     for i in range(4, 10):
-        agent.invoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+        agent.invoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
     return reopened
 
 
@@ -76,7 +82,9 @@ def assert_consistent(keeper: Keeper) -> None:
 
 def test_crash_during_the_note_call(tmp_path):
     def inject(keeper, model):
-        model.default.hook = crashing_once(lambda messages: None, lambda messages: "[NOTES REQUEST]" in str(messages[-1].content))
+        model.default.hook = crashing_once(
+            lambda messages: None, lambda messages: "[NOTES REQUEST]" in str(messages[-1].content)
+        )
 
     assert_consistent(run_until_crash_and_recover(tmp_path, inject))
 
@@ -84,7 +92,9 @@ def test_crash_during_the_note_call(tmp_path):
 def test_crash_during_the_reask(tmp_path):
     def inject(keeper, model):
         model.default.invent_working_first = True
-        model.default.hook = crashing_once(lambda messages: None, lambda messages: "[NOTES CHECK]" in str(messages[-1].content))
+        model.default.hook = crashing_once(
+            lambda messages: None, lambda messages: "[NOTES CHECK]" in str(messages[-1].content)
+        )
 
     assert_consistent(run_until_crash_and_recover(tmp_path, inject))
 
@@ -119,10 +129,14 @@ def test_crash_while_indexing_is_caught_up_later(tmp_path):
 def test_reopened_archive_continues_the_same_session(tmp_path):
     path = tmp_path / "a.sqlite3"
     keeper = Keeper(CONFIG, archive=path)
-    agent = create_keeper_agent(ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
+    )
     agent.invoke({"messages": [HumanMessage("Task: read. Rule: keep it exact.")]}, THREAD)
     for i in range(1, 7):
-        agent.invoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+        agent.invoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
     before = keeper.archive.turn_count("t1")
     notes = keeper.notes("t1")
     keeper.close()

@@ -28,7 +28,9 @@ def run_story(agent, items: int, *, question_every: int = 0, rule: str = "always
     agent.invoke({"messages": [HumanMessage(f"Task: read the items. Rule: {rule}.")]}, THREAD)
     out = None
     for i in range(1, items + 1):
-        out = agent.invoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+        out = agent.invoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
         if question_every and i % question_every == 0:
             out = agent.invoke({"messages": [HumanMessage(f"Questions: what is c{i}?")]}, THREAD)
     return out
@@ -36,7 +38,9 @@ def run_story(agent, items: int, *, question_every: int = 0, rule: str = "always
 
 def test_notes_carry_every_value_and_the_archive_every_turn():
     keeper = Keeper(SMALL)
-    agent = create_keeper_agent(ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
+    )
     run_story(agent, 30)
     notes = keeper.notes("t1")
     assert notes.state_dict() == {f"c{i}": str(i * 3) for i in range(1, notes.last_item + 1)}
@@ -52,7 +56,9 @@ def test_notes_carry_every_value_and_the_archive_every_turn():
 def test_window_is_never_exceeded_and_system_prompt_never_dropped():
     model = ScriptedChatModel(default=StoryModel())
     keeper = Keeper(SMALL)
-    agent = create_keeper_agent(model, system_prompt="You are careful.", keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        model, system_prompt="You are careful.", keeper=keeper, checkpointer=InMemorySaver()
+    )
     run_story(agent, 40, question_every=10)
     counter = ApproximateTokenCounter()
     for received in model.received:
@@ -63,7 +69,9 @@ def test_window_is_never_exceeded_and_system_prompt_never_dropped():
 
 def test_a_note_request_is_rendered_like_a_work_call():
     model = ScriptedChatModel(default=StoryModel())
-    agent = create_keeper_agent(model, system_prompt="SYS", config=SMALL, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        model, system_prompt="SYS", config=SMALL, checkpointer=InMemorySaver()
+    )
     run_story(agent, 8)
     work = [r for r in model.received if keeper_kind(r.messages[-1]) is None]
     notes = [r for r in model.received if keeper_kind(r.messages[-1]) == "notes_request"]
@@ -72,7 +80,11 @@ def test_a_note_request_is_rendered_like_a_work_call():
     assert notes[0].messages[0] == work[0].messages[0]
     # the request rides on the conversation the server already read: the last work call's
     # messages are a prefix of the note request
-    before = [r for r in model.received[: model.received.index(notes[0])] if keeper_kind(r.messages[-1]) is None][-1]
+    before = [
+        r
+        for r in model.received[: model.received.index(notes[0])]
+        if keeper_kind(r.messages[-1]) is None
+    ][-1]
     sent = notes[0].messages
     assert [m.content for m in before.messages] == [m.content for m in sent[: len(before.messages)]]
 
@@ -88,7 +100,17 @@ def test_tool_call_pairs_are_never_split():
         if keeper_kind(last) in ("notes_request", "notes_reask"):
             return StoryModel()(messages)
         if isinstance(last, HumanMessage):
-            return AIMessage("", tool_calls=[{"name": "lookup", "args": {"name": "x"}, "id": f"c{len(messages)}", "type": "tool_call"}])
+            return AIMessage(
+                "",
+                tool_calls=[
+                    {
+                        "name": "lookup",
+                        "args": {"name": "x"},
+                        "id": f"c{len(messages)}",
+                        "type": "tool_call",
+                    }
+                ],
+            )
         return "done"
 
     model = ScriptedChatModel(default=reply)
@@ -112,16 +134,32 @@ def test_an_open_question_is_never_cut_out_of_view():
         last = messages[-1]
         if keeper_kind(last) in ("notes_request", "notes_reask"):
             return StoryModel()(messages)
-        if "Questions" in text_of(last) or keeper_kind(last) == "rules" or isinstance(last, ToolMessage):
+        if (
+            "Questions" in text_of(last)
+            or keeper_kind(last) == "rules"
+            or isinstance(last, ToolMessage)
+        ):
             asked.append(messages)
             searches = sum(isinstance(m, ToolMessage) for m in messages)
             if searches < 12:
-                return AIMessage("", tool_calls=[{"name": "search_archive", "args": {"query": f"c{searches + 1}"}, "id": f"s{len(asked)}", "type": "tool_call"}])
+                return AIMessage(
+                    "",
+                    tool_calls=[
+                        {
+                            "name": "search_archive",
+                            "args": {"query": f"c{searches + 1}"},
+                            "id": f"s{len(asked)}",
+                            "type": "tool_call",
+                        }
+                    ],
+                )
             return "1. 3"
         return "ok"
 
     keeper = Keeper(KeeperConfig(window=3000, reply_reserve=256, notes_every_items=5))
-    agent = create_keeper_agent(ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver()
+    )
     run_story(agent, 12)
     agent.invoke({"messages": [HumanMessage("Questions: what was c1 at the start?")]}, THREAD)
     assert keeper.counters("t1").cuts >= 2
@@ -131,8 +169,16 @@ def test_an_open_question_is_never_cut_out_of_view():
 
 def test_a_reply_that_thought_to_its_limit_is_asked_again_without_thinking():
     thinking_off = {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
-    config = KeeperConfig(window=4096, reply_reserve=512, thinking=__import__("keeper_middleware").ThinkingPolicy(off=thinking_off))
-    empty = AIMessage("", response_metadata={"finish_reason": "length"}, additional_kwargs={"reasoning_content": "hmm " * 100})
+    config = KeeperConfig(
+        window=4096,
+        reply_reserve=512,
+        thinking=__import__("keeper_middleware").ThinkingPolicy(off=thinking_off),
+    )
+    empty = AIMessage(
+        "",
+        response_metadata={"finish_reason": "length"},
+        additional_kwargs={"reasoning_content": "hmm " * 100},
+    )
     model = ScriptedChatModel(script=[empty, "the answer"])
     keeper = Keeper(config)
     agent = create_keeper_agent(model, keeper=keeper, checkpointer=InMemorySaver())
@@ -143,7 +189,10 @@ def test_a_reply_that_thought_to_its_limit_is_asked_again_without_thinking():
 
 
 def test_reasoning_is_stripped_from_what_is_kept():
-    reply = AIMessage("<think>long private musing</think>The answer.", additional_kwargs={"reasoning_content": "more musing"})
+    reply = AIMessage(
+        "<think>long private musing</think>The answer.",
+        additional_kwargs={"reasoning_content": "more musing"},
+    )
     model = ScriptedChatModel(script=[reply])
     agent = create_keeper_agent(model, config=SMALL, checkpointer=InMemorySaver())
     out = agent.invoke({"messages": [HumanMessage("hello")]}, THREAD)
@@ -153,16 +202,25 @@ def test_reasoning_is_stripped_from_what_is_kept():
 
 
 def test_reasoning_effort_is_forwarded_on_every_call():
-    config = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=3, thinking=__import__("keeper_middleware").ThinkingPolicy(reasoning_effort="medium"))
+    config = KeeperConfig(
+        window=2048,
+        reply_reserve=256,
+        notes_every_items=3,
+        thinking=__import__("keeper_middleware").ThinkingPolicy(reasoning_effort="medium"),
+    )
     model = ScriptedChatModel(default=StoryModel())
     agent = create_keeper_agent(model, config=config, checkpointer=InMemorySaver())
     run_story(agent, 6)
-    assert model.received and all(r.kwargs.get("reasoning_effort") == "medium" for r in model.received)
+    assert model.received and all(
+        r.kwargs.get("reasoning_effort") == "medium" for r in model.received
+    )
 
 
 def test_sessions_are_isolated():
     keeper = Keeper(SMALL)
-    agent = create_keeper_agent(ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
+    )
     run_story(agent, 12)
     assert keeper.search("t1", "c3").startswith("Found")
     assert keeper.search("other", "c3").startswith("No matches")
@@ -181,7 +239,12 @@ def test_bad_configuration_says_how_to_fix_it():
 def test_what_must_stay_in_view_not_fitting_is_a_clear_error():
     keeper = Keeper(KeeperConfig(window=1024, reply_reserve=128, notes_every_items=1))
     setup = ModelSetup(system_prompt="SYS " * 900)
-    messages = [HumanMessage("task", id="h0"), HumanMessage("Item 1. short", id="h1"), AIMessage("ok", id="a1"), HumanMessage("Item 2. hi", id="h2")]
+    messages = [
+        HumanMessage("task", id="h0"),
+        HumanMessage("Item 1. short", id="h1"),
+        AIMessage("ok", id="a1"),
+        HumanMessage("Item 2. hi", id="h2"),
+    ]
     with pytest.raises(WindowTooSmallError, match="Raise the window"):
         keeper.step("s", messages, None, setup, lambda m, k: AIMessage("NO CHANGES"))
 
@@ -190,15 +253,23 @@ def test_what_must_stay_in_view_not_fitting_is_a_clear_error():
 async def test_async_and_sync_paths_reach_the_same_notes():
     def run_sync():
         keeper = Keeper(SMALL)
-        agent = create_keeper_agent(ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver())
+        agent = create_keeper_agent(
+            ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
+        )
         run_story(agent, 15)
         return keeper.notes("t1"), [t.content for t in keeper.archive.turns("t1")]
 
     keeper = Keeper(SMALL)
-    agent = create_keeper_agent(ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver())
-    await agent.ainvoke({"messages": [HumanMessage("Task: read the items. Rule: always answer in digits.")]}, THREAD)
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
+    )
+    await agent.ainvoke(
+        {"messages": [HumanMessage("Task: read the items. Rule: always answer in digits.")]}, THREAD
+    )
     for i in range(1, 16):
-        await agent.ainvoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+        await agent.ainvoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
     sync_notes, sync_turns = run_sync()
     assert keeper.notes("t1").state == sync_notes.state
     assert [t.content for t in keeper.archive.turns("t1")] == sync_turns

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, ModelSetup, ThinkingPolicy, create_keeper_agent
@@ -30,22 +30,30 @@ def start(agent, rule: str = RULE) -> None:
 def feed(agent, first: int, last: int) -> dict:
     out: dict = {}
     for i in range(first, last + 1):
-        out = agent.invoke({"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD)
+        out = agent.invoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
     return out
 
 
 def archive_with(keeper: Keeper, session: str, sentences: list[tuple[int, str]]) -> None:
-    keeper.retriever.add([Passage(session, item, pos, text) for pos, (item, text) in enumerate(sentences)])
+    keeper.retriever.add(
+        [Passage(session, item, pos, text) for pos, (item, text) in enumerate(sentences)]
+    )
 
 
 def test_lesson_1_the_notes_request_comes_after_the_turns_it_notes():
     story = StoryModel()
-    agent = create_keeper_agent(ScriptedChatModel(default=story), config=SMALL, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=story), config=SMALL, checkpointer=InMemorySaver()
+    )
     start(agent)
     feed(agent, 1, 6)
     request = story.note_requests[0]
     assert keeper_kind(request[-1]) == "notes_request"
-    assert text_of(request[-1]).startswith("[NOTES REQUEST] Write down what the turns since the NOTES changed.")
+    assert text_of(request[-1]).startswith(
+        "[NOTES REQUEST] Write down what the turns since the NOTES changed."
+    )
     assert any("set c5 to 15" in text_of(m) for m in request[:-1])
 
 
@@ -58,7 +66,11 @@ def test_lesson_2_a_rule_is_pinned_and_repeated_next_to_every_question():
         feed(agent, (round_ - 1) * 10 + 1, round_ * 10)
         agent.invoke({"messages": [HumanMessage(f"Questions: what is c{round_}?")]}, THREAD)
     assert keeper.notes("t1").rules == (f"{RULE}.",)
-    asked = [r.messages for r in model.received if any("Questions: what is" in text_of(m) for m in r.messages[-2:])]
+    asked = [
+        r.messages
+        for r in model.received
+        if any("Questions: what is" in text_of(m) for m in r.messages[-2:])
+    ]
     assert len(asked) == 5
     for messages in asked:
         assert keeper_kind(messages[-1]) == "rules"
@@ -70,7 +82,17 @@ def test_lesson_3_thinking_stays_on_while_a_question_is_open():
     keeper = Keeper(KeeperConfig(thinking=ThinkingPolicy(on=on, off=off)))
     reading = [HumanMessage("task", id="t"), HumanMessage("Item 1. story", id="b1")]
     asking = [*reading, AIMessage("ok", id="a1"), HumanMessage("Questions: what is c1?", id="q")]
-    searching = [*asking, AIMessage("", id="a2", tool_calls=[{"name": "search_archive", "args": {"query": "c1"}, "id": "s", "type": "tool_call"}]), ToolMessage("No matches", tool_call_id="s", id="r")]
+    searching = [
+        *asking,
+        AIMessage(
+            "",
+            id="a2",
+            tool_calls=[
+                {"name": "search_archive", "args": {"query": "c1"}, "id": "s", "type": "tool_call"}
+            ],
+        ),
+        ToolMessage("No matches", tool_call_id="s", id="r"),
+    ]
     answered = [*searching, AIMessage("1. 3", id="a3"), HumanMessage("Item 2. story", id="b2")]
     assert keeper.work_kwargs("s", reading) == off
     assert keeper.work_kwargs("s", asking) == on
@@ -87,13 +109,17 @@ def test_lesson_4_after_three_refusals_the_model_is_told_to_stop_and_its_reply_i
     assert replies[3].endswith(STOP_LINE)
     kwargs = keeper.work_kwargs("s", [HumanMessage("Questions: what is domo86?", id="q")])
     assert kwargs["temperature"] > 0
-    assert "temperature" not in keeper.work_kwargs("s", [HumanMessage("Questions: what is domo86?", id="q")])
+    assert "temperature" not in keeper.work_kwargs(
+        "s", [HumanMessage("Questions: what is domo86?", id="q")]
+    )
     assert keeper.counters("s").search_stops == 1
 
 
 def test_lesson_5_each_match_is_shown_with_the_sentence_that_follows_it():
     keeper = Keeper(KeeperConfig())
-    archive_with(keeper, "s", [(4, "Next on the list was nipewe33."), (4, "Mira Holt took ten from it.")])
+    archive_with(
+        keeper, "s", [(4, "Next on the list was nipewe33."), (4, "Mira Holt took ten from it.")]
+    )
     result = keeper.search("s", "nipewe33")
     assert "item 4: Next on the list was nipewe33. → next: Mira Holt took ten from it." in result
 
@@ -105,15 +131,22 @@ def test_lesson_6_a_loop_of_three_searches_is_refused_the_third_time_round():
     replies = [keeper.search("s", q) for q in loop]
     assert all(r.startswith("Found") for r in replies[:6])
     assert replies[6].startswith("Refused:") and "twice since the last new input" in replies[6]
-    keeper._set_guard("s", __import__("keeper_middleware.search", fromlist=["after_new_input"]).after_new_input(keeper._guard("s")))
+    keeper._set_guard(
+        "s",
+        __import__("keeper_middleware.search", fromlist=["after_new_input"]).after_new_input(
+            keeper._guard("s")
+        ),
+    )
     assert keeper.search("s", "alpha").startswith("Found"), "new input lets the search run again"
 
 
 def test_lesson_7_a_rule_named_in_any_reply_to_one_request_is_kept():
-    replies = iter([
-        f"RULE: {RULE}.\nSET c1 = 3\nSET c2 = 99 (= 650 - 27)",  # first names the rule, invents working
-        "SET c1 = 3\nSET c2 = 6",  # the re-ask leaves the rule out
-    ])
+    replies = iter(
+        [
+            f"RULE: {RULE}.\nSET c1 = 3\nSET c2 = 99 (= 650 - 27)",  # first names the rule, invents working
+            "SET c1 = 3\nSET c2 = 6",  # the re-ask leaves the rule out
+        ]
+    )
 
     def reply(messages):
         if keeper_kind(messages[-1]) in ("notes_request", "notes_reask"):
@@ -121,7 +154,9 @@ def test_lesson_7_a_rule_named_in_any_reply_to_one_request_is_kept():
         return "ok"
 
     keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2))
-    agent = create_keeper_agent(ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver()
+    )
     start(agent)
     feed(agent, 1, 2)
     notes = keeper.notes("t1")
@@ -138,7 +173,17 @@ def test_lesson_8_search_results_of_a_turn_that_ended_empty_are_still_in_view():
         if keeper_kind(last) in ("notes_request", "notes_reask"):
             return StoryModel()(messages)
         if "Questions" in text_of(last) or keeper_kind(last) == "rules":
-            return AIMessage("", tool_calls=[{"name": "search_archive", "args": {"query": "c1"}, "id": "s1", "type": "tool_call"}])
+            return AIMessage(
+                "",
+                tool_calls=[
+                    {
+                        "name": "search_archive",
+                        "args": {"query": "c1"},
+                        "id": "s1",
+                        "type": "tool_call",
+                    }
+                ],
+            )
         if isinstance(last, ToolMessage):
             calls["n"] += 1
             return ""  # the turn ends empty
@@ -155,13 +200,23 @@ def test_lesson_8_search_results_of_a_turn_that_ended_empty_are_still_in_view():
     assert keeper.counters("t1").cuts == cuts + 1
     nxt = model.received[-1].messages
     assert any(keeper_kind(m) == "notes" for m in nxt)
-    assert any(isinstance(m, ToolMessage) and "item 1: Today we set c1 to 3." in text_of(m) for m in nxt)
+    assert any(
+        isinstance(m, ToolMessage) and "item 1: Today we set c1 to 3." in text_of(m) for m in nxt
+    )
     assert any("Questions: what was c1?" in text_of(m) for m in nxt)
 
 
 def test_lesson_9_search_counts_only_in_the_contents_own_numbers():
     keeper = Keeper(KeeperConfig())
-    archive_with(keeper, "s", [(150, "dope10 was set to six."), (151, "The rain went on."), (332, "dope10 was set to nine.")])
+    archive_with(
+        keeper,
+        "s",
+        [
+            (150, "dope10 was set to six."),
+            (151, "The rain went on."),
+            (332, "dope10 was set to nine."),
+        ],
+    )
     result = keeper.search("s", "dope10", to_item=331)
     assert result.splitlines()[1] == "item 150: dope10 was set to six. → next: The rain went on."
     assert "332" not in result.split("\n", 1)[1]
@@ -178,13 +233,20 @@ def test_lesson_10_a_list_cut_short_says_so_in_its_first_line():
 
 def test_lesson_11_the_kept_exchange_is_labelled_and_not_noted_twice():
     story = StoryModel()
-    keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=3, tracked_names=r"\bc\d+\b"))
-    agent = create_keeper_agent(ScriptedChatModel(default=story), keeper=keeper, checkpointer=InMemorySaver())
+    keeper = Keeper(
+        KeeperConfig(window=4096, reply_reserve=256, notes_every_items=3, tracked_names=r"\bc\d+\b")
+    )
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=story), keeper=keeper, checkpointer=InMemorySaver()
+    )
     start(agent)
     out = feed(agent, 1, 3)
     notes_message = next(m for m in out["messages"] if keeper_kind(m) == "notes")
     assert parse_notes(text_of(notes_message))[1] == 1
-    assert "The next message was kept in view from before these notes; it is already noted." in text_of(notes_message)
+    assert (
+        "The next message was kept in view from before these notes; it is already noted."
+        in text_of(notes_message)
+    )
     feed(agent, 4, 6)
     second = story.note_requests[1]
     assert note_lines(second[:-1]) == ["SET c4 = 12", "SET c5 = 15", "SET c6 = 18"]
@@ -197,8 +259,12 @@ def test_lesson_11_a_line_about_a_name_the_noted_turns_never_mention_is_left_out
             return "SET c1 = 3\nSET c77 = 40"
         return "ok"
 
-    keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=1, tracked_names=r"\bc\d+\b"))
-    agent = create_keeper_agent(ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver())
+    keeper = Keeper(
+        KeeperConfig(window=4096, reply_reserve=256, notes_every_items=1, tracked_names=r"\bc\d+\b")
+    )
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver()
+    )
     start(agent)
     feed(agent, 1, 1)
     assert keeper.notes("t1").state_dict() == {"c1": "3"}
@@ -218,10 +284,14 @@ def test_lesson_12_a_questioned_note_never_falls_back_to_another_path():
         return "ok"
 
     keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2))
-    agent = create_keeper_agent(ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver()
+    )
     start(agent)
     feed(agent, 1, 2)
-    assert keeper.notes("t1").state_dict() == {"c1": "3"}, "first reply stands without the questioned line"
+    assert keeper.notes("t1").state_dict() == {"c1": "3"}, (
+        "first reply stands without the questioned line"
+    )
     assert not any("Rewrite" in s for s in sent), "no full rewrite was asked for"
     assert keeper.counters("t1").reasks == 2
 
@@ -229,7 +299,9 @@ def test_lesson_12_a_questioned_note_never_falls_back_to_another_path():
 def test_lesson_13_invented_working_is_caught_and_asked_again():
     story = StoryModel(invent_working_first=True)
     keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2))
-    agent = create_keeper_agent(ScriptedChatModel(default=story), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=story), keeper=keeper, checkpointer=InMemorySaver()
+    )
     start(agent)
     feed(agent, 1, 2)
     assert keeper.notes("t1").state_dict() == {"c1": "3", "c2": "6"}
@@ -244,7 +316,9 @@ def test_lesson_14_a_value_the_text_does_not_contradict_is_kept():
         return "ok"
 
     keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2))
-    agent = create_keeper_agent(ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver()
+    )
     start(agent)
     feed(agent, 1, 2)
     assert keeper.notes("t1").state_dict() == {"c1": "3", "total": "9"}
@@ -253,7 +327,9 @@ def test_lesson_14_a_value_the_text_does_not_contradict_is_kept():
 def test_notes_calls_keep_thinking_on():
     on = {"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}}
     model = ScriptedChatModel(default=StoryModel())
-    config = KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2, thinking=ThinkingPolicy(on=on))
+    config = KeeperConfig(
+        window=4096, reply_reserve=256, notes_every_items=2, thinking=ThinkingPolicy(on=on)
+    )
     agent = create_keeper_agent(model, config=config, checkpointer=InMemorySaver())
     start(agent)
     feed(agent, 1, 2)
@@ -264,7 +340,9 @@ def test_notes_calls_keep_thinking_on():
 def test_bad_note_replies_are_handled_and_counted():
     story = StoryModel(empty_notes_replies=1, garbage_first=False)
     keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2))
-    agent = create_keeper_agent(ScriptedChatModel(default=story), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=story), keeper=keeper, checkpointer=InMemorySaver()
+    )
     start(agent)
     feed(agent, 1, 2)
     assert keeper.notes("t1").state_dict() == {"c1": "3", "c2": "6"}
@@ -273,7 +351,9 @@ def test_bad_note_replies_are_handled_and_counted():
 
     garbage = StoryModel(garbage_first=True)
     keeper2 = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2))
-    agent2 = create_keeper_agent(ScriptedChatModel(default=garbage), keeper=keeper2, checkpointer=InMemorySaver())
+    agent2 = create_keeper_agent(
+        ScriptedChatModel(default=garbage), keeper=keeper2, checkpointer=InMemorySaver()
+    )
     start(agent2)
     feed(agent2, 1, 2)
     assert keeper2.notes("t1").state_dict() == {"c1": "3", "c2": "6"}
@@ -283,7 +363,9 @@ def test_bad_note_replies_are_handled_and_counted():
 def test_a_reply_that_drops_the_rules_cannot_lose_them():
     story = StoryModel(drop_rules_first=True)
     keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2))
-    agent = create_keeper_agent(ScriptedChatModel(default=story), keeper=keeper, checkpointer=InMemorySaver())
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=story), keeper=keeper, checkpointer=InMemorySaver()
+    )
     start(agent)
     feed(agent, 1, 4)
     assert keeper.notes("t1").rules == (f"{RULE}.",)
@@ -303,7 +385,11 @@ def test_a_rule_stated_once_survives_fifty_cuts_word_for_word():
     versions = list(keeper.archive.notes_versions("t1"))
     assert len(versions) >= 50
     assert all(f"- {RULE}." in v.text for v in versions)
-    asked = [r.messages for r in model.received if re.match(r"Questions: what is", text_of(r.messages[-2]) if len(r.messages) > 1 else "")]
+    asked = [
+        r.messages
+        for r in model.received
+        if re.match(r"Questions: what is", text_of(r.messages[-2]) if len(r.messages) > 1 else "")
+    ]
     assert asked and all(f"- {RULE}." in text_of(m[-1]) for m in asked)
 
 

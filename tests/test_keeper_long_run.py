@@ -20,12 +20,25 @@ def test_two_hundred_cuts_keep_the_window_and_the_whole_archive(tmp_path):
     model = ScriptedChatModel(default=StoryModel())
     keeper = Keeper(config, archive=tmp_path / "archive.sqlite3")
     with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite3")) as saver:
-        agent = create_keeper_agent(model, system_prompt="You read.", keeper=keeper, checkpointer=saver)
-        agent.invoke({"messages": [HumanMessage("Task: read every item. Rule: never round.")]}, THREAD)
+        agent = create_keeper_agent(
+            model, system_prompt="You read.", keeper=keeper, checkpointer=saver
+        )
+        agent.invoke(
+            {"messages": [HumanMessage("Task: read every item. Rule: never round.")]}, THREAD
+        )
         items = 0
         while keeper.counters("long").cuts < 200:
             items += 1
-            agent.invoke({"messages": [HumanMessage(batch(items, f"Today we set c{items} to {items * 7}.", filler=5))]}, THREAD)
+            agent.invoke(
+                {
+                    "messages": [
+                        HumanMessage(
+                            batch(items, f"Today we set c{items} to {items * 7}.", filler=5)
+                        )
+                    ]
+                },
+                THREAD,
+            )
             if items % 25 == 0:
                 agent.invoke({"messages": [HumanMessage(f"Questions: what is c{items}?")]}, THREAD)
     counter = ApproximateTokenCounter()

@@ -40,8 +40,8 @@ Here are the notes.
 - nipewe33=17
 - a line with no value
 OPEN
--   
 """
+    reply += "-   \n"
     notes = parse_rewrite(reply)
     assert notes == Notes(rules=("A rule.",), state=(("domo86", "340"), ("nipewe33", "17")))
 

@@ -19,7 +19,18 @@ SUBPACKAGES = ["retrievers", "graphs", "integrations", "bench"]
 def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
     dist = tmp_path / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(ROOT),
+        ],
         check=True,
         cwd=tmp_path,
     )
@@ -27,14 +38,27 @@ def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for sub in SUBPACKAGES:
         assert f"keeper_middleware/{sub}/__init__.py" in names
-    assert not any(n.split("/")[0] in SUBPACKAGES for n in names), "a subpackage leaked to top level"
+    assert not any(n.split("/")[0] in SUBPACKAGES for n in names), (
+        "a subpackage leaked to top level"
+    )
 
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     target = tmp_path / "installed"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
         check=True,
     )
     # the fresh venv gets the wheel's files plus the dependencies (not this checkout)

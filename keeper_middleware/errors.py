@@ -4,7 +4,9 @@
     ├── ConfigurationError      a setting is wrong; the message says which and how to fix it
     ├── MissingDependencyError  an optional extra is not installed; the message gives the pip command
     ├── WindowTooSmallError     what must stay in view does not fit the live window even after a cut
-    └── ArchiveError            the archive file cannot be used (newer schema, unreadable, locked)
+    ├── ArchiveError            the archive file cannot be used (unreadable, locked)
+    │   └── ArchiveSchemaError  the file was written by a newer version (archive.py)
+    └── TokenizeEndpointError   a server's tokenize endpoint is down or answers wrongly (tokens.py)
 
 Configuration errors are raised eagerly, at construction, so a tool-calling loop (where LangGraph's
 ToolNode turns exceptions into messages for the model) never swallows them.

@@ -33,7 +33,7 @@ typecheck: setup
 	cd .typecheck && ../$(VENV)/bin/mypy --config-file ../pyproject.toml -p keeper_middleware
 
 bench: setup
-	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli step-cost
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli step-cost --out bench/results/step_cost.md
 
 clean:
 	rm -rf $(VENV) .typecheck build dist *.egg-info

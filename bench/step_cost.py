@@ -12,7 +12,7 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,18 +131,18 @@ def _ms(samples: list[float]) -> str:
     return f"median {statistics.median(samples) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms (n={len(samples)})"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--archive-tokens", type=int, default=1_000_000)
     parser.add_argument("--window", type=int, default=32_768)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument(
-        "--out", type=Path, default=None, help="also write the table here (markdown)"
-    )
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")
+
+
+def _run(args: argparse.Namespace) -> int:
     rows = measure(args.archive_tokens, args.window, args.repeats)
     table = [
-        f"Keeper step cost: window {args.window} tokens, archive {args.archive_tokens:,} tokens (instant scripted model)",
+        f"Keeper step cost: window {args.window} tokens, archive {args.archive_tokens:,} tokens "
+        "(instant scripted model)",
         "",
         "| what | result |",
         "| --- | --- |",
@@ -153,7 +153,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
+    return 0
+
+
+def register_commands(register: Callable[[Any], None]) -> None:
+    """Adds ``keeper-bench step-cost``."""
+    from keeper_middleware.bench.cli import Command
+
+    register(Command("step-cost", "time and memory of one keeper step", _configure, _run))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    _configure(parser)
+    return _run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""Costs: exact prefix reuse from fingerprints, and time per 100K tokens of history by segment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from keeper_middleware.bench.costs import CallRecord, prefix_reuse, summarize_costs
+
+
+def _call(
+    index,
+    kind="work",
+    *,
+    fp=("tools", "sys"),
+    prompt=1_000,
+    completion=100,
+    cached=None,
+    wall=60.0,
+    item=1,
+):
+    return CallRecord(
+        index=index,
+        kind=kind,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        request_fingerprint=tuple(fp),
+        wall_seconds=wall,
+        model_seconds=wall / 2,
+        item=item,
+    )
+
+
+def test_prefix_reuse_counts_the_leading_identical_entries():
+    prev = _call(0, fp=("tools", "a", "b", "c"), prompt=4_000)
+    cur = _call(1, fp=("tools", "a", "b", "x", "y"))
+    assert prefix_reuse(prev, cur).messages == 3
+    assert prefix_reuse(prev, cur).tokens_estimate == 3_000
+
+
+def test_changed_tools_reuse_nothing():
+    prev = _call(0, fp=("tools", "a"))
+    cur = _call(1, fp=("other tools", "a"))
+    assert prefix_reuse(prev, cur).messages == 0
+
+
+def test_a_summary_separates_work_from_management():
+    records = [
+        _call(0, fp=("t", "a"), prompt=1_000, cached=0),
+        _call(1, "notes", fp=("t", "a", "b"), prompt=3_000, completion=500, cached=900),
+        _call(2, fp=("t", "n"), prompt=800),
+    ]
+    summary = summarize_costs(records, {1: 50_000})
+    assert (summary.calls, summary.work_calls, summary.management_calls) == (3, 2, 1)
+    assert summary.prompt_tokens == 4_800 and summary.completion_tokens == 700
+    assert summary.management_tokens == 3_500
+    assert summary.cached_tokens == 900 and summary.cached_reported_calls == 2
+    assert summary.peak_prompt_tokens == 3_000
+    assert summary.prefix_reuse_ratio == pytest.approx((2 + 1) / (3 + 2))
+    assert summary.wall_seconds == 180
+
+
+def test_minutes_per_100k_tokens_of_history_by_segment():
+    history = {1: 40_000, 2: 120_000, 3: 250_000}
+    records = [_call(0, item=1), _call(1, item=2), _call(2, item=2), _call(3, item=3)]
+    segments = summarize_costs(records, history).segments
+    assert [(s.start_tokens, s.end_tokens) for s in segments] == [
+        (0, 100_000),
+        (100_000, 200_000),
+        (200_000, 250_000),
+    ]
+    assert [s.minutes for s in segments] == [1.0, 2.0, 1.0]
+    assert segments[2].minutes_per_100k == pytest.approx(2.0)  # one minute over half a segment
+
+
+def test_no_history_gives_no_segments_and_no_calls_give_zeros():
+    summary = summarize_costs([], {})
+    assert summary.segments == () and summary.calls == 0 and summary.prefix_reuse_ratio == 0
+
+
+def test_a_call_record_survives_json_and_refuses_nonsense():
+    record = _call(4, "reask", fp=("t", "a"))
+    assert CallRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+    with pytest.raises(ValueError, match="negative"):
+        _call(5, prompt=-1)
+    with pytest.raises(ValueError, match="kind"):
+        _call(6, kind="")

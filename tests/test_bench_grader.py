@@ -1,0 +1,129 @@
+"""The grader: one meaning, one normal form; scores by question type and by distance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from keeper_middleware.bench.grader import (
+    SIMULATED_READER,
+    GradeResult,
+    answers_match,
+    grade,
+    normalize_answer,
+    parse_answer_lines,
+)
+from keeper_middleware.bench.streams import StreamSpec, generate_stream, question_sets
+
+
+@pytest.mark.parametrize(
+    ("given", "normal"),
+    [
+        ("332", "332"),
+        ("1,204", "1204"),
+        ("-5", "-5"),
+        ("−5", "-5"),
+        ("minus five", "-5"),
+        ("three hundred and thirty-two", "332"),
+        ("The answer is 332.", "332"),
+        ("**332**", "332"),
+        ("Protected.", "protected"),
+        ("OVERDRAWN", "overdrawn"),
+        ("unknown.", "unknown"),
+        ("The value is protected.", "protected"),
+        ("Mira  Holt.", "mira holt"),
+    ],
+)
+def test_answers_normalise_to_one_form(given, normal):
+    assert normalize_answer(given) == normal
+
+
+def test_actor_names_match_case_insensitively_and_the_clerk_with_or_without_the():
+    assert answers_match("Mira Holt", "mira holt")
+    assert answers_match("the clerk", "The Clerk.")
+    assert answers_match("the clerk", "clerk")
+    assert not answers_match("Mira Holt", "Tomas Quill")
+
+
+def test_a_number_does_not_match_a_different_number_or_a_keyword():
+    assert not answers_match("332", "342")
+    assert not answers_match("overdrawn", "-5")
+    assert not answers_match("protected", "unknown")
+
+
+def test_numbered_answer_lines_are_read_from_a_chatty_reply():
+    reply = "Here you go:\n1. 332\n2) Mira Holt\n**3.** protected\n  4: -5\n5.\nThanks!\n1. 999"
+    assert parse_answer_lines(reply) == {1: "332", 2: "Mira Holt", 3: "protected", 4: "-5"}
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("stream")
+    spec = StreamSpec(
+        seed=2,
+        target_tokens=12_000,
+        families=frozenset({"rules", "overdrawn"}),
+        question_every=5,
+        filler_sentences=(4, 8),
+    )
+    generate_stream(spec, folder)
+    return list(question_sets(folder))
+
+
+def _perfect_replies(sets):
+    return {
+        (s["after_item"], s["final"]): "\n".join(
+            f"{q['number']}. {q['answer']}" for q in s["questions"]
+        )
+        for s in sets
+    }
+
+
+def test_true_answers_score_everything_right(sets):
+    result = grade(sets, _perfect_replies(sets), reader=SIMULATED_READER)
+    assert result.right == result.asked == sum(len(s["questions"]) for s in sets)
+    assert sum(asked for _, asked in result.by_category.values()) == result.asked
+    assert sum(asked for _, asked in result.by_bucket.values()) == result.asked
+
+
+def test_a_set_without_a_reply_scores_all_its_questions_wrong(sets):
+    replies = _perfect_replies(sets)
+    missing = (sets[0]["after_item"], sets[0]["final"])
+    del replies[missing]
+    result = grade(sets, replies, reader=SIMULATED_READER)
+    assert result.asked - result.right == len(sets[0]["questions"])
+    assert all(q.given is None for q in result.scored[: len(sets[0]["questions"])])
+
+
+def test_ignoring_the_overdrawn_rule_loses_exactly_the_overdrawn_questions(sets):
+    replies = {}
+    for s in sets:
+        lines = []
+        for q in s["questions"]:
+            answer = "-1" if q["category"] == "overdrawn" else q["answer"]
+            lines.append(f"{q['number']}. {answer}")
+        replies[(s["after_item"], s["final"])] = "\n".join(lines)
+    result = grade(sets, replies, reader=SIMULATED_READER)
+    right, asked = result.by_category["overdrawn"]
+    assert asked > 0 and right == 0
+    assert result.asked - result.right == asked
+
+
+def test_every_table_header_names_the_reader(sets):
+    result = grade(sets, {}, reader=SIMULATED_READER, label="notes")
+    headers = [
+        line for line in result.markdown().splitlines() if line.startswith(("###", "| distance"))
+    ]
+    assert len(headers) == 2 and all(SIMULATED_READER in h for h in headers)
+
+
+def test_a_result_survives_json(sets):
+    result = grade(sets, _perfect_replies(sets), reader="qwen3-8b", label="rag")
+    again = GradeResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again == result
+
+
+def test_grading_needs_a_reader_label(sets):
+    with pytest.raises(ValueError, match="simulated reader"):
+        grade(sets, {}, reader=" ")

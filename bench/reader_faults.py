@@ -1,0 +1,157 @@
+"""The faults real models make, injected into the simulated reader on purpose.
+
+The keeper's guards (re-asks, loop guards, the retry without thinking) exist because real models
+misread, reply with nothing, think to their limit and search in circles. A benchmark that only ever
+met a perfect reader could not show that the guards work, so each of those behaviours can be
+switched on at a rate.
+
+Every decision is a hash of (seed, fault name, a digest of the request), never a running random
+generator: the same request always gets the same reply, whatever was asked before, and a run is
+reproduced by its seed alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from keeper_middleware.changes import Change, RuleLine, SetLine
+from keeper_middleware.messages import text_of
+
+FaultName = Literal[
+    "misread",
+    "empty_reply",
+    "think_to_limit",
+    "repeat_search",
+    "circle_searches",
+    "drop_rules",
+    "invent_working",
+]
+
+INVENTED_AMOUNT = 27
+"""The amount `invent_working` adds and takes back: appears in no story text by construction."""
+
+_REASONING_SENTENCE = (
+    "Let me re-read the items once more and check every counter against the notes before "
+    "answering, in case an earlier change was missed. "
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReaderFaults:
+    """How often each fault fires: a rate in [0, 1] per request, plus the seed that decides."""
+
+    misread: float = 0.0
+    """A set is read with the wrong sign ("recorded X at 342" used and noted as -342)."""
+    empty_reply: float = 0.0
+    """The reply is empty (content "", finish_reason "stop")."""
+    think_to_limit: float = 0.0
+    """The reply spends its budget thinking and writes nothing (finish_reason "length").
+    Never fires on a call that switches thinking off."""
+    repeat_search: float = 0.0
+    """After getting a search's results, the same search is sent again."""
+    circle_searches: float = 0.0
+    """While a question is open, searches cycle among three commands (ignoring refusals) until
+    the stop line arrives."""
+    drop_rules: float = 0.0
+    """A notes reply leaves out its RULE lines."""
+    invent_working: float = 0.0
+    """A value stated outright is written with invented working, e.g. ``650 (= 677 - 27)``."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            if field.name == "seed":
+                continue
+            rate = getattr(self, field.name)
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+                raise ValueError(
+                    f"ReaderFaults.{field.name} must be a rate between 0 and 1, got {rate!r}; "
+                    "use 0 to switch the fault off and 1 to make it fire on every request."
+                )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"ReaderFaults.seed must be an int, got {self.seed!r}.")
+
+    def fires(self, fault: FaultName, digest: str) -> bool:
+        """Whether ``fault`` fires for the request whose digest is ``digest``."""
+        rate = float(getattr(self, fault))
+        if rate <= 0.0:
+            return False
+        if rate >= 1.0:
+            return True
+        return unit_hash(self.seed, fault, digest) < rate
+
+    def pick(self, fault: FaultName, digest: str, count: int) -> int:
+        """A deterministic index in ``range(count)`` for where a fault strikes."""
+        if count <= 0:
+            raise ValueError(f"pick needs at least one candidate, got count={count}.")
+        return int(unit_hash(self.seed, f"{fault}/where", digest) * count) % count
+
+
+NO_FAULTS = ReaderFaults()
+
+
+def unit_hash(seed: int, label: str, digest: str) -> float:
+    """A number in [0, 1) fixed by its inputs."""
+    raw = hashlib.sha256(f"{seed}|{label}|{digest}".encode()).digest()
+    return int.from_bytes(raw[:8], "big") / 2**64
+
+
+def request_digest(
+    messages: Sequence[BaseMessage], *, extra: Mapping[str, Any] | None = None
+) -> str:
+    """A digest of exactly what was sent: roles, texts, tool calls and tool-call ids."""
+    parts: list[Any] = []
+    for message in messages:
+        entry: dict[str, Any] = {"type": message.type, "text": text_of(message)}
+        if isinstance(message, AIMessage) and message.tool_calls:
+            entry["calls"] = [[call["name"], call["args"]] for call in message.tool_calls]
+        if isinstance(message, ToolMessage):
+            entry["call_id"] = message.tool_call_id
+        parts.append(entry)
+    payload = json.dumps([parts, dict(extra or {})], sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def thinking_switched_off(kwargs: Mapping[str, Any]) -> bool:
+    """True when the call turns thinking off (``reasoning_effort="none"`` or the chat template)."""
+    if kwargs.get("reasoning_effort") == "none":
+        return True
+    extra_body = kwargs.get("extra_body")
+    if isinstance(extra_body, Mapping):
+        template = extra_body.get("chat_template_kwargs")
+        if isinstance(template, Mapping) and template.get("enable_thinking") is False:
+            return True
+    return False
+
+
+def runaway_reasoning(digest: str, *, sentences: int = 400) -> str:
+    """The reasoning text of a reply that thought to its limit: long, and fixed by the request."""
+    return f"[{digest[:8]}] " + _REASONING_SENTENCE * sentences
+
+
+def without_rules(changes: Sequence[Change]) -> list[Change]:
+    """The `drop_rules` fault: the same reply with every RULE line left out."""
+    return [change for change in changes if not isinstance(change, RuleLine)]
+
+
+def with_invented_working(changes: Sequence[Change]) -> list[Change]:
+    """The `invent_working` fault: each value stated outright gets working no text supports."""
+    invented: list[Change] = []
+    for change in changes:
+        if isinstance(change, SetLine) and change.working is None and _is_int(change.value):
+            value = int(change.value)
+            working = f"{value + INVENTED_AMOUNT} - {INVENTED_AMOUNT}"
+            invented.append(SetLine(change.key, change.value, working))
+        else:
+            invented.append(change)
+    return invented
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()

@@ -46,7 +46,8 @@ def create_keeper_agent(
     graph = StateGraph(KeeperGraphState)
     graph.add_node("keeper", node.as_runnable("keeper"))
     graph.add_node("model", node.model_runnable("model"))
-    graph.add_node("tools", ToolNode(list(node.tools)))
+    runnable = [t for t in node.tools if not isinstance(t, dict)]  # schemas alone cannot run
+    graph.add_node("tools", ToolNode(runnable))
     graph.add_edge(START, "keeper")
     graph.add_edge("keeper", "model")
     graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})

@@ -54,7 +54,7 @@ from keeper_middleware.messages import (
     text_of,
     thought_to_limit,
 )
-from keeper_middleware.note_taking import Ask, NoteOutcome, NoteTaking, notes_request_text
+from keeper_middleware.note_taking import Ask, Done, NoteOutcome, NoteTaking, notes_request_text
 from keeper_middleware.notes import Notes, parse_notes, render_notes
 from keeper_middleware.questions import (
     PatternQuestionDetector,
@@ -77,7 +77,8 @@ from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
 NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
 AsyncNoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], Awaitable[AIMessage]]
-Tool = BaseTool | Mapping[str, Any]
+Tool = BaseTool | Callable[..., Any] | dict[str, Any]
+"""A tool as LangChain accepts it: a tool object, a function, or an OpenAI-style schema."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,7 +424,7 @@ class Keeper:
             max_reasks=self.config.max_reasks,
             tracked_names=self.config.tracked_names,
         )
-        step = taking.first_step()
+        step: Ask | Done = taking.first_step()
         last_text = ""
         while isinstance(step, Ask):
             if step.text is not None:

@@ -240,12 +240,11 @@ class ValueShowsWorking:
 
     def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
         issues: list[Issue] = []
-        stated = amounts_in(context.noted_text)
         for line in _set_lines(changes):
             value = parse_number(line.value)
             if line.working is not None or value is None or value == 0:
                 continue
-            if abs(value) in stated or context.notes.state_value(line.key) == line.value:
+            if abs(value) in amounts_in(context.noted_text) or context.notes.state_value(line.key) == line.value:
                 continue
             reason = (
                 f"the value {line.value} is not stated in the turns; if it was worked out, "

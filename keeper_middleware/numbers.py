@@ -7,6 +7,7 @@ amounts both ways, so reading and writing number words lives in one place.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _UNITS = [
     "zero",
@@ -108,6 +109,12 @@ def parse_number(text: str) -> float | None:
 
 
 def amounts_in(text: str) -> set[float]:
+    """Every amount a text states (see :func:`_amounts_in`); a fresh set the caller may change."""
+    return set(_amounts_in(text))
+
+
+@lru_cache(maxsize=64)
+def _amounts_in(text: str) -> frozenset[float]:
     """Every amount a text states, in digits or in words (both signs of a bare amount count).
 
     "ten were taken" states 10; whether it is added or taken is the sentence's business, so the

@@ -32,10 +32,10 @@ class Received:
 class ScriptedChatModel(BaseChatModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    script: list[Any] = Field(default_factory=list)
+    script: list[Any] = Field(default_factory=list, repr=False)
     """Replies in order; when it runs out, ``default`` answers."""
     default: Any = None
-    received: list[Received] = Field(default_factory=list)
+    received: list[Received] = Field(default_factory=list, repr=False)
     bound_tools: list[str] = Field(default_factory=list)
 
     @property

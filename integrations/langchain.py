@@ -1,0 +1,310 @@
+"""The keeper inside LangChain agents: middleware for ``create_agent`` and a ``pre_model_hook``
+for LangGraph's ``create_react_agent``.
+
+Both only convert formats; the decisions are the engine's (:class:`~keeper_middleware.Keeper`),
+exactly as in :class:`~keeper_middleware.KeeperNode`.
+
+How :class:`KeeperMiddleware` splits the work between the hooks:
+
+- ``before_model`` runs one keeper step on the stored history. New questions get the RULES block
+  written right after them, once: it stays byte-identical in every later request while it is in
+  view, so the server's prefix cache keeps serving it (docs/formats.md §3). When the window is
+  about to fill, the note call is made here and the step's update rewrites the history
+  (``RemoveMessage(REMOVE_ALL_MESSAGES)`` and the new window): the checkpoint really shrinks and
+  the archive holds every turn that left.
+- ``wrap_model_call`` changes only the request: the thinking kwargs (``model_settings``), one
+  retry without thinking of a reply that thought to its limit and wrote nothing, and the reply's
+  reasoning stripped before it is stored.
+
+The note call must render exactly like the agent's own call (same system prompt, same tools) or
+it misses the prefix cache. ``before_model`` has no ``ModelRequest``, so the middleware renders it
+from what the latest ``wrap_model_call`` request of this middleware carried (model, system
+message, tools, including tools that other middleware added). Until the first request of the
+process has been seen (a fresh agent, or a thread resumed after a restart), it uses the model,
+tools and system prompt given to the constructor, with the archive search tool first, as
+``create_agent`` orders middleware tools before the agent's own. Pass it the same ones you pass
+``create_agent``.
+
+Order among other middleware: hooks run in list order, and the first listed ``wrap_model_call``
+is the outermost. List the keeper after any middleware that changes the request (a dynamic system
+prompt, tool selection) so that it learns the request the model really receives. Note calls are
+made from ``before_model`` and so do not pass through other middleware's ``wrap_model_call``
+(``ModelRetryMiddleware``, fallbacks): give the chat model its own retries (``max_retries`` on
+``ChatOpenAI``). Do not combine the keeper with ``SummarizationMiddleware``: both rewrite the
+history. ``ToolCallLimitMiddleware``, ``ToolRetryMiddleware`` and ``HumanInTheLoopMiddleware``
+work in any order; their own state survives cuts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.tools import BaseTool
+from langgraph.config import get_config
+from langgraph.graph.message import add_messages
+from langgraph.managed import RemainingSteps
+from langgraph.runtime import Runtime
+
+from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.errors import MissingDependencyError
+from keeper_middleware.keeper import Keeper, ModelSetup, Tool
+from keeper_middleware.messages import thought_to_limit
+from keeper_middleware.node import KeeperNode, state_update
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.search_tool import DEFAULT_SESSION, archive_search_tool, session_of
+from keeper_middleware.tokens import TokenCounter
+
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ModelRequest,
+        ModelResponse,
+    )
+    from langchain.agents.middleware.types import PrivateStateAttr
+except ImportError as exc:  # the middleware needs LangChain v1; the rest of the keeper does not
+    raise MissingDependencyError("langchain", "langchain") from exc
+
+__all__ = [
+    "KeeperAgentState",
+    "KeeperMiddleware",
+    "KeeperPreModelHook",
+    "KeeperReactState",
+    "keeper_pre_model_hook",
+]
+
+
+class KeeperAgentState(AgentState[Any]):
+    """The agent state with the keeper's bookkeeping: plain dicts and lists, so checkpointers
+    serialise it as they are; private, so it is neither agent input nor output."""
+
+    keeper: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
+
+
+class KeeperReactState(TypedDict):
+    """``create_react_agent``'s state plus the keeper's bookkeeping (pass it as
+    ``state_schema``: a hook's update to a key the schema lacks is silently dropped)."""
+
+    messages: Annotated[Sequence[AnyMessage], add_messages]
+    remaining_steps: NotRequired[RemainingSteps]
+    keeper: NotRequired[dict[str, Any]]
+
+
+def _make_keeper(
+    keeper: Keeper | None,
+    config: KeeperConfig | None,
+    archive: ArchiveStore | str | Path,
+    retriever: Retriever | str | None,
+    token_counter: TokenCounter | str | None,
+) -> Keeper:
+    if keeper is not None:
+        return keeper
+    return Keeper(config, archive=archive, retriever=retriever, token_counter=token_counter)
+
+
+def _session(runtime: Runtime[Any] | None) -> str:
+    """The thread id of the run (the session the archive is kept under), else "default"."""
+    info = getattr(runtime, "execution_info", None)
+    thread = getattr(info, "thread_id", None)
+    if thread is not None:
+        return str(thread)
+    try:
+        return session_of(get_config())
+    except RuntimeError:  # called outside a graph run (a hand-built request in a test)
+        return DEFAULT_SESSION
+
+
+def _without_thinking(settings: Mapping[str, Any], keeper: Keeper) -> dict[str, Any]:
+    policy = keeper.config.thinking
+    cleaned = {k: v for k, v in settings.items() if k not in policy.on}
+    return {**cleaned, **policy.off}
+
+
+def _first_ai(response: ModelResponse[Any]) -> AIMessage | None:
+    return next((m for m in response.result if isinstance(m, AIMessage)), None)
+
+
+def _as_ai(message: BaseMessage) -> AIMessage:
+    if isinstance(message, AIMessage):
+        return message
+    return AIMessage(content=message.content, id=message.id)
+
+
+class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
+    """The keeper as ``create_agent`` middleware (see the module docstring for the design).
+
+    ``model``, ``tools`` and ``system_prompt`` are what you pass ``create_agent``; they render
+    the note calls until the first model request shows the exact rendering. The archive search
+    tool is added to the agent through ``self.tools``. The session is the run's thread id.
+    """
+
+    state_schema = KeeperAgentState
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        tools: Sequence[Tool] = (),
+        system_prompt: str | None = None,
+        keeper: Keeper | None = None,
+        config: KeeperConfig | None = None,
+        archive: ArchiveStore | str | Path = ":memory:",
+        retriever: Retriever | str | None = None,
+        token_counter: TokenCounter | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.keeper = _make_keeper(keeper, config, archive, retriever, token_counter)
+        self.search_tool = archive_search_tool(self.keeper)
+        self.tools: Sequence[BaseTool] = [self.search_tool]
+        self._model = model
+        self._setup = ModelSetup(system_prompt=system_prompt, tools=(self.search_tool, *tools))
+        self._bound: tuple[BaseChatModel, ModelSetup, Runnable[Any, BaseMessage]] | None = None
+
+    @property
+    def setup(self) -> ModelSetup:
+        """How note calls are rendered now (the latest request's system prompt and tools)."""
+        return self._setup
+
+    # ---- before_model: the keeper step on the stored history
+
+    def before_model(self, state: KeeperAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
+        messages = list(state["messages"])
+        result = self.keeper.step(
+            _session(runtime), messages, state.get("keeper"), self._setup, self._call
+        )
+        return state_update(messages, result)
+
+    async def abefore_model(self, state: KeeperAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
+        messages = list(state["messages"])
+        result = await self.keeper.astep(
+            _session(runtime), messages, state.get("keeper"), self._setup, self._acall
+        )
+        return state_update(messages, result)
+
+    def _note_model(self) -> Runnable[Any, BaseMessage]:
+        bound = self._bound
+        if bound is None or bound[0] is not self._model or bound[1] != self._setup:
+            runnable = self._model.bind_tools(list(self._setup.tools))
+            bound = (self._model, self._setup, runnable)
+            self._bound = bound
+        return bound[2]
+
+    def _call(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+        return _as_ai(self._note_model().invoke(messages, **kwargs))
+
+    async def _acall(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+        return _as_ai(await self._note_model().ainvoke(messages, **kwargs))
+
+    # ---- wrap_model_call: request-only changes around the agent's own call
+
+    def _learn(self, request: ModelRequest[Any]) -> None:
+        """Render later note calls like this request (it is what the model really receives)."""
+        setup = ModelSetup(system_prompt=request.system_prompt, tools=tuple(request.tools))
+        if setup != self._setup:
+            self._setup = setup
+        self._model = request.model
+
+    def _first_request(self, request: ModelRequest[Any], session: str) -> ModelRequest[Any]:
+        self._learn(request)
+        kwargs = self.keeper.work_kwargs(session, request.messages)
+        if not kwargs:
+            return request
+        return request.override(model_settings={**request.model_settings, **kwargs})
+
+    def _needs_retry(self, response: ModelResponse[Any]) -> bool:
+        reply = _first_ai(response)
+        return (
+            reply is not None
+            and thought_to_limit(reply)
+            and self.keeper.config.thinking.retry_empty_without_thinking
+        )
+
+    def _recorded(self, response: ModelResponse[Any], session: str) -> ModelResponse[Any]:
+        """The response with its reply counted and its reasoning stripped."""
+        reply = _first_ai(response)
+        if reply is None:
+            return response
+        kept = self.keeper.record_reply(session, reply)
+        result = [kept if m is reply else m for m in response.result]
+        return ModelResponse(result=result, structured_response=response.structured_response)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        session = _session(request.runtime)
+        first = self._first_request(request, session)
+        response = handler(first)
+        if self._needs_retry(response):
+            self.keeper.count_thinking_retry(session)
+            settings = _without_thinking(first.model_settings, self.keeper)
+            response = handler(request.override(model_settings=settings))
+        return self._recorded(response, session)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        session = _session(request.runtime)
+        first = self._first_request(request, session)
+        response = await handler(first)
+        if self._needs_retry(response):
+            self.keeper.count_thinking_retry(session)
+            settings = _without_thinking(first.model_settings, self.keeper)
+            response = await handler(request.override(model_settings=settings))
+        return self._recorded(response, session)
+
+
+class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
+    """A :class:`KeeperNode` as ``create_react_agent``'s ``pre_model_hook`` (sync and async).
+
+    It returns ``messages`` updates only: the RULES block appended after a new question, and on a
+    cut ``RemoveMessage(REMOVE_ALL_MESSAGES)`` plus the new window, so the checkpoint shrinks. It
+    never sets ``llm_input_messages``: that channel keeps its last value, and the model would
+    read an old view the next time. Bind ``hook.tools`` (yours plus the archive search tool).
+    """
+
+    def __init__(self, node: KeeperNode) -> None:
+        super().__init__(node.__call__, afunc=node.acall, name="keeper")
+        self.node = node
+
+    @property
+    def keeper(self) -> Keeper:
+        return self.node.keeper
+
+    @property
+    def tools(self) -> list[Tool]:
+        return list(self.node.tools)
+
+
+def keeper_pre_model_hook(
+    model: BaseChatModel,
+    *,
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    keeper: Keeper | None = None,
+    config: KeeperConfig | None = None,
+    archive: ArchiveStore | str | Path = ":memory:",
+    retriever: Retriever | str | None = None,
+    token_counter: TokenCounter | str | None = None,
+) -> KeeperPreModelHook:
+    """The keeper for ``create_react_agent(model, hook.tools, prompt=system_prompt,
+    pre_model_hook=hook, state_schema=KeeperReactState)``.
+
+    ``model``, ``tools`` and ``system_prompt`` must be the agent's own, so note calls render like
+    its calls. The hook runs before the model only: the thinking kwargs, the retry of a reply
+    that thought to its limit and the stripping of reasoning from stored replies need the
+    middleware (``create_agent``) or ``KeeperNode.model_runnable`` in a graph of your own.
+    """
+    engine = _make_keeper(keeper, config, archive, retriever, token_counter)
+    return KeeperPreModelHook(
+        KeeperNode(engine, model=model, tools=tools, system_prompt=system_prompt)
+    )

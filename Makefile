@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck bench clean
+.PHONY: setup llama demo test lint typecheck bench clean
 
 setup: $(STAMP)
 
@@ -15,10 +15,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
+# llama-cpp-python built without AMX (a default build crashes on these CPUs) + SmolLM2, for the
+# real_server test tier
+LLAMA_STAMP := $(VENV)/.llama-installed
+
+llama: $(LLAMA_STAMP)
+
+$(LLAMA_STAMP): $(STAMP) scripts/install_llama.sh
+	bash scripts/install_llama.sh $(VENV)
+	touch $(LLAMA_STAMP)
+
 demo: setup
 	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli demo
 
-test: setup
+test: setup llama
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
 lint: setup typecheck

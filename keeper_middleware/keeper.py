@@ -520,7 +520,7 @@ class Keeper:
         turns = [
             _archived_turn(session, m, items.get(str(m.id)))
             for m in leaving
-            if keeper_kind(m) is None and not isinstance(m, SystemMessage)
+            if keeper_kind(m) is None and not (m is messages[0] and isinstance(m, SystemMessage))
         ]
         rendered = render_notes(notes)
         notes_message = keeper_message(

@@ -1,0 +1,467 @@
+"""OpenAI chat-completions JSON ⇄ LangChain messages, for the keeper proxy (pure functions).
+
+The proxy reads an agent's request into LangChain messages (what the keeper engine works on),
+renders the keeper's window back into an upstream request, and turns the upstream's reply into
+what the agent receives, as one JSON body or as server-sent events. Every function here is pure,
+so each conversion is tested without a server.
+
+Rendering is deterministic: the same messages always give the same JSON, so consecutive upstream
+requests (main calls and note calls alike) share their prefix and the server's prefix cache
+serves it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    InvalidToolCall,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+)
+
+from keeper_middleware.messages import text_of
+from keeper_middleware.search import SEARCH_TOOL_DESCRIPTION, SEARCH_TOOL_NAME
+
+__all__ = [
+    "SEARCH_TOOL_SCHEMA",
+    "ChatRequest",
+    "RequestError",
+    "agent_reply",
+    "ai_from_completion",
+    "completion_body",
+    "digest_of",
+    "error_body",
+    "message_from_openai",
+    "message_to_openai",
+    "parse_chat_request",
+    "sse_events",
+    "upstream_body",
+]
+
+SEARCH_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": SEARCH_TOOL_NAME,
+        "description": SEARCH_TOOL_DESCRIPTION,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "A few keywords, e.g. a name."},
+                "from_item": {"type": "integer", "description": "First item to search (optional)."},
+                "to_item": {"type": "integer", "description": "Last item to search (optional)."},
+            },
+            "required": ["query"],
+        },
+    },
+}
+_SYSTEM_ROLES = ("system", "developer")
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+_OWN_FIELDS = ("messages", "tools", "stream", "stream_options")
+_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+
+class RequestError(ValueError):
+    """A request the proxy cannot take; answered with a 4xx in OpenAI's error shape."""
+
+    def __init__(self, message: str, *, param: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+
+
+def error_body(
+    message: str,
+    *,
+    kind: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+) -> dict[str, Any]:
+    """OpenAI's error shape, which both the official client and LangChain read."""
+    return {"error": {"message": message, "type": kind, "code": code, "param": param}}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatRequest:
+    """An agent's chat request, read and checked."""
+
+    system_prompt: str | None
+    """The leading system (or developer) messages, joined: the keeper renders it on every call."""
+    messages: tuple[BaseMessage, ...]
+    """The agent's history after the system prompt, without ids (the proxy assigns them)."""
+    tools: tuple[dict[str, Any], ...]
+    """The agent's own tool schemas, untouched."""
+    stream: bool
+    include_usage: bool
+    params: Mapping[str, Any]
+    """Every other field (model, temperature, unknown ones), forwarded untouched."""
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        return tuple(digest_of(m) for m in self.messages)
+
+
+def parse_chat_request(body: object) -> ChatRequest:
+    """Read a ``POST /v1/chat/completions`` body; a :class:`RequestError` says what is wrong."""
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object with a 'messages' list.")
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("'messages' must be a non-empty list of messages.", param="messages")
+    if body.get("n") not in (None, 1):
+        raise RequestError(
+            "The keeper proxy returns one choice; send n=1 or leave n out.", param="n"
+        )
+    lead = 0
+    while (
+        lead < len(raw) and isinstance(raw[lead], dict) and raw[lead].get("role") in _SYSTEM_ROLES
+    ):
+        lead += 1
+    system_texts = [_text_content(raw[i], i) for i in range(lead)]
+    messages = tuple(message_from_openai(raw[i], i) for i in range(lead, len(raw)))
+    if not messages:
+        raise RequestError(
+            "'messages' holds only system messages; add the user's message.", param="messages"
+        )
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("'stream' must be true or false.", param="stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise RequestError("'stream_options' must be an object.", param="stream_options")
+    return ChatRequest(
+        system_prompt="\n\n".join(system_texts) if system_texts else None,
+        messages=messages,
+        tools=_parse_tools(body.get("tools")),
+        stream=stream,
+        include_usage=bool(options.get("include_usage")),
+        params={k: v for k, v in body.items() if k not in _OWN_FIELDS},
+    )
+
+
+def _parse_tools(raw: object) -> tuple[dict[str, Any], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RequestError("'tools' must be a list of function tools.", param="tools")
+    for position, tool in enumerate(raw):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if (
+            not isinstance(tool, dict)
+            or tool.get("type") != "function"
+            or not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+        ):
+            raise RequestError(
+                f"tools[{position}] must be {{'type': 'function', 'function': {{'name': ..., "
+                "'parameters': ...}}}}; other tool types are not supported by the keeper proxy.",
+                param=f"tools[{position}]",
+            )
+    return tuple(raw)
+
+
+def _text_content(raw: Mapping[str, Any], position: int) -> str:
+    content = _content(raw, position)
+    if isinstance(content, str):
+        return content
+    return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+
+
+def _content(raw: Mapping[str, Any], position: int) -> str | list[dict[str, Any]]:
+    content = raw.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return [dict(p) for p in content]
+    raise RequestError(
+        f"messages[{position}].content must be a string, a list of content parts or null.",
+        param=f"messages[{position}].content",
+    )
+
+
+def message_from_openai(raw: object, position: int = 0) -> BaseMessage:
+    """One OpenAI chat message as a LangChain message; reasoning the agent sends back is dropped."""
+    if not isinstance(raw, dict) or raw.get("role") not in _ROLES:
+        raise RequestError(
+            f"messages[{position}] must be an object with a 'role' among {list(_ROLES)}.",
+            param=f"messages[{position}].role",
+        )
+    role, content = raw["role"], _content(raw, position)
+    name = raw.get("name") if isinstance(raw.get("name"), str) else None
+    if role in _SYSTEM_ROLES:
+        return SystemMessage(content=content)  # type: ignore[arg-type]
+    if role == "user":
+        return HumanMessage(content=content, name=name)  # type: ignore[arg-type]
+    if role == "tool":
+        call_id = raw.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise RequestError(
+                f"messages[{position}] is a tool result without a 'tool_call_id'.",
+                param=f"messages[{position}].tool_call_id",
+            )
+        return ToolMessage(content=content, tool_call_id=call_id, name=name)  # type: ignore[arg-type]
+    calls, invalid = _tool_calls(raw.get("tool_calls"), position)
+    return AIMessage(
+        content=content,  # type: ignore[arg-type]
+        name=name,
+        tool_calls=calls,
+        invalid_tool_calls=invalid,
+    )
+
+
+def _tool_calls(raw: object, position: int) -> tuple[list[ToolCall], list[InvalidToolCall]]:
+    if raw is None:
+        return [], []
+    if not isinstance(raw, list):
+        raise RequestError(
+            f"messages[{position}].tool_calls must be a list.", param=f"messages[{position}]"
+        )
+    calls: list[ToolCall] = []
+    invalid: list[InvalidToolCall] = []
+    for index, call in enumerate(raw):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise RequestError(
+                f"messages[{position}].tool_calls[{index}] needs function.name and "
+                "function.arguments.",
+                param=f"messages[{position}].tool_calls",
+            )
+        call_id = str(call.get("id") or "")
+        arguments = function.get("arguments")
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        try:
+            args = json.loads(text) if text.strip() else {}
+        except ValueError:
+            args = None
+        if isinstance(args, dict):
+            calls.append(ToolCall(name=function["name"], args=args, id=call_id, type="tool_call"))
+        else:
+            invalid.append(
+                InvalidToolCall(
+                    name=function["name"],
+                    args=text,
+                    id=call_id,
+                    error="not a JSON object",
+                    type="invalid_tool_call",
+                )
+            )
+    return calls, invalid
+
+
+def message_to_openai(message: BaseMessage) -> dict[str, Any]:
+    """A LangChain message as the upstream reads it (reasoning never included)."""
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": message.content}
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if isinstance(message, AIMessage):
+        calls = [
+            _call_json(c["id"], c["name"], json.dumps(c["args"], ensure_ascii=False))
+            for c in message.tool_calls
+        ]
+        calls += [
+            _call_json(c["id"], c["name"], c["args"] if isinstance(c["args"], str) else "")
+            for c in message.invalid_tool_calls
+        ]
+        text: Any = message.content if message.content or not calls else None
+        rendered: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            rendered["tool_calls"] = calls
+        return _named(rendered, message)
+    return _named({"role": "user", "content": message.content}, message)
+
+
+def _named(rendered: dict[str, Any], message: BaseMessage) -> dict[str, Any]:
+    if message.name:
+        rendered["name"] = message.name
+    return rendered
+
+
+def _call_json(call_id: str | None, name: str | None, arguments: str) -> dict[str, Any]:
+    return {
+        "id": call_id or "",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def digest_of(message: BaseMessage) -> str:
+    """A fingerprint of what an agent message says, stable across re-serialisation.
+
+    It ignores what clients change when they send a message back (null vs "" content, spacing in
+    tool arguments, reasoning fields, think blocks, surrounding whitespace), so the reply the proxy
+    returned is recognised when the agent sends it back.
+    """
+    content: Any = message.content
+    if isinstance(content, list) and all(
+        isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text") for p in content
+    ):
+        content = text_of(message)
+    if isinstance(content, str):
+        content = _THINK_BLOCK.sub("", content).strip()
+    canonical: dict[str, Any] = {"role": message.type, "content": content}
+    if isinstance(message, AIMessage):
+        canonical["calls"] = [[c["id"], c["name"], c["args"]] for c in message.tool_calls]
+        canonical["invalid"] = [[c["id"], c["name"], c["args"]] for c in message.invalid_tool_calls]
+    if isinstance(message, ToolMessage):
+        canonical["call_id"] = message.tool_call_id
+    text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def upstream_body(
+    messages: Sequence[BaseMessage],
+    tools: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    call_kwargs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One non-streaming upstream request.
+
+    ``call_kwargs`` are the keeper's (``reasoning_effort``, thinking on/off): in the shape a
+    ``ChatOpenAI`` call takes them, so ``extra_body`` is merged at the top level as it would be.
+    """
+    body: dict[str, Any] = {k: v for k, v in params.items() if k not in _OWN_FIELDS}
+    for key, value in call_kwargs.items():
+        if key == "extra_body" and isinstance(value, Mapping):
+            body.update(value)
+        else:
+            body[key] = value
+    body["messages"] = [message_to_openai(m) for m in messages]
+    if tools:
+        body["tools"] = [dict(t) for t in tools]
+    body["stream"] = False
+    return body
+
+
+def ai_from_completion(data: Mapping[str, Any]) -> AIMessage:
+    """An upstream completion as an AIMessage: usage, finish reason and reasoning where the keeper
+    looks for them (``usage_metadata``, ``response_metadata``, ``additional_kwargs``)."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("the upstream's reply has no choices")
+    raw = choices[0].get("message")
+    if not isinstance(raw, dict):
+        raise ValueError("the upstream's reply has no message")
+    message = message_from_openai({**raw, "role": "assistant"})
+    assert isinstance(message, AIMessage)
+    reasoning = {
+        k: raw[k] for k in ("reasoning_content", "reasoning") if isinstance(raw.get(k), str)
+    }
+    metadata = {"finish_reason": choices[0].get("finish_reason"), "model_name": data.get("model")}
+    update: dict[str, Any] = {"additional_kwargs": reasoning, "response_metadata": metadata}
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        details = usage.get("prompt_tokens_details") or {}
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        update["usage_metadata"] = {
+            "input_tokens": prompt,
+            "output_tokens": completion,
+            "total_tokens": int(usage.get("total_tokens") or prompt + completion),
+            "input_token_details": {"cache_read": int(details.get("cached_tokens") or 0)},
+        }
+    return message.model_copy(update=update)
+
+
+def agent_reply(data: Mapping[str, Any], hidden_tool: str | None) -> tuple[dict[str, Any], str]:
+    """The message and finish reason the agent receives: upstream's own, minus ``hidden_tool``
+    calls (the proxy's archive search, which the agent never sees)."""
+    choice = data["choices"][0]
+    message = {k: v for k, v in choice["message"].items()}
+    message["role"] = "assistant"
+    calls = [
+        c
+        for c in message.get("tool_calls") or []
+        if not (isinstance(c, dict) and (c.get("function") or {}).get("name") == hidden_tool)
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    else:
+        message.pop("tool_calls", None)
+        if message.get("content") is None:
+            message["content"] = ""
+    reason = choice.get("finish_reason") or "stop"
+    if calls:
+        reason = "tool_calls"
+    elif reason == "tool_calls":
+        reason = "stop"
+    return message, reason
+
+
+def completion_body(
+    data: Mapping[str, Any], message: Mapping[str, Any], finish_reason: str
+) -> dict[str, Any]:
+    """The non-streaming answer: upstream's envelope (id, model, usage) around the agent's reply."""
+    body = {k: v for k, v in data.items() if k != "choices"}
+    body.setdefault("object", "chat.completion")
+    body.setdefault("created", int(time.time()))
+    body["choices"] = [
+        {"index": 0, "message": dict(message), "finish_reason": finish_reason, "logprobs": None}
+    ]
+    return body
+
+
+def sse_events(
+    data: Mapping[str, Any],
+    message: Mapping[str, Any],
+    finish_reason: str,
+    *,
+    include_usage: bool,
+) -> Iterator[str]:
+    """The same answer as server-sent events, ending with ``data: [DONE]``."""
+    envelope = {
+        "id": data.get("id") or "chatcmpl-keeper",
+        "object": "chat.completion.chunk",
+        "created": data.get("created") or int(time.time()),
+        "model": data.get("model") or "",
+    }
+
+    def chunk(delta: Mapping[str, Any], reason: str | None = None) -> str:
+        choice = {"index": 0, "delta": dict(delta), "finish_reason": reason, "logprobs": None}
+        return _event({**envelope, "choices": [choice]})
+
+    yield chunk({"role": "assistant", "content": ""})
+    for key in ("reasoning_content", "reasoning"):
+        if isinstance(message.get(key), str) and message[key]:
+            yield chunk({key: message[key]})
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        yield chunk({"content": content})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") or {}
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {
+                            "name": function.get("name"),
+                            "arguments": function.get("arguments") or "",
+                        },
+                    }
+                ]
+            }
+        )
+    yield chunk({}, finish_reason)
+    if include_usage:
+        yield _event({**envelope, "choices": [], "usage": data.get("usage")})
+    yield "data: [DONE]\n\n"
+
+
+def _event(payload: Mapping[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"

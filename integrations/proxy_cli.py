@@ -1,0 +1,146 @@
+"""``keeper-proxy``: run the keeper proxy in front of an OpenAI-compatible model server.
+
+    keeper-proxy --upstream http://127.0.0.1:8000/v1 --window 32768 --port 8100
+
+Then point the agent's base URL at ``http://127.0.0.1:8100/v1``. Send ``X-Keeper-Session: <id>``
+to name a conversation; without it, a conversation is named by its system prompt and first user
+message. ``GET /keeper/sessions/<id>`` shows a session's notes and counters, ``/metrics`` all
+counters in Prometheus' text format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from keeper_middleware.errors import KeeperError
+
+
+@contextmanager
+def serve_in_thread(
+    app: Any, *, host: str = "127.0.0.1", port: int = 0, lifespan: Literal["on", "off"] = "on"
+) -> Iterator[str]:
+    """Serve an ASGI app (the proxy) with uvicorn in a background thread; yields its ``/v1``
+    base URL. Port 0 picks a free port. For benchmarks and tests that need a real socket;
+    ``lifespan="off"`` skips the shutdown hook, as a killed process would.
+    """
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start on {host}:{bound}")
+            time.sleep(0.01)
+        shown = f"[{host}]" if ":" in host else host
+        yield f"http://{shown}:{bound}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+        sock.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="keeper-proxy",
+        description="An OpenAI-compatible proxy that keeps an agent working past its window: "
+        "old turns go to an archive, checked NOTES stay in view, the model can search the archive.",
+    )
+    parser.add_argument(
+        "--upstream", required=True, help="the model server's base URL, e.g. http://host:8000/v1"
+    )
+    parser.add_argument(
+        "--window", type=int, required=True, help="the live window in tokens, e.g. 32768"
+    )
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    parser.add_argument(
+        "--archive-dir",
+        default="keeper-proxy-data",
+        help="folder for the archive, notes and sessions (default ./keeper-proxy-data)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("KEEPER_PROXY_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on every request (env KEEPER_PROXY_API_KEY)",
+    )
+    parser.add_argument(
+        "--upstream-api-key",
+        default=os.environ.get("KEEPER_UPSTREAM_API_KEY"),
+        help="key sent to the upstream (env KEEPER_UPSTREAM_API_KEY); without it and without "
+        "--api-key the agent's own Authorization header is passed on",
+    )
+    parser.add_argument(
+        "--reasoning-effort",
+        default=None,
+        help="forwarded as reasoning_effort on every upstream call, e.g. medium",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="token counter: 'approximate' (default), 'hf:/path/to/model' (its tokenizer.json) "
+        "or 'server:http://host:port' (llama.cpp's tokenize endpoint)",
+    )
+    parser.add_argument(
+        "--max-upstream-calls", type=int, default=12, help="upstream calls per request at most"
+    )
+    parser.add_argument("--log-level", default="info")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        import uvicorn
+
+        from keeper_middleware.integrations.proxy import create_proxy_app
+    except ImportError as exc:  # the web server is an extra
+        print(
+            f"keeper-proxy needs the proxy extra ({exc.name} is missing): "
+            "pip install 'keeper-middleware[proxy]'",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        app = create_proxy_app(
+            args.upstream,
+            window=args.window,
+            archive_dir=Path(args.archive_dir),
+            api_key=args.api_key,
+            upstream_api_key=args.upstream_api_key,
+            reasoning_effort=args.reasoning_effort,
+            max_upstream_calls=args.max_upstream_calls,
+            token_counter=args.tokenizer,
+        )
+    except (KeeperError, ValueError) as exc:
+        print(f"keeper-proxy: {exc}", file=sys.stderr)
+        return 2
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+        print(
+            f"keeper-proxy: listening on {args.host} without --api-key; anyone who can reach "
+            "it can read every session.",
+            file=sys.stderr,
+        )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -55,8 +55,8 @@ CONFIDENTIAL_RULE = (
 )
 TALLY_METHOD = "House method: the tally of a counter is its value times {multiplier} plus {addend}."
 OVERDRAWN_RULE = (
-    "Standing rule: any figure below zero is reported as the single word overdrawn; a tally below "
-    "zero is reported as overdrawn too."
+    "Standing rule: any figure below zero, whether recorded or worked out, is reported as the "
+    "single word overdrawn."
 )
 
 QUESTIONS_HEADER = (
@@ -300,7 +300,10 @@ _TALLY_RE = re.compile(
     rf"|counter's tally is its value times ({_AMOUNT}) plus ({_AMOUNT})",
     re.IGNORECASE,
 )
-_OVERDRAWN_RE = re.compile(r"below zero is reported as the single word overdrawn", re.IGNORECASE)
+_OVERDRAWN_RE = re.compile(
+    r"below zero, whether recorded or worked out, is reported as the single word overdrawn",
+    re.IGNORECASE,
+)
 
 
 def read_rules(text: str) -> RulesInForce:

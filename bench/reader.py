@@ -47,6 +47,11 @@ from keeper_middleware.bench.reader_messages import (
     story_blocks,
 )
 from keeper_middleware.bench.reader_notes import noted_blocks, rewrite_notes, write_changes
+from keeper_middleware.bench.reader_summary import (
+    is_summary_request,
+    summaries_in_view,
+    write_summary,
+)
 from keeper_middleware.messages import text_of
 
 MODEL_NAME = "simulated-reader"
@@ -223,6 +228,9 @@ def compose_reply(
     digest: str = "",
 ) -> Reply:
     """The reader's reply to ``messages`` (every fault except the empty/length replies)."""
+    messages = summaries_in_view(messages)
+    if is_summary_request(messages):
+        return Reply(write_summary(messages))
     ends = [index for index, message in enumerate(messages) if message_kind(message) != "rules"]
     if not ends:
         return Reply("OK.")

@@ -259,6 +259,11 @@ def _batch_text(
     slots = sorted(rng.randint(0, len(story)) for _ in units)
     for offset, (slot, unit) in enumerate(zip(slots, units, strict=True)):
         story.insert(slot + offset, unit)  # sorted slots keep the units in story order
+    # each rule sentence stands between filler: a rule that names nothing must share no words
+    # with the questions, and must not be shown as "the next sentence" of one that does
+    opening = [part for rule in opening for part in (filler.sentence(), rule)]
+    if opening:
+        opening.append(filler.sentence())
     body = opening + story
     paragraphs = [" ".join(body[i : i + 8]) for i in range(0, len(body), 8)]
     return "\n".join([render_batch_head(item), *paragraphs])

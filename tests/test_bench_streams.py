@@ -231,7 +231,10 @@ def test_the_rules_families_state_their_rules_in_the_first_batch(hard_stream):
     names = sorted(ledger.rules.confidential)
     assert len(names) == 3 and all(n in first for n in names)
     assert "House method: the tally of a counter is its value times five plus thirteen." in first
-    assert "Standing rule: any figure below zero is reported as the single word overdrawn" in first
+    assert (
+        "Standing rule: any figure below zero, whether recorded or worked out, is reported as the single word overdrawn."
+        in first
+    )
 
 
 def test_the_overdrawn_family_asks_about_values_and_tallies_below_zero(hard_stream):

@@ -279,7 +279,9 @@ def test_a_system_message_in_the_middle_of_a_history_is_archived_when_it_leaves(
     keeper = Keeper(KeeperConfig(window=2048, reply_reserve=512))
     msgs = [HumanMessage("Task", id="t"), SystemMessage("Reminder: be brief.", id="sys-mid")]
     msgs += [HumanMessage(f"Item {i}: " + "words " * 120, id=f"i{i}") for i in range(1, 12)]
-    result = keeper.step("s", msgs, None, ModelSetup(system_prompt="sys"), lambda m, k: AIMessage("NO CHANGES"))
+    result = keeper.step(
+        "s", msgs, None, ModelSetup(system_prompt="sys"), lambda m, k: AIMessage("NO CHANGES")
+    )
     assert result.cut
     in_view = {m.id for m in result.messages}
     archived = {t.msg_id for t in keeper.archive.turns("s")}

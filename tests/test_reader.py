@@ -22,8 +22,8 @@ CONFIDENTIAL = (
 )
 TALLY = "House method: the tally of a counter is its value times five plus thirteen."
 OVERDRAWN = (
-    "Standing rule: any figure below zero is reported as the single word overdrawn; a tally "
-    "below zero is reported as overdrawn too."
+    "Standing rule: any figure below zero, whether recorded or worked out, is reported as the "
+    "single word overdrawn."
 )
 ITEM_1_STORY = (
     "The rain kept on. The clerk recorded domo86 at three hundred and forty-two. "

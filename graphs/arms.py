@@ -1,0 +1,329 @@
+"""One registry of the arms (ways of managing context) and one way to build any of them.
+
+Every arm is a compiled LangGraph graph with the same interface: invoke it with
+``{"messages": [...]}`` and ``config={"configurable": {"thread_id": ...}}``; the thread is the
+conversation. So a notebook swaps arms with one argument::
+
+    arm = build_arm("notes_retrieval", model, window=32_768, retriever="hybrid")
+    arm.graph.invoke({"messages": [HumanMessage("Item 1. ...")]}, {"configurable": {"thread_id": "t"}})
+
+Settings an arm has no use for (``retriever`` for window-drop, ``domain`` for the peers) are
+accepted and ignored, so the same call builds every arm; an option no arm knows is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Checkpointer
+
+from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.graphs import baselines, keeper_arms, peers, rag
+from keeper_middleware.graphs.baselines import WindowPolicy, default_reply_reserve
+from keeper_middleware.keeper import Keeper, Tool
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.factory import make_retriever
+
+
+@dataclass(frozen=True, slots=True)
+class ArmInfo:
+    name: str
+    description: str
+    uses_retriever: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """A built arm: the graph to drive, and what a runner reads afterwards."""
+
+    name: str
+    graph: CompiledStateGraph[Any, Any, Any, Any]
+    keeper: Keeper | None = None
+    """The engine of the arms that keep notes; every NOTES version is in ``keeper.archive``."""
+    retriever: Retriever | None = None
+    description: str = ""
+
+    def close(self) -> None:
+        """Close the archive and the retriever (files, background indexing)."""
+        if self.keeper is not None:
+            self.keeper.close()
+        elif self.retriever is not None:
+            self.retriever.close()
+
+
+ARMS: dict[str, ArmInfo] = {
+    info.name: info
+    for info in (
+        ArmInfo("window_drop", "oldest turns dropped when the window fills; nothing kept", False),
+        ArmInfo(
+            "compaction",
+            "old tool output replaced by a stub and old reasoning removed, then oldest turns dropped",
+            False,
+        ),
+        ArmInfo(
+            "summarize",
+            "at 75% of the window the model writes a summary that replaces the older turns",
+            False,
+        ),
+        ArmInfo(
+            "rag",
+            "retrieval only: inputs stored on arrival, best-matching sentences shown at questions",
+            True,
+        ),
+        ArmInfo("notes", "the keeper: in-place notes, archive search, rules re-injection", True),
+        ArmInfo(
+            "notes_retrieval",
+            "the keeper plus retrieved archive sentences shown at each set of questions",
+            True,
+        ),
+        ArmInfo("notes_rewrite", "the keeper with full-rewrite notes (the earlier form)", True),
+        ArmInfo(
+            "peer_langchain_summarization",
+            "LangChain create_agent + SummarizationMiddleware, defaults, trigger at 75%",
+            False,
+        ),
+        ArmInfo(
+            "peer_langmem_summarization",
+            "langmem SummarizationNode (running summary), defaults, trigger at 75%",
+            False,
+        ),
+    )
+}
+
+SHARED_OPTIONS = frozenset({"reply_reserve", "token_counter", "domain", "retrieved_per_question"})
+"""Options every arm accepts (and ignores where it has no use for them)."""
+ARM_OPTIONS: dict[str, frozenset[str]] = {
+    "window_drop": frozenset({"pinned_head"}),
+    "compaction": frozenset({"pinned_head", "keep_tool_results"}),
+    "summarize": frozenset({"pinned_head", "summarize_at", "keep_turns"}),
+    "rag": frozenset({"pinned_head", "item_tools"}),
+    "notes": frozenset({"item_tools"}),
+    "notes_retrieval": frozenset({"item_tools"}),
+    "notes_rewrite": frozenset({"item_tools"}),
+    "peer_langchain_summarization": frozenset({"summarize_at"}),
+    "peer_langmem_summarization": frozenset({"summarize_at"}),
+}
+
+
+def default_retrieved_per_question(window: int) -> int:
+    """20 sentences per question at a 32K window (the measured setting), fewer in smaller ones."""
+    return max(2, min(20, window // 1600))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Request:
+    """Everything ``build_arm`` was given, resolved once."""
+
+    name: str
+    model: BaseChatModel
+    window: int
+    tools: tuple[Tool, ...]
+    system_prompt: str | None
+    retriever: Retriever | str
+    archive: ArchiveStore | str | Path | None
+    keeper_config: KeeperConfig | None
+    checkpointer: Checkpointer
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def reply_reserve(self) -> int:
+        given = self.options.get("reply_reserve")
+        return int(given) if given is not None else default_reply_reserve(self.window)
+
+    @property
+    def per_question(self) -> int:
+        given = self.options.get("retrieved_per_question")
+        return int(given) if given is not None else default_retrieved_per_question(self.window)
+
+    def policy(self) -> WindowPolicy:
+        return WindowPolicy(
+            window=self.window,
+            reply_reserve=self.reply_reserve,
+            pinned_head=int(self.options.get("pinned_head", 1)),
+        )
+
+
+def build_arm(
+    name: str,
+    model: BaseChatModel,
+    *,
+    window: int,
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    retriever: Retriever | str = "keyword",
+    archive: ArchiveStore | str | Path | None = None,
+    keeper_config: KeeperConfig | None = None,
+    checkpointer: Checkpointer = None,
+    **options: Any,
+) -> Arm:
+    """Build the arm ``name`` (see ``ARMS``) around ``model`` with a live window of ``window``.
+
+    ``retriever`` ("keyword", "embedding", "hybrid" or a ``Retriever``) is used by the arms that
+    retrieve; ``archive`` is where the keeper arms archive (in memory when None) and, for
+    ``rag``, where its index lives. ``keeper_config`` is the base of the keeper arms' settings
+    (the window and the arm's own setting are applied to it). With no ``checkpointer`` the
+    conversation lives in memory for as long as the graph does.
+
+    Options: ``reply_reserve`` (default: 4,096 or an eighth of a small window),
+    ``retrieved_per_question`` (rag, notes_retrieval), ``domain="counters"`` (the keeper arms
+    track the benchmark's counter names), ``token_counter``, ``pinned_head``,
+    ``keep_tool_results`` (compaction), ``summarize_at`` / ``keep_turns`` (summaries),
+    ``item_tools`` (tools whose results are new inputs).
+    """
+    if name not in ARMS:
+        raise ValueError(f"unknown arm {name!r}; choose one of: {', '.join(ARMS)}")
+    allowed = SHARED_OPTIONS | ARM_OPTIONS[name]
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise TypeError(
+            f"arm {name!r} takes no option {', '.join(unknown)}; its options are: "
+            f"{', '.join(sorted(allowed))}"
+        )
+    request = _Request(
+        name=name,
+        model=model,
+        window=window,
+        tools=tuple(tools),
+        system_prompt=system_prompt,
+        retriever=retriever,
+        archive=archive,
+        keeper_config=keeper_config,
+        checkpointer=checkpointer,
+        options=options,
+    )
+    return _BUILDERS[name](request)
+
+
+def _saver(request: _Request) -> Checkpointer:
+    return request.checkpointer if request.checkpointer is not None else InMemorySaver()
+
+
+def _common(request: _Request) -> dict[str, Any]:
+    return {
+        "tools": request.tools,
+        "system_prompt": request.system_prompt,
+        "checkpointer": _saver(request),
+        "name": request.name,
+    }
+
+
+def _build_window_drop(request: _Request) -> Arm:
+    graph = baselines.window_drop_graph(
+        request.model,
+        policy=request.policy(),
+        token_counter=request.options.get("token_counter"),
+        **_common(request),
+    )
+    return Arm(request.name, graph, description=ARMS[request.name].description)
+
+
+def _build_compaction(request: _Request) -> Arm:
+    graph = baselines.compaction_graph(
+        request.model,
+        policy=request.policy(),
+        keep_tool_results=int(request.options.get("keep_tool_results", 3)),
+        token_counter=request.options.get("token_counter"),
+        **_common(request),
+    )
+    return Arm(request.name, graph, description=ARMS[request.name].description)
+
+
+def _build_summarize(request: _Request) -> Arm:
+    graph = baselines.summarize_graph(
+        request.model,
+        policy=request.policy(),
+        summarize_at=request.options.get("summarize_at", ("fraction", 0.75)),
+        keep_turns=int(request.options.get("keep_turns", 2)),
+        token_counter=request.options.get("token_counter"),
+        **_common(request),
+    )
+    return Arm(request.name, graph, description=ARMS[request.name].description)
+
+
+def _build_rag(request: _Request) -> Arm:
+    archive = request.archive
+    index = None
+    if isinstance(archive, str | Path) and str(archive) != ":memory:":
+        index = Path(archive).with_suffix(".index")
+    store = make_retriever(request.retriever, path=index)
+    graph = rag.rag_graph(
+        request.model,
+        store,
+        policy=request.policy(),
+        per_question=request.per_question,
+        token_counter=request.options.get("token_counter"),
+        item_tools=tuple(request.options.get("item_tools", ())),
+        **_common(request),
+    )
+    return Arm(request.name, graph, retriever=store, description=ARMS[request.name].description)
+
+
+def _build_keeper(request: _Request) -> Arm:
+    arm = cast(keeper_arms.KeeperArm, request.name)
+    config = keeper_arms.keeper_arm_config(
+        arm,
+        window=request.window,
+        reply_reserve=request.options.get("reply_reserve"),
+        base=request.keeper_config,
+        retrieved_per_question=request.per_question,
+        domain=request.options.get("domain"),
+        item_tools=tuple(request.options.get("item_tools", ())),
+    )
+    graph, keeper = keeper_arms.keeper_arm_graph(
+        arm,
+        request.model,
+        config=config,
+        tools=request.tools,
+        system_prompt=request.system_prompt,
+        archive=request.archive,
+        retriever=request.retriever,
+        token_counter=request.options.get("token_counter"),
+        checkpointer=_saver(request),
+    )
+    return Arm(
+        arm, graph, keeper=keeper, retriever=keeper.retriever, description=ARMS[arm].description
+    )
+
+
+def _build_langchain_peer(request: _Request) -> Arm:
+    graph = peers.langchain_summarization_graph(
+        request.model,
+        window=request.window,
+        summarize_at=request.options.get("summarize_at", ("fraction", 0.75)),
+        **_common(request),
+    )
+    return Arm(request.name, graph, description=ARMS[request.name].description)
+
+
+def _build_langmem_peer(request: _Request) -> Arm:
+    graph = peers.langmem_summarization_graph(
+        request.model,
+        window=request.window,
+        reply_reserve=request.reply_reserve,
+        summarize_at=request.options.get("summarize_at", ("fraction", 0.75)),
+        tools=request.tools,
+        system_prompt=request.system_prompt,
+        checkpointer=request.checkpointer,  # None: one that can restore langmem's summary
+        name=request.name,
+    )
+    return Arm(request.name, graph, description=ARMS[request.name].description)
+
+
+_BUILDERS: dict[str, Callable[[_Request], Arm]] = {
+    "window_drop": _build_window_drop,
+    "compaction": _build_compaction,
+    "summarize": _build_summarize,
+    "rag": _build_rag,
+    "notes": _build_keeper,
+    "notes_retrieval": _build_keeper,
+    "notes_rewrite": _build_keeper,
+    "peer_langchain_summarization": _build_langchain_peer,
+    "peer_langmem_summarization": _build_langmem_peer,
+}

@@ -1,0 +1,94 @@
+"""The keeper's arms: thin settings over ``create_keeper_agent``.
+
+- ``notes``: in-place notes, the archive search tool, the RULES repeated next to new questions;
+- ``notes_retrieval``: the same, plus the best-matching archived sentences shown at each set of
+  questions (the retriever holds archived turns only: what is still in view is visible anyway);
+- ``notes_rewrite``: the earlier form, where the model rewrites the whole NOTES at each cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Checkpointer
+
+from keeper_middleware.agent import create_keeper_agent
+from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.graphs.baselines import default_reply_reserve
+from keeper_middleware.keeper import Keeper, Tool
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.tokens import TokenCounter
+
+KeeperArm = Literal["notes", "notes_retrieval", "notes_rewrite"]
+COUNTER_NAMES = r"\b[a-z]{3,7}\d{2}\b"
+"""The benchmark's counter names (``domain="counters"``): the names the domain checks track."""
+DOMAINS = {"counters": COUNTER_NAMES}
+
+
+def keeper_arm_config(
+    arm: KeeperArm,
+    *,
+    window: int,
+    reply_reserve: int | None,
+    base: KeeperConfig | None = None,
+    retrieved_per_question: int,
+    domain: str | None = None,
+    item_tools: Sequence[str] = (),
+) -> KeeperConfig:
+    """The arm's configuration: ``base`` (or the defaults) with the window and the arm's own
+    setting (notes mode, retrieved sentences) applied. ``domain`` fills ``tracked_names`` when the
+    base leaves it unset; a ``reply_reserve`` given here wins over the base's."""
+    if domain is not None and domain not in DOMAINS:
+        raise ConfigurationError(f"domain={domain!r}; use one of {sorted(DOMAINS)} or None")
+    config = base or KeeperConfig()
+    changes: dict[str, Any] = {
+        "window": window,
+        "notes_mode": "rewrite" if arm == "notes_rewrite" else "in_place",
+        "show_retrieved": retrieved_per_question if arm == "notes_retrieval" else 0,
+    }
+    if reply_reserve is not None:
+        changes["reply_reserve"] = reply_reserve
+    elif base is None:
+        changes["reply_reserve"] = default_reply_reserve(window)
+    if domain is not None and config.tracked_names is None:
+        changes["tracked_names"] = DOMAINS[domain]
+    if item_tools:
+        changes["item_tools"] = tuple(item_tools)
+    return replace(config, **changes)
+
+
+def keeper_arm_graph(
+    arm: KeeperArm,
+    model: BaseChatModel,
+    *,
+    config: KeeperConfig,
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    archive: ArchiveStore | str | Path | None = None,
+    retriever: Retriever | str | None = "keyword",
+    token_counter: TokenCounter | str | None = None,
+    checkpointer: Checkpointer = None,
+) -> tuple[CompiledStateGraph[Any, Any, Any, Any], Keeper]:
+    """The compiled keeper agent and its engine (whose archive holds every NOTES version)."""
+    keeper = Keeper(
+        config,
+        archive=archive if archive is not None else ":memory:",
+        retriever=retriever,
+        token_counter=token_counter,
+    )
+    graph = create_keeper_agent(
+        model,
+        tools,
+        system_prompt=system_prompt,
+        keeper=keeper,
+        checkpointer=checkpointer,
+        name=arm,
+    )
+    return graph, keeper

@@ -1,0 +1,131 @@
+"""Peers: what other libraries ship for a full window, each with its own default settings
+except the trigger, which is sized to the window.
+
+- ``peer_langchain_summarization``: ``langchain.agents.create_agent`` with
+  ``SummarizationMiddleware`` (keeps the last 20 messages, summarises the rest with its own
+  prompt, the previous summary included; no running summary).
+- ``peer_langmem_summarization``: langmem's ``SummarizationNode`` before the model node (a running
+  summary extended at each call, given to the model as a system message; the stored messages
+  are never changed).
+
+Both need the ``bench`` extra (langchain, langmem).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AnyMessage, BaseMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Checkpointer
+
+from keeper_middleware.config import Size, resolve_size
+from keeper_middleware.errors import MissingDependencyError
+from keeper_middleware.keeper import Tool
+
+LANGMEM_SUMMARY_TYPE = ("langmem.short_term.summarization", "RunningSummary")
+
+
+def langchain_summarization_graph(
+    model: BaseChatModel,
+    *,
+    window: int,
+    summarize_at: Size = ("fraction", 0.75),
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    checkpointer: Checkpointer = None,
+    name: str = "peer_langchain_summarization",
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """``create_agent`` + ``SummarizationMiddleware(model, trigger=("tokens", summarize_at of
+    the window))``; every other setting is the middleware's default."""
+    try:
+        from langchain.agents import create_agent
+        from langchain.agents.middleware import SummarizationMiddleware
+    except ImportError as error:  # pragma: no cover - depends on the install
+        raise MissingDependencyError("langchain", "bench") from error
+    trigger = resolve_size(summarize_at, window, name="summarize_at")
+    middleware = SummarizationMiddleware(model, trigger=("tokens", trigger))
+    graph: CompiledStateGraph[Any, Any, Any, Any] = create_agent(
+        model,
+        tools=list(tools) or None,  # type: ignore[arg-type]
+        system_prompt=system_prompt,
+        middleware=[middleware],
+        checkpointer=checkpointer,
+        name=name,
+    )
+    return graph
+
+
+class LangmemState(TypedDict, total=False):
+    """The state langmem's documentation gives its node: the messages, the model's input, and
+    the running summary (in ``context``)."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    summarized_messages: list[AnyMessage]
+    context: dict[str, Any]
+
+
+def langmem_checkpointer() -> InMemorySaver:
+    """An in-memory checkpointer that may restore langmem's ``RunningSummary`` (LangGraph warns
+    about, and will later refuse, unregistered types in a checkpoint)."""
+    return InMemorySaver(serde=JsonPlusSerializer(allowed_msgpack_modules=[LANGMEM_SUMMARY_TYPE]))
+
+
+def langmem_summarization_graph(
+    model: BaseChatModel,
+    *,
+    window: int,
+    reply_reserve: int,
+    summarize_at: Size = ("fraction", 0.75),
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    checkpointer: Checkpointer = None,
+    name: str = "peer_langmem_summarization",
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """``SummarizationNode(model, max_tokens=window - reply_reserve,
+    max_tokens_before_summary=summarize_at of the window)`` before the model node, as langmem's
+    documentation wires it; every other setting is the node's default. With no ``checkpointer``
+    an in-memory one that can restore the running summary is used."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Importing Send from langgraph.constants")
+            from langmem.short_term import SummarizationNode
+    except ImportError as error:  # pragma: no cover - depends on the install
+        raise MissingDependencyError("langmem", "bench") from error
+    node = SummarizationNode(
+        model=model,
+        max_tokens=window - reply_reserve,
+        max_tokens_before_summary=resolve_size(summarize_at, window, name="summarize_at"),
+    )
+    bound: Runnable[Any, BaseMessage] = model.bind_tools(list(tools)) if tools else model
+    prompt = [SystemMessage(content=system_prompt)] if system_prompt is not None else []
+
+    def call_model(state: LangmemState, config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [bound.invoke([*prompt, *state["summarized_messages"]], config)]}
+
+    async def acall_model(state: LangmemState, config: RunnableConfig) -> dict[str, Any]:
+        reply = await bound.ainvoke([*prompt, *state["summarized_messages"]], config)
+        return {"messages": [reply]}
+
+    graph = StateGraph(LangmemState)
+    graph.add_node("summarization", node)
+    graph.add_node("model", RunnableLambda(call_model, afunc=acall_model, name="model"))
+    graph.add_edge(START, "summarization")
+    graph.add_edge("summarization", "model")
+    if tools:
+        graph.add_node("tools", ToolNode(list(tools)))  # type: ignore[arg-type]
+        graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
+        graph.add_edge("tools", "summarization")
+    else:
+        graph.add_edge("model", END)
+    saver = checkpointer if checkpointer is not None else langmem_checkpointer()
+    return graph.compile(checkpointer=saver, name=name)

@@ -1,0 +1,315 @@
+"""Every arm runs a benchmark stream end to end with the simulated reader and keeps (or loses)
+what its way of managing context says it does."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from pydantic import Field
+
+from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult, grade
+from keeper_middleware.bench.phrasing import render_questions_message
+from keeper_middleware.bench.reader import SimulatedReader
+from keeper_middleware.bench.reader_summary import is_summary_request, write_summary
+from keeper_middleware.bench.streams import (
+    generate_stream,
+    preset_spec,
+    question_sets,
+    read_stream,
+)
+from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.graphs import ARMS, Arm, build_arm
+from keeper_middleware.graphs.baselines import SUMMARY_REQUEST_TAG, compact, drop_oldest
+from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.retrievers.embedders import HashingEmbedder
+from keeper_middleware.retrievers.factory import make_retriever
+
+WINDOW = 2048
+"""The tiny stream is ~5K tokens: at 2,048 it is about two and a half windows long."""
+TASK = "Read the stories about counters one batch at a time, and answer the questions when asked."
+THREAD = {"configurable": {"thread_id": "arm-test"}}
+OVERDRAWN_RULE = "Standing rule: any figure below zero, whether recorded or worked out"
+
+
+class RecordingReader(SimulatedReader):
+    """The simulated reader, recording every request and every bind_tools call."""
+
+    sent: list[tuple[list[BaseMessage], dict]] = Field(default_factory=list)
+    bound: list[list[str]] = Field(default_factory=list)
+
+    def bind_tools(self, tools, *, tool_choice=None, **kwargs):  # type: ignore[no-untyped-def]
+        clone = super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
+        self.bound.append([getattr(t, "name", str(t)) for t in tools])
+        return clone
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent.append((list(messages), dict(kwargs)))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("stream")
+    generate_stream(preset_spec("tiny", seed=0, families=frozenset({"rules", "overdrawn"})), folder)
+    return folder
+
+
+def drive(arm: Arm, folder) -> tuple[GradeResult, dict[int, list[BaseMessage]]]:
+    """Task, then every batch and question set as a user message; the views at each set."""
+    arm.graph.invoke({"messages": [HumanMessage(TASK)]}, THREAD)
+    replies: dict[tuple[int, bool], str] = {}
+    views: dict[int, list[BaseMessage]] = {}
+    for record in read_stream(folder):
+        out = arm.graph.invoke({"messages": [HumanMessage(record["text"])]}, THREAD)
+        if record["type"] == "questions":
+            last = [m for m in out["messages"] if isinstance(m, AIMessage)][-1]
+            replies[(record["after_item"], record["final"])] = text_of(last)
+            views[record["after_item"]] = list(out["messages"])
+    return grade(question_sets(folder), replies, reader=SIMULATED_READER, label=arm.name), views
+
+
+def run(
+    name: str, folder, window: int = WINDOW, **options
+) -> tuple[GradeResult, dict[int, list[BaseMessage]], Arm]:
+    arm = build_arm(name, SimulatedReader(), window=window, domain="counters", **options)
+    result, views = drive(arm, folder)
+    arm.close()
+    return result, views, arm
+
+
+def right(result: GradeResult, category: str) -> tuple[int, int]:
+    return result.by_category.get(category, (0, 0))
+
+
+# ---------------------------------------------------------------------------------- scores
+
+
+@pytest.mark.parametrize("name", ["notes", "notes_retrieval", "notes_rewrite"])
+def test_the_keeper_arms_answer_every_answerable_question(stream, name):
+    result, _, arm = run(name, stream)
+    assert result.right == result.asked, result.markdown()
+    assert arm.keeper is not None and arm.keeper.counters("arm-test").cuts >= 2
+
+
+def test_window_drop_answers_nothing_from_beyond_its_window(stream):
+    result, _, _ = run("window_drop", stream)
+    far_right, far_asked = result.by_bucket["25–99"]
+    assert far_asked >= 3 and far_right == 0, result.markdown()
+    # the standing rule left the window with item 1: later rule questions get a plain value
+    assert right(result, "rule")[0] < right(result, "rule")[1] / 2
+
+
+def test_compaction_is_window_drop_when_no_tool_output_is_in_view(stream):
+    dropped, _, _ = run("window_drop", stream)
+    compacted, _, _ = run("compaction", stream)
+    assert [q.given for q in compacted.scored] == [q.given for q in dropped.scored]
+
+
+def filler_item(number: int) -> str:
+    return f"Item {number}.\n" + " ".join(
+        f"The {w} drifted past the mill at dawn." for w in ("goat", "cart", "boat", "kite") * 6
+    )
+
+
+RULE_ITEM = (
+    "Item 1.\nThe rain kept on. The market was quiet. "
+    "Standing rule: any figure below zero, whether recorded or worked out, is reported as the "
+    "single word overdrawn. The wind rose over the hills. "
+    "Mira Holt recorded domo86 at 5."
+)
+
+
+@pytest.mark.parametrize(("name", "answer"), [("rag", "-4"), ("notes", "overdrawn")])
+def test_a_rule_that_names_nothing_is_lost_to_retrieval_once_it_leaves_the_window(name, answer):
+    """Measured: retrieval alone applied such a rule 0 times in 16, the keeper 16 in 16. Nothing
+    in "What value does domo86 hold now?" leads a search back to the rule or its neighbours."""
+    arm = build_arm(name, SimulatedReader(), window=WINDOW, retrieved_per_question=3)
+    inputs = [TASK, RULE_ITEM, "Item 2.\nTomas Quill took 9 from domo86."]
+    inputs += [filler_item(n) for n in range(3, 16)]
+    inputs.append(render_questions_message([(1, "What value does domo86 hold now?")]))
+    for text in inputs:
+        out = arm.graph.invoke({"messages": [HumanMessage(text)]}, THREAD)
+    assert not any(text_of(m).startswith("Item 1.") for m in out["messages"])
+    assert text_of(out["messages"][-1]) == f"1. {answer}"
+    arm.close()
+
+
+def test_on_the_benchmark_stream_rag_never_retrieves_the_rule_that_names_nothing(stream):
+    """The rule shares no word with any question and stands between filler sentences, so the
+    passages retrieval shows never carry it: once the rule has left the window, rag answers the
+    questions it governs with the plain figure (the lab: 0 of 16)."""
+    result, views, _ = run("rag", stream, retrieved_per_question=3)
+    for view in views.values():
+        retrieved = [text_of(m) for m in view if keeper_kind(m) == "retrieved"][-1]
+        assert OVERDRAWN_RULE not in retrieved
+    out_of_view = {
+        after
+        for after, view in views.items()
+        if not any(OVERDRAWN_RULE in text_of(m) for m in view)
+    }
+    governed = [
+        q for q in result.scored if q.category == "overdrawn" and q.after_item in out_of_view
+    ]
+    assert governed and not any(q.right for q in governed), result.markdown()
+
+
+@pytest.mark.parametrize(
+    "name", ["summarize", "peer_langchain_summarization", "peer_langmem_summarization"]
+)
+def test_summaries_keep_rules_and_values_but_lose_who_did_it(stream, name):
+    result, _, _ = run(name, stream)
+    assert right(result, "rule") == (8, 8) and right(result, "overdrawn") == (8, 8)
+    assert right(result, "current")[0] == right(result, "current")[1]
+    who_right, who_asked = right(result, "who")
+    assert who_right < who_asked, result.markdown()
+
+
+# ---------------------------------------------------------------------------------- contracts
+
+
+def test_rag_never_offers_the_store_to_the_model(stream):
+    model = RecordingReader()
+    arm = build_arm("rag", model, window=WINDOW, retrieved_per_question=3)
+    drive(arm, stream)
+    assert model.bound == []
+    assert model.sent and all("tools" not in kwargs for _, kwargs in model.sent)
+    assert not any(isinstance(m, ToolMessage) for sent, _ in model.sent for m in sent)
+    assert any(keeper_kind(m) == "retrieved" for sent, _ in model.sent for m in sent)
+
+
+@pytest.mark.xfail(
+    raises=WindowTooSmallError,
+    strict=True,
+    reason=(
+        "the archive search uses the same retriever: the embedding half of 'hybrid' returns "
+        "nearest neighbours for any query, so every search reads as a list cut short, the "
+        "reader keeps narrowing, and the open question's searches outgrow the window"
+    ),
+)
+def test_swapping_the_retriever_of_notes_retrieval_changes_only_the_retrieved_passages(stream):
+    keyword, keyword_views, keyword_arm = run("notes_retrieval", stream, 4096, retriever="keyword")
+    hybrid_store = make_retriever("hybrid", embedder=HashingEmbedder())
+    hybrid, hybrid_views, hybrid_arm = run("notes_retrieval", stream, 4096, retriever=hybrid_store)
+    assert [q.given for q in keyword.scored] == [q.given for q in hybrid.scored]
+
+    def notes(arm: Arm) -> list[str]:
+        assert arm.keeper is not None
+        return [v.text for v in arm.keeper.archive.notes_versions("arm-test")]
+
+    def without_retrieved(view: list[BaseMessage]) -> list[str]:
+        return [text_of(m) for m in view if keeper_kind(m) != "retrieved"]
+
+    def retrieved(view: list[BaseMessage]) -> list[str]:
+        return [text_of(m) for m in view if keeper_kind(m) == "retrieved"]
+
+    assert notes(keyword_arm) == notes(hybrid_arm)
+    assert all(
+        without_retrieved(keyword_views[k]) == without_retrieved(hybrid_views[k])
+        for k in keyword_views
+    )
+    assert any(retrieved(keyword_views[k]) != retrieved(hybrid_views[k]) for k in keyword_views)
+
+
+def test_the_summary_request_is_sent_like_a_normal_call_and_its_summary_replaces_the_turns(stream):
+    model = RecordingReader()
+    arm = build_arm("summarize", model, window=WINDOW, system_prompt="You read stories.")
+    drive(arm, stream)
+    requests = [sent for sent, _ in model.sent if text_of(sent[-1]).startswith(SUMMARY_REQUEST_TAG)]
+    assert len(requests) >= 2
+    assert all(text_of(sent[0]) == "You read stories." for sent in requests)
+    final = arm.graph.get_state(THREAD).values["messages"]
+    summaries = [m for m in final if keeper_kind(m) == "summary"]
+    assert len(summaries) == 1 and final[1] is not None and keeper_kind(final[1]) == "summary"
+    assert text_of(final[0]) == TASK
+    assert not re.search(r"[A-Z][a-z]+ [A-Z][a-z]+ (?:took|added|recorded)", text_of(summaries[0]))
+
+
+def test_unknown_arms_and_options_are_refused_with_the_choices():
+    with pytest.raises(ValueError, match="window_drop"):
+        build_arm("trimming", SimulatedReader(), window=WINDOW)
+    with pytest.raises(TypeError, match="keep_turns"):
+        build_arm("window_drop", SimulatedReader(), window=WINDOW, keep_turns=3)
+    assert set(ARMS) >= {"rag", "notes", "peer_langmem_summarization"}
+    assert {n for n, info in ARMS.items() if info.uses_retriever} == {
+        "rag",
+        "notes",
+        "notes_retrieval",
+        "notes_rewrite",
+    }
+
+
+# ---------------------------------------------------------------------------------- pure parts
+
+
+def tool_loop(index: int) -> list[BaseMessage]:
+    call = {"name": "read_next_batch", "args": {}, "id": f"c{index}", "type": "tool_call"}
+    return [
+        HumanMessage(f"Go on {index}.", id=f"h{index}"),
+        AIMessage("", tool_calls=[call], id=f"a{index}"),
+        ToolMessage(f"Item {index}. " + "words " * 40, tool_call_id=f"c{index}", id=f"t{index}"),
+        AIMessage(f"Read item {index}.", id=f"r{index}"),
+    ]
+
+
+def test_window_drop_removes_whole_turns_and_never_splits_a_call_from_its_result():
+    messages = [HumanMessage("The task.", id="task")]
+    for index in range(1, 6):
+        messages += tool_loop(index)
+
+    def fits(kept):
+        return sum(len(text_of(m)) for m in kept) < 700
+
+    kept = drop_oldest(messages, 1, fits)
+    assert kept[0].id == "task" and kept[1].id.startswith("h")
+    calls = {c["id"] for m in kept if isinstance(m, AIMessage) for c in m.tool_calls}
+    assert {m.tool_call_id for m in kept if isinstance(m, ToolMessage)} == calls
+    with pytest.raises(WindowTooSmallError):
+        drop_oldest(messages, 1, lambda kept: False)
+
+
+def test_compaction_stubs_old_tool_output_and_keeps_the_newest():
+    messages = [HumanMessage("The task.", id="task")]
+    for index in range(1, 6):
+        messages += tool_loop(index)
+    compacted = compact(messages, 1, keep_tool_results=2)
+    results = [text_of(m) for m in compacted if isinstance(m, ToolMessage)]
+    assert results[:3] == ["[cleared: old tool output]"] * 3
+    assert results[3].startswith("Item 4.") and results[4].startswith("Item 5.")
+    assert [m.id for m in compacted] == [m.id for m in messages]
+    assert text_of(messages[3]).startswith("Item 1.")  # the input list is not changed
+
+
+def test_the_reader_answers_summary_requests_with_rules_and_values_but_no_actors():
+    story = HumanMessage(
+        "Item 1.\nHouse method: the tally of a counter is its value times five plus thirteen. "
+        "Mira Holt recorded domo86 at 40. Tomas Quill took 9 from domo86."
+    )
+    for request in (
+        f"{SUMMARY_REQUEST_TAG} Write a summary.",
+        "Create a summary of the conversation above:",
+        "This is summary of the conversation so far: x\n\nExtend this summary by taking into "
+        "account the new messages above:",
+    ):
+        messages = [story, AIMessage("Read item 1."), HumanMessage(request)]
+        assert is_summary_request(messages)
+        summary = write_summary(messages)
+        assert "House method: the tally of a counter" in summary
+        assert "The clerk recorded domo86 at 31." in summary
+        assert "Mira" not in summary and "Tomas" not in summary
+    assert not is_summary_request([story])
+    assert not is_summary_request([HumanMessage("Here is a summary of the conversation to date:")])
+
+
+@pytest.mark.parametrize("name", ["rag", "notes_retrieval"])
+def test_the_retrieving_arms_run_with_a_hybrid_retriever(stream, name):
+    store = make_retriever("hybrid", embedder=HashingEmbedder())
+    arm = build_arm(name, SimulatedReader(), window=8192, retriever=store, domain="counters")
+    arm.graph.invoke({"messages": [HumanMessage(TASK)]}, THREAD)
+    for record in list(read_stream(stream))[:6]:  # through the first question set
+        out = arm.graph.invoke({"messages": [HumanMessage(record["text"])]}, THREAD)
+    assert arm.retriever is store
+    assert any(keeper_kind(m) == "retrieved" for m in out["messages"])
+    assert re.search(r"^1\. ", text_of(out["messages"][-1]), re.M)
+    arm.close()

@@ -244,7 +244,10 @@ class ValueShowsWorking:
             value = parse_number(line.value)
             if line.working is not None or value is None or value == 0:
                 continue
-            if abs(value) in amounts_in(context.noted_text) or context.notes.state_value(line.key) == line.value:
+            if (
+                abs(value) in amounts_in(context.noted_text)
+                or context.notes.state_value(line.key) == line.value
+            ):
                 continue
             reason = (
                 f"the value {line.value} is not stated in the turns; if it was worked out, "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
@@ -65,19 +65,22 @@ class CutPlan:
     """Notes cover ``[layout.noted_start, boundary)``; the note request follows ``boundary - 1``."""
     keep_from: int
     """Messages ``[keep_from, boundary)`` stay in view as already noted; ``[boundary:]`` stay too."""
+    pinned: tuple[int, ...] = ()
+    """Earlier messages that stay in view although the cut passes them: an open question (and
+    what the keeper placed beside it) whose own work has outgrown the window."""
 
     @property
     def noted(self) -> range:
         return range(self.layout.noted_start, self.boundary)
 
     @property
-    def leaving(self) -> range:
+    def leaving(self) -> list[int]:
         """Indices of the messages that leave the window (after the head)."""
-        return range(self.layout.head_end, self.keep_from)
+        return [i for i in range(self.layout.head_end, self.keep_from) if i not in self.pinned]
 
     @property
     def kept_count(self) -> int:
-        return self.boundary - self.keep_from
+        return len(self.pinned) + self.boundary - self.keep_from
 
 
 def newest_exchange_start(messages: Sequence[BaseMessage], boundary: int, floor: int) -> int:
@@ -135,6 +138,21 @@ def plan_cut(
     if keep_from <= layout.head_end:
         keep_from = boundary
     return CutPlan(layout=layout, boundary=boundary, keep_from=keep_from)
+
+
+def pin_open_question(
+    messages: Sequence[BaseMessage], plan: CutPlan, open_question: int
+) -> CutPlan:
+    """Keep an open question (and the keeper's messages right after it) in view across a cut
+    that has to pass it because the work on it no longer fits: the question never leaves."""
+    if open_question >= plan.keep_from:
+        return plan
+    pinned = [open_question]
+    index = open_question + 1
+    while index < plan.keep_from and keeper_kind(messages[index]) is not None:
+        pinned.append(index)
+        index += 1
+    return replace(plan, pinned=tuple(pinned))
 
 
 def cut_key(session: str, message_ids: Sequence[str], boundary_id: str) -> str:

@@ -36,7 +36,14 @@ from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesDraft, op
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
-from keeper_middleware.cut import CutPlan, Layout, cut_key, find_layout, plan_cut
+from keeper_middleware.cut import (
+    CutPlan,
+    Layout,
+    cut_key,
+    find_layout,
+    pin_open_question,
+    plan_cut,
+)
 from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.injection import (
     merge_hits,
@@ -249,6 +256,12 @@ class Keeper:
             plan = plan_cut(messages, layout, open_question=open_at, notes_call_fits=fits)
             if plan is not None and plan.kept_count:
                 plan = self._drop_kept_if_too_big(plan, messages, notes, setup)
+            if open_at is not None and not self._leaves_room(plan, messages, notes, setup):
+                # the work on an open question has outgrown the window: note and archive it,
+                # keeping the question itself in view
+                passing = plan_cut(messages, layout, open_question=None, notes_call_fits=fits)
+                if passing is not None:
+                    plan = pin_open_question(messages, passing, open_at)
         if plan is None and request_tokens > self.config.budget:
             raise WindowTooSmallError(
                 f"the request is {request_tokens} tokens, over the budget of "
@@ -259,11 +272,31 @@ class Keeper:
             )
         return _Pending(session, messages, kstate, plan, notes)
 
+    def _leaves_room(
+        self,
+        plan: CutPlan | None,
+        messages: Sequence[BaseMessage],
+        notes: Notes,
+        setup: ModelSetup,
+    ) -> bool:
+        """Whether the window after ``plan`` is under the notes threshold (room to work)."""
+        if plan is None:
+            return False
+        window = [
+            *messages[: plan.layout.head_end],
+            *(messages[i] for i in plan.pinned),
+            *messages[plan.keep_from :],
+        ]
+        return self._count(setup, window) + self._notes_estimate(notes) <= self.config.budget
+
+    def _notes_estimate(self, notes: Notes) -> int:
+        return self.tokens.count_text(render_notes(notes)) * 5 // 4 + 256
+
     def _drop_kept_if_too_big(
         self, plan: CutPlan, messages: Sequence[BaseMessage], notes: Notes, setup: ModelSetup
     ) -> CutPlan:
         """Keep the newest exchange only if the window after the cut leaves room to work."""
-        notes_estimate = self.tokens.count_text(render_notes(notes)) * 5 // 4 + 256
+        notes_estimate = self._notes_estimate(notes)
         after = [*messages[: plan.layout.head_end], *messages[plan.keep_from :]]
         if self._count(setup, after) + notes_estimate <= self.config.notes_threshold:
             return plan
@@ -526,7 +559,12 @@ class Keeper:
         notes_message = keeper_message(
             render_notes(notes, kept=plan.kept_count), "notes", msg_id=f"notes-{pending.key}"
         )
-        window = [*messages[: plan.layout.head_end], notes_message, *messages[plan.keep_from :]]
+        window = [
+            *messages[: plan.layout.head_end],
+            notes_message,
+            *(messages[i] for i in plan.pinned),
+            *messages[plan.keep_from :],
+        ]
         size = self._count(setup, window)
         if size > self.config.budget:
             raise WindowTooSmallError(

@@ -286,3 +286,45 @@ def test_a_system_message_in_the_middle_of_a_history_is_archived_when_it_leaves(
     in_view = {m.id for m in result.messages}
     archived = {t.msg_id for t in keeper.archive.turns("s")}
     assert "sys-mid" in in_view | archived
+
+
+def test_work_on_an_open_question_that_outgrows_the_window_is_cut_but_the_question_stays():
+    asked: list[list[BaseMessage]] = []
+
+    def reply(messages):
+        last = messages[-1]
+        if keeper_kind(last) in ("notes_request", "notes_reask"):
+            return StoryModel()(messages)
+        if (
+            "Questions" in text_of(last)
+            or keeper_kind(last) == "rules"
+            or isinstance(last, ToolMessage)
+        ):
+            asked.append(messages)
+            if len(asked) < 30:
+                query = f"c{len(asked) % 12 + 1} day quietly"  # long result lists
+                return AIMessage(
+                    "",
+                    tool_calls=[
+                        {
+                            "name": "search_archive",
+                            "args": {"query": query},
+                            "id": f"s{len(asked)}",
+                            "type": "tool_call",
+                        }
+                    ],
+                )
+            return "1. 3"
+        return "ok"
+
+    keeper = Keeper(KeeperConfig(window=2048, reply_reserve=256, notes_every_items=5))
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver()
+    )
+    run_story(agent, 12)
+    cuts = keeper.counters("t1").cuts
+    out = agent.invoke({"messages": [HumanMessage("Questions: what was c1 at the start?")]}, THREAD)
+    assert keeper.counters("t1").cuts > cuts, "the searches outgrew the window and were cut"
+    assert text_of(out["messages"][-1]) == "1. 3"
+    for messages in asked:
+        assert any("what was c1 at the start?" in text_of(m) for m in messages)

@@ -40,7 +40,9 @@ class Passage:
         if self.position < 0:
             raise ValueError(f"Passage.position must be 0 or more, got {self.position}.")
         if isinstance(self.item, bool) or not isinstance(self.item, int):
-            raise TypeError(f"Passage.item must be an int (the content's number), got {self.item!r}.")
+            raise TypeError(
+                f"Passage.item must be an int (the content's number), got {self.item!r}."
+            )
         if not isinstance(self.text, str):
             raise TypeError(f"Passage.text must be a string, got {type(self.text).__name__}.")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import math
 import os
 import re
@@ -52,10 +53,12 @@ class HashingEmbedder:
     def _embed(self, text: str) -> list[float]:
         words = _WORD.findall(text.lower())
         features = [(word, 1.0) for word in words]
-        features += [(f"{a} {b}", self.bigram_weight) for a, b in zip(words, words[1:], strict=False)]
+        features += [(f"{a} {b}", self.bigram_weight) for a, b in itertools.pairwise(words)]
         vector = [0.0] * self.dim
         for feature, weight in features:
-            digest = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "big")
+            digest = int.from_bytes(
+                hashlib.blake2b(feature.encode(), digest_size=8).digest(), "big"
+            )
             vector[digest % self.dim] += weight if (digest >> 40) & 1 else -weight
         norm = math.sqrt(sum(v * v for v in vector))
         if norm == 0.0:  # no words: a fixed unit vector keeps cosine distance defined
@@ -151,7 +154,7 @@ def _embedding_function_class() -> type:
         def __init__(self, embedder: Embedder) -> None:
             self._embedder = embedder
 
-        def __call__(self, input: list[str]) -> list[list[float]]:  # noqa: A002 (chromadb's name)
+        def __call__(self, input: list[str]) -> list[list[float]]:
             return self._embedder(list(input))
 
         @staticmethod
@@ -174,6 +177,6 @@ def _embedding_function_class() -> type:
             )
 
     try:
-        return register_embedding_function(KeeperEmbeddingFunction)  # type: ignore[no-any-return]
+        return register_embedding_function(KeeperEmbeddingFunction)  # type: ignore[no-any-return,no-untyped-call]
     except ValueError:  # registered already (module reloaded); the registered one works alike
         return KeeperEmbeddingFunction

@@ -18,7 +18,7 @@ import threading
 import uuid
 import warnings
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -123,7 +123,7 @@ class EmbeddingRetriever:
             where=_where(session, from_item, to_item),
             include=["documents", "metadatas", "distances"],
         )
-        ids, docs, metas, dists = (result[key][0] for key in ("ids", "documents", "metadatas", "distances"))  # type: ignore[index]
+        docs, metas, dists = (result[key][0] for key in ("documents", "metadatas", "distances"))  # type: ignore[index]
         passages = [
             Passage(session=session, item=int(m["item"]), position=int(m["position"]), text=d)
             for m, d in zip(metas, docs, strict=True)
@@ -133,7 +133,6 @@ class EmbeddingRetriever:
             Hit(passage=p, score=1.0 - float(dist), next_text=following.get(p.position + 1, ""))
             for p, dist in zip(passages, dists, strict=True)
         ]
-        del ids
         return sorted(hits, key=lambda h: (-h.score, -h.passage.position))
 
     def count(self, session: str) -> int:
@@ -206,7 +205,9 @@ class EmbeddingRetriever:
             ids=[_passage_id(p.session, p.position) for p in unique],
             embeddings=vectors,  # type: ignore[arg-type]
             documents=[p.text for p in unique],
-            metadatas=[{"session": p.session, "item": p.item, "position": p.position} for p in unique],
+            metadatas=[
+                {"session": p.session, "item": p.item, "position": p.position} for p in unique
+            ],
         )
 
     def _following(self, session: str, passages: list[Passage]) -> dict[int, str]:

@@ -9,10 +9,18 @@ digits (``domo86``) stay one token and are found by exact query, while "recorded
 nothing (rank-bm25's Okapi floors such terms at a fraction of the mean IDF instead); the top
 results agree with rank-bm25 on a corpus whose ordering is unambiguous (tested).
 
-Speed: FTS5 scores every row that matches any query term. A term found in more than
-``_COMMON_TERM_FRACTION`` of a session-wide index adds almost nothing to BM25, so when a query
-also has rarer terms, the common ones are dropped first and only brought back when the rarer
-terms give fewer than ``k`` hits. That keeps "the clerk recorded domo86" as fast as "domo86".
+Speed (measured p95 in bench/results/retrievers.md): FTS5 scores every row that matches any
+query term, so three bounds keep a search fast at a million sentences:
+
+- Common words are dropped first: stopwords, and words found in more than
+  ``_COMMON_TERM_FRACTION`` of the passages (they add almost nothing to BM25). They come back
+  (stopwords still left out) only when the rarer words give fewer than ``k`` hits.
+- Only the newest ``_CANDIDATES`` rows matching the words are ranked. A word in more passages
+  than that (a counter named thousands of times) is ranked among its newest mentions; older ones
+  are reached with ``from_item``/``to_item``. When filters leave fewer than ``k`` of those
+  candidates, the search is run again over every match, so a filter never hides a hit.
+- An item range is turned into the range of row ids it can hold, so FTS5 reads only that part
+  of each word's list.
 """
 
 from __future__ import annotations
@@ -28,6 +36,12 @@ from keeper_middleware.retrievers.base import Hit, Passage, check_search_argumen
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _COMMON_TERM_FRACTION = 0.05
+_CANDIDATES = 2_000
+_RANGE_SCAN = 20_000
+_STOPWORDS = frozenset(
+    "a an and are as at be but by for from had has have he her his i in is it its of on or "  # noqa: SIM905
+    "she that the their them they this to was were what when where which who will with you".split()
+)
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 _SCHEMA = """
@@ -39,6 +53,7 @@ CREATE TABLE IF NOT EXISTS kw_passages (
     text TEXT NOT NULL,
     UNIQUE (session, position)
 );
+CREATE INDEX IF NOT EXISTS kw_passages_item ON kw_passages (session, item, id);
 CREATE VIRTUAL TABLE IF NOT EXISTS kw_fts USING fts5(
     text, content='kw_passages', content_rowid='id',
     tokenize='{tokenizer}'
@@ -63,15 +78,27 @@ WHERE kw_passages.item != excluded.item OR kw_passages.text != excluded.text
 """
 
 _SEARCH = """
-SELECT p.item, p.position, p.text, -bm25(kw_fts) AS score, COALESCE(n.text, '')
-FROM kw_fts
-JOIN kw_passages AS p ON p.id = kw_fts.rowid
+WITH candidates AS MATERIALIZED (
+    SELECT rowid AS id, bm25(kw_fts) AS bm25 FROM kw_fts
+    WHERE kw_fts MATCH :match AND rowid BETWEEN :low_id AND :high_id
+    ORDER BY rowid DESC LIMIT :candidates
+)
+SELECT p.item, p.position, p.text, -c.bm25 AS score, COALESCE(n.text, '')
+FROM candidates AS c
+CROSS JOIN kw_passages AS p ON p.id = c.id
 LEFT JOIN kw_passages AS n ON n.session = p.session AND n.position = p.position + 1
-WHERE kw_fts MATCH :match AND p.session = :session
-  AND p.item >= :from_item AND p.item <= :to_item {exclude}
+WHERE p.session = :session AND p.item BETWEEN :from_item AND :to_item {exclude}
 ORDER BY score DESC, p.position DESC
 LIMIT :k
 """
+
+_ID_RANGE = """
+SELECT MIN(id), MAX(id), COUNT(*) FROM (
+    SELECT id FROM kw_passages
+    WHERE session = :session AND item BETWEEN :from_item AND :to_item LIMIT :scan
+)
+"""
+"""Bounds the ids an item range can hold, so FTS5 reads only that part of each word's list."""
 
 _MIN_ITEM = -(2**63)
 _MAX_ITEM = 2**63 - 1
@@ -103,11 +130,7 @@ class KeywordRetriever:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA.format(tokenizer=_TOKENIZER))
-        self._stemmer = sqlite3.connect(":memory:", check_same_thread=False)
-        self._stemmer.executescript(
-            f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{_TOKENIZER}');"
-            "CREATE VIRTUAL TABLE v USING fts5vocab(t, 'row');"
-        )
+        self._term_counts: dict[str, tuple[int, int]] = {}
         self._closed = False
 
     def add(self, passages: Sequence[Passage]) -> None:
@@ -145,11 +168,15 @@ class KeywordRetriever:
         }
         with self._lock:
             self._check_open()
+            params |= self._id_range(params, narrow=from_item is not None or to_item is not None)
+            if params["low_id"] is None:
+                return []
             rare = self._rare_terms(terms)
             rows = self._run(rare, params, exclude=[])
-            if len(rows) < k and len(rare) < len(terms):
+            wider = [t for t in terms if t not in _STOPWORDS] or terms
+            if len(rows) < k and len(rare) < len(wider):
                 found = [position for _, position, *_ in rows]
-                rows += self._run(terms, {**params, "k": k - len(rows)}, exclude=found)
+                rows += self._run(wider, {**params, "k": k - len(rows)}, exclude=found)
         return [
             Hit(
                 passage=Passage(session=session, item=item, position=position, text=text),
@@ -180,41 +207,59 @@ class KeywordRetriever:
             if not self._closed:
                 self._closed = True
                 self._db.close()
-                self._stemmer.close()
 
     def __repr__(self) -> str:
         return f"KeywordRetriever({self._path!r})"
 
+    def _id_range(self, params: dict[str, object], *, narrow: bool) -> dict[str, object]:
+        everything: dict[str, object] = {"low_id": _MIN_ITEM, "high_id": _MAX_ITEM}
+        if not narrow:
+            return everything
+        low, high, rows = self._db.execute(_ID_RANGE, {**params, "scan": _RANGE_SCAN}).fetchone()
+        return everything if rows >= _RANGE_SCAN else {"low_id": low, "high_id": high}
+
     def _rare_terms(self, terms: list[str]) -> list[str]:
-        """Drops the terms most passages contain, unless nothing rarer is left."""
+        """Drops the words most passages contain, unless nothing rarer is left."""
         if len(terms) < 2:
             return terms
         total = self._db.execute("SELECT COALESCE(MAX(id), 0) FROM kw_passages").fetchone()[0]
-        counts = {
-            term: self._db.execute(
-                "SELECT COALESCE(SUM(doc), 0) FROM kw_vocab WHERE term = ?",
-                (self._index_form(term),),
-            ).fetchone()[0]
-            for term in terms
-        }
-        rare = [term for term in terms if counts[term] <= total * _COMMON_TERM_FRACTION]
+        limit = total * _COMMON_TERM_FRACTION
+        rare = [t for t in terms if t not in _STOPWORDS and self._passages_with(t, total) <= limit]
         return rare or terms
 
-    def _index_form(self, term: str) -> str:
-        """The term as the index stores it (stemmed), so its document count can be looked up."""
-        self._stemmer.execute("INSERT INTO t (text) VALUES (?)", (term,))
-        row = self._stemmer.execute("SELECT term FROM v LIMIT 1").fetchone()
-        self._stemmer.execute("DELETE FROM t")
-        return str(row[0]) if row else term
+    def _passages_with(self, term: str, total: int) -> int:
+        """How many passages hold the term, counted again once the index grew by a quarter."""
+        cached = self._term_counts.get(term)
+        if cached is not None and total <= cached[1] * 1.25:
+            return cached[0]
+        count = self._db.execute(
+            "SELECT COUNT(*) FROM kw_fts WHERE kw_fts MATCH ?", (match_expression([term]),)
+        ).fetchone()[0]
+        if len(self._term_counts) > 50_000:
+            self._term_counts.clear()
+        self._term_counts[term] = (int(count), total)
+        return int(count)
 
-    def _run(self, terms: Sequence[str], params: dict[str, object], exclude: list[int]) -> list[tuple]:  # type: ignore[type-arg]
+    def _run(
+        self, terms: Sequence[str], params: dict[str, object], exclude: list[int]
+    ) -> list[tuple]:  # type: ignore[type-arg]
+        """Ranks the newest ``_CANDIDATES`` matches; when filters leave too few, ranks them all."""
         exclusion = ""
         if exclude:
             exclusion = f"AND p.position NOT IN ({','.join(str(int(p)) for p in exclude)})"
         sql = _SEARCH.format(exclude=exclusion)
-        return self._db.execute(sql, {**params, "match": match_expression(terms)}).fetchall()
+        bound = {**params, "match": match_expression(terms), "candidates": _CANDIDATES}
+        rows = self._db.execute(sql, bound).fetchall()
+        if len(rows) < int(str(params["k"])):
+            capped = self._db.execute(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM kw_fts WHERE kw_fts MATCH :match "
+                "AND rowid BETWEEN :low_id AND :high_id LIMIT :candidates)",
+                bound,
+            ).fetchone()[0]
+            if capped >= _CANDIDATES:
+                rows = self._db.execute(sql, {**bound, "candidates": -1}).fetchall()
+        return rows
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed; make a new one to search again.")
-

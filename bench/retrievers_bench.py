@@ -1,0 +1,200 @@
+"""Measures the retrieval backends on synthetic counter-story sentences.
+
+    python -m keeper_middleware.bench.retrievers_bench --sizes 100000,1000000 \\
+        --backends keyword,embedding,hybrid
+
+Each (backend, size) runs in a fresh subprocess, so peak memory (``ru_maxrss``) is its own.
+Passages are added one turn at a time (``--turn`` sentences per ``add``), as the keeper archives
+them. Embedding runs ~500 sentences/s on 2 cores, so embedding and hybrid sizes are capped at
+``--max-embedding-size`` and the table says so. The table is printed and written to
+``bench/results/retrievers.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from keeper_middleware.retrievers.base import Passage
+from keeper_middleware.retrievers.factory import make_retriever
+
+RESULTS = Path(__file__).resolve().parent / "results" / "retrievers.md"
+SESSION = "bench"
+_SYLLABLES = ["do", "mo", "ka", "ri", "ven", "tal", "os", "pe", "lun", "zar", "mi", "ko"]
+_PEOPLE = ["Mira", "The clerk", "Old Tomas", "The miller", "Ines", "A courier", "Berit"]
+_FILLER = [
+    "The rain kept on.",
+    "A cart rolled past the {noun}.",
+    "Someone laughed near the {noun}.",
+    "The {noun} smelled of smoke and wet wool.",
+    "Nobody spoke for a while.",
+    "The lamps were lit early that evening near the {noun}.",
+]
+_NOUNS = ["gate", "mill", "river", "market", "well", "granary", "harbour", "chapel"]
+_ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "  # noqa: SIM905
+    "fifteen sixteen seventeen eighteen nineteen".split()
+)
+_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def number_words(n: int) -> str:
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else "-" + _ONES[n % 10])
+    rest = n % 100
+    return f"{_ONES[n // 100]} hundred" + ("" if rest == 0 else f" and {number_words(rest)}")
+
+
+def counter_names(count: int, rng: random.Random) -> list[str]:
+    names: set[str] = set()
+    while len(names) < count:
+        names.add(rng.choice(_SYLLABLES) + rng.choice(_SYLLABLES) + str(rng.randrange(10, 100)))
+    return sorted(names)
+
+
+def story_sentences(total: int, names: list[str], rng: random.Random) -> Iterator[str]:
+    """Counter stories: records, changes that say "it", and filler."""
+    while total > 0:
+        name = rng.choice(names)
+        kind = rng.random()
+        if kind < 0.35:
+            batch = [
+                f"The clerk recorded {name} at {number_words(rng.randrange(1, 1000))}.",
+                f"{number_words(rng.randrange(1, 20)).capitalize()} were taken from it.",
+            ]
+        elif kind < 0.6:
+            batch = [f"{rng.choice(_PEOPLE)} added {number_words(rng.randrange(1, 50))} to {name}."]
+        else:
+            batch = [rng.choice(_FILLER).format(noun=rng.choice(_NOUNS))]
+        yield from batch[:total]
+        total -= len(batch)
+
+
+def bench_queries(names: list[str], rng: random.Random, items: int) -> list[dict[str, object]]:
+    """100 queries: names alone, names in a question, common words, and item-range filters."""
+    queries: list[dict[str, object]] = []
+    for i in range(100):
+        name = rng.choice(names)
+        if i % 10 < 5:
+            text = name
+        elif i % 10 < 8:
+            text = f"what did the clerk record for {name} and who took from it"
+        else:
+            text = f"what happened at the {rng.choice(_NOUNS)} in the rain"
+        query: dict[str, object] = {"query": text}
+        if i % 4 == 3:
+            low = rng.randrange(0, max(1, items - 50))
+            query |= {"from_item": low, "to_item": low + 50}
+        queries.append(query)
+    return queries
+
+
+def run_one(backend: str, size: int, turn: int, folder: Path) -> dict[str, object]:
+    rng = random.Random(size)
+    names = counter_names(max(50, size // 500), rng)
+    retriever = make_retriever(backend, path=folder)
+    started = time.perf_counter()
+    batch: list[Passage] = []
+    item = 0
+    for position, sentence in enumerate(story_sentences(size, names, rng)):
+        batch.append(Passage(session=SESSION, item=item, position=position, text=sentence))
+        if len(batch) == turn:
+            retriever.add(batch)
+            batch, item = [], item + 1
+    retriever.add(batch)
+    returned = time.perf_counter() - started
+    retriever.flush()
+    added = time.perf_counter() - started
+    latencies = []
+    for query in bench_queries(names, rng, item):
+        begin = time.perf_counter()
+        retriever.search(str(query.pop("query")), session=SESSION, k=10, **query)  # type: ignore[arg-type]
+        latencies.append((time.perf_counter() - begin) * 1000)
+    retriever.close()
+    quantiles = statistics.quantiles(latencies, n=100)
+    return {
+        "backend": backend,
+        "size": size,
+        "add_per_s": size / added,
+        "add_returned_s": returned,
+        "add_total_s": added,
+        "p50_ms": statistics.median(latencies),
+        "p95_ms": quantiles[94],
+        "disk_mb": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def render(rows: list[dict[str, object]], note: str) -> str:
+    lines = [
+        "# Retriever benchmark",
+        "",
+        "Synthetic counter-story sentences in one session, added one turn at a time; 100 queries",
+        "(names, questions naming a counter, common words; a quarter with an item range), k=10.",
+        note,
+        "",
+        "| backend | sentences | add (sent/s) | add returns after (s) | indexed after (s) | search p50 (ms) | search p95 (ms) | index on disk (MB) | peak RSS (MB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['backend']} | {r['size']:,} | {r['add_per_s']:,.0f} | {r['add_returned_s']:.1f} "
+            f"| {r['add_total_s']:.1f} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} "
+            f"| {r['disk_mb']:.1f} | {r['peak_rss_mb']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--backends", default="keyword,embedding,hybrid")
+    parser.add_argument("--turn", type=int, default=50, help="sentences per add() call")
+    parser.add_argument("--max-embedding-size", type=int, default=100_000)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--child", nargs=2, metavar=("BACKEND", "SIZE"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        with tempfile.TemporaryDirectory() as folder:
+            result = run_one(args.child[0], int(args.child[1]), args.turn, Path(folder))
+        print(json.dumps(result))
+        return
+    rows: list[dict[str, object]] = []
+    capped: list[str] = []
+    for backend in args.backends.split(","):
+        for size in (int(s) for s in args.sizes.split(",")):
+            if backend != "keyword" and size > args.max_embedding_size:
+                capped.append(f"{backend} at {size:,}")
+                size = args.max_embedding_size
+                if any(r["backend"] == backend and r["size"] == size for r in rows):
+                    continue
+            command = [sys.executable, "-m", __spec__.name, "--child", backend, str(size)]
+            done = subprocess.run(
+                [*command, "--turn", str(args.turn)], check=True, capture_output=True, text=True
+            )
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(render(rows[-1:], "").splitlines()[-1], flush=True)
+    note = (
+        f"Not run (too slow for embedding here, capped at {args.max_embedding_size:,}): {', '.join(capped)}."
+        if capped
+        else ""
+    )
+    table = render(rows, note)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,694 @@
+"""``keeper-bench run``: drive one arm through a stream and write a run folder.
+
+The run folder is the one ``keeper-bench grade/audit/report`` read (see ``cli.py``): ``run.json``,
+``answers.jsonl``, ``notes.jsonl``, ``calls.jsonl``, plus ``grade.json``, ``audit.json`` and
+``costs.json`` at the end. The keeper's archive (``archive.sqlite3``), a LangGraph SQLite
+checkpointer (``checkpoints.sqlite3``) and ``progress.json`` live there too, so a run that was
+interrupted resumes where it stopped: steps already done are skipped, and a step cut short is
+finished from its last checkpoint rather than sent again.
+
+Batches reach the agent as user messages, or (``--delivery tool``) through a ``read_next_batch``
+tool the model calls; questions always arrive as user messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.tools import InjectedToolCallId, StructuredTool
+from pydantic import SecretStr
+
+from keeper_middleware.bench.cli import Command, costs_of_run, grade_run
+from keeper_middleware.bench.costs import CallRecord, CostSummary
+from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
+from keeper_middleware.bench.reader_faults import NO_FAULTS, ReaderFaults
+from keeper_middleware.bench.reader_messages import NO_MORE_BATCHES, READ_TOOL
+from keeper_middleware.bench.recording import CallRecorder
+from keeper_middleware.bench.streams import (
+    SIZES,
+    StreamSpec,
+    generate_stream,
+    preset_spec,
+    read_stream,
+)
+from keeper_middleware.keeper import Keeper
+from keeper_middleware.messages import text_of
+
+THREAD = "bench"
+PROGRESS_FILE = "progress.json"
+CHECKPOINTS_FILE = "checkpoints.sqlite3"
+ARCHIVE_FILE = "archive.sqlite3"
+
+
+DELIVERIES = ("messages", "tool")
+SYSTEM_PROMPT = "You read stories about counters and answer questions about them."
+TASK_MESSAGES = (
+    "Task: stories about counters arrive as numbered items, one message each. Keep track of "
+    "every counter, follow the standing rules and methods the stories give, and when questions "
+    'come, answer each on its own line as "N. answer".'
+)
+TASK_TOOL = (
+    "Task: stories about counters arrive as numbered items. Call read_next_batch (no arguments) "
+    f'until it answers "{NO_MORE_BATCHES}" Keep track of every counter, follow the standing '
+    "rules and methods the stories give, and when questions come, answer each on its own line "
+    'as "N. answer".'
+)
+CONTINUE_TOOL = f'More items have arrived: call read_next_batch (no arguments) until it answers "{NO_MORE_BATCHES}"'
+_OPENAI = re.compile(r"^openai:(https?://[^/:\s]+(?::\d+)?(?:/[^:\s]*)?)(?::(\S+))?$")
+
+
+# -- what a run is ------------------------------------------------------------------------------
+def parse_faults(text: str) -> ReaderFaults:
+    """``misread=0.05,empty_reply=0.02,seed=3`` → ``ReaderFaults``; "" → no faults."""
+    values: dict[str, Any] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"--faults takes NAME=RATE pairs separated by commas, got {part!r}")
+        values[name.strip()] = int(value) if name.strip() == "seed" else float(value)
+    try:
+        return ReaderFaults(**values)
+    except TypeError as error:
+        known = ", ".join(f.name for f in fields(ReaderFaults))
+        raise ValueError(f"unknown fault in --faults {text!r}; known: {known}") from error
+
+
+def parse_model(spec: str) -> tuple[str, str | None]:
+    """("sim", None) or (base URL, model name or None) from ``sim`` / ``openai:URL[:MODEL]``."""
+    if spec == "sim":
+        return "sim", None
+    match = _OPENAI.match(spec)
+    if match is None:
+        raise ValueError(
+            f"--model {spec!r}: use sim (the simulated reader) or openai:URL[:MODEL], "
+            "e.g. openai:http://127.0.0.1:8080/v1:qwen3-4b"
+        )
+    return match.group(1), match.group(2)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """One arm on one stream with one model: everything a run folder's results depend on."""
+
+    arm: str
+    stream: Path
+    model: str = "sim"
+    window: int = 32_768
+    delivery: str = "messages"
+    retriever: str = "keyword"
+    embedder: str | None = None
+    faults: ReaderFaults = NO_FAULTS
+    timeout: float = 600.0
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.delivery not in DELIVERIES:
+            raise ValueError(f"delivery must be one of {DELIVERIES}, got {self.delivery!r}")
+        if self.window < 1024:
+            raise ValueError(f"window must be at least 1024 tokens, got {self.window}")
+        kind, _ = parse_model(self.model)
+        if kind != "sim" and self.faults != NO_FAULTS:
+            raise ValueError("--faults only applies to the simulated reader (--model sim)")
+        if self.embedder not in (None, "hashing", "minilm"):
+            raise ValueError(f"embedder must be hashing or minilm, got {self.embedder!r}")
+        if not (Path(self.stream) / "stream.jsonl").exists():
+            raise FileNotFoundError(f"no stream.jsonl in {self.stream}: generate a stream first")
+
+    @classmethod
+    def create(cls, *, faults: str | ReaderFaults = NO_FAULTS, **given: Any) -> RunOptions:
+        parsed = parse_faults(faults) if isinstance(faults, str) else faults
+        return cls(faults=parsed, **{**given, "stream": Path(given["stream"]).resolve()})
+
+    @property
+    def reader(self) -> str:
+        if self.model == "sim":
+            return SIMULATED_READER
+        url, name = parse_model(self.model)
+        return f"{name or 'default'} at {url}"
+
+    @staticmethod
+    def identity_keys() -> frozenset[str]:
+        return frozenset(
+            {"arm", "model", "window", "delivery", "retriever", "embedder", "faults", "stream"}
+        )
+
+    def run_json(self, run_dir: Path) -> dict[str, Any]:
+        return {
+            "stream": os.path.relpath(Path(self.stream).resolve(), run_dir.resolve()),
+            "reader": self.reader,
+            "label": self.label or self.arm,
+            "arm": self.arm,
+            "model": self.model,
+            "window": self.window,
+            "delivery": self.delivery,
+            "retriever": self.retriever,
+            "embedder": self.embedder,
+            "faults": {f.name: getattr(self.faults, f.name) for f in fields(self.faults)},
+        }
+
+
+def make_model(options: RunOptions) -> BaseChatModel:
+    if options.model == "sim":
+        from keeper_middleware.bench.reader import SimulatedReader
+
+        return SimulatedReader(faults=options.faults)
+    from langchain_openai import ChatOpenAI
+
+    url, name = parse_model(options.model)
+    return ChatOpenAI(
+        base_url=url,
+        api_key=SecretStr(os.environ.get("OPENAI_API_KEY") or "none"),
+        model=name or "default",
+        stream_usage=True,
+        timeout=options.timeout,
+        max_retries=2,
+    )
+
+
+def resolve_stream(spec: str, folder: Path, *, seed: int = 0) -> Path:
+    """A stream folder as given, or a preset ``SIZE[:FAMILY+FAMILY...]`` generated into ``folder``
+    (reused when it already holds that stream)."""
+    given = Path(spec)
+    if (given / "stream.jsonl").exists():
+        return given
+    size, _, families = spec.partition(":")
+    if size not in SIZES:
+        raise ValueError(
+            f"--stream {spec!r} is neither a stream folder nor a preset; presets are "
+            f"{', '.join(SIZES)}, optionally with families, e.g. small:rules+overdrawn"
+        )
+    chosen = frozenset({"base", *(f for f in re.split(r"[+,]", families) if f)})
+    wanted = preset_spec(size, seed=seed, families=chosen)
+    spec_file = folder / "spec.json"
+    if (
+        spec_file.exists()
+        and (folder / "stream.jsonl").exists()
+        and StreamSpec.from_json(json.loads(spec_file.read_text())["spec"]) == wanted
+    ):
+        return folder
+    generate_stream(wanted, folder)
+    return folder
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """One invoke of the graph: a user message and, with tool delivery, the batches it reads."""
+
+    index: int
+    message: str
+    batches: tuple[str, ...] = ()
+    question: Mapping[str, Any] | None = None
+    first_item: int
+    last_item: int
+    history_tokens: int
+
+
+def plan_steps(records: Iterable[Mapping[str, Any]], delivery: str) -> Iterator[Step]:
+    """The task, then one step per batch and per question set (``messages``), or one reading
+    step per run of batches between question sets (``tool``; the first one is the task)."""
+    index, chars, item, first = 0, 0, 0, 0
+    pending: list[str] = []
+    if delivery == "messages":
+        yield Step(index=0, message=TASK_MESSAGES, first_item=0, last_item=0, history_tokens=0)
+        index = 1
+
+    def reading() -> Step:
+        return Step(
+            index=index,
+            message=TASK_TOOL if index == 0 else CONTINUE_TOOL,
+            batches=tuple(pending),
+            first_item=first,
+            last_item=item,
+            history_tokens=chars // 4,
+        )
+
+    for record in records:
+        chars += len(record["text"])
+        if record["type"] == "batch":
+            item = int(record["item"])
+            if delivery == "tool":
+                first = first if pending else item
+                pending.append(record["text"])
+                continue
+            yield Step(
+                index=index,
+                message=record["text"],
+                first_item=item,
+                last_item=item,
+                history_tokens=chars // 4,
+            )
+            index += 1
+            continue
+        if delivery == "tool" and (pending or index == 0):
+            yield reading()
+            index, pending = index + 1, []
+        yield Step(
+            index=index,
+            message=record["text"],
+            question=record,
+            first_item=item,
+            last_item=item,
+            history_tokens=chars // 4,
+        )
+        index += 1
+    if delivery == "tool" and pending:
+        yield reading()
+
+
+class BatchFeeder:
+    """Serves a step's batches to ``read_next_batch``. What each tool call got is saved by its
+    call id, so a tool call replayed after an interruption gets the same batch again."""
+
+    def __init__(
+        self, progress: dict[str, Any], save: Callable[..., None], recorder: CallRecorder
+    ) -> None:
+        self.progress, self.save, self.recorder = progress, save, recorder
+        self.step: Step | None = None
+        self.tool = StructuredTool.from_function(
+            self._read,
+            name=READ_TOOL,
+            description=f'Read the next batch of stories. Call it until it answers "{NO_MORE_BATCHES}"',
+        )
+
+    def begin(self, step: Step) -> None:
+        self.step = step
+
+    def _read(self, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        step = self.step
+        if step is None:
+            return NO_MORE_BATCHES
+        served: dict[str, int] = dict(self.progress.get("served") or {})
+        position = served.get(tool_call_id)
+        if position is None:
+            position = sum(1 for p in served.values() if p >= 0)
+            position = position if position < len(step.batches) else -1
+            self.save(served={**served, tool_call_id: position})
+        if position < 0:
+            return NO_MORE_BATCHES
+        self.recorder.item = step.first_item + position
+        return step.batches[position]
+
+
+# -- the arm ------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class ArmHandle:
+    """A built arm, and what the runner reads from it afterwards."""
+
+    graph: Any
+    keeper: Keeper | None
+    close: Callable[[], None]
+
+    @property
+    def has_notes(self) -> bool:
+        return self.keeper is not None
+
+    def notes_versions(self, session: str) -> list[dict[str, Any]]:
+        if self.keeper is None:
+            return []
+        return [
+            {
+                "version": v.version,
+                "first_item": v.first_item,
+                "last_item": v.last_item,
+                "text": v.text,
+            }
+            for v in self.keeper.archive.notes_versions(session)
+        ]
+
+    def counters(self, session: str) -> dict[str, Any] | None:
+        return None if self.keeper is None else dict(self.keeper.counters(session).to_json())
+
+
+def make_retriever_for(options: RunOptions, archive: Path) -> Any:
+    """The retriever an arm gets: a backend name, or a retriever built with the chosen embedder
+    (its files beside the archive, where the arms keep theirs)."""
+    if options.embedder is None or options.retriever == "keyword":
+        return options.retriever
+    from keeper_middleware.retrievers.embedders import HashingEmbedder, MiniLMEmbedder
+    from keeper_middleware.retrievers.factory import make_retriever
+
+    embedder = HashingEmbedder() if options.embedder == "hashing" else MiniLMEmbedder()
+    return make_retriever(options.retriever, path=archive.with_suffix(".index"), embedder=embedder)
+
+
+def build_arm_handle(
+    options: RunOptions,
+    model: BaseChatModel,
+    *,
+    tools: Sequence[Any],
+    archive: Path,
+    checkpointer: Any,
+) -> ArmHandle:
+    from keeper_middleware.graphs.arms import ARM_OPTIONS, ARMS, build_arm
+
+    if options.arm not in ARMS:
+        raise ValueError(f"unknown arm {options.arm!r}; choose one of: {', '.join(ARMS)}")
+    extra: dict[str, Any] = {"domain": "counters"}
+    if options.delivery == "tool" and "item_tools" in ARM_OPTIONS[options.arm]:
+        extra["item_tools"] = (READ_TOOL,)
+    arm = build_arm(
+        options.arm,
+        model,
+        window=options.window,
+        tools=tuple(tools),
+        system_prompt=SYSTEM_PROMPT,
+        retriever=make_retriever_for(options, archive),
+        archive=archive,
+        checkpointer=checkpointer,
+        **extra,
+    )
+    return ArmHandle(arm.graph, arm.keeper, arm.close)
+
+
+def open_checkpointer(path: Path) -> Any:
+    """A SQLite checkpointer that may also restore langmem's running summary (its peer arm keeps
+    one in the graph state; LangGraph would otherwise warn about an unregistered type)."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from keeper_middleware.graphs.peers import LANGMEM_SUMMARY_TYPE
+
+    connection = sqlite3.connect(str(path), check_same_thread=False)
+    serde = JsonPlusSerializer(allowed_msgpack_modules=[LANGMEM_SUMMARY_TYPE])
+    return SqliteSaver(connection, serde=serde)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_dir: Path
+    grade: GradeResult
+    costs: CostSummary | None
+    audit: dict[str, Any] | None
+    resumed_from_step: int
+    seconds: float
+
+
+# -- the run folder's small files ---------------------------------------------------------------
+def _write_json_atomic(path: Path, data: Any) -> None:
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _complete_lines(path: Path) -> list[str]:
+    """The complete JSON lines of a file; a line torn by a kill is dropped (and the file fixed)."""
+    if not path.exists():
+        return []
+    raw = path.read_text(encoding="utf-8")
+    lines = raw.split("\n")
+    kept = [line for line in lines[:-1] if line.strip()]
+    if lines[-1].strip():  # no newline after it: written only in part
+        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    return kept
+
+
+class _JsonlAppender:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, record: Mapping[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+
+
+def prepare_run_dir(options: RunOptions, run_dir: Path) -> dict[str, Any]:
+    """Write run.json, or check that an existing one describes the same run (then resume)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    wanted = options.run_json(run_dir)
+    path = run_dir / "run.json"
+    if path.exists():
+        existing = json.loads(path.read_text(encoding="utf-8"))
+        differing = sorted(
+            k for k in wanted if k in options.identity_keys() and existing.get(k) != wanted[k]
+        )
+        if differing:
+            raise ValueError(
+                f"{run_dir} holds a different run (it differs in {', '.join(differing)}); "
+                "choose another --out folder, or delete that one to start again"
+            )
+        return dict(existing)
+    _write_json_atomic(path, wanted)
+    return wanted
+
+
+def _progress(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / PROGRESS_FILE
+    if not path.exists():
+        return {"steps_done": 0, "served": {}, "finished": False}
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _prune_checkpoints(saver: Any, config: Mapping[str, Any]) -> None:
+    """Keep only the thread's latest checkpoint: a resume never needs older ones, and a long
+    run would otherwise store its whole window once per graph step."""
+    latest = saver.get_tuple(config)
+    if latest is None:
+        return
+    checkpoint_id = latest.config["configurable"]["checkpoint_id"]
+    with saver.lock:
+        for table in ("checkpoints", "writes"):
+            saver.conn.execute(
+                f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_id != ?",
+                (THREAD, checkpoint_id),
+            )
+        saver.conn.commit()
+
+
+# -- one step -----------------------------------------------------------------------------------
+def _last_reply(values: Mapping[str, Any]) -> str:
+    for message in reversed(list(values.get("messages", []))):
+        if isinstance(message, AIMessage):
+            return text_of(message)
+    return ""
+
+
+def _run_step(graph: Any, step: Step, config: dict[str, Any]) -> Mapping[str, Any]:
+    """Run a step, or finish it from its checkpoint when an earlier process was cut short in it."""
+    snapshot = graph.get_state(config)
+    if snapshot.metadata and snapshot.metadata.get("bench_step") == step.index:
+        if not snapshot.next:
+            return dict(snapshot.values)  # done before the interruption
+        return dict(graph.invoke(None, config, durability="sync"))
+    message: BaseMessage = HumanMessage(step.message, id=f"step-{step.index}")
+    return dict(graph.invoke({"messages": [message]}, config, durability="sync"))
+
+
+def run_arm(
+    options: RunOptions,
+    run_dir: Path | str,
+    *,
+    progress: bool = True,
+    on_step: Callable[[Step, Mapping[str, Any]], None] | None = None,
+) -> RunResult:
+    """Drive ``options.arm`` through the stream into ``run_dir``; resume if it holds a part run."""
+    folder = Path(run_dir)
+    run = prepare_run_dir(options, folder)
+    state = _progress(folder)
+    done = int(state["steps_done"])
+    started = time.perf_counter()
+    calls_path = folder / "calls.jsonl"
+    call_count = len(_complete_lines(calls_path))
+    answered = {
+        (int(r["after_item"]), bool(r["final"]))
+        for r in map(json.loads, _complete_lines(folder / "answers.jsonl"))
+    }
+    write_answer = _JsonlAppender(folder / "answers.jsonl")
+    write_call = _JsonlAppender(calls_path)
+    recorder = CallRecorder(
+        start_index=call_count, sink=lambda record: write_call(record.to_json())
+    )
+    steps = list(plan_steps(read_stream(options.stream), options.delivery))
+    bar = _progress_bar(steps, done, progress, run.get("label", options.arm))
+
+    def save_progress(**changes: Any) -> None:
+        state.update(changes)
+        _write_json_atomic(folder / PROGRESS_FILE, state)
+
+    feeder = BatchFeeder(state, save_progress, recorder) if options.delivery == "tool" else None
+    saver = open_checkpointer(folder / CHECKPOINTS_FILE)
+    arm: ArmHandle | None = None
+    try:
+        arm = build_arm_handle(
+            options,
+            make_model(options),
+            tools=(feeder.tool,) if feeder else (),
+            archive=folder / ARCHIVE_FILE,
+            checkpointer=saver,
+        )
+        recorder.restart_clock()
+        for step in steps[done:]:
+            recorder.item = step.first_item
+            if feeder is not None:
+                feeder.begin(step)
+            values = _run_step(arm.graph, step, _step_config(step, recorder))
+            recorder.item = step.last_item
+            question = step.question
+            if question is not None:
+                key = (int(question["after_item"]), bool(question["final"]))
+                if key not in answered:
+                    reply = _last_reply(values)
+                    write_answer(
+                        {"after_item": key[0], "final": key[1], "reply": reply, "step": step.index}
+                    )
+                    answered.add(key)
+            save_progress(steps_done=step.index + 1, served={})
+            _prune_checkpoints(saver, {"configurable": {"thread_id": THREAD}})
+            if on_step is not None:
+                on_step(step, values)
+            bar.update(1)
+            bar.set_postfix(tokens=f"{step.history_tokens:,}", answers=len(answered))
+        save_progress(finished=True)
+        audit = _finish(folder, arm)
+    finally:
+        bar.close()
+        if arm is not None:
+            arm.close()
+        saver.conn.close()
+    return RunResult(
+        folder, grade_run(folder), costs_of_run(folder), audit, done, time.perf_counter() - started
+    )
+
+
+def _step_config(step: Step, recorder: CallRecorder) -> dict[str, Any]:
+    return {
+        "configurable": {"thread_id": THREAD},
+        "callbacks": [recorder],
+        "metadata": {"bench_step": step.index},
+        "recursion_limit": 200 + 6 * len(step.batches),
+    }
+
+
+def _progress_bar(steps: list[Step], done: int, shown: bool, label: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=len(steps),
+        initial=done,
+        desc=label,
+        unit="step",
+        disable=not shown,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )
+
+
+# -- after the run ------------------------------------------------------------------------------
+def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
+    """Notes versions, grade, audit and costs files for a finished run."""
+    from keeper_middleware.bench.audit import NotesVersion, audit_notes
+    from keeper_middleware.bench.cli import read_run
+    from keeper_middleware.bench.ledger import Ledger
+
+    versions = list(arm.notes_versions(THREAD))
+    grade = grade_run(folder)
+    _write_json_atomic(folder / "grade.json", grade.to_json())
+    costs = costs_of_run(folder)
+    if costs is not None:
+        _write_json_atomic(folder / "costs.json", costs.to_json())
+    counters = arm.counters(THREAD)
+    if counters is not None:
+        _write_json_atomic(folder / "keeper_counters.json", counters)
+    if not arm.has_notes:
+        return None
+    with (folder / "notes.jsonl").open("w", encoding="utf-8") as handle:
+        for version in versions:
+            handle.write(json.dumps(version, ensure_ascii=False) + "\n")
+    _, stream = read_run(folder)
+    result = audit_notes((NotesVersion.from_json(v) for v in versions), Ledger.load(stream))
+    audit = result.to_json()
+    _write_json_atomic(folder / "audit.json", audit)
+    return audit
+
+
+def read_calls(run_dir: Path) -> list[CallRecord]:
+    return [
+        CallRecord.from_json(json.loads(line)) for line in _complete_lines(run_dir / "calls.jsonl")
+    ]
+
+
+# -- the command --------------------------------------------------------------------------------
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options ``run``, ``compare`` and ``demo`` share."""
+    parser.add_argument(
+        "--stream",
+        required=True,
+        help="a stream folder, or a preset SIZE[:FAMILY+FAMILY...] (e.g. small:rules+overdrawn)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of a preset stream")
+    parser.add_argument(
+        "--model",
+        default="sim",
+        help="sim (the simulated reader) or openai:URL[:MODEL] for an OpenAI-compatible server",
+    )
+    parser.add_argument("--window", type=int, default=32_768, help="live window in tokens")
+    parser.add_argument("--delivery", choices=DELIVERIES, default="messages")
+    parser.add_argument("--retriever", default="keyword", help="keyword, embedding or hybrid")
+    parser.add_argument(
+        "--embedder", default=None, help="hashing or minilm (embedding and hybrid retrievers)"
+    )
+    parser.add_argument(
+        "--faults", default="", help="simulated reader faults, e.g. misread=0.05,empty_reply=0.02"
+    )
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per model call")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def options_from_args(args: argparse.Namespace, arm: str, stream: Path) -> RunOptions:
+    return RunOptions.create(
+        arm=arm,
+        stream=stream,
+        model=args.model,
+        window=args.window,
+        delivery=args.delivery,
+        retriever=args.retriever,
+        embedder=args.embedder,
+        faults=args.faults,
+        timeout=args.timeout,
+    )
+
+
+def _configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arm", required=True, help="the arm to run (see graphs/arms.py)")
+    add_run_arguments(parser)
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/ARM)")
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    out = args.out or Path("runs") / args.arm
+    stream = resolve_stream(args.stream, out / "stream", seed=args.seed)
+    result = run_arm(options_from_args(args, args.arm, stream), out, progress=not args.quiet)
+    print(result.grade.markdown())
+    if result.audit is not None:
+        print(json.dumps({k: v for k, v in result.audit.items() if not isinstance(v, list)}))
+    print(f"run folder: {out} ({result.seconds:.1f} s)")
+    return 0
+
+
+def register_commands(register: Callable[[Command], None]) -> None:
+    register(
+        Command(
+            "run",
+            "drive one arm through a stream into a run folder (resumes an interrupted run)",
+            _configure_run,
+            _run_run,
+        )
+    )
+
+
+def iter_steps(options: RunOptions) -> Iterator[Step]:
+    """The steps a run of ``options`` goes through (for tools that want to preview a run)."""
+    return plan_steps(read_stream(options.stream), options.delivery)

@@ -1,0 +1,104 @@
+"""The embedding backend against a real Chroma server on 127.0.0.1, through chromadb.HttpClient."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from keeper_middleware.retrievers.base import Passage
+from keeper_middleware.retrievers.embedders import HashingEmbedder
+from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+from keeper_middleware.retrievers.factory import make_retriever
+
+pytestmark = pytest.mark.chroma_server
+
+CHROMA = Path(sys.executable).with_name("chroma")
+HASHING = HashingEmbedder()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until_listening(port: int, server: subprocess.Popen, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"chroma exited with {server.returncode} before listening")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"chroma did not listen on 127.0.0.1:{port} within {seconds} s")
+
+
+@pytest.fixture(scope="module")
+def chroma_url(tmp_path_factory):
+    if not CHROMA.exists():
+        pytest.fail(f"the chroma CLI is missing at {CHROMA}: install keeper-middleware[embeddings]")
+    port = free_port()
+    folder = tmp_path_factory.mktemp("chroma-server")
+    log = (folder / "server.log").open("wb")
+    server = subprocess.Popen(
+        [
+            str(CHROMA),
+            "run",
+            "--path",
+            str(folder / "data"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "ANONYMIZED_TELEMETRY": "False"},
+        start_new_session=True,
+    )
+    try:
+        wait_until_listening(port, server)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+        log.close()
+
+
+def test_adds_and_searches_over_http_with_next_text(chroma_url):
+    retriever = EmbeddingRetriever(server=chroma_url, embedder=HASHING, collection="server-basic")
+    retriever.add([
+        Passage(session="s", item=1, position=0, text="The clerk recorded domo86 at nine."),
+        Passage(session="s", item=1, position=1, text="Ten were taken from it."),
+        Passage(session="s", item=2, position=2, text="The rain kept on."),
+    ])  # fmt: skip
+    hit = retriever.search("domo86", session="s", k=1)[0]
+    assert (hit.passage.text, hit.next_text) == (
+        "The clerk recorded domo86 at nine.",
+        "Ten were taken from it.",
+    )
+    assert [h.passage.item for h in retriever.search("rain", session="s", from_item=2)] == [2]
+    retriever.delete_session("s")
+    assert retriever.count("s") == 0
+    retriever.close()
+
+
+def test_the_server_keeps_the_index_between_clients(chroma_url):
+    first = make_retriever(f"embedding+{chroma_url}", embedder=HASHING)
+    first.add([Passage(session="kept", item=3, position=0, text="vela44 was sealed.")])
+    first.close()
+    second = make_retriever(f"embedding+{chroma_url}", embedder=HASHING)
+    assert second.search("vela44", session="kept")[0].passage.item == 3
+    second.delete_session("kept")
+    second.close()

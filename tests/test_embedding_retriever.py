@@ -1,0 +1,172 @@
+"""The chromadb embedding backend: background indexing, errors, embedders, the real model."""
+
+import math
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from keeper_middleware.retrievers import embedders
+from keeper_middleware.retrievers.base import MissingExtraError, Passage, ServerUnavailableError
+from keeper_middleware.retrievers.embedders import HashingEmbedder, MiniLMEmbedder
+from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+
+HASHING = HashingEmbedder()
+
+
+def passages(session: str, count: int, start: int = 0) -> list[Passage]:
+    return [
+        Passage(session=session, item=i, position=i, text=f"Batch {i} recorded domo86.")
+        for i in range(start, start + count)
+    ]
+
+
+class GatedEmbedder:
+    """Embeds only once the test opens the gate, and remembers whether it has been called."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.calls = 0
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        if len(texts) > 1 or "?" not in texts[0]:  # queries (one text with "?") pass at once
+            self.gate.wait()
+            self.calls += 1
+        return HASHING(texts)
+
+
+def test_add_returns_before_embedding_and_search_waits_for_the_queue():
+    embedder = GatedEmbedder()
+    retriever = EmbeddingRetriever(embedder=embedder)
+    retriever.add(passages("s", 5))
+    assert embedder.calls == 0  # add only queued the passages
+    threading.Timer(0.2, embedder.gate.set).start()
+    hits = retriever.search("domo86?", session="s", k=10)
+    assert len(hits) == 5
+    retriever.close()
+
+
+def test_flush_and_close_wait_for_everything_queued(tmp_path):
+    retriever = EmbeddingRetriever(tmp_path, embedder=HASHING)
+    for start in range(0, 300, 30):
+        retriever.add(passages("s", 30, start))
+    retriever.close()
+    reopened = EmbeddingRetriever(tmp_path, embedder=HASHING)
+    assert reopened.count("s") == 300
+    reopened.close()
+
+
+def test_writes_in_chunks_no_larger_than_the_server_allows():
+    retriever = EmbeddingRetriever(embedder=HASHING)
+    retriever._max_batch = 7
+    retriever.add(passages("s", 40))
+    assert retriever.count("s") == 40
+    retriever.close()
+
+
+def test_a_failing_embedder_surfaces_on_the_next_call():
+    def broken(texts: list[str]) -> list[list[float]]:
+        raise OSError("model file unreadable")
+
+    retriever = EmbeddingRetriever(embedder=broken)
+    retriever.add(passages("s", 3))
+    with pytest.raises(RuntimeError, match=r"model file unreadable.*not indexed"):
+        retriever.search("domo86", session="s")
+    with pytest.raises(RuntimeError, match="not indexed"):
+        retriever.add(passages("s", 1, 3))
+
+
+def test_a_folder_indexed_with_one_embedder_refuses_another(tmp_path):
+    EmbeddingRetriever(tmp_path, embedder=HASHING).close()
+    with pytest.raises(ValueError, match=r"hashing-384.*same embedder"):
+        EmbeddingRetriever(tmp_path, embedder=HashingEmbedder(dim=64))
+
+
+@pytest.mark.parametrize("name", ["k", "bad name", "-edge", "ünïcode"])
+def test_collection_names_outside_chromas_rule_are_refused_with_the_rule(tmp_path, name):
+    with pytest.raises(ValueError, match="3-512 characters"):
+        EmbeddingRetriever(tmp_path, embedder=HASHING, collection=name)
+
+
+def test_path_and_server_together_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="either path"):
+        EmbeddingRetriever(tmp_path, server="http://127.0.0.1:1", embedder=HASHING)
+
+
+def test_a_server_that_is_down_is_named_with_its_url():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    url = f"http://127.0.0.1:{port}"
+    with pytest.raises(
+        ServerUnavailableError, match=f"No Chroma server answered at {url}.*chroma run"
+    ):
+        EmbeddingRetriever(server=url, embedder=HASHING)
+
+
+def test_a_missing_chromadb_says_which_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "chromadb", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'keeper-middleware\[embeddings\]'"):
+        EmbeddingRetriever(embedder=HASHING)
+
+
+def test_a_missing_sentence_transformers_says_which_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    with pytest.raises(
+        MissingExtraError, match=r"sentence_transformers.*keeper-middleware\[embeddings\]"
+    ):
+        embedders._load_minilm_once.__wrapped__(None)
+
+
+def test_hashing_vectors_are_unit_length_and_closer_for_shared_words():
+    a, b, c, empty = HASHING(["domo86 was lost", "domo86 was found", "rain over the mill", ""])
+    assert all(math.isclose(sum(x * x for x in v), 1.0) for v in (a, b, c, empty))
+    assert len(a) == 384
+
+    def cos(u, v):
+        return sum(x * y for x, y in zip(u, v, strict=True))
+
+    assert cos(a, b) > cos(a, c)
+
+
+def test_hashing_dimension_is_checked():
+    with pytest.raises(ValueError, match="at least 8"):
+        HashingEmbedder(dim=2)
+
+
+@pytest.mark.real_model
+def test_minilm_vectors_are_384_unit_length():
+    (vector,) = MiniLMEmbedder()(["The clerk recorded domo86."])
+    assert len(vector) == 384
+    assert math.isclose(sum(x * x for x in vector), 1.0, rel_tol=1e-4)
+
+
+@pytest.mark.real_model
+def test_minilm_finds_a_paraphrase_with_no_shared_word():
+    retriever = EmbeddingRetriever()
+    texts = [
+        "She bought a loaf of bread at the bakery.",
+        "The river flooded the lower fields.",
+        "The clerk recorded domo86 at nine.",
+    ]
+    retriever.add([Passage(session="s", item=1, position=i, text=t) for i, t in enumerate(texts)])
+    top = retriever.search("purchasing baked goods", session="s", k=1)[0]
+    assert top.passage.text == texts[0]
+    retriever.close()
+
+
+def test_an_index_written_by_another_process_is_read_back(tmp_path):
+    script = (
+        "from keeper_middleware.retrievers import EmbeddingRetriever, HashingEmbedder, Passage\n"
+        f"r = EmbeddingRetriever({str(tmp_path)!r}, embedder=HashingEmbedder())\n"
+        "r.add([Passage(session='s', item=4, position=0, text='vela44 was sealed.')])\n"
+        "r.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    retriever = EmbeddingRetriever(tmp_path, embedder=HASHING)
+    assert retriever.search("vela44", session="s")[0].passage.item == 4
+    retriever.close()

@@ -135,7 +135,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--archive-tokens", type=int, default=1_000_000)
     parser.add_argument("--window", type=int, default=32_768)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="also write the table here (markdown)"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -129,7 +129,7 @@ def _amounts_in(text: str) -> frozenset[float]:
         value = words_to_int(match.group())
         if value is not None:
             found.add(float(abs(value)))
-    return found
+    return frozenset(found)
 
 
 def format_number(value: float) -> str:

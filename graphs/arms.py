@@ -288,7 +288,11 @@ def _build_keeper(request: _Request) -> Arm:
         checkpointer=_saver(request),
     )
     return Arm(
-        arm, graph, keeper=keeper, retriever=keeper.retriever, description=ARMS[arm].description
+        arm,
+        graph,
+        keeper=keeper,
+        retriever=keeper.passages_retriever,
+        description=ARMS[arm].description,
     )
 
 

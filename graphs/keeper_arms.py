@@ -77,10 +77,14 @@ def keeper_arm_graph(
     checkpointer: Checkpointer = None,
 ) -> tuple[CompiledStateGraph[Any, Any, Any, Any], Keeper]:
     """The compiled keeper agent and its engine (whose archive holds every NOTES version)."""
+    # notes_retrieval: the retriever chosen for the arm serves the passages shown next to the
+    # questions; the archive search stays keyword, so swapping backends changes only the passages
+    shows_passages = arm == "notes_retrieval"
     keeper = Keeper(
         config,
         archive=archive if archive is not None else ":memory:",
-        retriever=retriever,
+        retriever="keyword" if shows_passages else retriever,
+        passages_retriever=retriever if shows_passages else None,
         token_counter=token_counter,
     )
     graph = create_keeper_agent(

@@ -143,16 +143,28 @@ class Keeper:
         *,
         archive: ArchiveStore | str | Path = ":memory:",
         retriever: Retriever | str | None = None,
+        passages_retriever: Retriever | str | None = None,
         token_counter: TokenCounter | str | None = None,
         checks: Sequence[NoteCheck] | None = None,
         question_detector: QuestionDetector | None = None,
     ) -> None:
+        """``retriever`` serves the archive search tool; ``passages_retriever`` (default: the
+        same) serves the sentences shown next to new questions (``show_retrieved``), so the two
+        can be swapped independently."""
         self.config = config or KeeperConfig()
         self.archive = open_archive(archive)
         index_dir = None
         if isinstance(archive, str | Path) and str(archive) != ":memory:":
             index_dir = Path(archive).with_suffix(".index")
         self.retriever = make_retriever(retriever, path=index_dir)
+        self.passages_retriever = (
+            self.retriever
+            if passages_retriever is None
+            else make_retriever(
+                passages_retriever,
+                path=index_dir.with_suffix(".passages") if index_dir else None,
+            )
+        )
         self.tokens = resolve_token_counter(token_counter)
         self.checks = (
             tuple(checks) if checks is not None else default_checks(self.config.tracked_names)
@@ -355,7 +367,7 @@ class Keeper:
             added.append(keeper_message(render_rules_block(rules), "rules", msg_id=f"rules-{qid}"))
         if self.config.show_retrieved > 0:
             per_query = [
-                self.retriever.search(q, session=session, k=self.config.show_retrieved)
+                self.passages_retriever.search(q, session=session, k=self.config.show_retrieved)
                 for q in question_queries(question)
             ]
             hits = merge_hits(per_query, self.config.show_retrieved * max(1, len(per_query)))
@@ -616,6 +628,8 @@ class Keeper:
             done = turn.seq
         if batch:
             self.retriever.add(batch)
+            if self.passages_retriever is not self.retriever:
+                self.passages_retriever.add(batch)
         self.archive.put_value(session, "indexed_seq", done)
         self.archive.put_value(session, "next_position", position)
 
@@ -676,6 +690,8 @@ class Keeper:
         )
 
     def close(self) -> None:
+        if self.passages_retriever is not self.retriever:
+            self.passages_retriever.close()
         self.retriever.close()
         self.archive.close()
 

@@ -457,12 +457,14 @@ class Keeper:
         thinking_on = self._note_kwargs(thinking=True)
         if self.config.notes_mode == "rewrite":
             return (yield from self._rewrite_dialogue(pending, convo, thinking_on))
-        # question sets change nothing; a name only asked about must not demand a note
+        # question sets change nothing, and search results are copies of what is already
+        # noted: neither may demand (or supply) a note
         noted_text = "\n".join(
-            text_of(pending.messages[i])
-            for i in pending.plan.noted
-            if keeper_kind(pending.messages[i]) is None
-            and not self.detector.is_question(pending.messages[i])
+            text_of(message)
+            for message in (pending.messages[i] for i in pending.plan.noted)
+            if keeper_kind(message) is None
+            and not self.detector.is_question(message)
+            and not (isinstance(message, ToolMessage) and message.name == SEARCH_TOOL_NAME)
         )
         taking = NoteTaking(
             notes=pending.notes,

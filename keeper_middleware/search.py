@@ -146,6 +146,8 @@ def render_results(command: SearchCommand, hits: Sequence[Hit], *, shown: int, s
 def _range_note(command: SearchCommand) -> str:
     if command.from_item is None and command.to_item is None:
         return ""
-    low = command.from_item if command.from_item is not None else "the start"
-    high = command.to_item if command.to_item is not None else "the end"
-    return f" in items {low} to {high}"
+    if command.from_item is None:
+        return f" in items up to {command.to_item}"
+    if command.to_item is None:
+        return f" in items from {command.from_item}"
+    return f" in items {command.from_item} to {command.to_item}"

@@ -328,3 +328,42 @@ def test_work_on_an_open_question_that_outgrows_the_window_is_cut_but_the_questi
     assert text_of(out["messages"][-1]) == "1. 3"
     for messages in asked:
         assert any("what was c1 at the start?" in text_of(m) for m in messages)
+
+
+def test_questions_and_search_results_never_demand_a_note():
+    def reply(messages):
+        last = messages[-1]
+        if keeper_kind(last) in ("notes_request", "notes_reask"):
+            return StoryModel()(messages)
+        if "Questions" in text_of(last) or keeper_kind(last) == "rules":
+            return AIMessage(
+                "",
+                tool_calls=[
+                    {
+                        "name": "search_archive",
+                        "args": {"query": "c77", "to_item": 9},
+                        "id": "s1",
+                        "type": "tool_call",
+                    }
+                ],
+            )
+        if isinstance(last, ToolMessage):
+            return "1. unknown"
+        return "ok"
+
+    config = KeeperConfig(
+        window=4096, reply_reserve=256, notes_every_items=4, tracked_names=r"\bc\d+\b"
+    )
+    keeper = Keeper(config)
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver()
+    )
+    run_story(agent, 3)
+    agent.invoke({"messages": [HumanMessage("Questions: what is c77 at item 2?")]}, THREAD)
+    run_story_from = 4
+    for i in range(run_story_from, 9):
+        agent.invoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
+    assert keeper.counters("t1").cuts >= 1
+    assert keeper.counters("t1").reasks == 0

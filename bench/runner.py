@@ -14,6 +14,7 @@ tool the model calls; questions always arrive as user messages.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -112,9 +113,15 @@ class RunOptions:
     embedder: str | None = None
     faults: ReaderFaults = NO_FAULTS
     timeout: float = 600.0
+    max_tokens: int | None = None
+    """A reply limit for a real model (some servers otherwise write to the end of their context)."""
     label: str | None = None
 
     def __post_init__(self) -> None:
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(
+                f"max_tokens must be a positive number of tokens, got {self.max_tokens}"
+            )
         if self.delivery not in DELIVERIES:
             raise ValueError(f"delivery must be one of {DELIVERIES}, got {self.delivery!r}")
         if self.window < 1024:
@@ -175,6 +182,8 @@ def make_model(options: RunOptions) -> BaseChatModel:
         stream_usage=True,
         timeout=options.timeout,
         max_retries=2,
+        temperature=0,
+        max_tokens=options.max_tokens,  # type: ignore[call-arg]
     )
 
 
@@ -632,7 +641,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default="sim",
-        help="sim (the simulated reader) or openai:URL[:MODEL] for an OpenAI-compatible server",
+        help="sim (the simulated reader), local (a llama.cpp server started for the run) or openai:URL[:MODEL] for an OpenAI-compatible server",
     )
     parser.add_argument("--window", type=int, default=32_768, help="live window in tokens")
     parser.add_argument("--delivery", choices=DELIVERIES, default="messages")
@@ -644,6 +653,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--faults", default="", help="simulated reader faults, e.g. misread=0.05,empty_reply=0.02"
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per model call")
+    parser.add_argument("--max-tokens", type=int, default=None, help="reply limit for a real model")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -658,6 +668,7 @@ def options_from_args(args: argparse.Namespace, arm: str, stream: Path) -> RunOp
         embedder=args.embedder,
         faults=args.faults,
         timeout=args.timeout,
+        max_tokens=args.max_tokens,
     )
 
 
@@ -670,7 +681,16 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
 def _run_run(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / args.arm
     stream = resolve_stream(args.stream, out / "stream", seed=args.seed)
-    result = run_arm(options_from_args(args, args.arm, stream), out, progress=not args.quiet)
+    with contextlib.ExitStack() as stack:
+        if args.model == "local":
+            # a local llama.cpp server (SmolLM2 by default) started for this run and stopped after:
+            # a plumbing check, never a quality score
+            from keeper_middleware.integrations.llama_server import LocalLlamaServer
+
+            server = stack.enter_context(LocalLlamaServer())
+            args.model = f"openai:{server.base_url}:{server.model_alias}"
+            args.max_tokens = args.max_tokens or 64
+        result = run_arm(options_from_args(args, args.arm, stream), out, progress=not args.quiet)
     print(result.grade.markdown())
     if result.audit is not None:
         print(json.dumps({k: v for k, v in result.audit.items() if not isinstance(v, list)}))

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from keeper_middleware.changes import Change, RuleLine, SetLine, UnsetLine
+from keeper_middleware.changes import Change, RuleLine, SetLine, UnsetLine, normalise_entry
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.notes import Notes
 from keeper_middleware.numbers import amounts_in, format_number, parse_number
@@ -330,7 +330,45 @@ class TrackedNamesAccounted:
         return [Issue("", reason, self.name, "reask")]
 
 
-GENERIC_CHECKS: tuple[NoteCheck, ...] = (WorkingArithmetic(), AmountsInText(), ValueShowsWorking())
+def rule_is_quoted(rule: RuleLine, context: CheckContext) -> bool:
+    """A rule line copies a rule the noted turns state (or one the notes already hold)."""
+    wanted = normalise_entry(rule.text).strip("\"'“”‘’ ")
+    if not wanted:
+        return False
+    if any(normalise_entry(known) == wanted for known in context.notes.rules):
+        return True
+    return wanted in " ".join(context.noted_text.casefold().split())
+
+
+@dataclass(frozen=True, slots=True)
+class RulesQuoted:
+    """A RULE line must copy a rule the turns state, word for word.
+
+    Rules are repeated next to every question and can never be removed, so a "rule" that only
+    restates the task, or a template line copied from the request, would be followed for ever.
+    """
+
+    name: str = field(default="rules_quoted", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        return [
+            Issue(
+                change.render(),
+                "this rule is not in the turns word for word; copy the rule exactly as stated",
+                self.name,
+                "drop_if_unresolved",
+            )
+            for change in changes
+            if isinstance(change, RuleLine) and not rule_is_quoted(change, context)
+        ]
+
+
+GENERIC_CHECKS: tuple[NoteCheck, ...] = (
+    WorkingArithmetic(),
+    AmountsInText(),
+    ValueShowsWorking(),
+    RulesQuoted(),
+)
 
 
 def compile_names(tracked_names: str | re.Pattern[str] | None) -> re.Pattern[str] | None:

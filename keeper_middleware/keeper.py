@@ -459,10 +459,13 @@ class Keeper:
             return (yield from self._rewrite_dialogue(pending, convo, thinking_on))
         # question sets change nothing, and search results are copies of what is already
         # noted: neither may demand (or supply) a note
+        # the pinned task is in view in every request, so it is a source notes may quote too
+        sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
         noted_text = "\n".join(
             text_of(message)
-            for message in (pending.messages[i] for i in pending.plan.noted)
+            for message in (pending.messages[i] for i in sources)
             if keeper_kind(message) is None
+            and not isinstance(message, SystemMessage)
             and not self.detector.is_question(message)
             and not (isinstance(message, ToolMessage) and message.name == SEARCH_TOOL_NAME)
         )

@@ -37,6 +37,7 @@ from keeper_middleware.checks import (
     NoteCheck,
     compile_names,
     default_checks,
+    rule_is_quoted,
     run_checks,
 )
 from keeper_middleware.errors import ConfigurationError
@@ -215,7 +216,7 @@ class NoteTaking:
         parsed = parse_changes(reply)
         self._garbage += len(parsed.garbage)
         for change in parsed.changes:
-            if isinstance(change, RuleLine):
+            if isinstance(change, RuleLine) and rule_is_quoted(change, self._context):
                 self._rules.setdefault(normalise_entry(change.text), change)
         if not parsed.usable:
             earlier = list(self._first.questioned) if self._first is not None else []

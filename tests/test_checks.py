@@ -12,6 +12,7 @@ from keeper_middleware.checks import (
     AmountsInText,
     CheckContext,
     NamesMentioned,
+    RulesQuoted,
     TrackedNamesAccounted,
     ValueShowsWorking,
     WorkingArithmetic,
@@ -199,6 +200,7 @@ def test_default_checks_add_the_domain_checks_only_when_names_are_given():
         "working_arithmetic",
         "amounts_in_text",
         "value_shows_working",
+        "rules_quoted",
         "names_mentioned",
         "tracked_names_accounted",
     ]
@@ -216,4 +218,18 @@ def test_generic_checks_are_instances_of_the_named_classes():
         WorkingArithmetic,
         AmountsInText,
         ValueShowsWorking,
+        RulesQuoted,
     ]
+
+
+def test_a_rule_must_be_quoted_from_the_turns():
+    text = "Standing rule: every answer is in digits. The rain went on."
+    checks = [RulesQuoted()]
+    assert (
+        run_checks([RuleLine("Standing rule: every answer is in digits.")], context(text), checks)
+        == []
+    )
+    [template] = run_checks([RuleLine("<text> — a standing rule or method")], context(text), checks)
+    assert template.action == "drop_if_unresolved"
+    [restated] = run_checks([RuleLine("Always read every item carefully")], context(text), checks)
+    assert "word for word" in restated.reason

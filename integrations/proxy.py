@@ -60,6 +60,7 @@ from keeper_middleware.integrations.proxy_session import (
     ProxyStats,
     SessionIdError,
     SessionRecord,
+    StoredRecord,
     render_metrics,
     resolve_session,
     take_in,
@@ -117,21 +118,30 @@ class KeeperProxy:
         self.upstream = upstream
         self.max_upstream_calls = max_upstream_calls
         self._locks: dict[str, asyncio.Lock] = {}
-        self._records: dict[str, SessionRecord] = {}
+        self._records: dict[str, StoredRecord] = {}
         self._stats: dict[str, ProxyStats] = {}
+        self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
 
     # ---------------------------------------------------------------- per-session state
 
     def record(self, session: str) -> SessionRecord:
+        return self._stored(session).record
+
+    def _stored(self, session: str) -> StoredRecord:
         if session not in self._records:
-            self._records[session] = SessionRecord.from_json(
-                self.keeper.archive.get_value(session, RECORD_KEY)
+            archive = self.keeper.archive
+            self._records[session] = StoredRecord.load(
+                archive.get_value(session, RECORD_KEY), lambda key: archive.get_value(session, key)
             )
         return self._records[session]
 
     def _save(self, session: str, record: SessionRecord) -> None:
-        self.keeper.archive.put_value(session, RECORD_KEY, record.to_json())
-        self._records[session] = record
+        stored, writes, stale = self._stored(session).saved(record)
+        for key, value in writes.items():  # the head comes last
+            self.keeper.archive.put_value(session, key, value)
+        self._records[session] = stored
+        for key in stale:
+            self.keeper.archive.put_value(session, key, None)
 
     def stats(self, session: str) -> ProxyStats:
         if session not in self._stats:
@@ -156,7 +166,10 @@ class KeeperProxy:
             waited_before = stats.upstream_seconds
             stats.requests += 1
             try:
-                intake = take_in(self.record(session), request.messages, request.digests, _new_id)
+                pairs = request.digests_reusing(self._fingerprints.get(session, ()))
+                self._fingerprints[session] = pairs
+                digests = [digest for _, digest in pairs]
+                intake = take_in(self.record(session), request.messages, digests, _new_id)
                 stats.withdrawn_messages += intake.withdrawn
                 self._save(session, intake.record)
                 return await self._answer(self._turn(session, request, auth))

@@ -49,6 +49,7 @@ __all__ = [
     "ProxyStats",
     "SessionIdError",
     "SessionRecord",
+    "StoredRecord",
     "fallback_session",
     "known_prefix",
     "render_metrics",
@@ -61,6 +62,8 @@ SESSION_HEADER = "x-keeper-session"
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 RECORD_KEY = "proxy_session"
 _RECORD_VERSION = 1
+TAKEN_CHUNK = 512
+"""Fingerprints per stored chunk: a save rewrites only the chunks that changed."""
 
 
 class SessionIdError(ValueError):
@@ -120,6 +123,69 @@ class SessionRecord:
 
     def appended(self, messages: Sequence[BaseMessage]) -> SessionRecord:
         return replace(self, window=(*self.window, *messages))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A session record as the archive holds it: the window and state in one value under
+    ``RECORD_KEY``, the fingerprints in chunks of ``TAKEN_CHUNK`` under their own keys.
+
+    The fingerprints grow with the whole conversation while the window does not, so a save
+    writes the head and only the chunks that changed (usually the last). Changed chunks get new
+    keys (a new ``generation``) and the head, written last, names the chunks it uses: a save cut
+    short leaves the previous head and its chunks intact.
+    """
+
+    record: SessionRecord
+    chunk_keys: tuple[str, ...] = ()
+    generation: int = 0
+
+    @classmethod
+    def load(cls, head: object, read: Callable[[str], object]) -> StoredRecord:
+        """From the head value and a reader of other keys; a head that holds its fingerprints
+        inline (the first format) is read as it is."""
+        record = SessionRecord.from_json(head)
+        if not isinstance(head, dict) or not isinstance(head.get("taken_chunks"), list):
+            return cls(record)
+        keys = tuple(str(k) for k in head["taken_chunks"])
+        taken: list[tuple[str, str]] = []
+        for key in keys:
+            chunk = read(key)
+            if not isinstance(chunk, list):
+                raise ValueError(
+                    f"the archive has no {key!r}, a part of this session's record; restore the "
+                    "archive file from a backup, or delete the session to start it again"
+                )
+            taken += [(str(d), str(i)) for d, i in chunk]
+        count = int(head.get("taken_count", len(taken)))
+        return cls(replace(record, taken=tuple(taken[:count])), keys, int(head["generation"]))
+
+    def saved(self, record: SessionRecord) -> tuple[StoredRecord, dict[str, Any], list[str]]:
+        """(the stored form of ``record``, the values to write in order with the head last, the
+        keys no longer used, to clear after the head is written)."""
+        generation = self.generation + 1
+        writes: dict[str, Any] = {}
+        keys: list[str] = []
+        for number, start in enumerate(range(0, len(record.taken), TAKEN_CHUNK)):
+            part = record.taken[start : start + TAKEN_CHUNK]
+            unchanged = number < len(self.chunk_keys) and (
+                self.record.taken[start : start + TAKEN_CHUNK] == part
+            )
+            if unchanged:
+                keys.append(self.chunk_keys[number])
+                continue
+            key = f"{RECORD_KEY}.taken.{number}.{generation}"
+            writes[key] = [list(pair) for pair in part]
+            keys.append(key)
+        head = {
+            **replace(record, taken=()).to_json(),
+            "taken_chunks": keys,
+            "taken_count": len(record.taken),
+            "generation": generation,
+        }
+        writes[RECORD_KEY] = head
+        stale = [k for k in self.chunk_keys if k not in keys]
+        return StoredRecord(record, tuple(keys), generation), writes, stale
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,214 @@
+"""The proxy benchmarks' drivers on a tiny stream: an agent that manages nothing, graded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+from keeper_middleware.bench.cli import grade_run
+from keeper_middleware.bench.proxy_bench import (
+    HEADER,
+    agent_turns,
+    instant_reply,
+    measure,
+    memory_stream,
+    upstream_process,
+)
+from keeper_middleware.bench.proxy_run import UpstreamMeter, results_markdown, run_through_proxy
+from keeper_middleware.bench.runner import resolve_stream
+from keeper_middleware.integrations.openai_format import (
+    message_from_openai,
+    message_key,
+    parse_chat_request,
+)
+from keeper_middleware.integrations.proxy_session import (
+    RECORD_KEY,
+    TAKEN_CHUNK,
+    SessionRecord,
+    StoredRecord,
+)
+
+WINDOW = 4096
+
+
+@pytest.fixture(scope="module")
+def tiny_stream(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("stream")
+    return resolve_stream("tiny:rules+overdrawn", folder)
+
+
+@pytest.fixture(scope="module")
+def proxy_run(tiny_stream: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("proxy-run")
+    run_through_proxy(tiny_stream, run_dir, window=WINDOW)
+    return run_dir
+
+
+def test_the_upstream_never_receives_more_than_the_window(proxy_run: Path) -> None:
+    report = json.loads((proxy_run / "proxy.json").read_text())
+    assert report["upstream"]["requests"] == report["session"]["proxy"]["upstream_calls"]
+    assert 0 < report["upstream"]["largest_request_tokens"] <= WINDOW
+    assert report["largest_agent_request_bytes"] > report["upstream"]["largest_request_bytes"]
+
+
+def test_the_run_folder_grades_and_audits_like_any_other(proxy_run: Path) -> None:
+    run = json.loads((proxy_run / "run.json").read_text())
+    assert run["reader"] == "simulated reader"
+    grade = grade_run(proxy_run)
+    assert grade.asked > 0
+    assert grade.right == grade.asked
+    notes = [json.loads(line) for line in (proxy_run / "notes.jsonl").read_text().splitlines()]
+    assert notes and {"version", "first_item", "last_item", "text"} <= set(notes[0])
+    assert (proxy_run / "audit.json").exists()
+    assert "keeper_proxy_requests_total" in (proxy_run / "metrics.txt").read_text()
+
+
+def test_the_results_table_names_the_reader_and_the_window_check(proxy_run: Path) -> None:
+    from keeper_middleware.bench.proxy_run import ProxyRunResult
+
+    result = ProxyRunResult(
+        proxy_run, grade_run(proxy_run), json.loads((proxy_run / "proxy.json").read_text())
+    )
+    table = results_markdown(result, "tiny", None)
+    assert "simulated reader" in table
+    assert "| within the window | yes |" in table
+
+
+def test_a_second_run_into_the_same_folder_is_refused(proxy_run: Path, tiny_stream: Path) -> None:
+    with pytest.raises(FileExistsError, match="another --out"):
+        run_through_proxy(tiny_stream, proxy_run, window=WINDOW)
+
+
+def test_the_meter_counts_what_it_can_read_and_passes_on_the_rest() -> None:
+    async def nothing(scope: object, receive: object, send: object) -> None:
+        return None
+
+    meter = UpstreamMeter(app=nothing)
+    meter.measure(json.dumps({"messages": [{"role": "user", "content": "x" * 400}]}).encode())
+    meter.measure(b"not json")
+    assert meter.requests == 2
+    assert meter.largest_tokens == 105  # ("user" + 400 characters) / 4, + 4 for the message
+    assert meter.largest_bytes == len(b'{"messages": [{"role": "user", "content": "') + 400 + 4
+
+
+def test_the_instant_upstream_answers_note_requests_with_no_changes() -> None:
+    note = {"messages": [{"role": "user", "content": "[NOTES REQUEST] items 1-4"}]}
+    work = {"messages": [{"role": "user", "content": "Questions: 1. who?"}]}
+    assert instant_reply(note) == "NO CHANGES"
+    assert instant_reply(work) != "NO CHANGES"
+
+
+def test_agent_turns_group_the_stream_after_the_task(tiny_stream: Path) -> None:
+    single = agent_turns(tiny_stream, 1)
+    grouped = agent_turns(tiny_stream, 4)
+    assert len(single[0]) == len(grouped[0]) == 1
+    assert [m for turn in grouped for m in turn] == [m for turn in single for m in turn]
+    assert all(len(turn) <= 4 for turn in grouped)
+
+
+def test_a_memory_stream_takes_a_token_count(tmp_path: Path) -> None:
+    folder = memory_stream("6000", tmp_path / "s")
+    assert (folder / "stream.jsonl").exists()
+    with pytest.raises(ValueError, match="token count"):
+        memory_stream("big", tmp_path / "t")
+
+
+def test_reused_fingerprints_equal_fresh_ones_and_follow_edits() -> None:
+    raw = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
+    first = parse_chat_request({"messages": raw})
+    pairs = first.digests_reusing(())
+    assert [d for _, d in pairs] == list(first.digests)
+    edited = parse_chat_request(
+        {"messages": [raw[0], {"role": "assistant", "content": "B"}, raw[2]]}
+    )
+    reused = edited.digests_reusing(pairs)
+    assert [d for _, d in reused] == list(edited.digests)
+    assert reused[0] == pairs[0]
+    assert reused[1][1] != pairs[1][1]
+
+
+def test_messages_with_structured_fields_get_no_key() -> None:
+    parts = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    assert message_key(parts) is None
+    assert message_key({"role": "user", "content": "hi"}) == message_key(
+        {"content": "hi", "role": "user"}
+    )
+    assert message_from_openai(parts).content == [{"type": "text", "text": "hi"}]
+
+
+# -- the stored session record: fingerprints in chunks -------------------------------------------
+
+
+def _record(count: int) -> SessionRecord:
+    return SessionRecord(
+        window=(HumanMessage("hi", id="m-0"),),
+        keeper_state={"items": 1},
+        taken=tuple((f"d{i}", f"m-{i}") for i in range(count)),
+    )
+
+
+def _load(values: dict[str, object]) -> StoredRecord:
+    return StoredRecord.load(values[RECORD_KEY], values.get)
+
+
+def test_a_stored_record_loads_back_as_saved() -> None:
+    values: dict[str, object] = {}
+    stored, writes, stale = StoredRecord(SessionRecord()).saved(_record(2 * TAKEN_CHUNK + 5))
+    values.update(writes)
+    assert list(writes)[-1] == RECORD_KEY
+    assert stale == []
+    assert _load(values).record == stored.record == _record(2 * TAKEN_CHUNK + 5)
+
+
+def test_a_save_after_new_messages_rewrites_only_the_last_chunk() -> None:
+    first, writes, _ = StoredRecord(SessionRecord()).saved(_record(2 * TAKEN_CHUNK + 5))
+    values: dict[str, object] = dict(writes)
+    _, writes, stale = first.saved(_record(2 * TAKEN_CHUNK + 9))
+    values.update(writes)
+    assert len(writes) == 2  # the last chunk, then the head
+    assert stale == [first.chunk_keys[-1]]
+    assert _load(values).record == _record(2 * TAKEN_CHUNK + 9)
+
+
+def test_a_save_cut_short_before_its_head_leaves_the_previous_record() -> None:
+    first, writes, _ = StoredRecord(SessionRecord()).saved(_record(TAKEN_CHUNK + 1))
+    values: dict[str, object] = dict(writes)
+    _, writes, _ = first.saved(_record(TAKEN_CHUNK + 3))
+    values.update({k: v for k, v in writes.items() if k != RECORD_KEY})
+    assert _load(values).record == _record(TAKEN_CHUNK + 1)
+
+
+def _nothing(key: str) -> object:
+    return None
+
+
+def test_a_record_with_its_fingerprints_inline_still_loads() -> None:
+    inline = _record(3).to_json()
+    assert StoredRecord.load(inline, _nothing).record == _record(3)
+
+
+def test_a_missing_chunk_is_reported_not_read_as_empty() -> None:
+    _, writes, _ = StoredRecord(SessionRecord()).saved(_record(3))
+    with pytest.raises(ValueError, match="restore the archive"):
+        StoredRecord.load(writes[RECORD_KEY], _nothing)
+
+
+@pytest.mark.slow
+def test_the_overhead_benchmark_measures_a_proxy_process(tiny_stream: Path, tmp_path: Path) -> None:
+    turns = agent_turns(tiny_stream, 1)[:6]
+    with upstream_process() as upstream:
+        row = measure(
+            "tiny", upstream, turns, sessions=2, window=WINDOW, archive=tmp_path / "archive"
+        )
+    assert row.calls == 2 * len(turns)
+    assert row.cpu_s > 0
+    assert row.p99_ms >= row.p50_ms > 0
+    assert row.rss_mb > 0
+    assert row.row().count("|") == HEADER.splitlines()[0].count("|")

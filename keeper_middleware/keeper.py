@@ -132,6 +132,7 @@ class _Pending:
     notes: Notes
     request: list[BaseMessage] = field(default_factory=list)
     key: str = ""
+    tool_schemas: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Keeper:
@@ -217,6 +218,7 @@ class Keeper:
         outcome = self._reuse_committed(pending)
         if outcome is None:
             pending.request = self._note_request(pending, setup)
+            pending.tool_schemas = setup.tool_schemas
             outcome = self._take_notes(pending, call)
         return self._finish_cut(pending, outcome, setup)
 
@@ -235,6 +237,7 @@ class Keeper:
         outcome = self._reuse_committed(pending)
         if outcome is None:
             pending.request = self._note_request(pending, setup)
+            pending.tool_schemas = setup.tool_schemas
             outcome = await self._atake_notes(pending, call)
         return self._finish_cut(pending, outcome, setup)
 
@@ -485,9 +488,13 @@ class Keeper:
                     AIMessage(content=last_text),
                     keeper_message(step.text, "notes_reask"),
                 ]
+                if self.tokens.count_messages(convo, pending.tool_schemas) > self.config.budget:
+                    step = taking.give_up()  # a re-ask that does not fit is not sent
+                    break
             reply = yield from self._ask_once(pending.session, convo, thinking_on)
             last_text = text_of(reply)
             step = taking.receive(last_text)
+        assert isinstance(step, Done)
         outcome = step.outcome
         counters.reasks += outcome.reasks
         counters.garbage_note_lines += outcome.garbage_lines

@@ -237,6 +237,18 @@ class NoteTaking:
             return self._finish(checked.changes, checked.dropped, ())
         return self._ask_again(list(checked.questioned), reason_empty=False)
 
+    def give_up(self) -> Done:
+        """End with what the replies so far gave, as if the re-asks had run out (used when a
+        re-ask would no longer fit the window)."""
+        if self._outcome is not None:
+            return Done(self._outcome)
+        if self._reasks > 0:
+            self._reasks -= 1  # the re-ask last asked for was never sent
+        self._max_reasks = self._reasks
+        done = self._ask_again([], reason_empty=False)
+        assert isinstance(done, Done)
+        return done
+
     def _ask_again(self, issues: list[Issue], *, reason_empty: bool) -> Ask | Done:
         if self._reasks < self._max_reasks:
             self._reasks += 1

@@ -367,3 +367,25 @@ def test_questions_and_search_results_never_demand_a_note():
         )
     assert keeper.counters("t1").cuts >= 1
     assert keeper.counters("t1").reasks == 0
+
+
+def test_a_reask_that_would_not_fit_the_window_is_not_sent():
+    calls: list[list[BaseMessage]] = []
+
+    def reply(messages: list[BaseMessage], kwargs) -> AIMessage:
+        calls.append(messages)
+        # a usable first reply with one contradicted line, padded with a long ramble
+        return AIMessage(
+            "SET c1 = 3\nSET c2 = 99 (= 650 - 27)\n" + "I also thought about it. " * 400
+        )
+
+    keeper = Keeper(KeeperConfig(window=2048, reply_reserve=256, notes_every_items=2))
+    messages = [HumanMessage("Task: read.", id="t")]
+    messages += [
+        HumanMessage(batch(i, f"Today we set c{i} to {i * 3}.", filler=5), id=f"b{i}")
+        for i in (1, 2)
+    ]
+    result = keeper.step("s", messages, None, ModelSetup(system_prompt="SYS"), reply)
+    assert result.cut
+    assert len(calls) == 1, "the re-ask did not fit and was not sent"
+    assert keeper.notes("s").state_dict() == {"c1": "3"}

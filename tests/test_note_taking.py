@@ -268,3 +268,16 @@ def test_reask_text_lists_reply_level_issues_without_a_line():
     assert text.splitlines()[1] == "- the turns state amounts for katu85"
     with pytest.raises(ValueError, match="Nothing to ask"):
         reask_message_text([], reason_empty=False)
+
+
+def test_giving_up_keeps_the_first_reply_without_contradicted_lines():
+    s = session(
+        "The clerk recorded katu85 at five hundred and twenty-three. Mira took 4 from domo86."
+    )
+    s.first_step()
+    step = s.receive("SET katu85 = 623 (= 650 - 27)\nSET domo86 = 7")
+    assert isinstance(step, Ask)
+    done = s.give_up()
+    assert isinstance(done, Done)
+    assert done.outcome.notes.state_dict() == {"domo86": "7"}
+    assert done.outcome.reasks == 0

@@ -23,10 +23,10 @@ from keeper_middleware.archive import (
     ArchiveSchemaError,
     ArchiveStore,
     NotesDraft,
-    SQLiteArchive,
     open_archive,
     turn_from_message,
 )
+from keeper_middleware.sqlite_archive import SQLiteArchive
 
 
 def make_turns(session: str, cut: int, count: int = 3, *, size: int = 20) -> list[ArchivedTurn]:
@@ -341,7 +341,8 @@ def test_a_failure_inside_a_cut_leaves_no_part_of_it(store, monkeypatch):
 
 WRITER_IMPORTS = """
 import json, os, signal, sys
-from keeper_middleware.archive import ArchivedTurn, NotesDraft, SQLiteArchive
+from keeper_middleware.archive import ArchivedTurn, NotesDraft
+from keeper_middleware.sqlite_archive import SQLiteArchive
 """
 WRITER = textwrap.dedent(
     """

@@ -1,0 +1,418 @@
+"""The SQLite archive backend: WAL mode, one transaction per cut (see ``archive`` for the contract)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+from keeper_middleware.archive import (
+    SCHEMA_VERSION,
+    ArchivedTurn,
+    ArchiveSchemaError,
+    CutRecord,
+    NotesDraft,
+    NotesVersion,
+    _require_session,
+)
+from keeper_middleware.errors import ArchiveError, ConfigurationError
+
+_T = TypeVar("_T")
+
+
+_SCHEMA = """
+CREATE TABLE sessions (session TEXT PRIMARY KEY);
+CREATE TABLE cuts (
+    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
+    cut_key TEXT NOT NULL,
+    turns_archived INTEGER NOT NULL,
+    notes_version INTEGER,
+    created REAL NOT NULL,
+    PRIMARY KEY (session, cut_key)
+);
+CREATE TABLE turns (
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    msg_id TEXT NOT NULL,
+    item INTEGER,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    tool_calls_json TEXT NOT NULL,
+    tool_call_id TEXT,
+    name TEXT,
+    reasoning TEXT NOT NULL,
+    cut_key TEXT NOT NULL,
+    PRIMARY KEY (session, seq),
+    UNIQUE (session, msg_id),
+    FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
+);
+CREATE INDEX turns_by_item ON turns(session, item, seq);
+CREATE TABLE notes (
+    session TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    first_item INTEGER,
+    last_item INTEGER,
+    text TEXT NOT NULL,
+    data_json TEXT NOT NULL,
+    cut_key TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (session, version),
+    FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
+);
+CREATE TABLE kv (
+    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    value_json TEXT NOT NULL,
+    PRIMARY KEY (session, key)
+);
+"""
+_TURN_COLUMNS = (
+    "session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, reasoning, seq"
+)
+_NOTES_COLUMNS = "session, version, first_item, last_item, text, data_json, cut_key, created"
+_CUT_COLUMNS = "session, cut_key, turns_archived, notes_version, created"
+_TURN_PAGE = 256
+_NOTES_PAGE = 8
+_ID_CHUNK = 500
+
+
+def _turn(row: sqlite3.Row) -> ArchivedTurn:
+    return ArchivedTurn(**dict(row))
+
+
+def _notes(row: sqlite3.Row) -> NotesVersion:
+    return NotesVersion(**dict(row))
+
+
+def _cut(row: sqlite3.Row) -> CutRecord:
+    return CutRecord(**dict(row))
+
+
+def _distinct_turns(session: str, turns: Sequence[ArchivedTurn]) -> list[ArchivedTurn]:
+    """Turns in order, each msg_id once; two different turns under one id is a caller bug."""
+    seen: dict[str, ArchivedTurn] = {}
+    for turn in turns:
+        if turn.session != session:
+            raise ValueError(
+                f"turn {turn.msg_id!r} is for session {turn.session!r}, not {session!r}"
+            )
+        first = seen.setdefault(turn.msg_id, turn)
+        if first != turn:
+            raise ValueError(
+                f"two different turns share msg_id {turn.msg_id!r} in one cut; "
+                "give every message its own id"
+            )
+    return list(seen.values())
+
+
+class SQLiteArchive:
+    """``ArchiveStore`` on one SQLite file in WAL mode (or ``":memory:"`` for tests).
+
+    Durability: with ``synchronous="NORMAL"`` (the default) every commit is atomic and survives
+    a crash or kill of the process; a power loss or OS crash can roll back the last few commits,
+    never corrupt the file. If the graph's checkpoints live on a store that does survive power
+    loss, a rolled-back cut would leave turns in neither place: use ``synchronous="FULL"`` (one
+    fsync per commit; cuts are rare, so it is cheap) when that matters.
+
+    Threads: one connection guarded by a lock, so one instance may be shared by a LangGraph
+    thread pool and by asyncio code that calls it through ``asyncio.to_thread``. Iterators read
+    in pages and hold the lock only per page, so a long read never blocks a cut. Several
+    processes may open the same file; WAL plus a busy timeout of ``timeout`` seconds keeps them
+    from corrupting it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ConfigurationError(f'synchronous must be "NORMAL" or "FULL", got {synchronous!r}')
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        conn = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise ArchiveError(f"cannot open the archive {self.path!r}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        self._conn: sqlite3.Connection | None = conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            found = row[0]
+            if found is None:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+            elif found > SCHEMA_VERSION:
+                raise ArchiveSchemaError(
+                    f"the archive {self.path!r} has schema version {found}, but this "
+                    f"keeper-middleware reads up to {SCHEMA_VERSION}: upgrade keeper-middleware "
+                    "or open another file"
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _live(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise ArchiveError(f"the archive {self.path!r} is closed; open a new SQLiteArchive")
+        return self._conn
+
+    def _before_commit(self, session: str, cut_key: str) -> None:
+        """Runs inside the cut's transaction just before COMMIT (a seam for crash tests)."""
+
+    def commit_cut(
+        self,
+        session: str,
+        *,
+        cut_key: str,
+        turns: Sequence[ArchivedTurn],
+        notes: NotesDraft | None,
+    ) -> CutRecord:
+        _require_session(session)
+        if not isinstance(cut_key, str) or not cut_key:
+            raise ValueError(f"cut_key must be a non-empty string, got {cut_key!r}")
+        pending = _distinct_turns(session, turns)
+        with self._lock:
+            conn = self._live()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                existing = self._find_cut(conn, session, cut_key)
+                if existing is not None:
+                    conn.execute("ROLLBACK")
+                    return existing
+                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
+                already = self._archived_ids(conn, session, [t.msg_id for t in pending])
+                new = [t for t in pending if t.msg_id not in already]
+                record = CutRecord(
+                    session=session,
+                    cut_key=cut_key,
+                    turns_archived=len(new),
+                    notes_version=None if notes is None else self._next_version(conn, session),
+                    created=time.time(),
+                )
+                conn.execute(
+                    f"INSERT INTO cuts ({_CUT_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                    (session, cut_key, record.turns_archived, record.notes_version, record.created),
+                )
+                if notes is not None:
+                    conn.execute(
+                        f"INSERT INTO notes ({_NOTES_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            session,
+                            record.notes_version,
+                            notes.first_item,
+                            notes.last_item,
+                            notes.text,
+                            notes.data_json,
+                            cut_key,
+                            record.created,
+                        ),
+                    )
+                first_seq = conn.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM turns WHERE session = ?", (session,)
+                ).fetchone()[0]
+                conn.executemany(
+                    f"INSERT INTO turns ({_TURN_COLUMNS}, cut_key) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            session,
+                            t.msg_id,
+                            t.item,
+                            t.role,
+                            t.content,
+                            t.tool_calls_json,
+                            t.tool_call_id,
+                            t.name,
+                            t.reasoning,
+                            first_seq + i,
+                            cut_key,
+                        )
+                        for i, t in enumerate(new)
+                    ],
+                )
+                self._before_commit(session, cut_key)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return record
+
+    @staticmethod
+    def _next_version(conn: sqlite3.Connection, session: str) -> int:
+        row = conn.execute(
+            "SELECT COALESCE(MAX(version), 0) + 1 FROM notes WHERE session = ?", (session,)
+        ).fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _find_cut(conn: sqlite3.Connection, session: str, cut_key: str) -> CutRecord | None:
+        row = conn.execute(
+            f"SELECT {_CUT_COLUMNS} FROM cuts WHERE session = ? AND cut_key = ?",
+            (session, cut_key),
+        ).fetchone()
+        return None if row is None else _cut(row)
+
+    @staticmethod
+    def _archived_ids(conn: sqlite3.Connection, session: str, msg_ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(msg_ids), _ID_CHUNK):
+            chunk = msg_ids[start : start + _ID_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows = conn.execute(
+                f"SELECT msg_id FROM turns WHERE session = ? AND msg_id IN ({marks})",
+                (session, *chunk),
+            )
+            found.update(row[0] for row in rows)
+        return found
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._live().execute(sql, params).fetchall()
+
+    def find_cut(self, session: str, cut_key: str) -> CutRecord | None:
+        with self._lock:
+            return self._find_cut(self._live(), session, cut_key)
+
+    def turns(
+        self,
+        session: str,
+        *,
+        from_item: int | None = None,
+        to_item: int | None = None,
+        after_seq: int = -1,
+    ) -> Iterator[ArchivedTurn]:
+        """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
+        _require_session(session)
+        where = "session = ? AND seq > ?"
+        bounds: list[int] = []
+        if from_item is not None:
+            where, bounds = where + " AND item >= ?", [*bounds, from_item]
+        if to_item is not None:
+            where, bounds = where + " AND item <= ?", [*bounds, to_item]
+        sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
+        return self._pages(sql, lambda last: (session, last, *bounds), after_seq, "seq", _turn)
+
+    def _pages(
+        self,
+        sql: str,
+        params: Callable[[int], Sequence[Any]],
+        start: int,
+        key: str,
+        make: Callable[[sqlite3.Row], _T],
+    ) -> Iterator[_T]:
+        """Keyset paging: no cursor stays open between pages, so writers are never blocked."""
+        self._live()
+        last = start
+        while rows := self._query(sql, params(last)):
+            yield from map(make, rows)
+            last = rows[-1][key]
+
+    def turn_count(self, session: str) -> int:
+        rows = self._query("SELECT COUNT(*) FROM turns WHERE session = ?", (session,))
+        return int(rows[0][0])
+
+    def archived_ids(self, session: str, msg_ids: Iterable[str]) -> set[str]:
+        with self._lock:
+            return self._archived_ids(self._live(), session, list(dict.fromkeys(msg_ids)))
+
+    def latest_notes(self, session: str) -> NotesVersion | None:
+        rows = self._query(
+            f"SELECT {_NOTES_COLUMNS} FROM notes WHERE session = ? ORDER BY version DESC LIMIT 1",
+            (session,),
+        )
+        return _notes(rows[0]) if rows else None
+
+    def notes_versions(self, session: str) -> Iterator[NotesVersion]:
+        """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
+        sql = (
+            f"SELECT {_NOTES_COLUMNS} FROM notes WHERE session = ? AND version > ? "
+            f"ORDER BY version LIMIT {_NOTES_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last), 0, "version", _notes)
+
+    def get_value(self, session: str, key: str) -> Any | None:
+        rows = self._query(
+            "SELECT value_json FROM kv WHERE session = ? AND key = ?", (session, key)
+        )
+        return json.loads(rows[0][0]) if rows else None
+
+    def put_value(self, session: str, key: str, value: Any) -> None:
+        _require_session(session)
+        try:
+            value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): {exc}"
+            ) from exc
+        with self._lock:
+            conn = self._live()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
+                conn.execute(
+                    "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
+                    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
+                    (session, key, value_json),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def sessions(self) -> list[str]:
+        return [row[0] for row in self._query("SELECT session FROM sessions ORDER BY session", ())]
+
+    def delete_session(self, session: str) -> None:
+        """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
+        with self._lock:
+            self._live().execute("DELETE FROM sessions WHERE session = ?", (session,))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteArchive({self.path!r})"

@@ -58,7 +58,13 @@ class EmbeddingRetriever:
         embedder: Embedder | None = None,
         collection: str = DEFAULT_COLLECTION,
         batch_size: int = _EMBED_BATCH,
+        min_score: float | None = None,
     ) -> None:
+        """``min_score`` (a cosine similarity) turns nearest neighbours into matches: without it
+        every passage is a result, so an archive search always reads as a list cut short."""
+        if min_score is not None and not -1.0 <= min_score <= 1.0:
+            raise ValueError(f"min_score is a cosine similarity in [-1, 1], got {min_score}.")
+        self._min_score = min_score
         if path is not None and server is not None:
             raise ValueError("Give either path (a local folder) or server (a URL), not both.")
         if batch_size < 1:
@@ -132,6 +138,7 @@ class EmbeddingRetriever:
         hits = [
             Hit(passage=p, score=1.0 - float(dist), next_text=following.get(p.position + 1, ""))
             for p, dist in zip(passages, dists, strict=True)
+            if self._min_score is None or 1.0 - float(dist) >= self._min_score
         ]
         return sorted(hits, key=lambda h: (-h.score, -h.passage.position))
 

@@ -170,3 +170,18 @@ def test_an_index_written_by_another_process_is_read_back(tmp_path):
     retriever = EmbeddingRetriever(tmp_path, embedder=HASHING)
     assert retriever.search("vela44", session="s")[0].passage.item == 4
     retriever.close()
+
+
+def test_a_similarity_floor_turns_nearest_neighbours_into_matches():
+    from keeper_middleware.retrievers import EmbeddingRetriever, HashingEmbedder, Passage
+
+    retriever = EmbeddingRetriever(embedder=HashingEmbedder(), min_score=0.2)
+    retriever.add(
+        [
+            Passage("s", 1, 0, "The clerk recorded domo86 at six."),
+            Passage("s", 2, 1, "The rain kept on over the hills."),
+        ]
+    )
+    hits = retriever.search("domo86", session="s", k=5)
+    assert [h.passage.position for h in hits] == [0]
+    retriever.close()

@@ -54,7 +54,6 @@ from keeper_middleware.archive import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
-from keeper_middleware.messages import thought_to_limit
 from keeper_middleware.node import KeeperNode, state_update
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.search_tool import DEFAULT_SESSION, archive_search_tool, session_of
@@ -118,12 +117,6 @@ def _session(runtime: Runtime[Any] | None) -> str:
         return session_of(get_config())
     except RuntimeError:  # called outside a graph run (a hand-built request in a test)
         return DEFAULT_SESSION
-
-
-def _without_thinking(settings: Mapping[str, Any], keeper: Keeper) -> dict[str, Any]:
-    policy = keeper.config.thinking
-    cleaned = {k: v for k, v in settings.items() if k not in policy.on}
-    return {**cleaned, **policy.off}
 
 
 def _first_ai(response: ModelResponse[Any]) -> AIMessage | None:
@@ -217,13 +210,15 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
             return request
         return request.override(model_settings={**request.model_settings, **kwargs})
 
-    def _needs_retry(self, response: ModelResponse[Any]) -> bool:
+    def _retry(
+        self, first: ModelRequest[Any], response: ModelResponse[Any], session: str
+    ) -> ModelRequest[Any] | None:
+        """The request to send again, when the keeper's retry policy says so."""
         reply = _first_ai(response)
-        return (
-            reply is not None
-            and thought_to_limit(reply)
-            and self.keeper.config.thinking.retry_empty_without_thinking
-        )
+        if reply is None:
+            return None
+        settings = self.keeper.retry_kwargs(session, first.model_settings, reply)
+        return None if settings is None else first.override(model_settings=settings)
 
     def _recorded(self, response: ModelResponse[Any], session: str) -> ModelResponse[Any]:
         """The response with its reply counted and its reasoning stripped."""
@@ -242,10 +237,9 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         session = _session(request.runtime)
         first = self._first_request(request, session)
         response = handler(first)
-        if self._needs_retry(response):
-            self.keeper.count_thinking_retry(session)
-            settings = _without_thinking(first.model_settings, self.keeper)
-            response = handler(request.override(model_settings=settings))
+        again = self._retry(first, response, session)
+        if again is not None:
+            response = handler(again)
         return self._recorded(response, session)
 
     async def awrap_model_call(
@@ -256,10 +250,9 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         session = _session(request.runtime)
         first = self._first_request(request, session)
         response = await handler(first)
-        if self._needs_retry(response):
-            self.keeper.count_thinking_retry(session)
-            settings = _without_thinking(first.model_settings, self.keeper)
-            response = await handler(request.override(model_settings=settings))
+        again = self._retry(first, response, session)
+        if again is not None:
+            response = await handler(again)
         return self._recorded(response, session)
 
 

@@ -67,7 +67,6 @@ from keeper_middleware.integrations.proxy_session import (
 )
 from keeper_middleware.integrations.proxy_upstream import RetryPolicy, Upstream, UpstreamError
 from keeper_middleware.keeper import Keeper, ModelSetup
-from keeper_middleware.messages import thought_to_limit
 from keeper_middleware.notes import render_notes
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.search import SEARCH_TOOL_NAME
@@ -228,11 +227,9 @@ class KeeperProxy:
         kwargs = self.keeper.work_kwargs(turn.session, window)
         messages = turn.setup.render(window)
         data = await self._call(turn, upstream_body(messages, turn.tools, turn.params, kwargs))
-        policy = self.keeper.config.thinking
-        if policy.retry_empty_without_thinking and thought_to_limit(ai_from_completion(data)):
-            self.keeper.count_thinking_retry(turn.session)
-            quiet = {k: v for k, v in kwargs.items() if k not in policy.on} | dict(policy.off)
-            data = await self._call(turn, upstream_body(messages, turn.tools, turn.params, quiet))
+        retry = self.keeper.retry_kwargs(turn.session, kwargs, ai_from_completion(data))
+        if retry is not None:
+            data = await self._call(turn, upstream_body(messages, turn.tools, turn.params, retry))
         return data
 
     async def _call(self, turn: _Turn, body: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,8 @@ class ThinkingPolicy:
     """Forwarded on every call as ``reasoning_effort`` when set ("medium" halved a measured run)."""
     retry_empty_without_thinking: bool = True
     """Ask again, thinking off, when a reply has no content and stopped at its token limit."""
+    retry_empty: bool = True
+    """Ask once more, with some randomness, when a reply has neither text nor a tool call."""
     sample_after_stop: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 0.7})
     """Call kwargs for the one reply after the model is told to stop searching, so it can come out
     different from the loop it was in."""

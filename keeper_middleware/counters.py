@@ -24,6 +24,8 @@ class Counters:
     dropped_note_lines: int = 0
     thinking_retries: int = 0
     """Replies that thought to their limit and were asked again without thinking."""
+    empty_retries: int = 0
+    """Empty replies (no text, no tool call) asked again."""
     searches: int = 0
     search_refusals: int = 0
     search_stops: int = 0

@@ -53,6 +53,7 @@ from keeper_middleware.injection import (
 )
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.messages import (
+    is_empty_reply,
     keeper_kind,
     keeper_message,
     reasoning_of,
@@ -670,8 +671,27 @@ class Keeper:
         self._save_counters(session)
         return strip_reasoning(reply)
 
-    def count_thinking_retry(self, session: str) -> None:
-        self.counters(session).thinking_retries += 1
+    def retry_kwargs(
+        self, session: str, kwargs: Mapping[str, Any], reply: BaseMessage
+    ) -> dict[str, Any] | None:
+        """Whether a work reply is asked again, and with which call kwargs (None: it stands).
+
+        A reply that thought to its limit and wrote nothing is asked again without thinking; an
+        empty reply once more with some randomness, so it can come out different. Every adapter
+        (node, middleware, proxy) asks here, so they retry alike.
+        """
+        policy = self.config.thinking
+        counters = self.counters(session)
+        if thought_to_limit(reply):
+            if not policy.retry_empty_without_thinking:
+                return None
+            counters.thinking_retries += 1
+            cleaned = {k: v for k, v in kwargs.items() if k not in policy.on}
+            return {**cleaned, **policy.off}
+        if is_empty_reply(reply) and policy.retry_empty:
+            counters.empty_retries += 1
+            return {**kwargs, **policy.sample_after_stop}
+        return None
 
     def search(
         self, session: str, query: str, from_item: int | None = None, to_item: int | None = None

@@ -106,6 +106,16 @@ def thought_to_limit(message: BaseMessage) -> bool:
     return reason in ("length", "max_tokens")
 
 
+def is_empty_reply(message: BaseMessage) -> bool:
+    """A reply with neither text nor a tool call (not even one that ran out of tokens)."""
+    return (
+        isinstance(message, AIMessage)
+        and not message.tool_calls
+        and not text_of(_strip_think(message)).strip()
+        and not thought_to_limit(message)
+    )
+
+
 def is_final_answer(message: BaseMessage) -> bool:
     """An AI reply with something to say and no tool calls: it answers what came before."""
     return (

@@ -18,7 +18,6 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult, Tool
-from keeper_middleware.messages import thought_to_limit
 from keeper_middleware.search_tool import archive_search_tool, session_of
 
 KEEPER_STATE_KEY = "keeper"
@@ -97,9 +96,9 @@ class KeeperNode:
         messages = self.setup.render(state["messages"])
         kwargs = self.keeper.work_kwargs(session, state["messages"])
         reply = _as_ai(self.model.invoke(messages, **kwargs))
-        if thought_to_limit(reply) and self.keeper.config.thinking.retry_empty_without_thinking:
-            self.keeper.count_thinking_retry(session)
-            reply = _as_ai(self.model.invoke(messages, **self._no_thinking(kwargs)))
+        retry = self.keeper.retry_kwargs(session, kwargs, reply)
+        if retry is not None:
+            reply = _as_ai(self.model.invoke(messages, **retry))
         return {"messages": [self.keeper.record_reply(session, reply)]}
 
     async def acall_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
@@ -108,18 +107,13 @@ class KeeperNode:
         messages = self.setup.render(state["messages"])
         kwargs = await asyncio.to_thread(self.keeper.work_kwargs, session, state["messages"])
         reply = _as_ai(await self.model.ainvoke(messages, **kwargs))
-        if thought_to_limit(reply) and self.keeper.config.thinking.retry_empty_without_thinking:
-            self.keeper.count_thinking_retry(session)
-            reply = _as_ai(await self.model.ainvoke(messages, **self._no_thinking(kwargs)))
+        retry = self.keeper.retry_kwargs(session, kwargs, reply)
+        if retry is not None:
+            reply = _as_ai(await self.model.ainvoke(messages, **retry))
         return {"messages": [self.keeper.record_reply(session, reply)]}
 
     def model_runnable(self, name: str = "model") -> Runnable[Any, Any]:
         return RunnableLambda(self.call_model, afunc=self.acall_model, name=name)
-
-    def _no_thinking(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        policy = self.keeper.config.thinking
-        cleaned = {k: v for k, v in kwargs.items() if k not in policy.on}
-        return {**cleaned, **policy.off}
 
 
 def keeper_node(

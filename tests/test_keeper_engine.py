@@ -389,3 +389,18 @@ def test_a_reask_that_would_not_fit_the_window_is_not_sent():
     assert result.cut
     assert len(calls) == 1, "the re-ask did not fit and was not sent"
     assert keeper.notes("s").state_dict() == {"c1": "3"}
+
+
+def test_an_empty_reply_is_asked_again_once_with_some_randomness():
+    model = ScriptedChatModel(script=[AIMessage(""), "the answer"])
+    keeper = Keeper(SMALL)
+    agent = create_keeper_agent(model, keeper=keeper, checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [HumanMessage("hello")]}, THREAD)
+    assert text_of(out["messages"][-1]) == "the answer"
+    assert model.received[1].kwargs.get("temperature", 0) > 0
+    assert keeper.counters("t1").empty_retries == 1
+
+    twice = ScriptedChatModel(script=[AIMessage(""), AIMessage(""), "late"])
+    agent = create_keeper_agent(twice, config=SMALL, checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [HumanMessage("hello")]}, THREAD)
+    assert text_of(out["messages"][-1]) == "", "only one retry: the second empty reply stands"

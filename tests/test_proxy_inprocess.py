@@ -530,7 +530,13 @@ async def test_a_reply_mixing_agent_tools_and_searches_runs_the_searches_first(p
 
 
 async def test_results_of_a_turn_that_ended_empty_are_shown_again(proxy, upstream):
-    upstream.script = [search_call("s1", "domo"), text_reply(""), text_reply("Now I answer.")]
+    # an empty reply is asked again once; the second empty one ends the turn empty
+    upstream.script = [
+        search_call("s1", "domo"),
+        text_reply(""),
+        text_reply(""),
+        text_reply("Now I answer."),
+    ]
     headers = {"X-Keeper-Session": "empty"}
     first = await proxy.post(
         "/v1/chat/completions", json=chat(convo("Questions?")), headers=headers

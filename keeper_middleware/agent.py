@@ -15,7 +15,7 @@ from langgraph.types import Checkpointer
 from keeper_middleware.archive import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.keeper import Keeper, Tool
-from keeper_middleware.node import KeeperGraphState, KeeperNode
+from keeper_middleware.node import KeeperGraphState, KeeperNode, ToolChoice
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.tokens import TokenCounter
 
@@ -32,17 +32,21 @@ def create_keeper_agent(
     token_counter: TokenCounter | str | None = None,
     checkpointer: Checkpointer = None,
     name: str | None = None,
+    tool_choice: ToolChoice | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """A compiled tool-calling agent whose context the keeper manages.
 
     The keeper runs before every model call; the session is the thread id of each run
     (``config={"configurable": {"thread_id": ...}}``). Pass ``keeper=`` to share one engine
-    (and archive) between graphs, or the keeper's own arguments to make one.
+    (and archive) between graphs, or the keeper's own arguments to make one. ``tool_choice``
+    applies to work calls only (see :data:`~keeper_middleware.node.ToolChoice`).
     """
     engine = keeper or Keeper(
         config, archive=archive, retriever=retriever, token_counter=token_counter
     )
-    node = KeeperNode(engine, model=model, tools=tools, system_prompt=system_prompt)
+    node = KeeperNode(
+        engine, model=model, tools=tools, system_prompt=system_prompt, tool_choice=tool_choice
+    )
     graph = StateGraph(KeeperGraphState)
     graph.add_node("keeper", node.as_runnable("keeper"))
     graph.add_node("model", node.model_runnable("model"))

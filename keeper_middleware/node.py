@@ -9,7 +9,7 @@ everything that left is in the archive.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -21,6 +21,10 @@ from keeper_middleware.keeper import Keeper, ModelSetup, StepResult, Tool
 from keeper_middleware.search_tool import archive_search_tool, session_of
 
 KEEPER_STATE_KEY = "keeper"
+
+ToolChoice = str | dict[str, Any] | Callable[[Sequence[BaseMessage]], str | dict[str, Any] | None]
+"""A tool choice for work calls, fixed or decided per call from the messages (None: free).
+Forcing a tool on every call makes an agent loop: decide per call, e.g. only after user input."""
 
 
 class KeeperGraphState(TypedDict):
@@ -55,12 +59,16 @@ class KeeperNode:
         model: BaseChatModel,
         tools: Sequence[Tool] = (),
         system_prompt: str | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> None:
         self.keeper = keeper
         self.search_tool = archive_search_tool(keeper)
         self.tools: tuple[Tool, ...] = (*tools, self.search_tool)
         self.setup = ModelSetup(system_prompt=system_prompt, tools=self.tools)
         self.model: Runnable[Any, BaseMessage] = model.bind_tools(list(self.tools))
+        self._raw_model = model
+        self._tool_choice = tool_choice
+        self._forced: dict[str, Runnable[Any, BaseMessage]] = {}
 
     def __call__(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         session = session_of(config)
@@ -90,15 +98,29 @@ class KeeperNode:
 
     # ---- the model node that goes with it (used by create_keeper_agent and the arms)
 
+    def work_model(self, messages: Sequence[BaseMessage]) -> Runnable[Any, BaseMessage]:
+        """The model for a work call: bound to the tools, with the tool choice for this call.
+
+        Note calls never get a forced tool choice: they must answer in change lines.
+        """
+        choice = self._tool_choice(messages) if callable(self._tool_choice) else self._tool_choice
+        if choice is None:
+            return self.model
+        key = repr(choice)
+        if key not in self._forced:
+            self._forced[key] = self._raw_model.bind_tools(list(self.tools), tool_choice=choice)
+        return self._forced[key]
+
     def call_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         """A model node that calls the model the way the keeper expects (sync)."""
         session = session_of(config)
         messages = self.setup.render(state["messages"])
         kwargs = self.keeper.work_kwargs(session, state["messages"])
-        reply = _as_ai(self.model.invoke(messages, **kwargs))
+        model = self.work_model(state["messages"])
+        reply = _as_ai(model.invoke(messages, **kwargs))
         retry = self.keeper.retry_kwargs(session, kwargs, reply)
         if retry is not None:
-            reply = _as_ai(self.model.invoke(messages, **retry))
+            reply = _as_ai(model.invoke(messages, **retry))
         return {"messages": [self.keeper.record_reply(session, reply)]}
 
     async def acall_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
@@ -106,10 +128,11 @@ class KeeperNode:
         session = session_of(config)
         messages = self.setup.render(state["messages"])
         kwargs = await asyncio.to_thread(self.keeper.work_kwargs, session, state["messages"])
-        reply = _as_ai(await self.model.ainvoke(messages, **kwargs))
+        model = self.work_model(state["messages"])
+        reply = _as_ai(await model.ainvoke(messages, **kwargs))
         retry = self.keeper.retry_kwargs(session, kwargs, reply)
         if retry is not None:
-            reply = _as_ai(await self.model.ainvoke(messages, **retry))
+            reply = _as_ai(await model.ainvoke(messages, **retry))
         return {"messages": [self.keeper.record_reply(session, reply)]}
 
     def model_runnable(self, name: str = "model") -> Runnable[Any, Any]:
@@ -122,9 +145,12 @@ def keeper_node(
     model: BaseChatModel,
     tools: Sequence[Tool] = (),
     system_prompt: str | None = None,
+    tool_choice: ToolChoice | None = None,
 ) -> KeeperNode:
     """Build a :class:`KeeperNode`; add ``node.as_runnable()`` before your model node."""
-    return KeeperNode(keeper, model=model, tools=tools, system_prompt=system_prompt)
+    return KeeperNode(
+        keeper, model=model, tools=tools, system_prompt=system_prompt, tool_choice=tool_choice
+    )
 
 
 def _as_ai(message: BaseMessage) -> AIMessage:

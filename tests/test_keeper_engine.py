@@ -404,3 +404,46 @@ def test_an_empty_reply_is_asked_again_once_with_some_randomness():
     agent = create_keeper_agent(twice, config=SMALL, checkpointer=InMemorySaver())
     out = agent.invoke({"messages": [HumanMessage("hello")]}, THREAD)
     assert text_of(out["messages"][-1]) == "", "only one retry: the second empty reply stands"
+
+
+def test_a_forced_tool_choice_applies_to_work_calls_only():
+    @tool
+    def lookup(name: str) -> str:
+        """Look a name up."""
+        return f"{name} is a counter."
+
+    def after_user_input(messages: list[BaseMessage]):
+        return (
+            "lookup"
+            if isinstance(messages[-1], HumanMessage) and keeper_kind(messages[-1]) is None
+            else None
+        )
+
+    def reply(messages: list[BaseMessage]):
+        if keeper_kind(messages[-1]) in ("notes_request", "notes_reask"):
+            return StoryModel()(messages)
+        if isinstance(messages[-1], HumanMessage):
+            return AIMessage(
+                "",
+                tool_calls=[
+                    {
+                        "name": "lookup",
+                        "args": {"name": "x"},
+                        "id": f"c{len(messages)}",
+                        "type": "tool_call",
+                    }
+                ],
+            )
+        return "done"
+
+    model = ScriptedChatModel(default=reply)
+    keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=3))
+    agent = create_keeper_agent(
+        model, [lookup], keeper=keeper, checkpointer=InMemorySaver(), tool_choice=after_user_input
+    )
+    run_story(agent, 6)
+    assert keeper.counters("t1").cuts >= 1
+    notes_calls = [r for r in model.received if keeper_kind(r.messages[-1]) == "notes_request"]
+    forced = [r for r in model.received if r.kwargs.get("tool_choice") == "lookup"]
+    assert notes_calls and all("tool_choice" not in r.kwargs for r in notes_calls)
+    assert forced and all(isinstance(r.messages[-1], HumanMessage) for r in forced)

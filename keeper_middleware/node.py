@@ -108,7 +108,9 @@ class KeeperNode:
             return self.model
         key = repr(choice)
         if key not in self._forced:
-            self._forced[key] = self._raw_model.bind_tools(list(self.tools), tool_choice=choice)
+            # providers take a name or a {"type": "function", ...} dict; pass it on as given
+            choice_kwargs: dict[str, Any] = {"tool_choice": choice}
+            self._forced[key] = self._raw_model.bind_tools(list(self.tools), **choice_kwargs)
         return self._forced[key]
 
     def call_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:

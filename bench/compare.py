@@ -25,12 +25,11 @@ from keeper_middleware.bench.report import (
     reader_label,
     score_table,
 )
+from keeper_middleware.bench.run_options import RunOptions, resolve_stream
 from keeper_middleware.bench.runner import (
-    RunOptions,
     RunResult,
     add_run_arguments,
     options_from_args,
-    resolve_stream,
     run_arm,
 )
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from keeper_middleware.bench.cli import Command
 from keeper_middleware.bench.compare import Comparison, compare_arms
 from keeper_middleware.bench.grader import GradeResult
-from keeper_middleware.bench.runner import resolve_stream
+from keeper_middleware.bench.run_options import resolve_stream
 
 DEMO_STREAM = "small:rules+overdrawn"
 DEMO_WINDOW = 6_144

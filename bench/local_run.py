@@ -27,7 +27,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from pydantic import SecretStr
 
-from keeper_middleware.bench.runner import RunOptions, RunResult, resolve_stream, run_arm
+from keeper_middleware.bench.run_options import RunOptions, resolve_stream
+from keeper_middleware.bench.runner import RunResult, run_arm
 from keeper_middleware.bench.streams import STREAM_FILE, read_stream
 from keeper_middleware.integrations.llama_server import LlamaServerConfig, LocalLlamaServer
 

@@ -41,7 +41,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from keeper_middleware.bench.runner import SYSTEM_PROMPT, plan_steps, resolve_stream
+from keeper_middleware.bench.run_options import resolve_stream
+from keeper_middleware.bench.runner import SYSTEM_PROMPT, plan_steps
 from keeper_middleware.bench.streams import (
     SIZES,
     StreamSpec,

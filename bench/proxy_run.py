@@ -37,7 +37,8 @@ from keeper_middleware.bench.cli import grade_run, read_run
 from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
 from keeper_middleware.bench.ledger import Ledger
 from keeper_middleware.bench.reader_server import create_reader_app, parse_messages
-from keeper_middleware.bench.runner import SYSTEM_PROMPT, Step, plan_steps, resolve_stream
+from keeper_middleware.bench.run_options import resolve_stream
+from keeper_middleware.bench.runner import SYSTEM_PROMPT, Step, plan_steps
 from keeper_middleware.bench.streams import SIZES, read_stream
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.integrations.proxy_cli import serve_in_thread
@@ -280,7 +281,8 @@ def _progress_printer(total: int, started: float) -> Callable[[Step, int], None]
 
 def run_in_graph(stream: Path, run_dir: Path, *, window: int) -> InGraph:
     """The in-graph keeper (the ``notes`` arm) on the same stream and window."""
-    from keeper_middleware.bench.runner import RunOptions, run_arm
+    from keeper_middleware.bench.run_options import RunOptions
+    from keeper_middleware.bench.runner import run_arm
 
     options = RunOptions.create(arm="notes", stream=stream, window=window, label="in-graph keeper")
     result = run_arm(options, run_dir, progress=False)

@@ -17,30 +17,29 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool
-from pydantic import SecretStr
 
 from keeper_middleware.bench.cli import Command, costs_of_run, grade_run
 from keeper_middleware.bench.costs import CallRecord, CostSummary
-from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
-from keeper_middleware.bench.reader_faults import NO_FAULTS, ReaderFaults
+from keeper_middleware.bench.grader import GradeResult
 from keeper_middleware.bench.reader_messages import NO_MORE_BATCHES, READ_TOOL
 from keeper_middleware.bench.recording import CallRecorder
+from keeper_middleware.bench.run_options import (
+    DELIVERIES,
+    RunOptions,
+    make_model,
+    resolve_stream,
+)
 from keeper_middleware.bench.streams import (
-    SIZES,
-    StreamSpec,
-    generate_stream,
-    preset_spec,
     read_stream,
 )
 from keeper_middleware.keeper import Keeper
@@ -52,7 +51,6 @@ CHECKPOINTS_FILE = "checkpoints.sqlite3"
 ARCHIVE_FILE = "archive.sqlite3"
 
 
-DELIVERIES = ("messages", "tool")
 SYSTEM_PROMPT = "You read stories about counters and answer questions about them."
 TASK_MESSAGES = (
     "Task: stories about counters arrive as numbered items, one message each. Keep track of "
@@ -66,150 +64,6 @@ TASK_TOOL = (
     'as "N. answer".'
 )
 CONTINUE_TOOL = f'More items have arrived: call read_next_batch (no arguments) until it answers "{NO_MORE_BATCHES}"'
-_OPENAI = re.compile(r"^openai:(https?://[^/:\s]+(?::\d+)?(?:/[^:\s]*)?)(?::(\S+))?$")
-
-
-# -- what a run is ------------------------------------------------------------------------------
-def parse_faults(text: str) -> ReaderFaults:
-    """``misread=0.05,empty_reply=0.02,seed=3`` → ``ReaderFaults``; "" → no faults."""
-    values: dict[str, Any] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        name, sep, value = part.partition("=")
-        if not sep:
-            raise ValueError(f"--faults takes NAME=RATE pairs separated by commas, got {part!r}")
-        values[name.strip()] = int(value) if name.strip() == "seed" else float(value)
-    try:
-        return ReaderFaults(**values)
-    except TypeError as error:
-        known = ", ".join(f.name for f in fields(ReaderFaults))
-        raise ValueError(f"unknown fault in --faults {text!r}; known: {known}") from error
-
-
-def parse_model(spec: str) -> tuple[str, str | None]:
-    """("sim", None) or (base URL, model name or None) from ``sim`` / ``openai:URL[:MODEL]``."""
-    if spec == "sim":
-        return "sim", None
-    match = _OPENAI.match(spec)
-    if match is None:
-        raise ValueError(
-            f"--model {spec!r}: use sim (the simulated reader) or openai:URL[:MODEL], "
-            "e.g. openai:http://127.0.0.1:8080/v1:qwen3-4b"
-        )
-    return match.group(1), match.group(2)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunOptions:
-    """One arm on one stream with one model: everything a run folder's results depend on."""
-
-    arm: str
-    stream: Path
-    model: str = "sim"
-    window: int = 32_768
-    delivery: str = "messages"
-    retriever: str = "keyword"
-    embedder: str | None = None
-    faults: ReaderFaults = NO_FAULTS
-    timeout: float = 600.0
-    max_tokens: int | None = None
-    """A reply limit for a real model (some servers otherwise write to the end of their context)."""
-    label: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(
-                f"max_tokens must be a positive number of tokens, got {self.max_tokens}"
-            )
-        if self.delivery not in DELIVERIES:
-            raise ValueError(f"delivery must be one of {DELIVERIES}, got {self.delivery!r}")
-        if self.window < 1024:
-            raise ValueError(f"window must be at least 1024 tokens, got {self.window}")
-        kind, _ = parse_model(self.model)
-        if kind != "sim" and self.faults != NO_FAULTS:
-            raise ValueError("--faults only applies to the simulated reader (--model sim)")
-        if self.embedder not in (None, "hashing", "minilm"):
-            raise ValueError(f"embedder must be hashing or minilm, got {self.embedder!r}")
-        if not (Path(self.stream) / "stream.jsonl").exists():
-            raise FileNotFoundError(f"no stream.jsonl in {self.stream}: generate a stream first")
-
-    @classmethod
-    def create(cls, *, faults: str | ReaderFaults = NO_FAULTS, **given: Any) -> RunOptions:
-        parsed = parse_faults(faults) if isinstance(faults, str) else faults
-        return cls(faults=parsed, **{**given, "stream": Path(given["stream"]).resolve()})
-
-    @property
-    def reader(self) -> str:
-        if self.model == "sim":
-            return SIMULATED_READER
-        url, name = parse_model(self.model)
-        return f"{name or 'default'} at {url}"
-
-    @staticmethod
-    def identity_keys() -> frozenset[str]:
-        return frozenset(
-            {"arm", "model", "window", "delivery", "retriever", "embedder", "faults", "stream"}
-        )
-
-    def run_json(self, run_dir: Path) -> dict[str, Any]:
-        return {
-            "stream": os.path.relpath(Path(self.stream).resolve(), run_dir.resolve()),
-            "reader": self.reader,
-            "label": self.label or self.arm,
-            "arm": self.arm,
-            "model": self.model,
-            "window": self.window,
-            "delivery": self.delivery,
-            "retriever": self.retriever,
-            "embedder": self.embedder,
-            "faults": {f.name: getattr(self.faults, f.name) for f in fields(self.faults)},
-        }
-
-
-def make_model(options: RunOptions) -> BaseChatModel:
-    if options.model == "sim":
-        from keeper_middleware.bench.reader import SimulatedReader
-
-        return SimulatedReader(faults=options.faults)
-    from langchain_openai import ChatOpenAI
-
-    url, name = parse_model(options.model)
-    return ChatOpenAI(
-        base_url=url,
-        api_key=SecretStr(os.environ.get("OPENAI_API_KEY") or "none"),
-        model=name or "default",
-        stream_usage=True,
-        timeout=options.timeout,
-        max_retries=2,
-        temperature=0,
-        max_tokens=options.max_tokens,  # type: ignore[call-arg]
-    )
-
-
-def resolve_stream(spec: str, folder: Path, *, seed: int = 0) -> Path:
-    """A stream folder as given, or a preset ``SIZE[:FAMILY+FAMILY...]`` generated into ``folder``
-    (reused when it already holds that stream)."""
-    given = Path(spec)
-    if (given / "stream.jsonl").exists():
-        return given
-    size, _, families = spec.partition(":")
-    if size not in SIZES:
-        raise ValueError(
-            f"--stream {spec!r} is neither a stream folder nor a preset; presets are "
-            f"{', '.join(SIZES)}, optionally with families, e.g. small:rules+overdrawn"
-        )
-    chosen = frozenset({"base", *(f for f in re.split(r"[+,]", families) if f)})
-    wanted = preset_spec(size, seed=seed, families=chosen)
-    spec_file = folder / "spec.json"
-    if (
-        spec_file.exists()
-        and (folder / "stream.jsonl").exists()
-        and StreamSpec.from_json(json.loads(spec_file.read_text())["spec"]) == wanted
-    ):
-        return folder
-    generate_stream(wanted, folder)
-    return folder
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ from keeper_middleware.bench.compare import (
     uncached_prompt_tokens,
 )
 from keeper_middleware.bench.costs import CostSummary
-from keeper_middleware.bench.runner import RunOptions, resolve_stream
+from keeper_middleware.bench.run_options import RunOptions, resolve_stream
 
 WINDOW = 2048
 

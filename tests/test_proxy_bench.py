@@ -18,7 +18,7 @@ from keeper_middleware.bench.proxy_bench import (
     upstream_process,
 )
 from keeper_middleware.bench.proxy_run import UpstreamMeter, results_markdown, run_through_proxy
-from keeper_middleware.bench.runner import resolve_stream
+from keeper_middleware.bench.run_options import resolve_stream
 from keeper_middleware.integrations.openai_format import (
     message_from_openai,
     message_key,

@@ -43,7 +43,7 @@ from keeper_middleware.bench.local_run import (  # noqa: E402
     LocalModelSettings,
     run_notes_arm_locally,
 )
-from keeper_middleware.bench.runner import resolve_stream  # noqa: E402
+from keeper_middleware.bench.run_options import resolve_stream  # noqa: E402
 from keeper_middleware.config import KeeperConfig  # noqa: E402
 from keeper_middleware.integrations.llama_server import (  # noqa: E402
     LlamaServerConfig,

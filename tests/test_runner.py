@@ -14,15 +14,17 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from keeper_middleware.bench.cli import main as bench_main
 from keeper_middleware.bench.reader_faults import ReaderFaults
 from keeper_middleware.bench.recording import call_kind, request_fingerprint
+from keeper_middleware.bench.run_options import (
+    RunOptions,
+    parse_faults,
+    parse_model,
+    resolve_stream,
+)
 from keeper_middleware.bench.runner import (
     CONTINUE_TOOL,
     TASK_MESSAGES,
     TASK_TOOL,
-    RunOptions,
-    parse_faults,
-    parse_model,
     plan_steps,
-    resolve_stream,
     run_arm,
 )
 from keeper_middleware.bench.streams import read_stream
@@ -179,7 +181,8 @@ KILLED_RUN = textwrap.dedent(
     import os, signal, sys
     from pathlib import Path
     from keeper_middleware.bench import recording
-    from keeper_middleware.bench.runner import RunOptions, run_arm
+    from keeper_middleware.bench.run_options import RunOptions
+    from keeper_middleware.bench.runner import run_arm
 
     stream, run_dir, delivery = sys.argv[1], sys.argv[2], sys.argv[3]
     window, kill_at = int(sys.argv[4]), int(sys.argv[5])

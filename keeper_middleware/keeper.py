@@ -63,7 +63,13 @@ from keeper_middleware.messages import (
     thought_to_limit,
 )
 from keeper_middleware.note_taking import Ask, Done, NoteOutcome, NoteTaking, notes_request_text
-from keeper_middleware.notes import Notes, parse_notes, render_notes
+from keeper_middleware.notes import (
+    Notes,
+    notes_from_json,
+    notes_to_json,
+    parse_notes,
+    render_notes,
+)
 from keeper_middleware.questions import (
     PatternQuestionDetector,
     QuestionDetector,
@@ -194,7 +200,7 @@ class Keeper:
         latest = self.archive.latest_notes(session)
         if latest is None:
             return Notes()
-        return _notes_from_json(latest.data_json)
+        return notes_from_json(latest.data_json)
 
     def _guard(self, session: str) -> GuardState:
         return GuardState.from_json(self.archive.get_value(session, "search_guard"))
@@ -425,7 +431,7 @@ class Keeper:
         if self.archive.find_cut(pending.session, pending.key) is None:
             return None
         latest = self.archive.latest_notes(pending.session)
-        return _notes_from_json(latest.data_json) if latest else pending.notes
+        return notes_from_json(latest.data_json) if latest else pending.notes
 
     def _take_notes(self, pending: _Pending, call: NoteCall) -> NoteOutcome | Notes:
         dialogue = self._note_dialogue(pending)
@@ -609,7 +615,7 @@ class Keeper:
                 first_item=notes.first_item,
                 last_item=notes.last_item,
                 text=rendered,
-                data_json=_notes_to_json(notes),
+                data_json=notes_to_json(notes),
             ),
         )
         self._sync_index(session)
@@ -748,27 +754,3 @@ def _with_id(message: BaseMessage) -> BaseMessage:
     if message.id:
         return message
     return message.model_copy(update={"id": str(uuid.uuid4())})
-
-
-def _notes_to_json(notes: Notes) -> str:
-    return json.dumps(
-        {
-            "rules": list(notes.rules),
-            "state": [list(p) for p in notes.state],
-            "open": list(notes.open),
-            "first_item": notes.first_item,
-            "last_item": notes.last_item,
-        },
-        ensure_ascii=False,
-    )
-
-
-def _notes_from_json(data: str) -> Notes:
-    raw = json.loads(data)
-    return Notes(
-        rules=tuple(raw.get("rules", ())),
-        state=tuple((str(k), str(v)) for k, v in raw.get("state", ())),
-        open=tuple(raw.get("open", ())),
-        first_item=raw.get("first_item"),
-        last_item=raw.get("last_item"),
-    )

@@ -8,6 +8,7 @@ still serves everything before that point).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 
@@ -217,3 +218,29 @@ def parse_notes(text: str) -> tuple[Notes, int]:
         last_item=last,
     )
     return notes, kept
+
+
+def notes_to_json(notes: Notes) -> str:
+    """The structured notes as JSON, as the archive stores each version beside its text."""
+    return json.dumps(
+        {
+            "rules": list(notes.rules),
+            "state": [list(p) for p in notes.state],
+            "open": list(notes.open),
+            "first_item": notes.first_item,
+            "last_item": notes.last_item,
+        },
+        ensure_ascii=False,
+    )
+
+
+def notes_from_json(data: str) -> Notes:
+    """Notes back from :func:`notes_to_json`."""
+    raw = json.loads(data)
+    return Notes(
+        rules=tuple(raw.get("rules", ())),
+        state=tuple((str(k), str(v)) for k, v in raw.get("state", ())),
+        open=tuple(raw.get("open", ())),
+        first_item=raw.get("first_item"),
+        last_item=raw.get("last_item"),
+    )

@@ -138,3 +138,16 @@ def test_parse_refuses_what_it_cannot_read_and_names_the_line(text, message):
 def test_parse_tolerates_trailing_whitespace_and_blank_lines():
     text = render_notes(EXAMPLE_NOTES).replace("\n", "  \n") + "\n\n"
     assert parse_notes(text) == (EXAMPLE_NOTES, 0)
+
+
+def test_notes_round_trip_through_json():
+    from keeper_middleware.notes import notes_from_json, notes_to_json
+
+    notes = Notes(
+        rules=("Rule: ünïcode.",),
+        state=(("a", "1"), ("b", "x = y")),
+        open=("q?",),
+        first_item=1,
+        last_item=9,
+    )
+    assert notes_from_json(notes_to_json(notes)) == notes

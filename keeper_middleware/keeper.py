@@ -381,9 +381,13 @@ class Keeper:
                 for q in question_queries(question)
             ]
             hits = merge_hits(per_query, self.config.show_retrieved * max(1, len(per_query)))
-            added.append(
-                keeper_message(render_retrieved_block(hits), "retrieved", msg_id=f"retrieved-{qid}")
-            )
+            block = render_retrieved_block(hits)
+            # the passages stay in view with their open question: keep them to a quarter of the
+            # budget, dropping the lowest-ranked first, so the question's own work has room
+            while hits and self.tokens.count_text(block) > self.config.budget // 4:
+                hits = hits[: len(hits) * 3 // 4]
+                block = render_retrieved_block(hits)
+            added.append(keeper_message(block, "retrieved", msg_id=f"retrieved-{qid}"))
         return added
 
     def _layout(self, messages: Sequence[BaseMessage]) -> Layout:

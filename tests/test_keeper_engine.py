@@ -447,3 +447,25 @@ def test_a_forced_tool_choice_applies_to_work_calls_only():
     forced = [r for r in model.received if r.kwargs.get("tool_choice") == "lookup"]
     assert notes_calls and all("tool_choice" not in r.kwargs for r in notes_calls)
     assert forced and all(isinstance(r.messages[-1], HumanMessage) for r in forced)
+
+
+def test_passages_shown_next_to_a_question_take_at_most_a_quarter_of_the_budget():
+    config = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=2, show_retrieved=50)
+    keeper = Keeper(config)
+    keeper.retriever.add(
+        [
+            __import__("keeper_middleware").Passage(
+                "t1", i, i, f"c{i % 5} was seen near the old mill at dawn again."
+            )
+            for i in range(400)
+        ]
+    )
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
+    )
+    out = agent.invoke(
+        {"messages": [HumanMessage("Questions: where was c1? where was c2?")]}, THREAD
+    )
+    block = next(m for m in out["messages"] if keeper_kind(m) == "retrieved")
+    assert text_of(block).count("\n") >= 1
+    assert ApproximateTokenCounter().count_text(text_of(block)) <= config.budget // 4

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -39,6 +38,7 @@ from keeper_middleware.bench.reader import (
     request_tokens,
 )
 from keeper_middleware.bench.reader_faults import ReaderFaults
+from keeper_middleware.integrations.proxy_cli import serve_in_thread
 from keeper_middleware.messages import text_of
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -274,28 +274,8 @@ def serve_reader(
 
     Port 0 picks a free port. The server is shut down when the block ends.
     """
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    bound_port = sock.getsockname()[1]
-    config = uvicorn.Config(create_reader_app(reader), log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"The simulated reader's server did not start on {host}:{bound_port}."
-                )
-            time.sleep(0.01)
-        shown = f"[{host}]" if ":" in host else host
-        yield f"http://{shown}:{bound_port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        sock.close()
+    with serve_in_thread(create_reader_app(reader), host=host, port=port, lifespan="off") as url:
+        yield url
 
 
 def main(argv: Sequence[str] | None = None) -> None:

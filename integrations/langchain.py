@@ -54,6 +54,7 @@ from keeper_middleware.archive import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
+from keeper_middleware.messages import as_ai_message
 from keeper_middleware.node import KeeperNode, state_update
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.search_tool import DEFAULT_SESSION, archive_search_tool, session_of
@@ -123,12 +124,6 @@ def _first_ai(response: ModelResponse[Any]) -> AIMessage | None:
     return next((m for m in response.result if isinstance(m, AIMessage)), None)
 
 
-def _as_ai(message: BaseMessage) -> AIMessage:
-    if isinstance(message, AIMessage):
-        return message
-    return AIMessage(content=message.content, id=message.id)
-
-
 class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
     """The keeper as ``create_agent`` middleware (see the module docstring for the design).
 
@@ -189,10 +184,10 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         return bound[2]
 
     def _call(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-        return _as_ai(self._note_model().invoke(messages, **kwargs))
+        return as_ai_message(self._note_model().invoke(messages, **kwargs))
 
     async def _acall(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-        return _as_ai(await self._note_model().ainvoke(messages, **kwargs))
+        return as_ai_message(await self._note_model().ainvoke(messages, **kwargs))
 
     # ---- wrap_model_call: request-only changes around the agent's own call
 

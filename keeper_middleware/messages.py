@@ -17,6 +17,13 @@ _THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 
+def as_ai_message(message: BaseMessage) -> AIMessage:
+    """A chat model's reply as an ``AIMessage`` (some runnables hand back a plain message)."""
+    if isinstance(message, AIMessage):
+        return message
+    return AIMessage(content=message.content, id=message.id)
+
+
 def keeper_kind(message: BaseMessage) -> str | None:
     """The kind of a keeper-authored message ("notes", "rules", ...), or None for anyone else's."""
     kind = message.additional_kwargs.get(KEEPER_KEY)

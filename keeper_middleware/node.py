@@ -18,6 +18,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult, Tool
+from keeper_middleware.messages import as_ai_message
 from keeper_middleware.search_tool import archive_search_tool, session_of
 
 KEEPER_STATE_KEY = "keeper"
@@ -91,10 +92,10 @@ class KeeperNode:
         return RunnableLambda(self.__call__, afunc=self.acall, name=name)
 
     def _call(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-        return _as_ai(self.model.invoke(messages, **kwargs))
+        return as_ai_message(self.model.invoke(messages, **kwargs))
 
     async def _acall(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-        return _as_ai(await self.model.ainvoke(messages, **kwargs))
+        return as_ai_message(await self.model.ainvoke(messages, **kwargs))
 
     # ---- the model node that goes with it (used by create_keeper_agent and the arms)
 
@@ -119,10 +120,10 @@ class KeeperNode:
         messages = self.setup.render(state["messages"])
         kwargs = self.keeper.work_kwargs(session, state["messages"])
         model = self.work_model(state["messages"])
-        reply = _as_ai(model.invoke(messages, **kwargs))
+        reply = as_ai_message(model.invoke(messages, **kwargs))
         retry = self.keeper.retry_kwargs(session, kwargs, reply)
         if retry is not None:
-            reply = _as_ai(model.invoke(messages, **retry))
+            reply = as_ai_message(model.invoke(messages, **retry))
         return {"messages": [self.keeper.record_reply(session, reply)]}
 
     async def acall_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
@@ -131,10 +132,10 @@ class KeeperNode:
         messages = self.setup.render(state["messages"])
         kwargs = await asyncio.to_thread(self.keeper.work_kwargs, session, state["messages"])
         model = self.work_model(state["messages"])
-        reply = _as_ai(await model.ainvoke(messages, **kwargs))
+        reply = as_ai_message(await model.ainvoke(messages, **kwargs))
         retry = self.keeper.retry_kwargs(session, kwargs, reply)
         if retry is not None:
-            reply = _as_ai(await model.ainvoke(messages, **retry))
+            reply = as_ai_message(await model.ainvoke(messages, **retry))
         return {"messages": [self.keeper.record_reply(session, reply)]}
 
     def model_runnable(self, name: str = "model") -> Runnable[Any, Any]:
@@ -153,9 +154,3 @@ def keeper_node(
     return KeeperNode(
         keeper, model=model, tools=tools, system_prompt=system_prompt, tool_choice=tool_choice
     )
-
-
-def _as_ai(message: BaseMessage) -> AIMessage:
-    if isinstance(message, AIMessage):
-        return message
-    return AIMessage(content=message.content, id=message.id)

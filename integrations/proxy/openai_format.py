@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -325,8 +326,12 @@ def _tool_calls(raw: object, position: int) -> tuple[list[ToolCall], list[Invali
         arguments = function.get("arguments")
         text = arguments if isinstance(arguments, str) else json.dumps(arguments)
         try:
-            args = json.loads(text) if text.strip() else {}
-        except ValueError:
+            args = (
+                json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+                if text.strip()
+                else {}
+            )
+        except (ValueError, RecursionError):
             args = None
         if isinstance(args, dict):
             calls.append(ToolCall(name=function["name"], args=args, id=call_id, type="tool_call"))
@@ -341,6 +346,18 @@ def _tool_calls(raw: object, position: int) -> tuple[list[ToolCall], list[Invali
                 )
             )
     return calls, invalid
+
+
+def _finite(text: str) -> float:
+    """JSON numbers only: ``1e400`` would become infinity, which no JSON store can hold."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def message_to_openai(message: BaseMessage) -> dict[str, Any]:

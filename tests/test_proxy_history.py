@@ -84,9 +84,7 @@ def check(proxy: Any, session: str, history: list[dict[str, Any]]) -> None:
     archived = [tagged(t.content) for t in proxy.keeper.archive.turns(session)]
     archived = [t for t in archived if t]
     assert len(archived) == len(set(archived)), "a turn was archived twice"
-    window = [
-        tagged(text_of(m)) for m in proxy.record(session).window if keeper_kind(m) is None
-    ]
+    window = [tagged(text_of(m)) for m in proxy.record(session).window if keeper_kind(m) is None]
     window = [t for t in window if t]
     assert len(window) == len(set(window)), "a message is twice in view"
     for message in history:

@@ -19,6 +19,8 @@ import pytest
 from langchain_core.messages import convert_to_messages
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
+from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app
+from keeper_middleware.integrations.proxy.history import align, take_in, withdraw
 from keeper_middleware.integrations.proxy.openai_format import (
     ChatRequest,
     RequestError,
@@ -27,8 +29,6 @@ from keeper_middleware.integrations.proxy.openai_format import (
     message_from_openai,
     parse_chat_request,
 )
-from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app
-from keeper_middleware.integrations.proxy.history import align, take_in, withdraw
 from keeper_middleware.integrations.proxy.sessions import SessionRecord
 from keeper_middleware.integrations.proxy.tenants import fallback_session
 from keeper_middleware.keeper import ModelSetup

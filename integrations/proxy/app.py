@@ -204,7 +204,9 @@ def create_proxy_app(
 
     def tenant_of(caller: Caller) -> str:
         if caller.tenant is None:
-            raise _RefusedError(_error(403, "This key only reads /metrics.", kind="permission_error"))
+            raise _RefusedError(
+                _error(403, "This key only reads /metrics.", kind="permission_error")
+            )
         return caller.tenant
 
     def session_named(request: Request, caller: Caller) -> str:

@@ -88,6 +88,9 @@ class _Turn:
     note_params: Mapping[str, Any]
     auth: str | None
     forward: Forward | None
+    started: float = field(default_factory=time.perf_counter)
+    existed: bool = True
+    """Whether the session was stored before this request (set when it is taken in)."""
     tally: CallTally = field(default_factory=CallTally)
     usage: dict[str, int] = field(default_factory=dict)
     streamed: dict[str, str] = field(default_factory=dict)
@@ -139,10 +142,17 @@ class KeeperProxy:
         self._locks: dict[str, asyncio.Lock] = {}
         self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
         self._tenant_bytes: dict[str, int] = {}
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keeper-proxy")
+        self._pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keeper-proxy")
+            if workers
+            else None
+        )
 
     async def _off_loop(self, func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run blocking work (SQLite, whole-history passes) in a worker thread."""
+        """Run blocking work (SQLite, whole-history passes) in a worker thread (``workers=0``:
+        on the loop, for profiling)."""
+        if self._pool is None:
+            return func(*args, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, partial(func, *args, **kwargs))
 
@@ -193,36 +203,39 @@ class KeeperProxy:
         """Answer one chat request; with ``forward``, plain text is streamed to it as it comes."""
         lock = self._locks.setdefault(session, asyncio.Lock())
         async with lock:
-            started = time.perf_counter()
             turn = self._turn(session, request, auth, forward)
-            existed, record = await self._off_loop(self._intake, session, request)
-            stats = self.stats(session)
-            refused = False
             try:
-                return await self._answer(turn, record)
+                return await self._answer(turn, request)
             except WindowTooSmallError:
-                refused = True
-                if not existed:  # a refused request stores nothing
+                if not turn.existed:  # a refused request stores nothing
                     await self._off_loop(self._forget, session)
                 raise
             except UpstreamError:
-                stats.failed_requests += 1
+                self.stats(session).failed_requests += 1
+                await self._off_loop(self._account, turn)
                 raise
-            finally:
-                if not refused:
-                    elapsed = time.perf_counter() - started
-                    stats.requests += 1
-                    stats.upstream_calls += turn.tally.calls
-                    stats.upstream_retries += turn.tally.retries
-                    stats.upstream_failures += turn.tally.failures
-                    stats.upstream_seconds += turn.tally.seconds
-                    stats.added_seconds += max(0.0, elapsed - turn.tally.seconds)
-                    await self._off_loop(self.store.save_stats, session, stats)
+            except QuotaError:
+                raise
+            except BaseException:
+                await self._off_loop(self._account, turn)
+                raise
+
+    def _account(self, turn: _Turn) -> None:
+        """Add the request's upstream calls and time to the session's counters and save them."""
+        stats = self.stats(turn.session)
+        tally, elapsed = turn.tally, time.perf_counter() - turn.started
+        stats.requests += 1
+        stats.upstream_calls += tally.calls
+        stats.upstream_retries += tally.retries
+        stats.upstream_failures += tally.failures
+        stats.upstream_seconds += tally.seconds
+        stats.added_seconds += max(0.0, elapsed - tally.seconds)
+        self.store.save_stats(turn.session, stats)
 
     def _intake(self, session: str, request: ChatRequest) -> tuple[bool, SessionRecord]:
-        """The record after taking in the request (not saved yet: a refused request stores
-        nothing); and whether the session existed before."""
-        existed = bool(self.store.load(session).taken) or session in self._fingerprints
+        """The record after taking in the request (not saved until the keeper step has
+        accepted it: a refused request stores nothing); and whether the session existed."""
+        existed = bool(self.store.load(session).taken)
         pairs = request.digests_reusing(self._fingerprints.get(session, ()))
         digests = [digest for _, digest in pairs]
         archive = self.keeper.archive
@@ -278,9 +291,7 @@ class KeeperProxy:
             forward=forward,
         )
 
-    async def _answer(self, turn: _Turn, record: SessionRecord) -> Answer:
-        session, keeper = turn.session, self.keeper
-        searching = any(t is SEARCH_TOOL_SCHEMA for t in turn.tools)
+    async def _answer(self, turn: _Turn, request: ChatRequest) -> Answer:
         loop = asyncio.get_running_loop()
 
         async def note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
@@ -288,44 +299,72 @@ class KeeperProxy:
             return ai_from_completion(await self._call(turn, body))
 
         def sync_note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+            if self._pool is None:
+                raise RuntimeError("note calls need worker threads (workers >= 1)")
             return asyncio.run_coroutine_threadsafe(note_call(messages, kwargs), loop).result()
 
+        given: SessionRecord | None = None
         for number in range(1, self.max_upstream_calls + 1):
-            step = await self._off_loop(
-                keeper.step,
-                session,
-                list(record.window),
-                record.keeper_state,
-                turn.setup,
-                sync_note_call,
+            record, kwargs, messages = await self._off_loop(
+                self._before_call, turn, given, request, sync_note_call
             )
-            record = replace(record, window=tuple(step.messages), keeper_state=step.state)
-            await self._off_loop(self.store.save, session, record)
-            data = await self._main_call(turn, record.window)
-            reply = await self._off_loop(keeper.record_reply, session, ai_from_completion(data))
-            reply = reply.model_copy(update={"id": _new_id()})
-            searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
-            broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
-            own_calls = len(reply.tool_calls) + len(reply.invalid_tool_calls) > len(searches) + len(
-                broken
-            )
-            if searching and (searches or broken) and number < self.max_upstream_calls:
-                results = await self._off_loop(self._run_searches, session, reply)
-                self.stats(session).search_rounds += 1
-                if own_calls:  # the agent's calls go back to it; the results wait in view
-                    record = record.appended([reply, *results[1:]])
-                    return await self._off_loop(self._finish, turn, record, data, reply, True)
-                record = record.appended(results)
-                await self._off_loop(self.store.save, session, record)
-                continue
-            if searching and (searches or broken):
-                self.stats(session).loop_limit_hits += 1
-            return await self._off_loop(self._finish, turn, record, data, reply, False)
+            data = await self._main_call(turn, kwargs, messages)
+            outcome = await self._off_loop(self._after_call, turn, record, data, number)
+            if isinstance(outcome, Answer):
+                return outcome
+            given = outcome
         raise AssertionError("unreachable: the last call always finishes")
 
-    async def _main_call(self, turn: _Turn, window: tuple[BaseMessage, ...]) -> dict[str, Any]:
+    def _before_call(
+        self,
+        turn: _Turn,
+        record: SessionRecord | None,
+        request: ChatRequest,
+        note_call: Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage],
+    ) -> tuple[SessionRecord, dict[str, Any], list[BaseMessage]]:
+        """In a worker thread: take the request in (first call), run the keeper step, save, and
+        render the work call."""
+        if record is None:
+            turn.existed, record = self._intake(turn.session, request)
+        step = self.keeper.step(
+            turn.session, list(record.window), record.keeper_state, turn.setup, note_call
+        )
+        record = replace(record, window=tuple(step.messages), keeper_state=step.state)
+        self.store.save(turn.session, record)
+        kwargs = self.keeper.work_kwargs(turn.session, record.window)
+        return record, kwargs, turn.setup.render(record.window)
+
+    def _after_call(
+        self, turn: _Turn, record: SessionRecord, data: dict[str, Any], number: int
+    ) -> SessionRecord | Answer:
+        """In a worker thread: keep the reply; answer its searches (then the record to call
+        again with) or finish (the answer)."""
+        session = turn.session
+        searching = any(t is SEARCH_TOOL_SCHEMA for t in turn.tools)
+        reply = self.keeper.record_reply(session, ai_from_completion(data))
+        reply = reply.model_copy(update={"id": _new_id()})
+        searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
+        broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
+        own_calls = len(reply.tool_calls) + len(reply.invalid_tool_calls) > len(searches) + len(
+            broken
+        )
+        if searching and (searches or broken) and number < self.max_upstream_calls:
+            results = self._run_searches(session, reply)
+            self.stats(session).search_rounds += 1
+            if own_calls:  # the agent's calls go back to it; the results wait in view
+                record = record.appended([reply, *results[1:]])
+                return self._finish(turn, record, data, reply, True)
+            record = record.appended(results)
+            self.store.save(session, record)
+            return record
+        if searching and (searches or broken):
+            self.stats(session).loop_limit_hits += 1
+        return self._finish(turn, record, data, reply, False)
+
+    async def _main_call(
+        self, turn: _Turn, kwargs: dict[str, Any], messages: list[BaseMessage]
+    ) -> dict[str, Any]:
         """A work call; a reply that thought to its limit is asked again without thinking."""
-        kwargs, messages = await self._off_loop(self._render, turn, window)
         turn.streamed = {}
         data = await self._call(
             turn, upstream_body(messages, turn.tools, turn.params, kwargs), True
@@ -336,11 +375,6 @@ class KeeperProxy:
             body = upstream_body(messages, turn.tools, turn.params, retry)
             data = await self._call(turn, body, True)
         return data
-
-    def _render(
-        self, turn: _Turn, window: tuple[BaseMessage, ...]
-    ) -> tuple[dict[str, Any], list[BaseMessage]]:
-        return self.keeper.work_kwargs(turn.session, window), turn.setup.render(window)
 
     async def _call(self, turn: _Turn, body: dict[str, Any], main: bool = False) -> dict[str, Any]:
         forward = None
@@ -395,11 +429,13 @@ class KeeperProxy:
         self._charge(turn.session, len(text_of(reply)), check=False)
         record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
         self.store.save(turn.session, record)
+        self._account(turn)
         return Answer(data, message, reason, turn.summed_usage(), dict(turn.streamed))
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self.keeper.close()
 
 

@@ -101,7 +101,7 @@ class SessionCounters:
     proxy: dict[str, Any]
 
 
-class _SessionsCollector(Collector):
+class _SessionsCollector(Collector):  # type: ignore[misc]
     """Reads every session's counters at scrape time (they live with the sessions)."""
 
     def __init__(self, read: Callable[[], Iterable[SessionCounters]], per_session: bool) -> None:
@@ -114,7 +114,7 @@ class _SessionsCollector(Collector):
         per_tenant: dict[str, int] = {}
         for row in self.read():
             per_tenant[row.tenant] = per_tenant.get(row.tenant, 0) + 1
-            key = (row.tenant, row.session) if self.per_session else (row.tenant,)
+            key: tuple[str, ...] = (row.tenant, row.session) if self.per_session else (row.tenant,)
             group = groups.setdefault(key, {})
             for name, value in (*row.keeper.items(), *row.proxy.items()):
                 if isinstance(value, int | float) and not isinstance(value, bool):

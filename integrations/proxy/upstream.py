@@ -125,12 +125,12 @@ class Upstream:
         backoff = min(self.retry.max_wait, self.retry.first_wait * 2 ** (state.attempt_number - 1))
         error = state.outcome.exception() if state.outcome else None
         asked = error.retry_after if isinstance(error, UpstreamError) else None
-        return max(backoff, asked or 0.0)
+        return float(max(backoff, asked or 0.0))
 
     def _stop(self, state: RetryCallState) -> bool:
         if stop_after_attempt(self.retry.attempts)(state):
             return True
-        return state.seconds_since_start + self._wait(state) > self.retry.budget
+        return (state.seconds_since_start or 0.0) + self._wait(state) > self.retry.budget
 
     async def chat(
         self,

@@ -41,7 +41,7 @@ from keeper_middleware.bench.run_options import resolve_stream
 from keeper_middleware.bench.runner import SYSTEM_PROMPT, Step, plan_steps
 from keeper_middleware.bench.streams import SIZES, read_stream
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.integrations.proxy_cli import serve_in_thread
+from keeper_middleware.integrations.proxy.cli import serve_in_thread
 from keeper_middleware.tokens import ApproximateTokenCounter
 
 LABEL = "keeper proxy"

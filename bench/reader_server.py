@@ -38,7 +38,7 @@ from keeper_middleware.bench.reader import (
     request_tokens,
 )
 from keeper_middleware.bench.reader_faults import ReaderFaults
-from keeper_middleware.integrations.proxy_cli import serve_in_thread
+from keeper_middleware.integrations.proxy.cli import serve_in_thread
 from keeper_middleware.messages import text_of
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}

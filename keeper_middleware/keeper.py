@@ -731,6 +731,15 @@ class Keeper:
             command, hits, shown=self.config.search_results, scanned=self.config.search_scan
         )
 
+    def forget(self, session: str) -> None:
+        """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""
+        with self._lock:
+            self.archive.delete_session(session)
+            self.retriever.delete_session(session)
+            if self.passages_retriever is not self.retriever:
+                self.passages_retriever.delete_session(session)
+            self._counters.pop(session, None)
+
     def close(self) -> None:
         if self.passages_retriever is not self.retriever:
             self.passages_retriever.close()

@@ -19,12 +19,12 @@ from keeper_middleware.bench.proxy_bench import (
 )
 from keeper_middleware.bench.proxy_run import UpstreamMeter, results_markdown, run_through_proxy
 from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.integrations.openai_format import (
+from keeper_middleware.integrations.proxy.openai_format import (
     message_from_openai,
     message_key,
     parse_chat_request,
 )
-from keeper_middleware.integrations.proxy_session import (
+from keeper_middleware.integrations.proxy.sessions import (
     RECORD_KEY,
     TAKEN_CHUNK,
     SessionRecord,

@@ -54,7 +54,7 @@ async def test_a_failing_upstream_is_retried_until_it_answers(upstream, tmp_path
     async with client_for(app) as client:
         response = await post(client, convo("Hi"))
     assert response.json()["choices"][0]["message"]["content"] == "finally"
-    assert app.state.proxy.stats("faulty").upstream_retries == 3
+    assert app.state.proxy.stats("default:faulty").upstream_retries == 3
     await app.state.proxy.aclose()
 
 
@@ -116,7 +116,9 @@ async def test_after_an_outage_the_retry_continues_without_loss_or_duplicates(up
     last = upstream.requests[-1]
     assert user_texts(last).count("Item 2: domo2 is 9.") == 1
     assert user_texts(last)[-1] == "Item 2: domo2 is 9."
-    assert app.state.proxy.stats("faulty").upstream_failures == 1
+    stats = app.state.proxy.stats("default:faulty")
+    assert stats.failed_requests == 1
+    assert stats.upstream_failures == stats.upstream_retries + 1  # every failed try, counted
     await app.state.proxy.aclose()
 
 
@@ -148,8 +150,8 @@ async def test_a_note_call_that_fails_loses_nothing(upstream, tmp_path):
             assert response.status_code == 200
             history.append(response.json()["choices"][0]["message"])
     keeper = app.state.proxy.keeper
-    assert failed_once and keeper.counters("faulty").cuts >= 1
-    archived = [t.content for t in keeper.archive.turns("faulty")]
+    assert failed_once and keeper.counters("default:faulty").cuts >= 1
+    archived = [t.content for t in keeper.archive.turns("default:faulty")]
     in_view = json.dumps(upstream.requests[-1]["messages"])
     for i in range(1, 16):
         here = sum(text.startswith(f"Item {i}:") for text in archived)
@@ -161,22 +163,26 @@ async def test_a_new_app_on_the_same_folder_continues_every_session(upstream, tm
     first = make_app(upstream, tmp_path, window=2048)
     async with client_for(first) as client:
         history = await run_items(client, 10, "kept")
-    kept = first.state.proxy.record("kept")
-    assert first.state.proxy.keeper.counters("kept").cuts >= 1
+    kept = first.state.proxy.record("default:kept")
+    assert first.state.proxy.keeper.counters("default:kept").cuts >= 1
     # the first app is never closed: a killed process does not clean up
     second = make_app(upstream, tmp_path, window=2048)
     restored = second.state.proxy
-    assert restored.record("kept") == kept
-    assert restored.keeper.notes("kept") == first.state.proxy.keeper.notes("kept")
-    assert restored.keeper.counters("kept") == first.state.proxy.keeper.counters("kept")
+    assert restored.record("default:kept") == kept
+    assert restored.keeper.notes("default:kept") == first.state.proxy.keeper.notes("default:kept")
+    assert restored.keeper.counters("default:kept") == first.state.proxy.keeper.counters(
+        "default:kept"
+    )
     async with client_for(second) as client:
         history.append({"role": "user", "content": "Item 11: domo11 is 5."})
         response = await client.post(
             "/v1/chat/completions", json=chat(history), headers={"X-Keeper-Session": "kept"}
         )
     assert response.status_code == 200
-    assert restored.record("kept").taken[: len(kept.taken)] == kept.taken
-    assert len(restored.record("kept").taken) == len(kept.taken) + 2  # the item and the reply
+    assert restored.record("default:kept").taken[: len(kept.taken)] == kept.taken
+    assert (
+        len(restored.record("default:kept").taken) == len(kept.taken) + 2
+    )  # the item and the reply
     sent = upstream.work_calls[-1]["messages"]
     assert sent[0] == {"role": "system", "content": SYSTEM}
     assert sent[1]["content"] == "Task: keep the ledger."

@@ -19,7 +19,9 @@ import pytest
 from langchain_core.messages import convert_to_messages
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
-from keeper_middleware.integrations.openai_format import (
+from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app
+from keeper_middleware.integrations.proxy.history import align, take_in, withdraw
+from keeper_middleware.integrations.proxy.openai_format import (
     ChatRequest,
     RequestError,
     agent_reply,
@@ -27,14 +29,8 @@ from keeper_middleware.integrations.openai_format import (
     message_from_openai,
     parse_chat_request,
 )
-from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app
-from keeper_middleware.integrations.proxy_session import (
-    SessionRecord,
-    fallback_session,
-    known_prefix,
-    take_in,
-    withdraw,
-)
+from keeper_middleware.integrations.proxy.sessions import SessionRecord
+from keeper_middleware.integrations.proxy.tenants import fallback_session
 from keeper_middleware.keeper import ModelSetup
 from keeper_middleware.messages import keeper_message
 from keeper_middleware.notes import Notes, parse_notes, render_notes
@@ -104,6 +100,37 @@ def is_note_call(body: dict[str, Any]) -> bool:
     return last_text(body).startswith(("[NOTES REQUEST]", "[NOTES CHECK]"))
 
 
+def as_sse(data: dict[str, Any]) -> bytes:
+    """A completion as an OpenAI server would stream it: text in pieces, then tool calls."""
+    choice = data["choices"][0]
+    message = choice["message"]
+    envelope = {k: data[k] for k in ("id", "model", "created") if k in data}
+
+    def event(delta: dict[str, Any], reason: str | None = None) -> str:
+        payload = {**envelope, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+        return f"data: {json.dumps(payload)}\n\n"
+
+    out = [event({"role": "assistant", "content": ""})]
+    for key in ("reasoning_content", "content"):
+        text = message.get(key) or ""
+        out += [event({key: text[i : i + 5]}) for i in range(0, len(text), 5)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        args = call["function"]["arguments"]
+        head = {"index": index, "id": call["id"], "type": "function"}
+        out.append(
+            event({"tool_calls": [{**head, "function": {"name": call["function"]["name"]}}]})
+        )
+        out += [
+            event({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 7]}}]})
+            for i in range(0, len(args), 7)
+        ]
+    out.append(event({}, choice.get("finish_reason") or "stop"))
+    if "usage" in data:
+        out.append(f"data: {json.dumps({**envelope, 'choices': [], 'usage': data['usage']})}\n\n")
+    out.append("data: [DONE]\n\n")
+    return "".join(out).encode()
+
+
 @dataclass
 class ScriptedUpstream:
     """Script entries: a completion dict, an ``httpx.Response``, an exception to raise, or a
@@ -136,6 +163,10 @@ class ScriptedUpstream:
             raise entry
         if isinstance(entry, httpx.Response):
             return entry
+        if body.get("stream"):
+            return httpx.Response(
+                200, content=as_sse(entry), headers={"content-type": "text/event-stream"}
+            )
         return httpx.Response(200, json=entry)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
@@ -231,7 +262,7 @@ async def test_streaming_reply_is_sse_with_usage_chunk_and_done(proxy, upstream)
     assert text == "Streamed answer."
     usage = [e for e in events[:-1] if not e["choices"]]
     assert len(usage) == 1 and usage[0]["usage"]["prompt_tokens"] == 100
-    assert "stream_options" not in upstream.requests[0]
+    assert upstream.requests[0]["stream_options"] == {"include_usage": True}
 
 
 async def test_stream_without_include_usage_has_no_usage_chunk(proxy, upstream):
@@ -351,7 +382,7 @@ async def test_an_edit_of_an_archived_message_is_taken_as_new_input_alone(upstre
     async with client_for(app) as client:
         history = await run_items(client, 12, "past")
         keeper = app.state.proxy.keeper
-        assert any(t.content.startswith("Item 2:") for t in keeper.archive.turns("past"))
+        assert any(t.content.startswith("Item 2:") for t in keeper.archive.turns("default:past"))
         history[4] = {"role": "user", "content": "Item 2: correction, domo2 was 15."}
         history.append({"role": "user", "content": "Item 13: domo13 is 1."})
         response = await client.post(
@@ -362,9 +393,11 @@ async def test_an_edit_of_an_archived_message_is_taken_as_new_input_alone(upstre
     assert sent[-2:] == ["Item 2: correction, domo2 was 15.", "Item 13: domo13 is 1."]
     for i in range(3, 13):  # the unchanged messages after the edit are not taken in again
         in_view = sum(text.startswith(f"Item {i}:") for text in sent)
-        archived = sum(t.content.startswith(f"Item {i}:") for t in keeper.archive.turns("past"))
+        archived = sum(
+            t.content.startswith(f"Item {i}:") for t in keeper.archive.turns("default:past")
+        )
         assert in_view + archived == 1, i
-    assert app.state.proxy.stats("past").withdrawn_messages == 1
+    assert app.state.proxy.stats("default:past").withdrawn_messages == 1
     await app.state.proxy.aclose()
 
 
@@ -441,9 +474,9 @@ async def test_the_upstream_never_gets_more_than_the_window(upstream, tmp_path):
         await run_items(client, 30, "small")
     keeper = app.state.proxy.keeper
     budget = keeper.config.budget
-    assert keeper.counters("small").cuts >= 3
+    assert keeper.counters("default:small").cuts >= 3
     assert max(request_tokens(b) for b in upstream.requests) <= budget
-    assert keeper.archive.turn_count("small") > 30
+    assert keeper.archive.turn_count("default:small") > 30
     await app.state.proxy.aclose()
 
 
@@ -483,7 +516,7 @@ async def test_rules_from_the_notes_are_repeated_next_to_a_new_question(upstream
         await client.post(
             "/v1/chat/completions", json=chat(history), headers={"X-Keeper-Session": "rules"}
         )
-    assert rule in app.state.proxy.keeper.notes("rules").rules
+    assert rule in app.state.proxy.keeper.notes("default:rules").rules
     sent = upstream.work_calls[-1]["messages"]
     assert sent[-2]["content"] == "What is domo12 now?"
     assert sent[-1]["content"].startswith("[RULES]") and rule in sent[-1]["content"]
@@ -512,21 +545,26 @@ async def test_searches_are_answered_inside_the_proxy(upstream, tmp_path):
     assert after[-2]["tool_calls"][0]["function"]["name"] == "search_archive"
     assert after[-1]["role"] == "tool"
     assert "item 2: Item 2: The clerk recorded domo2 at 14." in after[-1]["content"]
-    assert app.state.proxy.keeper.counters("search").searches == 1
+    assert app.state.proxy.keeper.counters("default:search").searches == 1
     await app.state.proxy.aclose()
 
 
-async def test_a_reply_mixing_agent_tools_and_searches_runs_the_searches_first(proxy, upstream):
+async def test_a_reply_mixing_agent_tools_and_searches_answers_both(proxy, upstream):
     upstream.script = [
         tool_reply(("s1", "search_archive", {"query": "x"}), ("c1", "read_file", {"path": "a"})),
-        tool_reply(("c2", "read_file", {"path": "a"})),
+        text_reply("done"),
     ]
-    response = await proxy.post("/v1/chat/completions", json=chat(convo("Go"), tools=[AGENT_TOOL]))
-    calls = response.json()["choices"][0]["message"]["tool_calls"]
-    assert [c["id"] for c in calls] == ["c2"]
-    second = upstream.requests[1]["messages"]
-    assert [c["id"] for c in second[-2]["tool_calls"]] == ["s1"]
-    assert second[-1]["tool_call_id"] == "s1"
+    history = convo("Go")
+    response = await proxy.post("/v1/chat/completions", json=chat(history, tools=[AGENT_TOOL]))
+    message = response.json()["choices"][0]["message"]
+    assert [c["id"] for c in message["tool_calls"]] == ["c1"]  # the agent's own call comes back
+    assert response.json()["choices"][0]["finish_reason"] == "tool_calls"
+    history += [message, {"role": "tool", "tool_call_id": "c1", "content": "file a"}]
+    await proxy.post("/v1/chat/completions", json=chat(history, tools=[AGENT_TOOL]))
+    second = upstream.work_calls[1]["messages"]
+    assert [c["id"] for c in second[-3]["tool_calls"]] == ["s1", "c1"]  # the whole reply, once
+    answered = [m["tool_call_id"] for m in second if m["role"] == "tool"]
+    assert answered == ["s1", "c1"]  # the search answered by the proxy, the file by the agent
 
 
 async def test_results_of_a_turn_that_ended_empty_are_shown_again(proxy, upstream):
@@ -609,7 +647,10 @@ async def test_an_empty_reply_that_thought_to_its_limit_is_asked_again(upstream,
     assert "chat_template_kwargs" not in upstream.requests[0]
     assert upstream.requests[1]["chat_template_kwargs"] == {"enable_thinking": False}
     assert (
-        app.state.proxy.keeper.counters(response.headers["x-keeper-session"]).thinking_retries == 1
+        app.state.proxy.keeper.counters(
+            "default:" + response.headers["x-keeper-session"]
+        ).thinking_retries
+        == 1
     )
     await app.state.proxy.aclose()
 
@@ -700,14 +741,18 @@ async def test_metrics_and_session_report(upstream, tmp_path):
         await run_items(client, 12, "counted")
         metrics = (await client.get("/metrics")).text
         info = (await client.get("/keeper/sessions/counted")).json()
-    assert 'keeper_proxy_requests_total{session="counted"} 12' in metrics
+    assert 'keeper_proxy_requests_total{tenant="default"} 12.0' in metrics
+    assert "counted" not in metrics  # no session ids unless asked for
     assert "# TYPE keeper_proxy_cuts_total counter" in metrics
     counters = info["counters"]
     work, notes = len(upstream.work_calls), len(upstream.note_calls)
     assert counters["prompt_tokens"] == 200 * work + 100 * notes  # notes replies: 100, none cached
     assert counters["cached_tokens"] == 150 * work
     ratio = counters["cached_tokens"] / counters["prompt_tokens"]
-    assert f'keeper_proxy_cached_ratio{{session="counted"}} {ratio:.6f}' in metrics
+    shown = next(
+        line for line in metrics.splitlines() if line.startswith("keeper_proxy_cached_ratio{")
+    )
+    assert abs(float(shown.split()[-1]) - ratio) < 1e-9
     assert info["counters"]["cuts"] >= 1 and info["archive_turns"] > 0
     assert info["notes"].startswith("[NOTES]")
     assert info["proxy"]["upstream_calls"] == len(upstream.requests)
@@ -718,10 +763,16 @@ async def test_metrics_and_session_report(upstream, tmp_path):
 # ----------------------------------------------------------------------------- pure parts
 
 
-def test_known_prefix_stops_at_the_first_difference():
-    assert known_prefix(["a", "b", "c"], ["a", "b", "x", "c"]) == 2
-    assert known_prefix(["a", "b"], ["a"]) == 1
-    assert known_prefix([], ["a"]) == 0
+def NOTHING_ARCHIVED(ids: set[str]) -> set[str]:  # noqa: N802
+    return set()
+
+
+def test_alignment_is_by_content_not_position():
+    assert align(["a", "b"], ["a", "b", "c"]) == [(0, 0), (1, 1)]  # continuing
+    assert align(["a", "b", "c"], ["b", "c", "d"]) == [(1, 0), (2, 1)]  # front trimmed
+    assert align(["a", "b", "c"], ["a", "x", "c"]) == [(0, 0), (2, 2)]  # edited in place
+    assert align(["a", "b"], ["a"]) == [(0, 0)]  # regenerated
+    assert align([], ["a"]) == [] and align(["a"], ["z"]) == []  # new, or foreign
 
 
 def test_digest_ignores_how_clients_reserialise_a_reply():
@@ -785,12 +836,18 @@ def test_withdrawing_inside_the_kept_messages_lowers_the_notes_count():
     assert withdraw(window, {"t"}) == window  # the pinned head stays once NOTES exist
     record = SessionRecord(window=window, taken=(("d-task", "t"), ("d-k0", "k0"), ("d-k1", "k1")))
     fresh = message_from_openai({"role": "user", "content": "k1 edited"})
-    intake = take_in(record, [task, kept[0], fresh], ["d-task", "d-k0", digest_of(fresh)], new_id)
+    intake = take_in(
+        record,
+        [task, kept[0], fresh],
+        ["d-task", "d-k0", digest_of(fresh)],
+        new_id,
+        NOTHING_ARCHIVED,
+    )
     assert intake.withdrawn == 1 and intake.new == 1
     assert [m.content for m in intake.record.window][-2:] == ["k0", "k1 edited"]
 
 
-def test_withdrawing_a_message_that_precedes_a_late_edit_withdraws_the_edit_too():
+def test_withdrawing_a_message_that_precedes_a_late_edit_keeps_the_edit_once():
     ids = iter(f"n{i}" for i in range(100))
     msgs = [
         message_from_openai({"role": "user", "content": f"m{i}"}).model_copy(update={"id": f"m{i}"})
@@ -804,7 +861,7 @@ def test_withdrawing_a_message_that_precedes_a_late_edit_withdraws_the_edit_too(
         window=window, taken=(("d-e0", "e0"), ("d1", "m1"), ("d2", "m2"), ("d3", "m3"))
     )
     again = [edit, msgs[1]]  # the agent drops m2 and m3
-    intake = take_in(record, again, ["d-e0", "d1"], lambda: next(ids))
+    intake = take_in(record, again, ["d-e0", "d1"], lambda: next(ids), NOTHING_ARCHIVED)
     contents = [m.content for m in intake.record.window]
     assert contents.count("m0 edited") == 1 and "m2" not in contents
     assert [d for d, _ in intake.record.taken] == ["d-e0", "d1"]
@@ -812,7 +869,9 @@ def test_withdrawing_a_message_that_precedes_a_late_edit_withdraws_the_edit_too(
 
 def test_session_record_survives_json():
     request: ChatRequest = parse_chat_request(chat(convo("Hi", "Hello", "More?")))
-    record = take_in(SessionRecord(), request.messages, request.digests, lambda: "x").record
+    record = take_in(
+        SessionRecord(), request.messages, request.digests, lambda: "x", NOTHING_ARCHIVED
+    ).record
     record = SessionRecord(
         window=record.window,
         keeper_state={"seen": []},

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from keeper_middleware.bench.reader_server import serve_reader
 from keeper_middleware.integrations.proxy import create_proxy_app
-from keeper_middleware.integrations.proxy_cli import main, serve_in_thread
+from keeper_middleware.integrations.proxy.cli import main, serve_in_thread
 from tests.test_proxy_inprocess import (
     FAST_RETRY,
     SYSTEM,
@@ -41,9 +41,8 @@ serve = serve_in_thread
 def upstream_app(upstream: ScriptedUpstream) -> Starlette:
     async def chat(request: Request) -> Response:
         answer = upstream.answer(json.loads(await request.body()))
-        return Response(
-            answer.content, status_code=answer.status_code, media_type="application/json"
-        )
+        kind = answer.headers.get("content-type", "application/json")
+        return Response(answer.content, status_code=answer.status_code, media_type=kind)
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "upstream-model"}]})
@@ -185,9 +184,9 @@ def test_many_concurrent_sessions_do_not_cross_talk(upstream, tmp_path):
             asyncio.run(run(url))
     keeper = app.state.proxy.keeper
     assert len(upstream.work_calls) == sessions * turns
-    assert sum(keeper.counters(f"s{n}").cuts for n in range(sessions)) >= sessions
+    assert sum(keeper.counters(f"default:s{n}").cuts for n in range(sessions)) >= sessions
     for n in range(sessions):
-        archived = " ".join(t.content for t in keeper.archive.turns(f"s{n}"))
+        archived = " ".join(t.content for t in keeper.archive.turns(f"default:s{n}"))
         assert set(re.findall(r"secret-\d+", archived)) == {f"secret-{n}"}
     keeper.close()
 
@@ -211,7 +210,7 @@ def test_a_killed_proxy_restarted_on_the_same_folder_continues(upstream, tmp_pat
         first = create_proxy_app(upstream_url, window=2048, archive_dir=tmp_path, retry=FAST_RETRY)
         with serve(first, lifespan="off") as url:  # no shutdown hook runs: as if killed
             talk(url, range(1, 9))
-        cuts = first.state.proxy.keeper.counters("long").cuts
+        cuts = first.state.proxy.keeper.counters("default:long").cuts
         assert cuts >= 1
         second = create_proxy_app(upstream_url, window=2048, archive_dir=tmp_path, retry=FAST_RETRY)
         with serve(second) as url:
@@ -243,9 +242,9 @@ def test_through_the_simulated_reader_server(tmp_path):
                 assert isinstance(reply, AIMessage)
                 history.append(reply)
         keeper = app.state.proxy.keeper
-        assert keeper.counters("reader").cuts >= 1
-        assert keeper.counters("reader").notes_calls >= 1
-        assert keeper.counters("reader").cached_tokens > 0
+        assert keeper.counters("default:reader").cuts >= 1
+        assert keeper.counters("default:reader").notes_calls >= 1
+        assert keeper.counters("default:reader").cached_tokens > 0
 
 
 def test_the_command_line_refuses_a_bad_setting_with_a_message(capsys, tmp_path):

@@ -49,10 +49,10 @@ from keeper_middleware.integrations.llama_server import (  # noqa: E402
     LlamaServerConfig,
     LocalLlamaServer,
 )
-from keeper_middleware.integrations.openai_format import message_from_openai  # noqa: E402
 from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app  # noqa: E402
-from keeper_middleware.integrations.proxy_cli import serve_in_thread  # noqa: E402
-from keeper_middleware.integrations.proxy_session import SESSION_HEADER  # noqa: E402
+from keeper_middleware.integrations.proxy.cli import serve_in_thread  # noqa: E402
+from keeper_middleware.integrations.proxy.openai_format import message_from_openai  # noqa: E402
+from keeper_middleware.integrations.proxy.tenants import SESSION_HEADER  # noqa: E402
 from keeper_middleware.messages import keeper_kind  # noqa: E402
 from keeper_middleware.notes import (  # noqa: E402
     NOTES_CHECK_TAG,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ["retrievers", "graphs", "integrations", "bench"]
+SUBPACKAGES = ["retrievers", "graphs", "integrations", "integrations.proxy", "bench"]
 
 
 @pytest.mark.wheel
@@ -37,7 +37,7 @@ def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
     (wheel,) = dist.glob("keeper_middleware-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for sub in SUBPACKAGES:
-        assert f"keeper_middleware/{sub}/__init__.py" in names
+        assert f"keeper_middleware/{sub.replace('.', '/')}/__init__.py" in names
     assert not any(n.split("/")[0] in SUBPACKAGES for n in names), (
         "a subpackage leaked to top level"
     )
@@ -70,6 +70,7 @@ def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
         "    m = importlib.import_module('keeper_middleware.' + sub)\n"
         f"    assert pathlib.Path(m.__file__).is_relative_to({str(target)!r}), m.__file__\n"
         "from keeper_middleware import create_keeper_agent, KeeperConfig, Keeper, KeeperNode\n"
+        "from keeper_middleware.integrations.proxy.cli import main\n"
         "print('ok')\n"
     )
     result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=tmp_path)

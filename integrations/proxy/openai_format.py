@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -28,6 +29,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolCall,
     ToolMessage,
+    convert_to_openai_messages,
 )
 
 from keeper_middleware.messages import text_of
@@ -47,7 +49,6 @@ __all__ = [
     "message_key",
     "message_to_openai",
     "parse_chat_request",
-    "sse_events",
     "upstream_body",
 ]
 
@@ -325,8 +326,12 @@ def _tool_calls(raw: object, position: int) -> tuple[list[ToolCall], list[Invali
         arguments = function.get("arguments")
         text = arguments if isinstance(arguments, str) else json.dumps(arguments)
         try:
-            args = json.loads(text) if text.strip() else {}
-        except ValueError:
+            args = (
+                json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+                if text.strip()
+                else {}
+            )
+        except (ValueError, RecursionError):
             args = None
         if isinstance(args, dict):
             calls.append(ToolCall(name=function["name"], args=args, id=call_id, type="tool_call"))
@@ -343,27 +348,37 @@ def _tool_calls(raw: object, position: int) -> tuple[list[ToolCall], list[Invali
     return calls, invalid
 
 
+def _finite(text: str) -> float:
+    """JSON numbers only: ``1e400`` would become infinity, which no JSON store can hold."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def message_to_openai(message: BaseMessage) -> dict[str, Any]:
-    """A LangChain message as the upstream reads it (reasoning never included)."""
-    if isinstance(message, SystemMessage):
-        return {"role": "system", "content": message.content}
-    if isinstance(message, ToolMessage):
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    """A LangChain message as the upstream reads it (reasoning never included).
+
+    ``convert_to_openai_messages`` does the work; what it lacks is added here: a tool call the
+    model sent with arguments that were not JSON is sent back as it came (LangChain drops it,
+    which would leave its result without a call), and reasoning is never included."""
+    rendered = convert_to_openai_messages(message, text_format="string")
+    assert isinstance(rendered, dict)
     if isinstance(message, AIMessage):
-        calls = [
-            _call_json(c["id"], c["name"], json.dumps(c["args"], ensure_ascii=False))
-            for c in message.tool_calls
-        ]
+        rendered.pop("reasoning_content", None)
+        calls = list(rendered.get("tool_calls") or [])
         calls += [
             _call_json(c["id"], c["name"], c["args"] if isinstance(c["args"], str) else "")
             for c in message.invalid_tool_calls
         ]
-        text: Any = message.content if message.content or not calls else None
-        rendered: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
             rendered["tool_calls"] = calls
-        return _named(rendered, message)
-    return _named({"role": "user", "content": message.content}, message)
+            rendered["content"] = rendered.get("content") or None
+    return rendered
 
 
 def _named(rendered: dict[str, Any], message: BaseMessage) -> dict[str, Any]:
@@ -494,56 +509,3 @@ def completion_body(
         {"index": 0, "message": dict(message), "finish_reason": finish_reason, "logprobs": None}
     ]
     return body
-
-
-def sse_events(
-    data: Mapping[str, Any],
-    message: Mapping[str, Any],
-    finish_reason: str,
-    *,
-    include_usage: bool,
-) -> Iterator[str]:
-    """The same answer as server-sent events, ending with ``data: [DONE]``."""
-    envelope = {
-        "id": data.get("id") or "chatcmpl-keeper",
-        "object": "chat.completion.chunk",
-        "created": data.get("created") or int(time.time()),
-        "model": data.get("model") or "",
-    }
-
-    def chunk(delta: Mapping[str, Any], reason: str | None = None) -> str:
-        choice = {"index": 0, "delta": dict(delta), "finish_reason": reason, "logprobs": None}
-        return _event({**envelope, "choices": [choice]})
-
-    yield chunk({"role": "assistant", "content": ""})
-    for key in ("reasoning_content", "reasoning"):
-        if isinstance(message.get(key), str) and message[key]:
-            yield chunk({key: message[key]})
-    content = message.get("content")
-    if isinstance(content, str) and content:
-        yield chunk({"content": content})
-    for index, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") or {}
-        yield chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call.get("id"),
-                        "type": "function",
-                        "function": {
-                            "name": function.get("name"),
-                            "arguments": function.get("arguments") or "",
-                        },
-                    }
-                ]
-            }
-        )
-    yield chunk({}, finish_reason)
-    if include_usage:
-        yield _event({**envelope, "choices": [], "usage": data.get("usage")})
-    yield "data: [DONE]\n\n"
-
-
-def _event(payload: Mapping[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"

@@ -3,9 +3,12 @@
     keeper-proxy --upstream http://127.0.0.1:8000/v1 --window 32768 --port 8100
 
 Then point the agent's base URL at ``http://127.0.0.1:8100/v1``. Send ``X-Keeper-Session: <id>``
-to name a conversation; without it, a conversation is named by its system prompt and first user
-message. ``GET /keeper/sessions/<id>`` shows a session's notes and counters, ``/metrics`` all
-counters in Prometheus' text format.
+to name a conversation; without it, a conversation is named by the request's ``user``, system
+prompt and first user message. Keys map to tenants (``--keys-file``, ``KEEPER_PROXY_KEYS``);
+``GET``/``DELETE /keeper/sessions/<id>`` show or forget one of the caller's sessions, ``/metrics``
+serves the counters to Prometheus.
+
+    python -m keeper_middleware.integrations.proxy --help
 """
 
 from __future__ import annotations
@@ -79,7 +82,64 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--api-key",
         default=os.environ.get("KEEPER_PROXY_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on every request (env KEEPER_PROXY_API_KEY)",
+        help="one key, for tenant 'default' (env KEEPER_PROXY_API_KEY)",
+    )
+    parser.add_argument(
+        "--keys-file",
+        default=os.environ.get("KEEPER_PROXY_KEYS_FILE"),
+        help="a file of 'tenant key' lines, several keys per tenant allowed (env "
+        "KEEPER_PROXY_KEYS_FILE); KEEPER_PROXY_KEYS='t1:key1,t1:key2,t2:key3' adds more",
+    )
+    parser.add_argument(
+        "--admin-key",
+        default=os.environ.get("KEEPER_PROXY_ADMIN_KEY"),
+        help="a key that sees every tenant's sessions as <tenant>:<id> (env KEEPER_PROXY_ADMIN_KEY)",
+    )
+    parser.add_argument(
+        "--metrics-key",
+        default=os.environ.get("KEEPER_PROXY_METRICS_KEY"),
+        help="when set, /metrics needs this key or the admin key (env KEEPER_PROXY_METRICS_KEY)",
+    )
+    parser.add_argument(
+        "--metrics-per-session",
+        action="store_true",
+        help="label /metrics by session id too (they can carry what users typed)",
+    )
+    parser.add_argument(
+        "--require-session",
+        action="store_true",
+        help="refuse requests naming neither X-Keeper-Session nor 'user': use when several end "
+        "users share one key, so that no two of them share a session",
+    )
+    parser.add_argument(
+        "--tenant-quota-mb",
+        type=float,
+        default=None,
+        help="messages each tenant may store, in MB; a request past it gets a 413",
+    )
+    parser.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=32.0,
+        help="largest request body accepted, in MB (default 32)",
+    )
+    parser.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=600.0,
+        help="seconds one upstream try may take (default 600)",
+    )
+    parser.add_argument(
+        "--upstream-retries",
+        type=int,
+        default=3,
+        help="tries repeated after an upstream error, 429 or timeout (default 3)",
+    )
+    parser.add_argument(
+        "--upstream-budget",
+        type=float,
+        default=120.0,
+        help="seconds after which no new upstream try starts (default 120)",
     )
     parser.add_argument(
         "--upstream-api-key",
@@ -110,7 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import uvicorn
 
-        from keeper_middleware.integrations.proxy import create_proxy_app
+        from keeper_middleware.integrations.proxy.app import create_proxy_app
+        from keeper_middleware.integrations.proxy.tenants import Tenants
+        from keeper_middleware.integrations.proxy.upstream import RetryPolicy
     except ImportError as exc:  # the web server is an extra
         print(
             f"keeper-proxy needs the proxy extra ({exc.name} is missing): "
@@ -119,11 +181,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     try:
+        tenants = Tenants.from_sources(
+            api_key=args.api_key,
+            keys_file=args.keys_file,
+            admin_key=args.admin_key,
+            metrics_key=args.metrics_key,
+        )
+        quota = args.tenant_quota_mb
         app = create_proxy_app(
             args.upstream,
             window=args.window,
             archive_dir=Path(args.archive_dir),
-            api_key=args.api_key,
+            tenants=tenants,
+            require_session=args.require_session,
+            metrics_per_session=args.metrics_per_session,
+            tenant_quota_bytes=None if quota is None else int(quota * 1024 * 1024),
+            max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            retry=RetryPolicy(
+                attempts=args.upstream_retries + 1,
+                timeout=args.upstream_timeout,
+                budget=args.upstream_budget,
+            ),
             upstream_api_key=args.upstream_api_key,
             reasoning_effort=args.reasoning_effort,
             max_upstream_calls=args.max_upstream_calls,
@@ -132,9 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeeperError, ValueError) as exc:
         print(f"keeper-proxy: {exc}", file=sys.stderr)
         return 2
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+    if args.host not in ("127.0.0.1", "localhost", "::1") and tenants.open:
         print(
-            f"keeper-proxy: listening on {args.host} without --api-key; anyone who can reach "
+            f"keeper-proxy: listening on {args.host} without keys; anyone who can reach "
             "it can read every session.",
             file=sys.stderr,
         )

@@ -1,0 +1,59 @@
+"""The keeper as an OpenAI-compatible proxy in front of a model server.
+
+An agent that sends its whole history on every call and manages nothing points its base URL here.
+For each ``POST /v1/chat/completions`` the proxy aligns the agent's messages with its session by
+content (:mod:`.history`), runs the keeper step before every upstream call, sends the upstream at
+most the live window, answers the model's archive searches itself, and returns (or streams) the
+reply. The engine is the same ``Keeper`` the LangGraph node drives; this package converts
+formats (:mod:`.openai_format`, :mod:`.streaming`), identifies callers (:mod:`.tenants`), keeps
+session records (:mod:`.sessions`), calls the upstream (:mod:`.upstream`) and serves it all
+(:mod:`.app`, :mod:`.cli`).
+
+    keeper-proxy --upstream http://127.0.0.1:8000/v1 --window 32768
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from keeper_middleware.integrations.proxy.app import (
+        ARCHIVE_FILE,
+        create_proxy_app,
+        session_report,
+    )
+    from keeper_middleware.integrations.proxy.engine import KeeperProxy
+    from keeper_middleware.integrations.proxy.tenants import Tenants
+    from keeper_middleware.integrations.proxy.upstream import RetryPolicy, Upstream, UpstreamError
+
+__all__ = [
+    "ARCHIVE_FILE",
+    "KeeperProxy",
+    "RetryPolicy",
+    "Tenants",
+    "Upstream",
+    "UpstreamError",
+    "create_proxy_app",
+    "session_report",
+]
+
+_HOMES = {
+    "ARCHIVE_FILE": "app",
+    "create_proxy_app": "app",
+    "session_report": "app",
+    "KeeperProxy": "engine",
+    "Tenants": "tenants",
+    "RetryPolicy": "upstream",
+    "Upstream": "upstream",
+    "UpstreamError": "upstream",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Imported on first use, so ``keeper-proxy --help`` and ``serve_in_thread`` work without
+    the web server's packages loaded."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)

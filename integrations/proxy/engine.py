@@ -1,0 +1,445 @@
+"""Drives the keeper engine for every session of the proxy (the ASGI app is a thin layer over it).
+
+For each chat request the agent's messages are aligned with the session by content
+(:mod:`.history`), the keeper step runs before every upstream call (notes asked in place,
+rendered exactly like a main call), the upstream gets at most the live window, the model's
+archive searches are answered here, and the final reply goes back to the agent. When a reply
+mixes searches with the agent's own tool calls, the searches are answered (their results wait in
+the window) and the agent gets its own calls.
+
+Everything that touches SQLite or walks the whole history runs in worker threads, so the event
+loop only moves bytes; two requests of one session never run at once (the second waits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, ParamSpec, TypeVar
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.integrations.proxy.history import take_in
+from keeper_middleware.integrations.proxy.metrics import ProxyStats
+from keeper_middleware.integrations.proxy.openai_format import (
+    SEARCH_TOOL_SCHEMA,
+    ChatRequest,
+    agent_reply,
+    ai_from_completion,
+    digest_of,
+    message_from_openai,
+    upstream_body,
+)
+from keeper_middleware.integrations.proxy.searching import run_search
+from keeper_middleware.integrations.proxy.sessions import (
+    ArchiveSessionStore,
+    SessionRecord,
+    SessionStore,
+)
+from keeper_middleware.integrations.proxy.tenants import split_stored
+from keeper_middleware.integrations.proxy.upstream import CallTally, Upstream, UpstreamError
+from keeper_middleware.keeper import Keeper, ModelSetup
+from keeper_middleware.messages import text_of
+from keeper_middleware.search import SEARCH_TOOL_NAME
+
+__all__ = ["Answer", "KeeperProxy", "QuotaError"]
+
+_NOT_FOR_NOTES = ("tool_choice", "response_format", "n", "logprobs", "top_logprobs")
+_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
+Forward = Callable[[dict[str, str]], Awaitable[None]]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class QuotaError(Exception):
+    """Storing a request would take its tenant past its disk quota."""
+
+
+def _new_id() -> str:
+    return f"p-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(slots=True)
+class Answer:
+    """One request's answer: the last upstream envelope, the agent's message, the finish
+    reason, the usage of every upstream call of the turn, and the text already streamed."""
+
+    data: dict[str, Any]
+    message: dict[str, Any]
+    reason: str
+    usage: dict[str, Any] | None
+    streamed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One request in flight: what every upstream call of it shares."""
+
+    session: str
+    setup: ModelSetup
+    tools: tuple[dict[str, Any], ...]
+    params: Mapping[str, Any]
+    note_params: Mapping[str, Any]
+    auth: str | None
+    forward: Forward | None
+    started: float = field(default_factory=time.perf_counter)
+    existed: bool = True
+    """Whether the session was stored before this request (set when it is taken in)."""
+    tally: CallTally = field(default_factory=CallTally)
+    usage: dict[str, int] = field(default_factory=dict)
+    streamed: dict[str, str] = field(default_factory=dict)
+
+    def add_usage(self, data: Mapping[str, Any]) -> None:
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            return
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int):
+                self.usage[key] = self.usage.get(key, 0) + value
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if isinstance(cached, int):
+            self.usage["cached_tokens"] = self.usage.get("cached_tokens", 0) + cached
+
+    def summed_usage(self) -> dict[str, Any] | None:
+        if not self.usage:
+            return None
+        summed: dict[str, Any] = {k: v for k, v in self.usage.items() if k != "cached_tokens"}
+        if "cached_tokens" in self.usage:
+            summed["prompt_tokens_details"] = {"cached_tokens": self.usage["cached_tokens"]}
+        return summed
+
+
+class KeeperProxy:
+    """Drives the keeper engine for every session."""
+
+    def __init__(
+        self,
+        keeper: Keeper,
+        upstream: Upstream,
+        *,
+        max_upstream_calls: int,
+        store: SessionStore | None = None,
+        tenant_quota_bytes: int | None = None,
+        workers: int = 32,
+    ) -> None:
+        if max_upstream_calls < 1:
+            raise ValueError("max_upstream_calls must be at least 1")
+        if tenant_quota_bytes is not None and tenant_quota_bytes <= 0:
+            raise ValueError("tenant_quota_bytes must be a positive number of bytes, or None")
+        self.keeper = keeper
+        self.upstream = upstream
+        self.max_upstream_calls = max_upstream_calls
+        self.store: SessionStore = store or ArchiveSessionStore(keeper.archive)
+        self.tenant_quota_bytes = tenant_quota_bytes
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
+        self._tenant_bytes: dict[str, int] = {}
+        self._pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keeper-proxy")
+            if workers
+            else None
+        )
+
+    async def _off_loop(self, func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run blocking work (SQLite, whole-history passes) in a worker thread (``workers=0``:
+        on the loop, for profiling)."""
+        if self._pool is None:
+            return func(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, partial(func, *args, **kwargs))
+
+    # ---------------------------------------------------------------- per-session state
+
+    def record(self, session: str) -> SessionRecord:
+        return self.store.load(session)
+
+    def stats(self, session: str) -> ProxyStats:
+        return self.store.stats(session)
+
+    def sessions(self) -> list[str]:
+        return self.keeper.archive.sessions()
+
+    def tenant_bytes(self, tenant: str) -> int:
+        """Bytes the tenant's sessions stored (computed once, then kept up to date)."""
+        if tenant not in self._tenant_bytes:
+            self._tenant_bytes[tenant] = sum(
+                self.stats(s).stored_bytes for s in self.sessions() if split_stored(s)[0] == tenant
+            )
+        return self._tenant_bytes[tenant]
+
+    async def forget(self, session: str) -> bool:
+        """Erase a session: its archive, NOTES, index and record. False if there was none."""
+        async with self._locks.setdefault(session, asyncio.Lock()):
+            return await self._off_loop(self._forget, session)
+
+    def _forget(self, session: str) -> bool:
+        if session not in self.sessions():
+            return False
+        tenant = split_stored(session)[0]
+        if tenant in self._tenant_bytes:
+            self._tenant_bytes[tenant] -= self.stats(session).stored_bytes
+        self.keeper.forget(session)
+        self.store.forget(session)
+        self._fingerprints.pop(session, None)
+        return True
+
+    # ---------------------------------------------------------------- one request
+
+    async def chat(
+        self,
+        session: str,
+        request: ChatRequest,
+        auth: str | None,
+        forward: Forward | None = None,
+    ) -> Answer:
+        """Answer one chat request; with ``forward``, plain text is streamed to it as it comes."""
+        lock = self._locks.setdefault(session, asyncio.Lock())
+        async with lock:
+            turn = self._turn(session, request, auth, forward)
+            try:
+                return await self._answer(turn, request)
+            except WindowTooSmallError:
+                if not turn.existed:  # a refused request stores nothing
+                    await self._off_loop(self._forget, session)
+                raise
+            except UpstreamError:
+                self.stats(session).failed_requests += 1
+                await self._off_loop(self._account, turn)
+                raise
+            except QuotaError:
+                raise
+            except BaseException:
+                await self._off_loop(self._account, turn)
+                raise
+
+    def _account(self, turn: _Turn) -> None:
+        """Add the request's upstream calls and time to the session's counters and save them."""
+        stats = self.stats(turn.session)
+        tally, elapsed = turn.tally, time.perf_counter() - turn.started
+        stats.requests += 1
+        stats.upstream_calls += tally.calls
+        stats.upstream_retries += tally.retries
+        stats.upstream_failures += tally.failures
+        stats.upstream_seconds += tally.seconds
+        stats.added_seconds += max(0.0, elapsed - tally.seconds)
+        self.store.save_stats(turn.session, stats)
+
+    def _intake(self, session: str, request: ChatRequest) -> tuple[bool, SessionRecord]:
+        """The record after taking in the request (not saved until the keeper step has
+        accepted it: a refused request stores nothing); and whether the session existed."""
+        existed = bool(self.store.load(session).taken)
+        pairs = request.digests_reusing(self._fingerprints.get(session, ()))
+        digests = [digest for _, digest in pairs]
+        archive = self.keeper.archive
+        intake = take_in(
+            self.record(session),
+            request.messages,
+            digests,
+            _new_id,
+            lambda ids: archive.archived_ids(session, ids),
+        )
+        old_ids = {str(m.id) for m in self.record(session).window}
+        added = sum(len(text_of(m)) for m in intake.record.window if str(m.id) not in old_ids)
+        self._charge(session, added)
+        stats = self.stats(session)
+        stats.withdrawn_messages += intake.withdrawn
+        stats.returned_messages += intake.returned
+        self._fingerprints[session] = pairs
+        return existed, intake.record
+
+    def _charge(self, session: str, size: int, *, check: bool = True) -> None:
+        """Count ``size`` bytes against the session's tenant; over its quota, refuse."""
+        tenant = split_stored(session)[0]
+        if check and self.tenant_quota_bytes is not None and size:
+            used = self.tenant_bytes(tenant)
+            if used + size > self.tenant_quota_bytes:
+                raise QuotaError(
+                    f"tenant {tenant!r} has stored {used:,} bytes; this request would take it "
+                    f"past its quota of {self.tenant_quota_bytes:,} bytes. Delete sessions it "
+                    "no longer needs (DELETE /keeper/sessions/<id>) or ask for a larger quota."
+                )
+        if tenant in self._tenant_bytes:
+            self._tenant_bytes[tenant] += size
+        self.stats(session).stored_bytes += size
+
+    def _turn(
+        self, session: str, request: ChatRequest, auth: str | None, forward: Forward | None
+    ) -> _Turn:
+        own = [t["function"]["name"] for t in request.tools]
+        tools = request.tools if SEARCH_TOOL_NAME in own else (*request.tools, SEARCH_TOOL_SCHEMA)
+        reserve = self.keeper.config.reply_reserve
+        params = dict(request.params)
+        for key in _LIMIT_FIELDS:  # the window leaves room for reply_reserve tokens, no more
+            if isinstance(params.get(key), int) and params[key] > reserve:
+                params[key] = reserve
+        note_params = {k: v for k, v in params.items() if k not in _NOT_FOR_NOTES}
+        return _Turn(
+            session=session,
+            setup=ModelSetup(system_prompt=request.system_prompt, tools=tuple(tools)),
+            tools=tuple(tools),
+            params=params,
+            note_params=note_params,
+            auth=auth,
+            forward=forward,
+        )
+
+    async def _answer(self, turn: _Turn, request: ChatRequest) -> Answer:
+        loop = asyncio.get_running_loop()
+
+        async def note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+            body = upstream_body(messages, turn.tools, turn.note_params, kwargs)
+            return ai_from_completion(await self._call(turn, body))
+
+        def sync_note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+            if self._pool is None:
+                raise RuntimeError("note calls need worker threads (workers >= 1)")
+            return asyncio.run_coroutine_threadsafe(note_call(messages, kwargs), loop).result()
+
+        given: SessionRecord | None = None
+        for number in range(1, self.max_upstream_calls + 1):
+            record, kwargs, messages = await self._off_loop(
+                self._before_call, turn, given, request, sync_note_call
+            )
+            data = await self._main_call(turn, kwargs, messages)
+            outcome = await self._off_loop(self._after_call, turn, record, data, number)
+            if isinstance(outcome, Answer):
+                return outcome
+            given = outcome
+        raise AssertionError("unreachable: the last call always finishes")
+
+    def _before_call(
+        self,
+        turn: _Turn,
+        record: SessionRecord | None,
+        request: ChatRequest,
+        note_call: Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage],
+    ) -> tuple[SessionRecord, dict[str, Any], list[BaseMessage]]:
+        """In a worker thread: take the request in (first call), run the keeper step, save, and
+        render the work call."""
+        if record is None:
+            turn.existed, record = self._intake(turn.session, request)
+        step = self.keeper.step(
+            turn.session, list(record.window), record.keeper_state, turn.setup, note_call
+        )
+        record = replace(record, window=tuple(step.messages), keeper_state=step.state)
+        self.store.save(turn.session, record)
+        kwargs = self.keeper.work_kwargs(turn.session, record.window)
+        return record, kwargs, turn.setup.render(record.window)
+
+    def _after_call(
+        self, turn: _Turn, record: SessionRecord, data: dict[str, Any], number: int
+    ) -> SessionRecord | Answer:
+        """In a worker thread: keep the reply; answer its searches (then the record to call
+        again with) or finish (the answer)."""
+        session = turn.session
+        searching = any(t is SEARCH_TOOL_SCHEMA for t in turn.tools)
+        reply = self.keeper.record_reply(session, ai_from_completion(data))
+        reply = reply.model_copy(update={"id": _new_id()})
+        searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
+        broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
+        own_calls = len(reply.tool_calls) + len(reply.invalid_tool_calls) > len(searches) + len(
+            broken
+        )
+        if searching and (searches or broken) and number < self.max_upstream_calls:
+            results = self._run_searches(session, reply)
+            self.stats(session).search_rounds += 1
+            if own_calls:  # the agent's calls go back to it; the results wait in view
+                record = record.appended([reply, *results[1:]])
+                return self._finish(turn, record, data, reply, True)
+            record = record.appended(results)
+            self.store.save(session, record)
+            return record
+        if searching and (searches or broken):
+            self.stats(session).loop_limit_hits += 1
+        return self._finish(turn, record, data, reply, False)
+
+    async def _main_call(
+        self, turn: _Turn, kwargs: dict[str, Any], messages: list[BaseMessage]
+    ) -> dict[str, Any]:
+        """A work call; a reply that thought to its limit is asked again without thinking."""
+        turn.streamed = {}
+        data = await self._call(
+            turn, upstream_body(messages, turn.tools, turn.params, kwargs), True
+        )
+        retry = self.keeper.retry_kwargs(turn.session, kwargs, ai_from_completion(data))
+        if retry is not None:
+            turn.streamed = {}
+            body = upstream_body(messages, turn.tools, turn.params, retry)
+            data = await self._call(turn, body, True)
+        return data
+
+    async def _call(self, turn: _Turn, body: dict[str, Any], main: bool = False) -> dict[str, Any]:
+        forward = None
+        if main and turn.forward is not None:
+            sink = turn.forward
+
+            async def forward(delta: dict[str, str]) -> None:
+                for key, text in delta.items():
+                    turn.streamed[key] = turn.streamed.get(key, "") + text
+                await sink(delta)
+
+        data = await self.upstream.chat(body, auth=turn.auth, tally=turn.tally, forward=forward)
+        turn.add_usage(data)
+        return data
+
+    def _run_searches(self, session: str, reply: AIMessage) -> list[BaseMessage]:
+        """The model's searches answered by the proxy: the call (searches only) and its results.
+        Nothing the model sends can make this fail: bad arguments get a "Refused: …" result."""
+        calls = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
+        broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
+        asked = reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": broken})
+        results: list[BaseMessage] = [asked]
+        for call in calls:
+            results.append(
+                _search_result(call["id"], run_search(self.keeper, session, call["args"]))
+            )
+        for bad in broken:
+            text = 'Refused: the arguments were not a JSON object like {"query": "a name"}.'
+            results.append(_search_result(bad["id"], text))
+        return results
+
+    def _finish(
+        self,
+        turn: _Turn,
+        record: SessionRecord,
+        data: dict[str, Any],
+        reply: AIMessage,
+        answered: bool,
+    ) -> Answer:
+        """Keep the final reply and give the agent exactly what it may see. ``answered``: the
+        reply's searches were answered and their results follow it in ``record``'s window."""
+        hide = SEARCH_TOOL_NAME if any(t is SEARCH_TOOL_SCHEMA for t in turn.tools) else None
+        message, reason = agent_reply(data, hide)
+        visible = reply.model_copy(
+            update={
+                "tool_calls": [c for c in reply.tool_calls if c["name"] != hide],
+                "invalid_tool_calls": [c for c in reply.invalid_tool_calls if c["name"] != hide],
+            }
+        )
+        digest = digest_of(message_from_openai(message))
+        window = record.window if answered else (*record.window, visible)
+        self._charge(turn.session, len(text_of(reply)), check=False)
+        record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
+        self.store.save(turn.session, record)
+        self._account(turn)
+        return Answer(data, message, reason, turn.summed_usage(), dict(turn.streamed))
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.keeper.close()
+
+
+def _search_result(call_id: str | None, text: str) -> ToolMessage:
+    return ToolMessage(
+        content=text, tool_call_id=call_id or "", name=SEARCH_TOOL_NAME, id=_new_id()
+    )

@@ -1,0 +1,168 @@
+"""Mapping an agent's whole, ever-growing history onto the keeper's window, by content (pure).
+
+The agent sends everything it still holds on every call; the proxy keeps its own window (what
+the upstream sees: the task, the NOTES, the turns still in view, its own archive searches) and
+remembers one fingerprint per agent message it has taken in, in the agent's order. Each request
+is *aligned* with those fingerprints by content, never by position:
+
+- **Continuing**: the request is what was taken in plus new messages; the new ones are appended.
+- **Trimming the front**: an agent that drops its oldest messages sends a request that starts
+  inside what was taken in. The dropped messages are not withdrawn: they stay in view or in the
+  archive, where the keeper put them.
+- **Editing, regenerating, resending**: the messages taken in after the first one the request
+  still carries, and that the request no longer carries, are *withdrawn*. Those still in the
+  live window after the NOTES are removed from it (and what the proxy placed after them); the
+  NOTES' count of kept messages is lowered to match. Matched messages the removal took along are
+  put back, so an edit in view replaces one message and keeps the rest. Archived messages and
+  those in the pinned head stay where they are: the archive is never edited.
+- **Coming back**: a withdrawn message that a later request carries again (the owner of a
+  session continuing after a foreign request, a client undoing an edit) gets its first id back,
+  so it is never archived twice and, if it was archived, not put in view again.
+- **A request that shares nothing** with the session (a foreign request) withdraws nothing.
+
+The reply the proxy returns is taken in with the fingerprint of the form the agent receives, so
+the agent sending it back is recognised.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from langchain_core.messages import BaseMessage
+
+from keeper_middleware.integrations.proxy.sessions import SessionRecord
+from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.notes import parse_notes, render_notes
+
+__all__ = ["Intake", "align", "take_in", "withdraw"]
+
+
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """What taking in one request changed."""
+
+    record: SessionRecord
+    new: int
+    """Agent messages taken in with a new id."""
+    withdrawn: int
+    """Earlier agent messages the request no longer carries (edited, dropped or resent)."""
+    removed_from_view: int
+    """Window messages removed and not put back."""
+    returned: int = 0
+    """Withdrawn messages the request carried again, recognised by content."""
+
+
+def align(taken: Sequence[str], digests: Sequence[str]) -> list[tuple[int, int]]:
+    """(taken index, request index) of every message matched by content, both in order.
+
+    The common shapes (continuing, trimming the front) are found in linear time; anything else
+    goes to a longest-matching-blocks diff."""
+    n, m = len(taken), len(digests)
+    if not n or not m:
+        return []
+    if m >= n and list(digests[:n]) == list(taken):
+        return [(i, i) for i in range(n)]
+    if m <= n and list(taken[:m]) == list(digests):
+        return [(i, i) for i in range(m)]
+    first = digests[0]
+    for start in (i for i, d in enumerate(taken) if d == first):
+        run = n - start
+        if run <= m and list(taken[start:]) == list(digests[:run]):
+            return [(start + i, i) for i in range(run)]
+    matcher = difflib.SequenceMatcher(None, list(taken), list(digests), autojunk=False)
+    return [(a + i, b + i) for a, b, size in matcher.get_matching_blocks() for i in range(size)]
+
+
+def take_in(
+    record: SessionRecord,
+    messages: Sequence[BaseMessage],
+    digests: Sequence[str],
+    new_id: Callable[[], str],
+    archived: Callable[[set[str]], set[str]],
+) -> Intake:
+    """The record after the agent's request: withdrawals applied, new messages appended.
+
+    ``archived`` says which of some message ids the archive holds (only asked about withdrawn
+    messages coming back)."""
+    taken = record.taken
+    pairs = align([d for d, _ in taken], digests)
+    matched = {j: i for i, j in pairs}
+    first = pairs[0][0] if pairs else len(taken)
+    kept_taken = {i for i, _ in pairs}
+    withdrawn = [taken[i] for i in range(first, len(taken)) if i not in kept_taken]
+    pool: dict[str, list[str]] = {}
+    for digest, msg_id in (*record.withdrawn, *withdrawn):
+        pool.setdefault(digest, []).append(msg_id)
+    window = withdraw(record.window, {msg_id for _, msg_id in withdrawn})
+    in_window = {str(m.id) for m in window}
+    removed = {str(m.id): m for m in record.window if str(m.id) not in in_window}
+    put_back = 0
+
+    new_taken = list(taken[:first])
+    appended = [removed[msg_id] for _, msg_id in new_taken if msg_id in removed]
+    put_back = len(appended)
+    returning: list[tuple[int, str]] = []
+    fresh = 0
+    for j, digest in enumerate(digests):
+        if j in matched:
+            msg_id = taken[matched[j]][1]
+            if msg_id in removed:
+                appended.append(removed[msg_id])
+                put_back += 1
+        elif pool.get(digest):
+            msg_id = pool[digest].pop(0)
+            returning.append((len(appended), msg_id))
+            appended.append(messages[j].model_copy(update={"id": msg_id}))
+        else:
+            message = messages[j].model_copy(update={"id": new_id()})
+            msg_id, fresh = str(message.id), fresh + 1
+            appended.append(message)
+        new_taken.append((digest, msg_id))
+    if returning:
+        back = {msg_id for _, msg_id in returning}
+        skip = (back & in_window) | archived(back - in_window)
+        drop = {at for at, msg_id in returning if msg_id in skip}
+        appended = [m for at, m in enumerate(appended) if at not in drop]
+    still_withdrawn = tuple((d, i) for d, ids in pool.items() for i in ids)
+    return Intake(
+        record=replace(
+            record,
+            window=(*window, *appended),
+            taken=tuple(new_taken),
+            withdrawn=still_withdrawn,
+        ),
+        new=fresh,
+        withdrawn=len(withdrawn),
+        removed_from_view=len(removed) - put_back,
+        returned=len(returning),
+    )
+
+
+def _notes_at(window: Sequence[BaseMessage]) -> int | None:
+    return next((i for i, m in enumerate(window) if keeper_kind(m) == "notes"), None)
+
+
+def withdraw(window: Sequence[BaseMessage], ids: set[str]) -> tuple[BaseMessage, ...]:
+    """The window without the withdrawn messages that can still leave it, and what follows them.
+
+    Only messages after the NOTES can leave (the pinned head stays once NOTES exist). When the
+    first one removed is among the messages the NOTES say were kept in view, the NOTES' kept count
+    is lowered so the keeper does not take later messages for already noted.
+    """
+    if not ids:
+        return tuple(window)
+    notes_at = _notes_at(window)
+    floor = 0 if notes_at is None else notes_at + 1
+    cut = next((i for i in range(floor, len(window)) if str(window[i].id) in ids), None)
+    if cut is None:
+        return tuple(window)
+    kept = list(window[:cut])
+    if notes_at is not None:
+        notes, kept_count = parse_notes(text_of(window[notes_at]))
+        still_kept = min(kept_count, cut - floor)
+        if still_kept != kept_count:
+            text = render_notes(notes, kept=still_kept)
+            kept[notes_at] = window[notes_at].model_copy(update={"content": text})
+    return tuple(kept)

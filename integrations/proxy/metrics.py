@@ -1,0 +1,155 @@
+"""The proxy's counters: what it adds to the keeper's, per session, and ``/metrics``.
+
+Counters are kept per session (persisted with the session, so they survive a restart) and
+exported with ``prometheus_client``: one series per metric and tenant (and per session only when
+asked for), never a total next to its parts, so ``sum()`` is right. Session ids are left out by
+default because they can carry what users typed into a client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+__all__ = ["KEEPER_METRICS", "PROXY_METRICS", "ProxyStats", "SessionCounters", "metrics_registry"]
+
+
+@dataclass(slots=True)
+class ProxyStats:
+    """What the proxy adds to the keeper's counters, per session (persisted as JSON)."""
+
+    requests: int = 0
+    """Chat requests answered or failed (refused ones are not stored at all)."""
+    upstream_calls: int = 0
+    """Every upstream chat call: work, notes, re-asks, each try counted once."""
+    upstream_retries: int = 0
+    """Tries repeated after an error, a 429 or a timeout."""
+    upstream_failures: int = 0
+    """Tries that failed (each one, whether a retry then succeeded or not)."""
+    failed_requests: int = 0
+    """Requests answered with an upstream error after the retries ran out."""
+    search_rounds: int = 0
+    """Upstream replies whose archive searches the proxy answered and called again for."""
+    loop_limit_hits: int = 0
+    withdrawn_messages: int = 0
+    returned_messages: int = 0
+    """Withdrawn messages sent again and recognised by content."""
+    stored_bytes: int = 0
+    """Bytes of agent messages and replies this session stored (counts toward the quota)."""
+    upstream_seconds: float = 0.0
+    added_seconds: float = 0.0
+    """Time the proxy added: request time minus time spent waiting for the upstream."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> ProxyStats:
+        if not isinstance(data, dict):
+            return cls()
+        values: dict[str, Any] = {}
+        for spec in fields(cls):
+            if spec.name in data:
+                kind = float if spec.type == "float" else int
+                values[spec.name] = kind(data[spec.name])
+        return cls(**values)
+
+
+KEEPER_METRICS = (
+    ("model_calls", "counter", "Work calls made for the agent."),
+    ("notes_calls", "counter", "Note-taking calls (first asks and re-asks)."),
+    ("cuts", "counter", "Cuts: turns moved to the archive and NOTES updated."),
+    ("reasks", "counter", "Note replies asked for again after a failed check."),
+    ("thinking_retries", "counter", "Replies that thought to their limit, asked again."),
+    ("searches", "counter", "Archive searches run."),
+    ("search_refusals", "counter", "Archive searches refused by the loop guards."),
+    ("prompt_tokens", "counter", "Prompt tokens the upstream reported."),
+    ("cached_tokens", "counter", "Prompt tokens the upstream served from its prefix cache."),
+    ("completion_tokens", "counter", "Completion tokens the upstream reported."),
+    ("management_prompt_tokens", "counter", "Prompt tokens spent on note-taking."),
+    ("notes_tokens", "gauge", "Tokens of the NOTES as last written, summed over sessions."),
+    ("archive_turns", "gauge", "Turns in the archive."),
+    ("peak_window", "gauge", "Largest request sent, in tokens (the largest over sessions)."),
+)
+PROXY_METRICS = (
+    ("requests", "counter", "Chat requests answered or failed."),
+    ("upstream_calls", "counter", "Upstream chat calls (every try)."),
+    ("upstream_retries", "counter", "Upstream tries repeated after a failure."),
+    ("upstream_failures", "counter", "Upstream tries that failed."),
+    ("failed_requests", "counter", "Requests that failed on the upstream."),
+    ("search_rounds", "counter", "Replies whose searches the proxy answered."),
+    ("loop_limit_hits", "counter", "Requests that hit the upstream call limit."),
+    ("withdrawn_messages", "counter", "Agent messages withdrawn by edits or resends."),
+    ("returned_messages", "counter", "Withdrawn agent messages sent again."),
+    ("stored_bytes", "gauge", "Bytes of messages stored."),
+    ("upstream_seconds", "counter", "Seconds spent waiting for the upstream."),
+    ("added_seconds", "counter", "Seconds the proxy added beyond the upstream's time."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCounters:
+    """One session's figures as ``/metrics`` reads them."""
+
+    tenant: str
+    session: str
+    keeper: dict[str, Any]
+    proxy: dict[str, Any]
+
+
+class _SessionsCollector(Collector):  # type: ignore[misc]
+    """Reads every session's counters at scrape time (they live with the sessions)."""
+
+    def __init__(self, read: Callable[[], Iterable[SessionCounters]], per_session: bool) -> None:
+        self.read = read
+        self.per_session = per_session
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["tenant", "session"] if self.per_session else ["tenant"]
+        groups: dict[tuple[str, ...], dict[str, float]] = {}
+        per_tenant: dict[str, int] = {}
+        for row in self.read():
+            per_tenant[row.tenant] = per_tenant.get(row.tenant, 0) + 1
+            key: tuple[str, ...] = (row.tenant, row.session) if self.per_session else (row.tenant,)
+            group = groups.setdefault(key, {})
+            for name, value in (*row.keeper.items(), *row.proxy.items()):
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    if name == "peak_window":
+                        group[name] = max(group.get(name, 0.0), float(value))
+                    else:
+                        group[name] = group.get(name, 0.0) + float(value)
+        for name, kind, help_text in (*KEEPER_METRICS, *PROXY_METRICS):
+            family: CounterMetricFamily | GaugeMetricFamily
+            if kind == "counter":
+                family = CounterMetricFamily(f"keeper_proxy_{name}", help_text, labels=labels)
+            else:
+                family = GaugeMetricFamily(f"keeper_proxy_{name}", help_text, labels=labels)
+            for key, group in sorted(groups.items()):
+                family.add_metric(list(key), group.get(name, 0.0))
+            yield family
+        ratio = GaugeMetricFamily(
+            "keeper_proxy_cached_ratio",
+            "Share of prompt tokens served from the prefix cache.",
+            labels=labels,
+        )
+        for key, group in sorted(groups.items()):
+            prompt = group.get("prompt_tokens", 0.0)
+            ratio.add_metric(list(key), group.get("cached_tokens", 0.0) / prompt if prompt else 0.0)
+        yield ratio
+        sessions = GaugeMetricFamily("keeper_proxy_sessions", "Sessions stored.", labels=["tenant"])
+        for tenant, count in sorted(per_tenant.items()):
+            sessions.add_metric([tenant], count)
+        yield sessions
+
+
+def metrics_registry(
+    read: Callable[[], Iterable[SessionCounters]], *, per_session: bool = False
+) -> CollectorRegistry:
+    """A registry of its own per proxy app (so two apps in one process do not clash)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_SessionsCollector(read, per_session))
+    return registry

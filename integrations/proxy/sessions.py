@@ -1,0 +1,199 @@
+"""What the proxy keeps per session besides the keeper's archive and NOTES, and where it keeps it.
+
+A session's record (its live window, the keeper's bookkeeping, one fingerprint per agent message
+taken in) and its counters live behind :class:`SessionStore`, one small interface: the default
+:class:`ArchiveSessionStore` keeps them as per-session values in the keeper's own archive, so one
+file (or one database) holds everything and a restarted proxy continues every session. Another
+backend implements the same five methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+
+from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.integrations.proxy.metrics import ProxyStats
+
+__all__ = [
+    "RECORD_KEY",
+    "STATS_KEY",
+    "ArchiveSessionStore",
+    "SessionRecord",
+    "SessionStore",
+    "StoredRecord",
+]
+
+RECORD_KEY = "proxy_session"
+STATS_KEY = "proxy_counters"
+_RECORD_VERSION = 1
+TAKEN_CHUNK = 512
+"""Fingerprints per stored chunk: a save rewrites only the chunks that changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """What the proxy keeps per session besides the keeper's archive and notes."""
+
+    window: tuple[BaseMessage, ...] = ()
+    """The live window: exactly what the upstream is sent after the system prompt."""
+    keeper_state: Mapping[str, Any] = field(default_factory=dict)
+    """The keeper's JSON-like bookkeeping (``StepResult.state``)."""
+    taken: tuple[tuple[str, str], ...] = ()
+    """(fingerprint, message id) of every agent message taken in, in the agent's order."""
+    withdrawn: tuple[tuple[str, str], ...] = ()
+    """(fingerprint, message id) of agent messages withdrawn, kept so that the same message
+    sent again gets its first id back (and is never archived twice)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": _RECORD_VERSION,
+            "window": messages_to_dict(list(self.window)),
+            "keeper_state": dict(self.keeper_state),
+            "taken": [list(pair) for pair in self.taken],
+            "withdrawn": [list(pair) for pair in self.withdrawn],
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> SessionRecord:
+        if not isinstance(data, dict):
+            return cls()
+        return cls(
+            window=tuple(messages_from_dict(data.get("window") or [])),
+            keeper_state=dict(data.get("keeper_state") or {}),
+            taken=tuple((str(d), str(i)) for d, i in data.get("taken") or []),
+            withdrawn=tuple((str(d), str(i)) for d, i in data.get("withdrawn") or []),
+        )
+
+    def appended(self, messages: Sequence[BaseMessage]) -> SessionRecord:
+        return replace(self, window=(*self.window, *messages))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A session record as the archive holds it: the window and state in one value under
+    ``RECORD_KEY``, the fingerprints in chunks of ``TAKEN_CHUNK`` under their own keys.
+
+    The fingerprints grow with the whole conversation while the window does not, so a save
+    writes the head and only the chunks that changed (usually the last). Changed chunks get new
+    keys (a new ``generation``) and the head, written last, names the chunks it uses: a save cut
+    short leaves the previous head and its chunks intact.
+    """
+
+    record: SessionRecord
+    chunk_keys: tuple[str, ...] = ()
+    generation: int = 0
+
+    @classmethod
+    def load(cls, head: object, read: Callable[[str], object]) -> StoredRecord:
+        """From the head value and a reader of other keys; a head that holds its fingerprints
+        inline (the first format) is read as it is."""
+        record = SessionRecord.from_json(head)
+        if not isinstance(head, dict) or not isinstance(head.get("taken_chunks"), list):
+            return cls(record)
+        keys = tuple(str(k) for k in head["taken_chunks"])
+        taken: list[tuple[str, str]] = []
+        for key in keys:
+            chunk = read(key)
+            if not isinstance(chunk, list):
+                raise ValueError(
+                    f"the archive has no {key!r}, a part of this session's record; restore the "
+                    "archive file from a backup, or delete the session to start it again"
+                )
+            taken += [(str(d), str(i)) for d, i in chunk]
+        count = int(head.get("taken_count", len(taken)))
+        return cls(replace(record, taken=tuple(taken[:count])), keys, int(head["generation"]))
+
+    def saved(self, record: SessionRecord) -> tuple[StoredRecord, dict[str, Any], list[str]]:
+        """(the stored form of ``record``, the values to write in order with the head last, the
+        keys no longer used, to clear after the head is written)."""
+        generation = self.generation + 1
+        writes: dict[str, Any] = {}
+        keys: list[str] = []
+        for number, start in enumerate(range(0, len(record.taken), TAKEN_CHUNK)):
+            part = record.taken[start : start + TAKEN_CHUNK]
+            unchanged = number < len(self.chunk_keys) and (
+                self.record.taken[start : start + TAKEN_CHUNK] == part
+            )
+            if unchanged:
+                keys.append(self.chunk_keys[number])
+                continue
+            key = f"{RECORD_KEY}.taken.{number}.{generation}"
+            writes[key] = [list(pair) for pair in part]
+            keys.append(key)
+        head = {
+            **replace(record, taken=()).to_json(),
+            "taken_chunks": keys,
+            "taken_count": len(record.taken),
+            "generation": generation,
+        }
+        writes[RECORD_KEY] = head
+        stale = [k for k in self.chunk_keys if k not in keys]
+        return StoredRecord(record, tuple(keys), generation), writes, stale
+
+
+class SessionStore(Protocol):
+    """Where the proxy keeps each session's record and counters.
+
+    Calls for one session never overlap (the proxy runs one request per session at a time);
+    calls for different sessions may come from different threads."""
+
+    def load(self, session: str) -> SessionRecord: ...
+
+    def save(self, session: str, record: SessionRecord) -> None:
+        """Replace the session's record; a save cut short leaves the previous one readable."""
+        ...
+
+    def stats(self, session: str) -> ProxyStats:
+        """The session's counters (a live object the proxy updates, then :meth:`save_stats`)."""
+        ...
+
+    def save_stats(self, session: str, stats: ProxyStats) -> None: ...
+
+    def forget(self, session: str) -> None:
+        """Drop the session's record and counters from memory and storage."""
+        ...
+
+
+class ArchiveSessionStore:
+    """Records and counters as per-session values in the keeper's archive (the default)."""
+
+    def __init__(self, archive: ArchiveStore) -> None:
+        self.archive = archive
+        self._records: dict[str, StoredRecord] = {}
+        self._stats: dict[str, ProxyStats] = {}
+
+    def _stored(self, session: str) -> StoredRecord:
+        if session not in self._records:
+            archive = self.archive
+            self._records[session] = StoredRecord.load(
+                archive.get_value(session, RECORD_KEY), lambda key: archive.get_value(session, key)
+            )
+        return self._records[session]
+
+    def load(self, session: str) -> SessionRecord:
+        return self._stored(session).record
+
+    def save(self, session: str, record: SessionRecord) -> None:
+        stored, writes, stale = self._stored(session).saved(record)
+        for key, value in writes.items():  # the head comes last
+            self.archive.put_value(session, key, value)
+        self._records[session] = stored
+        for key in stale:
+            self.archive.put_value(session, key, None)
+
+    def stats(self, session: str) -> ProxyStats:
+        if session not in self._stats:
+            self._stats[session] = ProxyStats.from_json(self.archive.get_value(session, STATS_KEY))
+        return self._stats[session]
+
+    def save_stats(self, session: str, stats: ProxyStats) -> None:
+        self._stats[session] = stats
+        self.archive.put_value(session, STATS_KEY, stats.to_json())
+
+    def forget(self, session: str) -> None:
+        self._records.pop(session, None)
+        self._stats.pop(session, None)

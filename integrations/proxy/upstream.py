@@ -1,0 +1,317 @@
+"""The keeper proxy's upstream: the model server, called with retries and backoff in a budget.
+
+Errors, 429s and timeouts are tried again with exponential backoff (tenacity), waiting at least
+as long as the upstream's ``Retry-After`` asks; when the tries or the time budget run out the
+agent gets OpenAI's error shape with a status that says what happened: 504 (the upstream timed
+out), 502 (unreachable, or it failed), 503 (overloaded, with a ``Retry-After``). A 4xx from the
+upstream is not retried and is passed on with the upstream's own message. Every try, failure and
+retry is counted in the :class:`CallTally` the caller passes.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from keeper_middleware.integrations.proxy.openai_format import ai_from_completion
+from keeper_middleware.integrations.proxy.streaming import StreamAssembler
+
+__all__ = ["CallTally", "RetryPolicy", "Upstream", "UpstreamError"]
+
+Forward = Callable[[dict[str, str]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How hard the proxy tries an upstream call before the agent gets an error."""
+
+    attempts: int = 4
+    """Tries per upstream call (errors, 429s and timeouts are tried again)."""
+    first_wait: float = 0.5
+    """Seconds before the first retry; doubled each time up to ``max_wait``."""
+    max_wait: float = 8.0
+    budget: float = 120.0
+    """Seconds after which no new try starts (a ``Retry-After`` past it ends the tries)."""
+    timeout: float = 600.0
+    """Seconds one try may take (a thinking model can be slow)."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("RetryPolicy.attempts must be at least 1 (1 means no retries)")
+        if min(self.first_wait, self.max_wait, self.budget) < 0:
+            raise ValueError("RetryPolicy.first_wait, max_wait and budget must be >= 0 seconds")
+        if self.timeout <= 0:
+            raise ValueError("RetryPolicy.timeout must be a positive number of seconds")
+
+
+@dataclass(slots=True)
+class CallTally:
+    """What one request's upstream calls cost: tries, failed tries, retries, waiting time."""
+
+    calls: int = 0
+    failures: int = 0
+    retries: int = 0
+    seconds: float = 0.0
+
+
+class UpstreamError(Exception):
+    """The upstream could not answer; carries the status and code the agent receives."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        retry: bool,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.retry = status, code, message, retry
+        self.retry_after = retry_after
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: a number or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class Upstream:
+    """The model server, called with retries and backoff within a budget."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        forward_auth: bool,
+        retry: RetryPolicy,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.forward_auth = forward_auth
+        self.retry = retry
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        self.client = httpx.AsyncClient(timeout=retry.timeout, transport=transport, limits=limits)
+
+    def _headers(self, auth: str | None) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        elif auth and self.forward_auth:
+            headers["authorization"] = auth
+        return headers
+
+    def _wait(self, state: RetryCallState) -> float:
+        backoff = min(self.retry.max_wait, self.retry.first_wait * 2 ** (state.attempt_number - 1))
+        error = state.outcome.exception() if state.outcome else None
+        asked = error.retry_after if isinstance(error, UpstreamError) else None
+        return float(max(backoff, asked or 0.0))
+
+    def _stop(self, state: RetryCallState) -> bool:
+        if stop_after_attempt(self.retry.attempts)(state):
+            return True
+        return (state.seconds_since_start or 0.0) + self._wait(state) > self.retry.budget
+
+    async def chat(
+        self,
+        body: Mapping[str, Any],
+        *,
+        auth: str | None,
+        tally: CallTally,
+        forward: Forward | None = None,
+    ) -> dict[str, Any]:
+        """The upstream's completion. With ``forward``, the upstream is asked for a stream and
+        its text deltas are passed to ``forward`` until a tool call begins; a try that already
+        passed text on is not repeated."""
+        retrying = AsyncRetrying(
+            stop=self._stop,
+            wait=self._wait,
+            retry=retry_if_exception(lambda e: isinstance(e, UpstreamError) and e.retry),
+            reraise=True,
+        )
+        content = orjson.dumps(body if forward is None else _streaming(body))
+        tries = 0
+        async for attempt in retrying:
+            with attempt:
+                tally.retries += tries > 0
+                tries += 1
+                tally.calls += 1
+                started = time.perf_counter()
+                try:
+                    if forward is None:
+                        return await self._chat_once(content, auth)
+                    return await self._stream_once(content, auth, forward)
+                except UpstreamError:
+                    tally.failures += 1
+                    raise
+                finally:
+                    tally.seconds += time.perf_counter() - started
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def _chat_once(self, content: bytes, auth: str | None) -> dict[str, Any]:
+        url = f"{self.base_url}/chat/completions"
+        try:
+            response = await self.client.post(url, content=content, headers=self._headers(auth))
+        except httpx.TransportError as exc:
+            raise self._transport_error(exc) from exc
+        _raise_for_status(response)
+        return _completion(response.content)
+
+    async def _stream_once(
+        self, content: bytes, auth: str | None, forward: Forward
+    ) -> dict[str, Any]:
+        url = f"{self.base_url}/chat/completions"
+        assembler = StreamAssembler()
+        try:
+            async with self.client.stream(
+                "POST", url, content=content, headers=self._headers(auth)
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    _raise_for_status(response)
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    return _completion(await response.aread())
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        chunk = orjson.loads(payload)
+                    except orjson.JSONDecodeError as exc:
+                        raise _bad_reply(f"a stream event is not JSON: {exc}", retry=False) from exc
+                    if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
+                        message = str(chunk["error"].get("message") or chunk["error"])
+                        raise UpstreamError(502, "upstream_error", message, retry=False)
+                    delta = assembler.feed(chunk) if isinstance(chunk, dict) else {}
+                    if delta:
+                        await forward(delta)
+        except httpx.TransportError as exc:
+            error = self._transport_error(exc)
+            error.retry = error.retry and not assembler.forwarded
+            raise error from exc
+        data = assembler.completion()
+        try:
+            ai_from_completion(data)
+        except ValueError as exc:
+            raise _bad_reply(str(exc), retry=not assembler.forwarded) from exc
+        return data
+
+    def _transport_error(self, exc: httpx.TransportError) -> UpstreamError:
+        if isinstance(exc, httpx.TimeoutException):
+            return UpstreamError(
+                504,
+                "upstream_timeout",
+                f"The model server at {self.base_url} did not answer in time "
+                f"({type(exc).__name__}, timeout {self.retry.timeout:g} s); try again later.",
+                retry=True,
+            )
+        return UpstreamError(
+            502,
+            "upstream_unavailable",
+            f"The model server at {self.base_url} cannot be reached ({exc!r}); check that it "
+            "is running.",
+            retry=True,
+        )
+
+    async def get(self, path: str, *, auth: str | None) -> tuple[int, bytes]:
+        try:
+            response = await self.client.get(f"{self.base_url}{path}", headers=self._headers(auth))
+        except httpx.TransportError as exc:
+            raise self._transport_error(exc) from exc
+        return response.status_code, response.content
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _streaming(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def _bad_reply(detail: str, *, retry: bool) -> UpstreamError:
+    return UpstreamError(
+        502,
+        "upstream_bad_reply",
+        f"The model server's reply could not be read: {detail}",
+        retry=retry,
+    )
+
+
+def _completion(content: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(content)
+        if not isinstance(data, dict):
+            raise ValueError("the reply is not a JSON object")
+        ai_from_completion(data)
+    except ValueError as exc:
+        raise _bad_reply(str(exc), retry=True) from exc
+    return data
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    status = response.status_code
+    if status < 400:
+        return
+    asked = retry_after_seconds(response.headers.get("retry-after"))
+    if status == 429:
+        raise UpstreamError(
+            503,
+            "upstream_overloaded",
+            "The model server is overloaded (429); try again later.",
+            retry=True,
+            retry_after=asked,
+        )
+    if status >= 500:
+        raise UpstreamError(
+            503 if status == 503 else 502,
+            "upstream_error",
+            f"The model server failed ({status}): {_upstream_message(response)}",
+            retry=True,
+            retry_after=asked,
+        )
+    raise UpstreamError(
+        status,
+        "upstream_rejected",
+        f"The model server rejected the request: {_upstream_message(response)}",
+        retry=False,
+    )
+
+
+def _upstream_message(response: httpx.Response) -> str:
+    try:
+        error = orjson.loads(response.content).get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    except (ValueError, AttributeError):
+        pass
+    return response.text[:500] or response.reason_phrase
+
+
+def retry_after_header(error: UpstreamError, policy: RetryPolicy) -> dict[str, str]:
+    """The ``Retry-After`` the agent gets with a 503: the upstream's, else the longest backoff."""
+    if error.status != 503:
+        return {}
+    seconds = error.retry_after if error.retry_after is not None else policy.max_wait
+    return {"retry-after": str(max(1, math.ceil(seconds)))}

@@ -15,7 +15,9 @@ Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -44,7 +46,7 @@ from keeper_middleware.cut import (
     pin_open_question,
     plan_cut,
 )
-from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
 from keeper_middleware.injection import (
     merge_hits,
     question_queries,
@@ -93,6 +95,10 @@ NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
 AsyncNoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], Awaitable[AIMessage]]
 Tool = BaseTool | Callable[..., Any] | dict[str, Any]
 """A tool as LangChain accepts it: a tool object, a function, or an OpenAI-style schema."""
+
+log = logging.getLogger("keeper_middleware")
+"""One record per decision: a cut (INFO), a NOTES version (INFO), a re-ask (INFO), a refused
+search (INFO), an oversized message (WARNING), the request size of every step (DEBUG)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +165,12 @@ class Keeper:
         """``retriever`` serves the archive search tool; ``passages_retriever`` (default: the
         same) serves the sentences shown next to new questions (``show_retrieved``), so the two
         can be swapped independently."""
+        if config is not None and not isinstance(config, KeeperConfig):
+            raise ConfigurationError(
+                f"config={config!r} is a {type(config).__name__}, not a KeeperConfig; pass "
+                "config=KeeperConfig(window=..., ...)"
+                + (" (e.g. KeeperConfig(**your_dict))" if isinstance(config, Mapping) else "")
+            )
         self.config = config or KeeperConfig()
         self.archive = open_archive(archive)
         index_dir = None
@@ -237,16 +249,19 @@ class Keeper:
         setup: ModelSetup,
         call: AsyncNoteCall,
     ) -> StepResult:
-        """One keeper step before a model call (async); same decisions as :meth:`step`."""
-        pending = self._prepare(session, messages, state, setup)
+        """One keeper step before a model call (async); same decisions as :meth:`step`.
+
+        The archive and index work runs in a worker thread, never on the event loop; only the
+        model calls are awaited here."""
+        pending = await asyncio.to_thread(self._prepare, session, messages, state, setup)
         if pending.plan is None:
-            return self._finish_without_cut(pending, messages)
-        outcome = self._reuse_committed(pending)
+            return await asyncio.to_thread(self._finish_without_cut, pending, messages)
+        outcome = await asyncio.to_thread(self._reuse_committed, pending)
         if outcome is None:
             pending.request = self._note_request(pending, setup)
             pending.tool_schemas = setup.tool_schemas
             outcome = await self._atake_notes(pending, call)
-        return self._finish_cut(pending, outcome, setup)
+        return await asyncio.to_thread(self._finish_cut, pending, outcome, setup)
 
     # ----------------------------------------------------------------- arrivals
 
@@ -265,6 +280,14 @@ class Keeper:
         counters = self.counters(session)
         request_tokens = self._count(setup, messages)
         counters.peak_window = max(counters.peak_window, request_tokens)
+        log.debug(
+            "step session=%s messages=%d request_tokens=%d notes_at=%d budget=%d",
+            session,
+            len(messages),
+            request_tokens,
+            self.config.notes_threshold,
+            self.config.budget,
+        )
         plan = None
         if self._notes_due(kstate, request_tokens, layout, messages):
             open_at = open_question_index(messages, self.detector, start=layout.head_end)
@@ -288,7 +311,7 @@ class Keeper:
             raise WindowTooSmallError(
                 f"the request is {request_tokens} tokens, over the budget of "
                 f"{self.config.budget} (window {self.config.window} - reply reserve "
-                f"{self.config.reply_reserve}), and nothing can be cut: what must stay in view "
+                f"{self.config.reserve}), and nothing can be cut: what must stay in view "
                 "(system prompt, tools, task, NOTES and any open question with its work) does "
                 "not fit. Raise the window, lower reply_reserve, or send smaller inputs."
             )
@@ -343,6 +366,7 @@ class Keeper:
                 seen.add(msg_id)
                 continue
             seen.add(msg_id)
+            self._log_if_oversized(session, message)
             is_question = self.detector.is_question(message)
             if self.items.is_new_input(message):
                 new_input = True
@@ -367,6 +391,19 @@ class Keeper:
         kstate["numbered"] = numbered
         kstate.setdefault("notes_item", 0)
         return result
+
+    def _log_if_oversized(self, session: str, message: BaseMessage) -> None:
+        size = self.tokens.count_messages([message])
+        if size > self.config.budget // 2:
+            log.warning(
+                "oversized message session=%s id=%s role=%s tokens=%d budget=%d: it alone takes "
+                "over half the budget",
+                session,
+                message.id,
+                role_of(message),
+                size,
+                self.config.budget,
+            )
 
     def _beside_question(
         self, session: str, question: BaseMessage, rules: Sequence[str]
@@ -500,8 +537,10 @@ class Keeper:
                     keeper_message(step.text, "notes_reask"),
                 ]
                 if self.tokens.count_messages(convo, pending.tool_schemas) > self.config.budget:
+                    log.info("reask skipped session=%s: it does not fit", pending.session)
                     step = taking.give_up()  # a re-ask that does not fit is not sent
                     break
+                log.info("reask session=%s: %s", pending.session, step.text.strip().splitlines()[0])
             reply = yield from self._ask_once(pending.session, convo, thinking_on)
             last_text = text_of(reply)
             step = taking.receive(last_text)
@@ -512,6 +551,14 @@ class Keeper:
         counters.dropped_note_lines += len(outcome.dropped)
         if not outcome.usable:
             counters.empty_note_replies += 1
+        if not outcome.usable or outcome.dropped:
+            log.warning(
+                "notes refused session=%s usable=%s dropped_lines=%d reasks=%d",
+                pending.session,
+                outcome.usable,
+                len(outcome.dropped),
+                outcome.reasks,
+            )
         return outcome
 
     def _rewrite_dialogue(
@@ -607,11 +654,11 @@ class Keeper:
             raise WindowTooSmallError(
                 f"after a cut the request is still {size} tokens, over the budget of "
                 f"{self.config.budget} (window {self.config.window} - reply reserve "
-                f"{self.config.reply_reserve}): what must stay in view (system prompt, task, "
+                f"{self.config.reserve}): what must stay in view (system prompt, task, "
                 "NOTES, the newest exchange and any open question) does not fit. Raise the "
                 "window, lower reply_reserve, or send smaller inputs."
             )
-        self.archive.commit_cut(
+        record = self.archive.commit_cut(
             session,
             cut_key=pending.key,
             turns=turns,
@@ -634,6 +681,26 @@ class Keeper:
         counters.notes_tokens = self.tokens.count_text(rendered)
         counters.peak_window = max(counters.peak_window, size)
         self._save_counters(session)
+        log.info(
+            "cut session=%s archived=%d kept=%d window_tokens=%d budget=%d archive_turns=%d",
+            session,
+            record.turns_archived,
+            len(window),
+            size,
+            self.config.budget,
+            counters.archive_turns,
+        )
+        log.info(
+            "notes session=%s version=%s items=%s-%s rules=%d state=%d open=%d tokens=%d",
+            session,
+            record.notes_version,
+            notes.first_item,
+            notes.last_item,
+            len(notes.rules),
+            len(notes.state),
+            len(notes.open),
+            counters.notes_tokens,
+        )
         return StepResult(window, state, changed=True, rewritten=True, cut=True)
 
     def _sync_index(self, session: str) -> None:
@@ -714,6 +781,12 @@ class Keeper:
         decision = decide(self._guard(session), command)
         self._set_guard(session, decision.state)
         if decision.verdict != "run":
+            log.info(
+                "search %s session=%s query=%r",
+                "stopped" if decision.verdict == "stop" else "refused",
+                session,
+                query,
+            )
             counters.search_refusals += 1
             counters.search_stops += decision.verdict == "stop"
             self._save_counters(session)

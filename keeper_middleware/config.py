@@ -94,7 +94,7 @@ class KeeperConfig:
     def __post_init__(self) -> None:
         _check_int("window", self.window, minimum=1024, fix="tokens")
         if self.reply_reserve is not None:
-            _check_int("reply_reserve", self.reply_reserve, minimum=0, fix="or leave it unset")
+            _check_int("reply_reserve", self.reply_reserve, minimum=0, fix="(or leave it unset)")
             if self.reply_reserve >= self.window // 2:
                 raise ConfigurationError(
                     f"reply_reserve={self.reply_reserve} leaves too little of window={self.window}:"
@@ -106,10 +106,10 @@ class KeeperConfig:
                 f"notes_mode={self.notes_mode!r}; use 'in_place' (default) or 'rewrite'"
             )
         if self.notes_every_items is not None:
-            _check_int("notes_every_items", self.notes_every_items, minimum=1, fix="or None")
+            _check_int("notes_every_items", self.notes_every_items, minimum=1, fix="(or None)")
         _check_int("max_reasks", self.max_reasks, minimum=0)
         _check_int("pinned_head", self.pinned_head, minimum=0)
-        _check_int("show_retrieved", self.show_retrieved, minimum=0, fix="0 turns it off")
+        _check_int("show_retrieved", self.show_retrieved, minimum=0, fix="(0 turns it off)")
         _check_int("search_results", self.search_results, minimum=1)
         _check_int("search_scan", self.search_scan, minimum=1)
         if self.search_scan < self.search_results:
@@ -198,8 +198,8 @@ def _check_int(name: str, value: object, *, minimum: int, fix: str = "") -> None
             f"{minimum}, e.g. {name}={_example(value, minimum)}"
         )
     if value < minimum:
-        more = f" ({fix})" if fix else ""
-        raise ConfigurationError(f"{name}={value} is too small; use {minimum} or more{more}")
+        more = f" {fix}" if fix else ""
+        raise ConfigurationError(f"{name}={value} is too small; use at least {minimum}{more}")
 
 
 def _example(value: object, minimum: int) -> int:

@@ -135,9 +135,14 @@ def _probe_write(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
+def _writable(path: Path) -> bool:
+    """Whether the file and its folder (for the -wal and -shm files) can be written."""
+    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
 def _open_failure(path: str, exc: sqlite3.DatabaseError) -> str:
     text = str(exc)
-    if "readonly" in text or "read-only" in text:
+    if "readonly" in text or "read-only" in text or not _writable(Path(path)):
         return (
             f"cannot open the archive {path!r}: it is read-only ({text}), and the keeper writes to it at every cut; "
             "make the file and its folder writable (SQLite adds -wal and -shm files beside it), "
@@ -184,8 +189,8 @@ class SQLiteArchive:
             conn = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.Error as exc:
-            raise ArchiveError(f"cannot open the archive {self.path!r}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise ArchiveError(_open_failure(self.path, exc)) from exc
         conn.row_factory = sqlite3.Row
         try:
             conn.execute("PRAGMA journal_mode=WAL")

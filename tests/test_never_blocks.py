@@ -8,7 +8,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from blockbuster import blockbuster_ctx
 from langchain_core.messages import HumanMessage

@@ -273,6 +273,8 @@ class Keeper:
         setup: ModelSetup,
     ) -> _Pending:
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
+        if not kstate:
+            self._warn_if_archive_outlived_state(session)
         messages = [_with_id(m) for m in given]
         messages = self._observe(session, messages, kstate)
         notes = self.notes(session)
@@ -391,6 +393,17 @@ class Keeper:
         kstate["numbered"] = numbered
         kstate.setdefault("notes_item", 0)
         return result
+
+    def _warn_if_archive_outlived_state(self, session: str) -> None:
+        archived = self.archive.turn_count(session)
+        if archived:
+            log.warning(
+                "session=%s starts afresh but its archive already holds %d turns: the graph "
+                "state was lost (an in-memory checkpointer with a file archive?). Pair the "
+                "archive with a persistent checkpointer (SqliteSaver), or use a new thread id",
+                session,
+                archived,
+            )
 
     def _log_if_oversized(self, session: str, message: BaseMessage) -> None:
         size = self.tokens.count_messages([message])
@@ -776,6 +789,7 @@ class Keeper:
         """The archive search tool's body, guards included."""
         counters = self.counters(session)
         if not query or not query.strip():
+            log.info("search refused session=%s: no query", session)
             return "Refused: give a few keywords to search for (for example a name)."
         command = SearchCommand(query=query, from_item=from_item, to_item=to_item)
         decision = decide(self._guard(session), command)

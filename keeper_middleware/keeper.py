@@ -16,6 +16,7 @@ Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import threading
@@ -161,10 +162,13 @@ class Keeper:
         token_counter: TokenCounter | str | None = None,
         checks: Sequence[NoteCheck] | None = None,
         question_detector: QuestionDetector | None = None,
+        namespace: str | None = None,
     ) -> None:
         """``retriever`` serves the archive search tool; ``passages_retriever`` (default: the
         same) serves the sentences shown next to new questions (``show_retrieved``), so the two
-        can be swapped independently."""
+        can be swapped independently. ``namespace`` names the collection a retriever on a
+        Chroma server (``"embedding+http://host:port"``) keeps this keeper's passages in; the
+        default is one collection per archive file, so apps sharing a server never collide."""
         if config is not None and not isinstance(config, KeeperConfig):
             raise ConfigurationError(
                 f"config={config!r} is a {type(config).__name__}, not a KeeperConfig; pass "
@@ -176,13 +180,15 @@ class Keeper:
         index_dir = None
         if isinstance(archive, str | Path) and str(archive) != ":memory:":
             index_dir = Path(archive).with_suffix(".index")
-        self.retriever = make_retriever(retriever, path=index_dir)
+        self.namespace = namespace or archive_namespace(archive)
+        self.retriever = make_retriever(retriever, path=index_dir, namespace=self.namespace)
         self.passages_retriever = (
             self.retriever
             if passages_retriever is None
             else make_retriever(
                 passages_retriever,
                 path=index_dir.with_suffix(".passages") if index_dir else None,
+                namespace=f"{self.namespace}-passages",
             )
         )
         self.tokens = resolve_token_counter(token_counter)
@@ -832,6 +838,16 @@ class Keeper:
             self.passages_retriever.close()
         self.retriever.close()
         self.archive.close()
+
+
+def archive_namespace(archive: ArchiveStore | str | Path) -> str:
+    """A server collection name of one archive: the file's absolute path hashed (the same file
+    reopened finds its passages again); an in-memory archive gets a name of its own."""
+    where = archive if isinstance(archive, str | Path) else getattr(archive, "path", None)
+    if where is None or str(where) == ":memory:":
+        return f"keeper-{uuid.uuid4().hex[:16]}"
+    digest = hashlib.sha256(str(Path(where).resolve()).encode()).hexdigest()[:16]
+    return f"keeper-{digest}"
 
 
 def _archived_turn(session: str, message: BaseMessage, item: int | None) -> ArchivedTurn:

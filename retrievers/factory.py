@@ -7,7 +7,7 @@ from pathlib import Path
 
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.embedders import Embedder
-from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+from keeper_middleware.retrievers.embedding import DEFAULT_COLLECTION, EmbeddingRetriever
 from keeper_middleware.retrievers.hybrid import HybridRetriever
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 
@@ -21,11 +21,15 @@ def make_retriever(
     *,
     path: str | PathLike[str] | None = None,
     embedder: Embedder | None = None,
+    namespace: str | None = None,
 ) -> Retriever:
     """A retriever from a spec: an object passes through; "keyword" (the default, also for None),
     "embedding" or "hybrid" store their files in the folder ``path`` (in memory when None);
     "embedding+http://host:port" and "hybrid+http://host:port" use a Chroma server.
     ``embedder`` replaces the default model (all-MiniLM-L6-v2) of the embedding backends.
+    ``namespace`` names the server's collection, so apps and tenants sharing one Chroma server
+    never read each other's passages (the keeper passes one per archive); without it the shared
+    default collection is used.
     """
     if spec is None:
         spec = "keyword"
@@ -50,6 +54,7 @@ def make_retriever(
         None if server or folder is None else folder / EMBEDDING_FOLDER,
         server=server or None,
         embedder=embedder,
+        collection=namespace if server and namespace else DEFAULT_COLLECTION,
     )
     if backend == "embedding":
         return embedding

@@ -65,7 +65,7 @@ from keeper_middleware.model_calls import (
     tool_refusal,
 )
 from keeper_middleware.node import KeeperNode, checked_tools, state_update
-from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.factory import RetrieverSpec
 from keeper_middleware.search_tool import DEFAULT_SESSION, archive_search_tool, session_of
 from keeper_middleware.tokens import TokenCounter
 
@@ -142,7 +142,7 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         keeper: Keeper | None = None,
         config: KeeperConfig | None = None,
         archive: ArchiveStore | str | Path = ":memory:",
-        retriever: Retriever | str | None = None,
+        retriever: RetrieverSpec = None,
         token_counter: TokenCounter | str | None = None,
         search: bool = True,
     ) -> None:
@@ -302,7 +302,7 @@ def keeper_pre_model_hook(
     keeper: Keeper | None = None,
     config: KeeperConfig | None = None,
     archive: ArchiveStore | str | Path = ":memory:",
-    retriever: Retriever | str | None = None,
+    retriever: RetrieverSpec = None,
     token_counter: TokenCounter | str | None = None,
     search: bool = True,
 ) -> KeeperPreModelHook:

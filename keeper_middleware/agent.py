@@ -17,7 +17,7 @@ from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.keeper import Keeper, Tool
 from keeper_middleware.node import KeeperGraphState, KeeperNode, ToolChoice
-from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.factory import RetrieverSpec
 from keeper_middleware.tokens import TokenCounter
 
 
@@ -25,7 +25,7 @@ def make_keeper(
     keeper: Keeper | None,
     config: KeeperConfig | None,
     archive: ArchiveStore | str | Path,
-    retriever: Retriever | str | None,
+    retriever: RetrieverSpec,
     token_counter: TokenCounter | str | None,
 ) -> Keeper:
     """The given keeper, or one made from its arguments; both at once is a mistake, since the
@@ -57,7 +57,7 @@ def create_keeper_agent(
     config: KeeperConfig | None = None,
     keeper: Keeper | None = None,
     archive: ArchiveStore | str | Path = ":memory:",
-    retriever: Retriever | str | None = None,
+    retriever: RetrieverSpec = None,
     token_counter: TokenCounter | str | None = None,
     checkpointer: Checkpointer = None,
     name: str | None = None,

@@ -78,8 +78,7 @@ from keeper_middleware.questions import (
     QuestionDetector,
     open_question_index,
 )
-from keeper_middleware.retrievers.base import Retriever
-from keeper_middleware.retrievers.factory import make_retriever
+from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.retrievers.sentences import passages_from_text
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
 from keeper_middleware.search import (
@@ -157,8 +156,8 @@ class Keeper:
         config: KeeperConfig | None = None,
         *,
         archive: ArchiveStore | str | Path = ":memory:",
-        retriever: Retriever | str | None = None,
-        passages_retriever: Retriever | str | None = None,
+        retriever: RetrieverSpec = None,
+        passages_retriever: RetrieverSpec = None,
         token_counter: TokenCounter | str | None = None,
         checks: Sequence[NoteCheck] | None = None,
         question_detector: QuestionDetector | None = None,

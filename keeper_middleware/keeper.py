@@ -549,16 +549,17 @@ class Keeper:
         last_text = ""
         while isinstance(step, Ask):
             if step.text is not None:
+                step_text = step.text
                 convo = [
                     *convo,
                     AIMessage(content=last_text),
-                    keeper_message(step.text, "notes_reask"),
+                    keeper_message(step_text, "notes_reask"),
                 ]
                 if self.tokens.count_messages(convo, pending.tool_schemas) > self.config.budget:
                     log.info("reask skipped session=%s: it does not fit", pending.session)
                     step = taking.give_up()  # a re-ask that does not fit is not sent
                     break
-                log.info("reask session=%s: %s", pending.session, step.text.strip().splitlines()[0])
+                log.info("reask session=%s: %s", pending.session, _first_line(step_text))
             reply = yield from self._ask_once(pending.session, convo, thinking_on)
             last_text = text_of(reply)
             step = taking.receive(last_text)
@@ -837,6 +838,11 @@ class Keeper:
             self.passages_retriever.close()
         self.retriever.close()
         self.archive.close()
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def archive_namespace(archive: ArchiveStore | str | Path) -> str:

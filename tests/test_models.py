@@ -148,3 +148,19 @@ def test_a_server_that_refuses_tools_gets_a_clear_error_and_search_false_works()
             model, system_prompt=SYSTEM, config=CONFIG, search=False, checkpointer=InMemorySaver()
         )
         assert run_story(plain, items=6).startswith("1.")
+
+
+def test_the_middleware_with_search_false_adds_no_tool_and_still_cuts():
+    from langchain.agents import create_agent
+
+    model = fake_replies()
+    middleware = KeeperMiddleware(
+        model, search=False, config=KeeperConfig(window=2048, notes_every_items=3)
+    )
+    assert middleware.tools == []
+    agent = create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "m"}}
+    for item in range(1, 9):
+        agent.invoke({"messages": [HumanMessage(f"Item {item}. r{item} is {item}.")]}, thread)
+    assert middleware.keeper.counters("m").note_requests >= 1
+    assert middleware.keeper.archive.turn_count("m") > 0

@@ -63,7 +63,11 @@ def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
     )
     # the fresh venv gets the wheel's files plus the dependencies (not this checkout)
     site_dir = next((venv / "lib").glob("python3*/site-packages"))
-    (site_dir / "deps.pth").write_text(f"{target}\n" + "\n".join(site.getsitepackages()) + "\n")
+    # every site dir this interpreter reads, including ones a .pth file adds (a layered venv)
+    deps = dict.fromkeys(
+        [*site.getsitepackages(), *(p for p in sys.path if p.endswith("site-packages"))]
+    )
+    (site_dir / "deps.pth").write_text(f"{target}\n" + "\n".join(deps) + "\n")
     code = (
         "import keeper_middleware, importlib, pathlib\n"
         f"for sub in {SUBPACKAGES!r}:\n"

@@ -42,7 +42,8 @@ _SEARCH_OFF = (
 
 def resolve_chat_model(model: BaseChatModel | str) -> BaseChatModel:
     """A chat model from what LangChain accepts: the object itself or an ``init_chat_model``
-    string (``"openai:gpt-4o"``, ``"anthropic:claude-sonnet-4-5"``)."""
+    string (``"openai:gpt-4o"``, ``"anthropic:claude-sonnet-4-5"``). An object that is not a
+    ``BaseChatModel`` but binds tools like one (a wrapper) passes as it is."""
     if isinstance(model, BaseChatModel):
         return model
     if isinstance(model, str):
@@ -59,6 +60,8 @@ def resolve_chat_model(model: BaseChatModel | str) -> BaseChatModel:
                 "'openai:gpt-4o', or a chat model object"
             )
         return resolved
+    if callable(getattr(model, "bind_tools", None)) or isinstance(model, Runnable):
+        return model  # type: ignore[return-value]  # a wrapper that binds like a chat model
     raise ConfigurationError(
         f"model={model!r} is a {type(model).__name__}; give a LangChain chat model "
         "(e.g. ChatOpenAI(...)) or a string such as 'openai:gpt-4o'"

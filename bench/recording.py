@@ -98,6 +98,8 @@ class CallRecorder(BaseCallbackHandler):
     """
 
     run_inline = True
+    sees_keeper_calls = True
+    """The keeper's own note calls are kept from user handlers; a run's cost must count them."""
 
     def __init__(
         self,

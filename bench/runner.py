@@ -42,6 +42,7 @@ from keeper_middleware.bench.run_options import (
 from keeper_middleware.bench.streams import (
     read_stream,
 )
+from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages import text_of
 
@@ -435,8 +436,25 @@ def _step_config(step: Step, recorder: CallRecorder) -> dict[str, Any]:
     }
 
 
+class _NoBar:
+    """What ``--quiet`` gets: no progress bar, and no need for tqdm."""
+
+    def update(self, _steps: int) -> None: ...
+
+    def set_postfix(self, **_values: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
 def _progress_bar(steps: list[Step], done: int, shown: bool, label: str) -> Any:
-    from tqdm.auto import tqdm
+    if not shown:
+        return _NoBar()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "tqdm", "bench", needed_by="The progress bar (or pass --quiet)"
+        ) from exc
 
     return tqdm(
         total=len(steps),

@@ -37,7 +37,9 @@ work in any order; their own state survives cuts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NotRequired, TypedDict
 
@@ -50,13 +52,20 @@ from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 from langgraph.runtime import Runtime
 
+from keeper_middleware.agent import make_keeper
 from keeper_middleware.archive import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
 from keeper_middleware.messages import as_ai_message
-from keeper_middleware.node import KeeperNode, state_update
-from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.model_calls import (
+    bind_tools_clearly,
+    internal_call_config,
+    resolve_chat_model,
+    tool_refusal,
+)
+from keeper_middleware.node import KeeperNode, checked_tools, state_update
+from keeper_middleware.retrievers.factory import RetrieverSpec
 from keeper_middleware.search_tool import DEFAULT_SESSION, archive_search_tool, session_of
 from keeper_middleware.tokens import TokenCounter
 
@@ -96,18 +105,6 @@ class KeeperReactState(TypedDict):
     keeper: NotRequired[dict[str, Any]]
 
 
-def _make_keeper(
-    keeper: Keeper | None,
-    config: KeeperConfig | None,
-    archive: ArchiveStore | str | Path,
-    retriever: Retriever | str | None,
-    token_counter: TokenCounter | str | None,
-) -> Keeper:
-    if keeper is not None:
-        return keeper
-    return Keeper(config, archive=archive, retriever=retriever, token_counter=token_counter)
-
-
 def _session(runtime: Runtime[Any] | None) -> str:
     """The thread id of the run (the session the archive is kept under), else "default"."""
     info = getattr(runtime, "execution_info", None)
@@ -130,28 +127,34 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
     ``model``, ``tools`` and ``system_prompt`` are what you pass ``create_agent``; they render
     the note calls until the first model request shows the exact rendering. The archive search
     tool is added to the agent through ``self.tools``. The session is the run's thread id.
+    ``model`` may be an ``init_chat_model`` string; ``search=False`` adds no tool (for a model or
+    server without tool calling). ``self.keeper`` is the engine (counters, NOTES, archive search).
     """
 
     state_schema = KeeperAgentState
 
     def __init__(
         self,
-        model: BaseChatModel,
+        model: BaseChatModel | str,
         *,
         tools: Sequence[Tool] = (),
         system_prompt: str | None = None,
         keeper: Keeper | None = None,
         config: KeeperConfig | None = None,
         archive: ArchiveStore | str | Path = ":memory:",
-        retriever: Retriever | str | None = None,
+        retriever: RetrieverSpec = None,
         token_counter: TokenCounter | str | None = None,
+        search: bool = True,
     ) -> None:
         super().__init__()
-        self.keeper = _make_keeper(keeper, config, archive, retriever, token_counter)
-        self.search_tool = archive_search_tool(self.keeper)
-        self.tools: Sequence[BaseTool] = [self.search_tool]
-        self._model = model
-        self._setup = ModelSetup(system_prompt=system_prompt, tools=(self.search_tool, *tools))
+        self.keeper = make_keeper(keeper, config, archive, retriever, token_counter)
+        self.search_tool = archive_search_tool(self.keeper) if search else None
+        self.tools: Sequence[BaseTool] = [self.search_tool] if self.search_tool else []
+        self._model = resolve_chat_model(model)
+        user_tools = checked_tools(tools, self.search_tool)
+        if self.search_tool is not None:  # create_agent puts middleware tools first
+            user_tools = (self.search_tool, *user_tools[:-1])
+        self._setup = ModelSetup(system_prompt=system_prompt, tools=user_tools)
         self._bound: tuple[BaseChatModel, ModelSetup, Runnable[Any, BaseMessage]] | None = None
 
     @property
@@ -178,16 +181,32 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
     def _note_model(self) -> Runnable[Any, BaseMessage]:
         bound = self._bound
         if bound is None or bound[0] is not self._model or bound[1] != self._setup:
-            runnable = self._model.bind_tools(list(self._setup.tools))
+            runnable = bind_tools_clearly(self._model, self._setup.tools)
             bound = (self._model, self._setup, runnable)
             self._bound = bound
         return bound[2]
 
     def _call(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-        return as_ai_message(self._note_model().invoke(messages, **kwargs))
+        with self._explained(bool(self._setup.tools)):
+            reply = self._note_model().invoke(messages, internal_call_config(), **kwargs)
+        return as_ai_message(reply)
 
     async def _acall(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-        return as_ai_message(await self._note_model().ainvoke(messages, **kwargs))
+        with self._explained(bool(self._setup.tools)):
+            reply = await self._note_model().ainvoke(messages, internal_call_config(), **kwargs)
+        return as_ai_message(reply)
+
+    @staticmethod
+    @contextmanager
+    def _explained(tools_sent: bool) -> Iterator[None]:
+        """A server that refuses tools gets an error naming ``search=False``."""
+        try:
+            yield
+        except Exception as exc:
+            clear = tool_refusal(exc, tools_sent=tools_sent)
+            if clear is None:
+                raise
+            raise clear from exc
 
     # ---- wrap_model_call: request-only changes around the agent's own call
 
@@ -231,10 +250,11 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
     ) -> ModelResponse[Any]:
         session = _session(request.runtime)
         first = self._first_request(request, session)
-        response = handler(first)
-        again = self._retry(first, response, session)
-        if again is not None:
-            response = handler(again)
+        with self._explained(bool(first.tools)):
+            response = handler(first)
+            again = self._retry(first, response, session)
+            if again is not None:
+                response = handler(again)
         return self._recorded(response, session)
 
     async def awrap_model_call(
@@ -243,12 +263,13 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
         session = _session(request.runtime)
-        first = self._first_request(request, session)
-        response = await handler(first)
-        again = self._retry(first, response, session)
-        if again is not None:
-            response = await handler(again)
-        return self._recorded(response, session)
+        first = await asyncio.to_thread(self._first_request, request, session)
+        with self._explained(bool(first.tools)):
+            response = await handler(first)
+            again = self._retry(first, response, session)
+            if again is not None:
+                response = await handler(again)
+        return await asyncio.to_thread(self._recorded, response, session)
 
 
 class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
@@ -274,15 +295,16 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
 
 
 def keeper_pre_model_hook(
-    model: BaseChatModel,
+    model: BaseChatModel | str,
     *,
     tools: Sequence[Tool] = (),
     system_prompt: str | None = None,
     keeper: Keeper | None = None,
     config: KeeperConfig | None = None,
     archive: ArchiveStore | str | Path = ":memory:",
-    retriever: Retriever | str | None = None,
+    retriever: RetrieverSpec = None,
     token_counter: TokenCounter | str | None = None,
+    search: bool = True,
 ) -> KeeperPreModelHook:
     """The keeper for ``create_react_agent(model, hook.tools, prompt=system_prompt,
     pre_model_hook=hook, state_schema=KeeperReactState)``.
@@ -291,8 +313,9 @@ def keeper_pre_model_hook(
     its calls. The hook runs before the model only: the thinking kwargs, the retry of a reply
     that thought to its limit and the stripping of reasoning from stored replies need the
     middleware (``create_agent``) or ``KeeperNode.model_runnable`` in a graph of your own.
+    ``search=False`` adds no search tool; ``hook.keeper`` is the engine.
     """
-    engine = _make_keeper(keeper, config, archive, retriever, token_counter)
+    engine = make_keeper(keeper, config, archive, retriever, token_counter)
     return KeeperPreModelHook(
-        KeeperNode(engine, model=model, tools=tools, system_prompt=system_prompt)
+        KeeperNode(engine, model=model, tools=tools, system_prompt=system_prompt, search=search)
     )

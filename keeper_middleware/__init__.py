@@ -15,6 +15,7 @@ from keeper_middleware.errors import (
     ConfigurationError,
     KeeperError,
     MissingDependencyError,
+    ToolsNotSupportedError,
     WindowTooSmallError,
 )
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult
@@ -54,6 +55,7 @@ __all__ = [
     "StepResult",
     "ThinkingPolicy",
     "TokenCounter",
+    "ToolsNotSupportedError",
     "WindowTooSmallError",
     "archive_search_tool",
     "create_keeper_agent",

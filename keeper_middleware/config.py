@@ -6,6 +6,7 @@ its middleware need not learn a second one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -58,8 +59,9 @@ class KeeperConfig:
 
     window: int = 32_768
     """The live window in tokens: no request the keeper sends or lets through is larger."""
-    reply_reserve: int = 4_096
-    """Tokens kept free for the model's reply (and its thinking)."""
+    reply_reserve: int | None = None
+    """Tokens kept free for the model's reply (and its thinking). None (the default) scales with
+    the window: 4,096 tokens, or an eighth of a window under 32K (see :attr:`reserve`)."""
     notes_at: Size = ("fraction", 0.8)
     """Take notes when a request reaches this size (tokens, or a fraction of window - reserve)."""
     notes_every_items: int | None = 10
@@ -90,25 +92,54 @@ class KeeperConfig:
     thinking: ThinkingPolicy = field(default_factory=ThinkingPolicy)
 
     def __post_init__(self) -> None:
-        if self.window < 1024:
-            raise ConfigurationError(f"window={self.window} is too small; use at least 1024 tokens")
-        if not 0 <= self.reply_reserve < self.window // 2:
-            raise ConfigurationError(
-                f"reply_reserve={self.reply_reserve} must be between 0 and half the window "
-                f"({self.window // 2})"
-            )
+        _check_int("window", self.window, minimum=1024, fix="tokens")
+        if self.reply_reserve is not None:
+            _check_int("reply_reserve", self.reply_reserve, minimum=0, fix="(or leave it unset)")
+            if self.reply_reserve >= self.window // 2:
+                raise ConfigurationError(
+                    f"reply_reserve={self.reply_reserve} leaves too little of window={self.window}:"
+                    f" use at most {self.window // 2 - 1} (under half the window), or leave it "
+                    "unset to scale with the window"
+                )
         if self.notes_mode not in ("in_place", "rewrite"):
             raise ConfigurationError(
                 f"notes_mode={self.notes_mode!r}; use 'in_place' (default) or 'rewrite'"
             )
-        if self.notes_every_items is not None and self.notes_every_items < 1:
-            raise ConfigurationError("notes_every_items must be a positive number of items or None")
-        if self.max_reasks < 0:
-            raise ConfigurationError("max_reasks must be 0 or more")
-        if self.pinned_head < 0:
-            raise ConfigurationError("pinned_head must be 0 or more")
-        if self.search_results < 1 or self.search_scan < self.search_results:
-            raise ConfigurationError("need 1 <= search_results <= search_scan")
+        if self.notes_every_items is not None:
+            _check_int("notes_every_items", self.notes_every_items, minimum=1, fix="(or None)")
+        _check_int("max_reasks", self.max_reasks, minimum=0)
+        _check_int("pinned_head", self.pinned_head, minimum=0)
+        _check_int("show_retrieved", self.show_retrieved, minimum=0, fix="(0 turns it off)")
+        _check_int("search_results", self.search_results, minimum=1)
+        _check_int("search_scan", self.search_scan, minimum=1)
+        if self.search_scan < self.search_results:
+            raise ConfigurationError(
+                f"search_scan={self.search_scan} is below search_results={self.search_results}; "
+                "need 1 <= search_results <= search_scan"
+            )
+        for name in ("item_tools", "question_patterns"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise ConfigurationError(
+                    f"{name}={value!r}; give a tuple of strings, e.g. ({value!r},)"
+                    if isinstance(value, str)
+                    else f"{name}={value!r}; give a tuple of strings"
+                )
+        if self.item_pattern is not None:
+            pattern = _check_regex("item_pattern", self.item_pattern)
+            if pattern.groups < 1:
+                raise ConfigurationError(
+                    f"item_pattern={self.item_pattern!r} has no capture group; capture the item "
+                    r"number, e.g. r'^Item (\d+)', or set item_pattern=None"
+                )
+        for question in self.question_patterns:
+            _check_regex("question_patterns", question)
+        if self.tracked_names is not None:
+            _check_regex("tracked_names", self.tracked_names)
+        if not isinstance(self.thinking, ThinkingPolicy):
+            raise ConfigurationError(
+                f"thinking={self.thinking!r}; give a ThinkingPolicy(on=..., off=...)"
+            )
         budget = self.notes_threshold  # validates notes_at
         if budget <= 0:
             raise ConfigurationError("notes_at leaves no room; raise it or the window")
@@ -116,9 +147,16 @@ class KeeperConfig:
         object.__setattr__(self, "question_patterns", tuple(self.question_patterns))
 
     @property
+    def reserve(self) -> int:
+        """The reply reserve in tokens: ``reply_reserve``, or the one scaled to the window."""
+        if self.reply_reserve is not None:
+            return self.reply_reserve
+        return scaled_reply_reserve(self.window)
+
+    @property
     def budget(self) -> int:
         """The largest request the keeper lets through."""
-        return self.window - self.reply_reserve
+        return self.window - self.reserve
 
     @property
     def notes_threshold(self) -> int:
@@ -145,3 +183,39 @@ def resolve_size(size: Size, whole: int, *, name: str) -> int:
     if value > whole:
         raise ConfigurationError(f"{name} is {value} tokens, more than the budget of {whole}")
     return value
+
+
+def scaled_reply_reserve(window: int) -> int:
+    """The default reply reserve: 4,096 tokens, or an eighth of a smaller window (a 4K window
+    keeps 512), so every window from 1K to 1M works with the defaults."""
+    return min(4096, window // 8)
+
+
+def _check_int(name: str, value: object, *, minimum: int, fix: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(
+            f"{name}={value!r} is a {type(value).__name__}; give a whole number of at least "
+            f"{minimum}, e.g. {name}={_example(value, minimum)}"
+        )
+    if value < minimum:
+        more = f" {fix}" if fix else ""
+        raise ConfigurationError(f"{name}={value} is too small; use at least {minimum}{more}")
+
+
+def _example(value: object, minimum: int) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return max(minimum, 1)
+
+
+def _check_regex(name: str, pattern: object) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise ConfigurationError(f"{name}={pattern!r}; give a regular expression as a string")
+    try:
+        return re.compile(pattern, re.MULTILINE)
+    except re.error as exc:
+        raise ConfigurationError(
+            f"{name}={pattern!r} is not a valid regular expression ({exc}); fix the pattern"
+        ) from exc

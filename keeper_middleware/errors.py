@@ -2,10 +2,14 @@
 
     KeeperError
     ├── ConfigurationError      a setting is wrong; the message says which and how to fix it
+    │   └── ToolsNotSupportedError  the chat model or its server cannot take tools (search=False)
     ├── MissingDependencyError  an optional extra is not installed; the message gives the pip command
+    │                           (``retrievers.MissingExtraError`` is the same class)
     ├── WindowTooSmallError     what must stay in view does not fit the live window even after a cut
-    ├── ArchiveError            the archive file cannot be used (unreadable, locked)
+    ├── ArchiveError            the archive or its index cannot be used; the message names the path
     │   └── ArchiveSchemaError  the file was written by a newer version (archive.py)
+    ├── RetrieverError          a retrieval backend failed (retrievers/base.py)
+    │   └── ServerUnavailableError  a configured search server did not answer
     └── TokenizeEndpointError   a server's tokenize endpoint is down or answers wrongly (tokens.py)
 
 Configuration errors are raised eagerly, at construction, so a tool-calling loop (where LangGraph's
@@ -23,12 +27,17 @@ class ConfigurationError(KeeperError, ValueError):
     """A setting is invalid."""
 
 
+class ToolsNotSupportedError(ConfigurationError):
+    """The chat model cannot bind tools, or its server refuses requests that carry them."""
+
+
 class MissingDependencyError(KeeperError, ImportError):
     """An optional dependency is missing."""
 
-    def __init__(self, package: str, extra: str) -> None:
+    def __init__(self, package: str, extra: str, *, needed_by: str | None = None) -> None:
+        what = f"{needed_by} needs {package}" if needed_by else f"{package} is not installed"
         super().__init__(
-            f"{package} is not installed; install it with: pip install 'keeper-middleware[{extra}]'"
+            f"{what}; install it with: pip install 'keeper-middleware[{extra}]'", name=package
         )
         self.package = package
         self.extra = extra
@@ -39,4 +48,4 @@ class WindowTooSmallError(KeeperError):
 
 
 class ArchiveError(KeeperError):
-    """The archive cannot be opened or written."""
+    """The archive (or its search index) cannot be opened or written."""

@@ -15,7 +15,10 @@ Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert 
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -44,7 +47,7 @@ from keeper_middleware.cut import (
     pin_open_question,
     plan_cut,
 )
-from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
 from keeper_middleware.injection import (
     merge_hits,
     question_queries,
@@ -75,8 +78,7 @@ from keeper_middleware.questions import (
     QuestionDetector,
     open_question_index,
 )
-from keeper_middleware.retrievers.base import Retriever
-from keeper_middleware.retrievers.factory import make_retriever
+from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.retrievers.sentences import passages_from_text
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
 from keeper_middleware.search import (
@@ -93,6 +95,10 @@ NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
 AsyncNoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], Awaitable[AIMessage]]
 Tool = BaseTool | Callable[..., Any] | dict[str, Any]
 """A tool as LangChain accepts it: a tool object, a function, or an OpenAI-style schema."""
+
+log = logging.getLogger("keeper_middleware")
+"""One record per decision: a cut (INFO), a NOTES version (INFO), a re-ask (INFO), a refused
+search (INFO), an oversized message (WARNING), the request size of every step (DEBUG)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,27 +156,38 @@ class Keeper:
         config: KeeperConfig | None = None,
         *,
         archive: ArchiveStore | str | Path = ":memory:",
-        retriever: Retriever | str | None = None,
-        passages_retriever: Retriever | str | None = None,
+        retriever: RetrieverSpec = None,
+        passages_retriever: RetrieverSpec = None,
         token_counter: TokenCounter | str | None = None,
         checks: Sequence[NoteCheck] | None = None,
         question_detector: QuestionDetector | None = None,
+        namespace: str | None = None,
     ) -> None:
         """``retriever`` serves the archive search tool; ``passages_retriever`` (default: the
         same) serves the sentences shown next to new questions (``show_retrieved``), so the two
-        can be swapped independently."""
+        can be swapped independently. ``namespace`` names the collection a retriever on a
+        Chroma server (``"embedding+http://host:port"``) keeps this keeper's passages in; the
+        default is one collection per archive file, so apps sharing a server never collide."""
+        if config is not None and not isinstance(config, KeeperConfig):
+            raise ConfigurationError(
+                f"config={config!r} is a {type(config).__name__}, not a KeeperConfig; pass "
+                "config=KeeperConfig(window=..., ...)"
+                + (" (e.g. KeeperConfig(**your_dict))" if isinstance(config, Mapping) else "")
+            )
         self.config = config or KeeperConfig()
         self.archive = open_archive(archive)
         index_dir = None
         if isinstance(archive, str | Path) and str(archive) != ":memory:":
             index_dir = Path(archive).with_suffix(".index")
-        self.retriever = make_retriever(retriever, path=index_dir)
+        self.namespace = namespace or archive_namespace(archive)
+        self.retriever = make_retriever(retriever, path=index_dir, namespace=self.namespace)
         self.passages_retriever = (
             self.retriever
             if passages_retriever is None
             else make_retriever(
                 passages_retriever,
                 path=index_dir.with_suffix(".passages") if index_dir else None,
+                namespace=f"{self.namespace}-passages",
             )
         )
         self.tokens = resolve_token_counter(token_counter)
@@ -237,16 +254,19 @@ class Keeper:
         setup: ModelSetup,
         call: AsyncNoteCall,
     ) -> StepResult:
-        """One keeper step before a model call (async); same decisions as :meth:`step`."""
-        pending = self._prepare(session, messages, state, setup)
+        """One keeper step before a model call (async); same decisions as :meth:`step`.
+
+        The archive and index work runs in a worker thread, never on the event loop; only the
+        model calls are awaited here."""
+        pending = await asyncio.to_thread(self._prepare, session, messages, state, setup)
         if pending.plan is None:
-            return self._finish_without_cut(pending, messages)
-        outcome = self._reuse_committed(pending)
+            return await asyncio.to_thread(self._finish_without_cut, pending, messages)
+        outcome = await asyncio.to_thread(self._reuse_committed, pending)
         if outcome is None:
             pending.request = self._note_request(pending, setup)
             pending.tool_schemas = setup.tool_schemas
             outcome = await self._atake_notes(pending, call)
-        return self._finish_cut(pending, outcome, setup)
+        return await asyncio.to_thread(self._finish_cut, pending, outcome, setup)
 
     # ----------------------------------------------------------------- arrivals
 
@@ -258,6 +278,8 @@ class Keeper:
         setup: ModelSetup,
     ) -> _Pending:
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
+        if not kstate:
+            self._warn_if_archive_outlived_state(session)
         messages = [_with_id(m) for m in given]
         messages = self._observe(session, messages, kstate)
         notes = self.notes(session)
@@ -265,6 +287,14 @@ class Keeper:
         counters = self.counters(session)
         request_tokens = self._count(setup, messages)
         counters.peak_window = max(counters.peak_window, request_tokens)
+        log.debug(
+            "step session=%s messages=%d request_tokens=%d notes_at=%d budget=%d",
+            session,
+            len(messages),
+            request_tokens,
+            self.config.notes_threshold,
+            self.config.budget,
+        )
         plan = None
         if self._notes_due(kstate, request_tokens, layout, messages):
             open_at = open_question_index(messages, self.detector, start=layout.head_end)
@@ -288,7 +318,7 @@ class Keeper:
             raise WindowTooSmallError(
                 f"the request is {request_tokens} tokens, over the budget of "
                 f"{self.config.budget} (window {self.config.window} - reply reserve "
-                f"{self.config.reply_reserve}), and nothing can be cut: what must stay in view "
+                f"{self.config.reserve}), and nothing can be cut: what must stay in view "
                 "(system prompt, tools, task, NOTES and any open question with its work) does "
                 "not fit. Raise the window, lower reply_reserve, or send smaller inputs."
             )
@@ -343,6 +373,7 @@ class Keeper:
                 seen.add(msg_id)
                 continue
             seen.add(msg_id)
+            self._log_if_oversized(session, message)
             is_question = self.detector.is_question(message)
             if self.items.is_new_input(message):
                 new_input = True
@@ -367,6 +398,30 @@ class Keeper:
         kstate["numbered"] = numbered
         kstate.setdefault("notes_item", 0)
         return result
+
+    def _warn_if_archive_outlived_state(self, session: str) -> None:
+        archived = self.archive.turn_count(session)
+        if archived:
+            log.warning(
+                "session=%s starts afresh but its archive already holds %d turns: the graph "
+                "state was lost (an in-memory checkpointer with a file archive?). Pair the "
+                "archive with a persistent checkpointer (SqliteSaver), or use a new thread id",
+                session,
+                archived,
+            )
+
+    def _log_if_oversized(self, session: str, message: BaseMessage) -> None:
+        size = self.tokens.count_messages([message])
+        if size > self.config.budget // 2:
+            log.warning(
+                "oversized message session=%s id=%s role=%s tokens=%d budget=%d: it alone takes "
+                "over half the budget",
+                session,
+                message.id,
+                role_of(message),
+                size,
+                self.config.budget,
+            )
 
     def _beside_question(
         self, session: str, question: BaseMessage, rules: Sequence[str]
@@ -494,14 +549,17 @@ class Keeper:
         last_text = ""
         while isinstance(step, Ask):
             if step.text is not None:
+                step_text = step.text
                 convo = [
                     *convo,
                     AIMessage(content=last_text),
-                    keeper_message(step.text, "notes_reask"),
+                    keeper_message(step_text, "notes_reask"),
                 ]
                 if self.tokens.count_messages(convo, pending.tool_schemas) > self.config.budget:
+                    log.info("reask skipped session=%s: it does not fit", pending.session)
                     step = taking.give_up()  # a re-ask that does not fit is not sent
                     break
+                log.info("reask session=%s: %s", pending.session, _first_line(step_text))
             reply = yield from self._ask_once(pending.session, convo, thinking_on)
             last_text = text_of(reply)
             step = taking.receive(last_text)
@@ -512,6 +570,14 @@ class Keeper:
         counters.dropped_note_lines += len(outcome.dropped)
         if not outcome.usable:
             counters.empty_note_replies += 1
+        if not outcome.usable or outcome.dropped:
+            log.warning(
+                "notes refused session=%s usable=%s dropped_lines=%d reasks=%d",
+                pending.session,
+                outcome.usable,
+                len(outcome.dropped),
+                outcome.reasks,
+            )
         return outcome
 
     def _rewrite_dialogue(
@@ -607,11 +673,11 @@ class Keeper:
             raise WindowTooSmallError(
                 f"after a cut the request is still {size} tokens, over the budget of "
                 f"{self.config.budget} (window {self.config.window} - reply reserve "
-                f"{self.config.reply_reserve}): what must stay in view (system prompt, task, "
+                f"{self.config.reserve}): what must stay in view (system prompt, task, "
                 "NOTES, the newest exchange and any open question) does not fit. Raise the "
                 "window, lower reply_reserve, or send smaller inputs."
             )
-        self.archive.commit_cut(
+        record = self.archive.commit_cut(
             session,
             cut_key=pending.key,
             turns=turns,
@@ -634,6 +700,26 @@ class Keeper:
         counters.notes_tokens = self.tokens.count_text(rendered)
         counters.peak_window = max(counters.peak_window, size)
         self._save_counters(session)
+        log.info(
+            "cut session=%s archived=%d kept=%d window_tokens=%d budget=%d archive_turns=%d",
+            session,
+            record.turns_archived,
+            len(window),
+            size,
+            self.config.budget,
+            counters.archive_turns,
+        )
+        log.info(
+            "notes session=%s version=%s items=%s-%s rules=%d state=%d open=%d tokens=%d",
+            session,
+            record.notes_version,
+            notes.first_item,
+            notes.last_item,
+            len(notes.rules),
+            len(notes.state),
+            len(notes.open),
+            counters.notes_tokens,
+        )
         return StepResult(window, state, changed=True, rewritten=True, cut=True)
 
     def _sync_index(self, session: str) -> None:
@@ -709,11 +795,18 @@ class Keeper:
         """The archive search tool's body, guards included."""
         counters = self.counters(session)
         if not query or not query.strip():
+            log.info("search refused session=%s: no query", session)
             return "Refused: give a few keywords to search for (for example a name)."
         command = SearchCommand(query=query, from_item=from_item, to_item=to_item)
         decision = decide(self._guard(session), command)
         self._set_guard(session, decision.state)
         if decision.verdict != "run":
+            log.info(
+                "search %s session=%s query=%r",
+                "stopped" if decision.verdict == "stop" else "refused",
+                session,
+                query,
+            )
             counters.search_refusals += 1
             counters.search_stops += decision.verdict == "stop"
             self._save_counters(session)
@@ -745,6 +838,21 @@ class Keeper:
             self.passages_retriever.close()
         self.retriever.close()
         self.archive.close()
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def archive_namespace(archive: ArchiveStore | str | Path) -> str:
+    """A server collection name of one archive: the file's absolute path hashed (the same file
+    reopened finds its passages again); an in-memory archive gets a name of its own."""
+    where = archive if isinstance(archive, str | Path) else getattr(archive, "path", None)
+    if where is None or str(where) == ":memory:":
+        return f"keeper-{uuid.uuid4().hex[:16]}"
+    digest = hashlib.sha256(str(Path(where).resolve()).encode()).hexdigest()[:16]
+    return f"keeper-{digest}"
 
 
 def _archived_turn(session: str, message: BaseMessage, item: int | None) -> ArchivedTurn:

@@ -9,7 +9,8 @@ everything that left is in the archive.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -17,8 +18,16 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMe
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult, Tool
 from keeper_middleware.messages import as_ai_message
+from keeper_middleware.model_calls import (
+    bind_tools_clearly,
+    internal_call_config,
+    resolve_chat_model,
+    tool_refusal,
+)
+from keeper_middleware.search import SEARCH_TOOL_NAME
 from keeper_middleware.search_tool import archive_search_tool, session_of
 
 KEEPER_STATE_KEY = "keeper"
@@ -51,23 +60,32 @@ class KeeperNode:
     ``model``, ``tools`` and ``system_prompt`` must be what the model node uses: note-taking
     calls are rendered exactly like work calls, so they hit the server's prefix cache. The archive
     search tool is added to ``tools`` (``node.tools``); bind the same list in the model node.
+    ``model`` may be an ``init_chat_model`` string; ``search=False`` leaves the search tool out
+    (for a model or server without tool calling). Note calls stay out of user-facing streams and
+    callbacks (see :mod:`keeper_middleware.model_calls`).
     """
 
     def __init__(
         self,
         keeper: Keeper,
         *,
-        model: BaseChatModel,
+        model: BaseChatModel | str,
         tools: Sequence[Tool] = (),
         system_prompt: str | None = None,
         tool_choice: ToolChoice | None = None,
+        search: bool = True,
     ) -> None:
+        if not isinstance(keeper, Keeper):
+            raise ConfigurationError(
+                f"keeper={keeper!r} is a {type(keeper).__name__}; give a Keeper(...)"
+            )
+        chat_model = resolve_chat_model(model)
         self.keeper = keeper
-        self.search_tool = archive_search_tool(keeper)
-        self.tools: tuple[Tool, ...] = (*tools, self.search_tool)
+        self.search_tool = archive_search_tool(keeper) if search else None
+        self.tools: tuple[Tool, ...] = checked_tools(tools, self.search_tool)
         self.setup = ModelSetup(system_prompt=system_prompt, tools=self.tools)
-        self.model: Runnable[Any, BaseMessage] = model.bind_tools(list(self.tools))
-        self._raw_model = model
+        self.model: Runnable[Any, BaseMessage] = bind_tools_clearly(chat_model, self.tools)
+        self._raw_model = chat_model
         self._tool_choice = tool_choice
         self._forced: dict[str, Runnable[Any, BaseMessage]] = {}
 
@@ -92,10 +110,24 @@ class KeeperNode:
         return RunnableLambda(self.__call__, afunc=self.acall, name=name)
 
     def _call(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-        return as_ai_message(self.model.invoke(messages, **kwargs))
+        with self._explained():
+            return as_ai_message(self.model.invoke(messages, internal_call_config(), **kwargs))
 
     async def _acall(self, messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-        return as_ai_message(await self.model.ainvoke(messages, **kwargs))
+        with self._explained():
+            reply = await self.model.ainvoke(messages, internal_call_config(), **kwargs)
+            return as_ai_message(reply)
+
+    @contextmanager
+    def _explained(self) -> Iterator[None]:
+        """A server that refuses tools gets an error naming ``search=False``."""
+        try:
+            yield
+        except Exception as exc:
+            clear = tool_refusal(exc, tools_sent=bool(self.tools))
+            if clear is None:
+                raise
+            raise clear from exc
 
     # ---- the model node that goes with it (used by create_keeper_agent and the arms)
 
@@ -111,7 +143,7 @@ class KeeperNode:
         if key not in self._forced:
             # providers take a name or a {"type": "function", ...} dict; pass it on as given
             choice_kwargs: dict[str, Any] = {"tool_choice": choice}
-            self._forced[key] = self._raw_model.bind_tools(list(self.tools), **choice_kwargs)
+            self._forced[key] = bind_tools_clearly(self._raw_model, self.tools, **choice_kwargs)
         return self._forced[key]
 
     def call_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
@@ -120,10 +152,11 @@ class KeeperNode:
         messages = self.setup.render(state["messages"])
         kwargs = self.keeper.work_kwargs(session, state["messages"])
         model = self.work_model(state["messages"])
-        reply = as_ai_message(model.invoke(messages, **kwargs))
-        retry = self.keeper.retry_kwargs(session, kwargs, reply)
-        if retry is not None:
-            reply = as_ai_message(model.invoke(messages, **retry))
+        with self._explained():
+            reply = as_ai_message(model.invoke(messages, **kwargs))
+            retry = self.keeper.retry_kwargs(session, kwargs, reply)
+            if retry is not None:
+                reply = as_ai_message(model.invoke(messages, **retry))
         return {"messages": [self.keeper.record_reply(session, reply)]}
 
     async def acall_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
@@ -132,11 +165,13 @@ class KeeperNode:
         messages = self.setup.render(state["messages"])
         kwargs = await asyncio.to_thread(self.keeper.work_kwargs, session, state["messages"])
         model = self.work_model(state["messages"])
-        reply = as_ai_message(await model.ainvoke(messages, **kwargs))
-        retry = self.keeper.retry_kwargs(session, kwargs, reply)
-        if retry is not None:
-            reply = as_ai_message(await model.ainvoke(messages, **retry))
-        return {"messages": [self.keeper.record_reply(session, reply)]}
+        with self._explained():
+            reply = as_ai_message(await model.ainvoke(messages, **kwargs))
+            retry = self.keeper.retry_kwargs(session, kwargs, reply)
+            if retry is not None:
+                reply = as_ai_message(await model.ainvoke(messages, **retry))
+        recorded = await asyncio.to_thread(self.keeper.record_reply, session, reply)
+        return {"messages": [recorded]}
 
     def model_runnable(self, name: str = "model") -> Runnable[Any, Any]:
         return RunnableLambda(self.call_model, afunc=self.acall_model, name=name)
@@ -145,12 +180,44 @@ class KeeperNode:
 def keeper_node(
     keeper: Keeper,
     *,
-    model: BaseChatModel,
+    model: BaseChatModel | str,
     tools: Sequence[Tool] = (),
     system_prompt: str | None = None,
     tool_choice: ToolChoice | None = None,
+    search: bool = True,
 ) -> KeeperNode:
     """Build a :class:`KeeperNode`; add ``node.as_runnable()`` before your model node."""
     return KeeperNode(
-        keeper, model=model, tools=tools, system_prompt=system_prompt, tool_choice=tool_choice
+        keeper,
+        model=model,
+        tools=tools,
+        system_prompt=system_prompt,
+        tool_choice=tool_choice,
+        search=search,
     )
+
+
+def checked_tools(tools: Sequence[Tool], search_tool: Tool | None) -> tuple[Tool, ...]:
+    """The user's tools plus the search tool (when on); a user tool under the search tool's
+    name would shadow it, so it is refused."""
+    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+        raise ConfigurationError(f"tools={tools!r}; give a list of tools")
+    if search_tool is not None:
+        for tool in tools:
+            if tool_name(tool) == SEARCH_TOOL_NAME:
+                raise ConfigurationError(
+                    f"a tool of yours is named {SEARCH_TOOL_NAME!r}, the keeper's archive search "
+                    "tool: rename yours, or pass search=False to run without the keeper's"
+                )
+        return (*tools, search_tool)
+    return tuple(tools)
+
+
+def tool_name(tool: Tool) -> str | None:
+    """A tool's name as a model would see it (object, function or OpenAI schema)."""
+    if isinstance(tool, dict):
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else tool.get("name")
+        return str(name) if name is not None else None
+    name = getattr(tool, "name", None) or getattr(tool, "__name__", None)
+    return str(name) if name is not None else None

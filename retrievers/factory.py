@@ -5,33 +5,45 @@ from __future__ import annotations
 from os import PathLike
 from pathlib import Path
 
+from langchain_core.vectorstores import VectorStore
+
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.embedders import Embedder
-from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+from keeper_middleware.retrievers.embedding import DEFAULT_COLLECTION, EmbeddingRetriever
 from keeper_middleware.retrievers.hybrid import HybridRetriever
 from keeper_middleware.retrievers.keyword import KeywordRetriever
+from keeper_middleware.retrievers.vectorstore import VectorStoreRetriever
 
 BACKENDS = ("keyword", "embedding", "hybrid")
+RetrieverSpec = Retriever | VectorStore | str | None
+"""What ``retriever=`` takes: a retriever, any LangChain vector store, or a backend's name."""
 KEYWORD_FILE = "keyword.sqlite3"
 EMBEDDING_FOLDER = "chroma"
 
 
 def make_retriever(
-    spec: Retriever | str | None,
+    spec: RetrieverSpec,
     *,
     path: str | PathLike[str] | None = None,
     embedder: Embedder | None = None,
+    namespace: str | None = None,
 ) -> Retriever:
-    """A retriever from a spec: an object passes through; "keyword" (the default, also for None),
+    """A retriever from a spec: a retriever passes through, a LangChain ``VectorStore`` is
+    adapted (:class:`VectorStoreRetriever`); "keyword" (the default, also for None),
     "embedding" or "hybrid" store their files in the folder ``path`` (in memory when None);
     "embedding+http://host:port" and "hybrid+http://host:port" use a Chroma server.
     ``embedder`` replaces the default model (all-MiniLM-L6-v2) of the embedding backends.
+    ``namespace`` names the server's collection, so apps and tenants sharing one Chroma server
+    never read each other's passages (the keeper passes one per archive); without it the shared
+    default collection is used.
     """
     if spec is None:
         spec = "keyword"
     if not isinstance(spec, str):
         if isinstance(spec, Retriever):
             return spec
+        if isinstance(spec, VectorStore):  # any LangChain store, behind the same protocol
+            return VectorStoreRetriever(spec)
         raise TypeError(
             f"make_retriever takes a Retriever or one of {', '.join(BACKENDS)}, "
             f"got {type(spec).__name__}."
@@ -50,6 +62,7 @@ def make_retriever(
         None if server or folder is None else folder / EMBEDDING_FOLDER,
         server=server or None,
         embedder=embedder,
+        collection=namespace if server and namespace else DEFAULT_COLLECTION,
     )
     if backend == "embedding":
         return embedding

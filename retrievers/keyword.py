@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
 
+from keeper_middleware.errors import ArchiveError
 from keeper_middleware.retrievers.base import Hit, Passage, check_search_arguments
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
@@ -126,10 +127,17 @@ class KeywordRetriever:
             Path(location).parent.mkdir(parents=True, exist_ok=True)
         self._path = location
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(location, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA.format(tokenizer=_TOKENIZER))
+        try:
+            self._db = sqlite3.connect(location, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA.format(tokenizer=_TOKENIZER))
+        except sqlite3.Error as error:
+            raise ArchiveError(
+                f"cannot open the keyword index {location!r} ({error}); the archive beside it is "
+                "untouched: restore this file, or move it away (a new index holds only the turns "
+                "archived from then on)"
+            ) from error
         self._term_counts: dict[str, tuple[int, int]] = {}
         self._closed = False
 

@@ -102,3 +102,44 @@ def test_the_server_keeps_the_index_between_clients(chroma_url):
     assert second.search("vela44", session="kept")[0].passage.item == 3
     second.delete_session("kept")
     second.close()
+
+
+def test_apps_sharing_a_server_under_their_own_namespaces_never_read_each_other(chroma_url):
+    spec = f"embedding+{chroma_url}"
+    app_a = make_retriever(spec, embedder=HASHING, namespace="app-a")
+    app_b = make_retriever(spec, embedder=HASHING, namespace="app-b")
+    # the same session name in both apps: the namespace alone keeps them apart
+    app_a.add([Passage(session="default", item=1, position=0, text="The vault code is tern71.")])
+    app_b.add([Passage(session="default", item=1, position=0, text="The vault code is heron22.")])
+    assert [h.passage.text for h in app_a.search("vault code", session="default")] == [
+        "The vault code is tern71."
+    ]
+    assert [h.passage.text for h in app_b.search("vault code", session="default")] == [
+        "The vault code is heron22."
+    ]
+    app_a.close()
+    app_b.close()
+
+
+@pytest.mark.real_model
+def test_each_keeper_archive_gets_its_own_collection_on_a_shared_server(chroma_url, tmp_path):
+    from keeper_middleware import Keeper
+    from keeper_middleware.keeper import archive_namespace
+
+    spec = f"embedding+{chroma_url}"
+    first = Keeper(archive=tmp_path / "a" / "agent.sqlite3", retriever=spec)
+    second = Keeper(archive=tmp_path / "b" / "agent.sqlite3", retriever=spec)
+    assert first.namespace != second.namespace
+    first.retriever.add([Passage(session="t", item=1, position=0, text="Ada keeps the red key.")])
+    second.retriever.add([Passage(session="t", item=1, position=0, text="Bo keeps the blue key.")])
+    assert {h.passage.text for h in first.retriever.search("who keeps a key", session="t")} == {
+        "Ada keeps the red key."
+    }
+    first.close()
+    reopened = Keeper(archive=tmp_path / "a" / "agent.sqlite3", retriever=spec)
+    assert reopened.namespace == archive_namespace(tmp_path / "a" / "agent.sqlite3")
+    assert reopened.retriever.count("t") == 1
+    explicit = Keeper(retriever=spec, namespace="tenant-7")
+    assert explicit.namespace == "tenant-7" and explicit.retriever.count("t") == 0
+    for keeper in (second, reopened, explicit):
+        keeper.close()

@@ -30,6 +30,7 @@ EXPECTED = {
     "StepResult",
     "ThinkingPolicy",
     "TokenCounter",
+    "ToolsNotSupportedError",
     "WindowTooSmallError",
     "archive_search_tool",
     "create_keeper_agent",

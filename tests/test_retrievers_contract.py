@@ -8,8 +8,11 @@ import itertools
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import InMemoryVectorStore
 
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever
 from keeper_middleware.retrievers.embedders import HashingEmbedder
@@ -18,9 +21,32 @@ from keeper_middleware.retrievers.factory import make_retriever
 from keeper_middleware.retrievers.hybrid import HybridRetriever
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from keeper_middleware.retrievers.sentences import passages_from_text
+from keeper_middleware.retrievers.vectorstore import VectorStoreRetriever
 
 Factory = Callable[[Path], Retriever]
 HASHING = HashingEmbedder()
+
+
+class HashingEmbeddings(Embeddings):
+    """The hashing embedder as LangChain ``Embeddings``, for the vector-store adapter."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [list(v) for v in HASHING(list(texts))]
+
+    def embed_query(self, text: str) -> list[float]:
+        return list(HASHING([text])[0])
+
+
+def langchain_chroma(folder: Path) -> Any:
+    from langchain_chroma import Chroma
+
+    return Chroma(
+        collection_name="keeper",
+        embedding_function=HashingEmbeddings(),
+        persist_directory=str(folder / "lc-chroma"),
+        collection_metadata={"hnsw:space": "cosine"},
+    )
+
 
 BACKENDS = [
     pytest.param((lambda d: KeywordRetriever(d / "kw.sqlite3"), True), id="keyword-file"),
@@ -46,6 +72,13 @@ BACKENDS = [
         (lambda d: EmbeddingRetriever(d / "chroma"), True),
         id="embedding-minilm",
         marks=pytest.mark.real_model,
+    ),
+    pytest.param(
+        (lambda d: make_retriever(InMemoryVectorStore(HashingEmbeddings())), False),
+        id="langchain-in-memory-vectorstore",
+    ),
+    pytest.param(
+        (lambda d: VectorStoreRetriever(langchain_chroma(d)), True), id="langchain-chroma"
     ),
 ]
 

@@ -63,7 +63,11 @@ def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
     )
     # the fresh venv gets the wheel's files plus the dependencies (not this checkout)
     site_dir = next((venv / "lib").glob("python3*/site-packages"))
-    (site_dir / "deps.pth").write_text(f"{target}\n" + "\n".join(site.getsitepackages()) + "\n")
+    # every site dir this interpreter reads, including ones a .pth file adds (a layered venv)
+    deps = dict.fromkeys(
+        [*site.getsitepackages(), *(p for p in sys.path if p.endswith("site-packages"))]
+    )
+    (site_dir / "deps.pth").write_text(f"{target}\n" + "\n".join(deps) + "\n")
     code = (
         "import keeper_middleware, importlib, pathlib\n"
         f"for sub in {SUBPACKAGES!r}:\n"
@@ -76,3 +80,286 @@ def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
     result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------------------- one extra at a time
+#
+# Each extra must install what its entry point imports. A venv gets the wheel plus exactly the
+# distributions that ``keeper-middleware[extra]`` requires (resolved from the installed
+# packages' own metadata, linked file by file, so nothing else is importable), then runs the
+# entry point the extra is for. Packages come from this environment: PyPI is reached at install
+# time only.
+
+
+def _requirement_closure(extras: tuple[str, ...]) -> set[str]:
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted: list[tuple[str, tuple[str, ...]]] = []
+    project = Requirement(
+        f"keeper-middleware[{','.join(extras)}]" if extras else "keeper-middleware"
+    )
+    seen: set[tuple[str, str]] = set()
+    found: set[str] = set()
+
+    def requirements_of(name: str, extra_names: tuple[str, ...]) -> list[Requirement]:
+        if canonicalize_name(name) == "keeper-middleware":
+            raw = _own_requirements()
+        else:
+            raw = metadata.requires(name) or []
+        chosen = []
+        for line in raw:
+            requirement = Requirement(line)
+            marker = requirement.marker
+            if marker is None or any(marker.evaluate({"extra": e}) for e in (*extra_names, "")):
+                chosen.append(requirement)
+        return chosen
+
+    wanted.append((project.name, tuple(project.extras)))
+    while wanted:
+        name, extra_names = wanted.pop()
+        key = (canonicalize_name(name), ",".join(sorted(extra_names)))
+        if key in seen:
+            continue
+        seen.add(key)
+        if canonicalize_name(name) != "keeper-middleware":
+            found.add(canonicalize_name(name))
+        for requirement in requirements_of(name, extra_names):
+            if canonicalize_name(requirement.name) == "keeper-middleware":
+                wanted.append((requirement.name, tuple(requirement.extras)))
+                continue
+            try:
+                metadata.distribution(requirement.name)
+            except metadata.PackageNotFoundError:
+                if requirement.marker is not None:
+                    continue  # a platform- or version-only dependency this machine has no need of
+                raise
+            wanted.append((requirement.name, tuple(requirement.extras)))
+    return found
+
+
+def _own_requirements() -> list[str]:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = list(project["dependencies"])
+    for extra, requirements in project["optional-dependencies"].items():
+        lines += [f'{r}; extra == "{extra}"' for r in requirements]
+    return lines
+
+
+def _link_distributions(names: set[str], site_dir: Path) -> None:
+    """Every file of each distribution, linked into ``site_dir`` (namespace packages shared by
+    several distributions get only their own files)."""
+    from importlib import metadata
+
+    for name in names:
+        dist = metadata.distribution(name)
+        for file in dist.files or []:
+            parts = Path(str(file)).parts
+            if not parts or parts[0] == ".." or "__pycache__" in parts:
+                continue
+            source = Path(str(dist.locate_file(file)))
+            target = site_dir.joinpath(*parts)
+            if target.exists() or not source.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(source)
+
+
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(ROOT),
+        ],
+        check=True,
+        cwd=dist,
+    )
+    (wheel,) = dist.glob("keeper_middleware-*.whl")
+    return wheel
+
+
+def _venv_with(extras: tuple[str, ...], wheel: Path, folder: Path) -> Path:
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site_dir = next((venv / "lib").glob("python3*/site-packages"))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(site_dir),
+            str(wheel),
+        ],
+        check=True,
+    )
+    _link_distributions(_requirement_closure(extras), site_dir)
+    return venv / "bin" / "python"
+
+
+ENTRY = (
+    "import sys\nfrom importlib.metadata import entry_points\n"
+    "(point,) = [e for e in entry_points(group='console_scripts') if e.name == sys.argv[1]]\n"
+    "sys.argv = sys.argv[1:]\nsys.exit(point.load()())\n"
+)
+QUICKSTART = """
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from keeper_middleware import KeeperConfig, create_keeper_agent
+from keeper_middleware.bench.reader import SimulatedReader
+agent = create_keeper_agent(
+    SimulatedReader(),
+    config=KeeperConfig(window=2048, notes_every_items=3),
+    archive="archive.sqlite3",
+    checkpointer=InMemorySaver(),
+)
+thread = {"configurable": {"thread_id": "t"}}
+for i in range(1, 10):
+    agent.invoke({"messages": [HumanMessage(f"Item {i}. Mira recorded domo{i:02d} at {i}.")]}, thread)
+assert agent.keeper.counters("t").cuts >= 2
+print("ok")
+"""
+EMBEDDINGS = (
+    "from keeper_middleware.retrievers import EmbeddingRetriever, Passage\n"
+    "r = EmbeddingRetriever()\n"
+    "r.add([Passage(session='s', item=1, position=0, text='The ferry left at dawn.')])\n"
+    "print(r.search('boat departure', session='s', k=1)[0].passage.text)\n"
+)
+
+
+def _run(
+    python: Path, *args: str, cwd: Path, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [str(python), *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
+
+
+@pytest.mark.wheel
+def test_the_base_install_runs_the_keeper_and_names_the_extra_for_the_rest(built_wheel, tmp_path):
+    python = _venv_with((), built_wheel, tmp_path)
+    quick = _run(python, "-c", QUICKSTART, cwd=tmp_path)
+    assert quick.returncode == 0 and quick.stdout.strip() == "ok", quick.stderr
+    proxy = _run(
+        python,
+        "-c",
+        ENTRY,
+        "keeper-proxy",
+        "--upstream",
+        "http://127.0.0.1:9/v1",
+        "--window",
+        "4096",
+        cwd=tmp_path,
+    )
+    assert proxy.returncode == 2 and "pip install 'keeper-middleware[proxy]'" in proxy.stderr
+    middleware = _run(python, "-c", "import keeper_middleware.integrations.langchain", cwd=tmp_path)
+    assert "pip install 'keeper-middleware[langchain]'" in middleware.stderr
+    for module in ("tqdm", "langchain_openai", "langchain", "starlette"):
+        assert _run(python, "-c", f"import {module}", cwd=tmp_path).returncode != 0, module
+
+
+@pytest.mark.wheel
+def test_the_bench_extra_alone_runs_keeper_bench(built_wheel, tmp_path):
+    python = _venv_with(("bench",), built_wheel, tmp_path)
+    out = tmp_path / "run"
+    result = _run(
+        python,
+        "-c",
+        ENTRY,
+        "keeper-bench",
+        "run",
+        "--arm",
+        "notes",
+        "--stream",
+        "tiny",
+        "--model",
+        "sim",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "grade.json").exists() or any(out.iterdir())
+
+
+@pytest.mark.wheel
+def test_the_proxy_extra_alone_serves_keeper_proxy(built_wheel, tmp_path):
+    import socket
+    import time
+
+    import httpx
+
+    python = _venv_with(("proxy",), built_wheel, tmp_path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [
+            str(python),
+            "-c",
+            ENTRY,
+            "keeper-proxy",
+            "--upstream",
+            "http://127.0.0.1:9/v1",
+            "--window",
+            "4096",
+            "--port",
+            str(port),
+            "--archive-dir",
+            str(tmp_path / "state"),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.stdout.read() if server.stdout else ""
+                assert time.monotonic() < deadline, "keeper-proxy did not start"
+                time.sleep(0.3)
+        assert response.status_code == 200
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.wheel
+def test_the_langchain_extra_alone_runs_the_middleware_example(built_wheel, tmp_path):
+    python = _venv_with(("langchain",), built_wheel, tmp_path)
+    result = _run(python, str(ROOT / "examples" / "middleware_agent.py"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.wheel
+@pytest.mark.real_model
+def test_the_embeddings_extra_alone_embeds_and_searches(built_wheel, tmp_path):
+    python = _venv_with(("embeddings",), built_wheel, tmp_path)
+    result = _run(python, "-c", EMBEDDINGS, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "The ferry left at dawn."

@@ -275,7 +275,7 @@ class KeeperProxy:
     ) -> _Turn:
         own = [t["function"]["name"] for t in request.tools]
         tools = request.tools if SEARCH_TOOL_NAME in own else (*request.tools, SEARCH_TOOL_SCHEMA)
-        reserve = self.keeper.config.reply_reserve
+        reserve = self.keeper.config.reserve
         params = dict(request.params)
         for key in _LIMIT_FIELDS:  # the window leaves room for reply_reserve tokens, no more
             if isinstance(params.get(key), int) and params[key] > reserve:

@@ -248,18 +248,13 @@ class ArchiveStore(Protocol):
     ) -> None: ...
 
 
-@runtime_checkable
-class BatchedValues(Protocol):
-    """A store that writes several per-session values in one transaction."""
-
-    def put_values(self, session: str, values: Mapping[str, Any]) -> None: ...
-
-
 def put_values(store: ArchiveStore, session: str, values: Mapping[str, Any]) -> None:
-    """Write ``values`` (in order) in one transaction where the store can (``put_values``), else
-    one ``put_value`` each: a store without batches stays correct, only slower."""
-    if isinstance(store, BatchedValues):
-        store.put_values(session, values)
+    """Write ``values`` (in order) in one transaction where the store can (a ``put_values``
+    method, as :class:`~keeper_middleware.sqlite_archive.SQLiteArchive` has), else one
+    ``put_value`` each: a store without batches stays correct, only slower."""
+    batch = getattr(store, "put_values", None)
+    if batch is not None:
+        batch(session, values)
         return
     for key, value in values.items():
         store.put_value(session, key, value)

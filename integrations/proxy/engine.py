@@ -96,6 +96,9 @@ class _Turn:
     tally: CallTally = field(default_factory=CallTally)
     counted: bool = False
     """Whether the request's calls and time were added to the session's counters."""
+    unsaved: SessionRecord | None = None
+    """The record as taken in, while it is not saved yet (saved with the reply, or with the
+    counters if the request fails)."""
     usage: dict[str, int] = field(default_factory=dict)
     streamed: dict[str, str] = field(default_factory=dict)
 
@@ -227,8 +230,13 @@ class KeeperProxy:
                 raise
 
     def _account(self, turn: _Turn) -> None:
-        """Add the request's upstream calls and time to the session's counters and save them."""
-        self.store.save_stats(turn.session, self._counted(turn))
+        """Add the request's upstream calls and time to the session's counters and save them
+        (with the record taken in, if it was not saved yet: a failed request keeps it)."""
+        if turn.unsaved is not None:
+            self.store.save_all(turn.session, turn.unsaved, self._counted(turn))
+            turn.unsaved = None
+        else:
+            self.store.save_stats(turn.session, self._counted(turn))
 
     def _counted(self, turn: _Turn) -> ProxyStats:
         """The session's counters with the request's upstream calls and time added."""
@@ -340,15 +348,22 @@ class KeeperProxy:
         request: ChatRequest,
         note_call: Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage],
     ) -> tuple[SessionRecord, dict[str, Any], list[BaseMessage], dict[str, Any]]:
-        """In a worker thread: take the request in (first call), run the keeper step, save, and
-        render the work call (its messages and its upstream body)."""
+        """In a worker thread: take the request in (first call), run the keeper step, and render
+        the work call (its messages and its upstream body).
+
+        The record is saved here only after a cut (the archive changed, so the record must
+        follow it before anything else can fail); otherwise it is saved once, with the reply."""
         if record is None:
             turn.existed, record = self._intake(turn.session, request)
         step = self.keeper.step(
             turn.session, list(record.window), record.keeper_state, turn.setup, note_call
         )
         record = replace(record, window=tuple(step.messages), keeper_state=step.state)
-        self.store.save_all(turn.session, record, self.stats(turn.session))
+        if step.cut:
+            self.store.save_all(turn.session, record, self.stats(turn.session))
+            turn.unsaved = None
+        else:
+            turn.unsaved = record
         kwargs = self.keeper.work_kwargs(turn.session, record.window)
         messages = turn.setup.render(record.window)
         memo = self._as_openai(turn.session)
@@ -377,7 +392,8 @@ class KeeperProxy:
                 record = record.appended([reply, *results[1:]])
                 return self._finish(turn, record, data, reply, True)
             record = record.appended(results)
-            self.store.save(session, record)
+            self.store.save_all(session, record, self.stats(session))
+            turn.unsaved = None
             return record
         if searching and (searches or broken):
             self.stats(session).loop_limit_hits += 1
@@ -454,6 +470,7 @@ class KeeperProxy:
         self._charge(turn.session, len(text_of(reply)), check=False)
         record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
         self.store.save_all(turn.session, record, self._counted(turn))
+        turn.unsaved = None
         return Answer(data, message, reason, turn.summed_usage(), dict(turn.streamed))
 
     async def aclose(self) -> None:

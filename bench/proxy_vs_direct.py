@@ -22,8 +22,8 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,9 @@ class Pass:
     """None for the direct side (no proxy in the way)."""
     cuts: int = 0
     """Cuts the keeper made during the pass (the proxy side)."""
+    call_cpu: tuple[float, ...] = ()
+    """CPU seconds the measured server spent on each call (one agent only: with several at
+    once a call's CPU cannot be told from another's)."""
 
     @property
     def calls(self) -> int:
@@ -66,10 +69,18 @@ class Pass:
         return 1000 * statistics.median(self.latencies)
 
 
-async def drive(url: str, turns: Sequence[Sequence[str]], sessions: int, tag: str) -> Pass:
+async def drive(
+    url: str,
+    turns: Sequence[Sequence[str]],
+    sessions: int,
+    tag: str,
+    cpu: Callable[[], float] | None = None,
+) -> Pass:
     """``sessions`` agents at once, each resending its whole history every call (sessions named
-    after ``tag``, so every pass starts empty); nothing else is asked between calls. CPU times
-    are filled in by the caller."""
+    after ``tag``, so every pass starts empty); nothing else is asked between calls. With one
+    agent, ``cpu`` (a server's CPU seconds so far) is read around every call. The pass's CPU
+    totals are filled in by the caller."""
+    per_call: list[float] = []
 
     async def one(client: httpx.AsyncClient, n: int) -> list[float]:
         history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
@@ -78,9 +89,12 @@ async def drive(url: str, turns: Sequence[Sequence[str]], sessions: int, tag: st
         for turn in turns:
             history += [{"role": "user", "content": text} for text in turn]
             body = json.dumps({"model": "instant", "messages": history})
+            before = cpu() if cpu is not None and sessions == 1 else None
             started = time.perf_counter()
             response = await client.post("/v1/chat/completions", content=body, headers=headers)
             times.append(time.perf_counter() - started)
+            if before is not None and cpu is not None:
+                per_call.append(cpu() - before)
             response.raise_for_status()
             history.append(response.json()["choices"][0]["message"])
         return times
@@ -90,7 +104,7 @@ async def drive(url: str, turns: Sequence[Sequence[str]], sessions: int, tag: st
         started = time.perf_counter()
         runs = await asyncio.gather(*(one(client, n) for n in range(sessions)))
         wall = time.perf_counter() - started
-    return Pass(wall, tuple(t for run in runs for t in run), 0.0, None)
+    return Pass(wall, tuple(t for run in runs for t in run), 0.0, None, call_cpu=tuple(per_call))
 
 
 def _cuts(proxy: ProxyProcess, tag: str, sessions: int) -> int:
@@ -112,13 +126,14 @@ def _timed(
 ) -> Pass:
     up_before = upstream.cpu_seconds()
     proxy_before = proxy.cpu_seconds() if proxy is not None else 0.0
-    result = asyncio.run(drive(url, turns, sessions, tag))
+    measured = proxy if proxy is not None else upstream
+    result = asyncio.run(drive(url, turns, sessions, tag, measured.cpu_seconds))
     up_cpu = upstream.cpu_seconds() - up_before
     if proxy is None:
-        return Pass(result.wall_s, result.latencies, up_cpu, None)
+        return replace(result, upstream_cpu_s=up_cpu)
     proxy_cpu = proxy.cpu_seconds() - proxy_before
     cuts = _cuts(proxy, tag, sessions)
-    return Pass(result.wall_s, result.latencies, up_cpu, proxy_cpu, cuts)
+    return replace(result, upstream_cpu_s=up_cpu, proxy_cpu_s=proxy_cpu, cuts=cuts)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -153,6 +168,12 @@ class Compared:
     def upstream_cpu_ms(self) -> list[float]:
         return [1000 * d.upstream_cpu_s / max(1, d.calls) for d in self.direct]
 
+    def call_cpu_p50_ms(self) -> str:
+        """The proxy's median CPU per call over every call of every pass (one agent only): the
+        typical call, a call without a cut, where the mean also carries the cuts."""
+        calls = [c for p in self.proxied for c in p.call_cpu]
+        return f"{1000 * statistics.median(calls):.2f}" if calls else "–"
+
     def row(self) -> str:
         kept, added = self.kept, self.added_ms
         return (
@@ -165,7 +186,7 @@ class Compared:
             f"{_median(added):.1f} ({min(added):.1f}–{max(added):.1f}) | "
             f"{_median(self.upstream_cpu_ms):.2f} | "
             f"{_median(self.proxy_cpu_ms):.2f} ({min(self.proxy_cpu_ms):.2f}–"
-            f"{max(self.proxy_cpu_ms):.2f}) | "
+            f"{max(self.proxy_cpu_ms):.2f}) | {self.call_cpu_p50_ms()} | "
             f"{sum(p.cuts for p in self.proxied)} | "
             f"{self.load_before:.1f} → {self.load_after:.1f} |"
         )
@@ -174,8 +195,9 @@ class Compared:
 HEADER = (
     "| sessions | passes | calls per pass | direct (req/s) | through the proxy (req/s) | "
     "kept (range) | direct p50 (ms) | proxy p50 (ms) | added p50 (ms, range) | "
-    "upstream CPU per call (ms) | proxy CPU per call (ms, range) | cuts | load avg |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    "upstream CPU per call (ms) | proxy CPU per call (ms, range) | proxy CPU p50 per call "
+    "(ms) | cuts | load avg |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -225,6 +247,9 @@ def results_markdown(
             "divided by its calls. The upstream's figure is what answering one HTTP request "
             "costs here; the proxy answers one and makes one per call, besides its own work. "
             "CPU time moves much less with other jobs' load than wall-clock time does.",
+            "- *proxy CPU p50 per call*: with one agent the proxy's CPU time is read around "
+            "every call; the median over all calls is the typical call, one without a cut "
+            "(the per-call mean beside it also carries the cuts' note calls and indexing).",
             "- *cuts*: cuts the keeper made during the proxy's passes (0: every call was the "
             "no-cut path).",
             f"- *load avg*: the 1-minute load average before and after the row, on {cores} cores.",

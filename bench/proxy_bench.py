@@ -111,6 +111,13 @@ class ProxyProcess:
     url: str
 
     def cpu_seconds(self) -> float:
+        """CPU time of all the process's threads: in nanoseconds from each thread's
+        ``schedstat`` where the kernel keeps it, else in clock ticks (10 ms) from ``stat``."""
+        try:
+            tasks = Path(f"/proc/{self.pid}/task").iterdir()
+            return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
@@ -155,10 +162,17 @@ def proxy_process(upstream: str, window: int, archive: Path) -> Iterator[ProxyPr
 
 
 @contextmanager
+def upstream_server() -> Iterator[ProxyProcess]:
+    """The instant upstream in its own process (its pid, for its CPU time; its URL without /v1)."""
+    with _child("--serve-upstream", "{port}") as (pid, url):
+        yield ProxyProcess(pid, url)
+
+
+@contextmanager
 def upstream_process() -> Iterator[str]:
     """The instant upstream in its own process, so the agents' load does not slow it."""
-    with _child("--serve-upstream", "{port}") as (_, url):
-        yield f"{url}/v1"
+    with upstream_server() as server:
+        yield f"{server.url}/v1"
 
 
 def _serve_upstream(port: str) -> None:
@@ -331,97 +345,6 @@ def measure(
     )
 
 
-# -- side by side: the same agents against the upstream directly and through the proxy ---------
-async def _paced(url: str, turns: list[list[str]], sessions: int) -> tuple[float, list[float]]:
-    """(wall seconds, every call's round trip) for ``sessions`` agents at once, each resending
-    its whole history every call; nothing else is asked between calls."""
-
-    async def one(client: httpx.AsyncClient, n: int) -> list[float]:
-        history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
-        headers = {"x-keeper-session": f"side-{n}", "content-type": "application/json"}
-        times = []
-        for turn in turns:
-            history += [{"role": "user", "content": text} for text in turn]
-            body = json.dumps({"model": "instant", "messages": history})
-            started = time.perf_counter()
-            response = await client.post("/v1/chat/completions", content=body, headers=headers)
-            times.append(time.perf_counter() - started)
-            response.raise_for_status()
-            history.append(response.json()["choices"][0]["message"])
-        return times
-
-    limits = httpx.Limits(max_connections=sessions + 1)
-    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
-        started = time.perf_counter()
-        runs = await asyncio.gather(*(one(client, n) for n in range(sessions)))
-        return time.perf_counter() - started, [t for run in runs for t in run]
-
-
-@dataclass(frozen=True, slots=True)
-class SideBySide:
-    sessions: int
-    calls: int
-    direct_rps: float
-    proxy_rps: float
-    direct_p50_ms: float
-    proxy_p50_ms: float
-    proxy_cpu_per_call_ms: float
-
-    def row(self) -> str:
-        return (
-            f"| {self.sessions} | {self.calls:,} | {self.direct_rps:.0f} | {self.proxy_rps:.0f} | "
-            f"{self.proxy_rps / self.direct_rps:.0%} | {self.direct_p50_ms:.1f} | "
-            f"{self.proxy_p50_ms:.1f} | {self.proxy_p50_ms - self.direct_p50_ms:.1f} | "
-            f"{self.proxy_cpu_per_call_ms:.1f} |"
-        )
-
-
-SIDE_HEADER = (
-    "| sessions | calls per side | direct (req/s) | through the proxy (req/s) | kept | "
-    "direct p50 (ms) | proxy p50 (ms) | added p50 (ms) | proxy CPU per call (ms) |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-)
-
-
-def side_by_side(
-    upstream: str, turns: list[list[str]], *, sessions: int, window: int, archive: Path
-) -> SideBySide:
-    """The same agents against the instant upstream and through the proxy, in one run."""
-    shutil.rmtree(archive, ignore_errors=True)
-    direct_wall, direct = asyncio.run(_paced(upstream.removesuffix("/v1"), turns, sessions))
-    with proxy_process(upstream, window, archive) as proxy:
-        cpu_before = proxy.cpu_seconds()
-        proxy_wall, through = asyncio.run(_paced(proxy.url, turns, sessions))
-        cpu = proxy.cpu_seconds() - cpu_before
-    return SideBySide(
-        sessions=sessions,
-        calls=len(through),
-        direct_rps=len(direct) / direct_wall,
-        proxy_rps=len(through) / proxy_wall,
-        direct_p50_ms=1000 * statistics.median(direct),
-        proxy_p50_ms=1000 * statistics.median(through),
-        proxy_cpu_per_call_ms=1000 * cpu / max(1, len(through)),
-    )
-
-
-def side_by_side_markdown(rows: Sequence[SideBySide], window: int, label: str) -> str:
-    return "\n".join(
-        [
-            f"# Keeper proxy against the upstream called directly (window {window:,} tokens)",
-            "",
-            f"The same agents ({label}, each resending its whole history every call, nothing "
-            "else asked between calls) first against an instant upstream directly, then "
-            "through the proxy in front of it, in one run. The upstream and the proxy run in "
-            "their own processes; the agents share one event loop. *kept*: the proxy's "
-            "throughput as a share of the direct one. *added p50*: proxy p50 minus direct p50.",
-            "",
-            SIDE_HEADER,
-            *(row.row() for row in rows),
-            "",
-        ]
-    )
-
-
 NOTES = (
     "- *added*: seen by the agent, so it includes the agents' own queueing: all agents share one "
     "Python process and event loop, which dominates at 32 sessions. *proxy's own*: the proxy's "
@@ -570,10 +493,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--side-by-side",
         type=Path,
         default=None,
-        help="only compare the proxy with the upstream called directly; write the table here",
+        help="only compare the proxy with the upstream called directly (see proxy_vs_direct); "
+        "write the table here",
     )
     parser.add_argument(
         "--calls", type=int, default=60, help="calls per agent in the side-by-side comparison"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="passes per side in the side-by-side comparison"
     )
     args = parser.parse_args(argv)
     if args.serve_proxy is not None:
@@ -583,26 +510,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         _serve_upstream(args.serve_upstream)
         return 0
     if args.side_by_side is not None:
-        with upstream_process() as upstream:
-            stream = resolve_stream(args.latency_stream, args.out / "latency-stream")
-            turns = agent_turns(stream, 1)[: args.calls]
-            compared = []
-            for sessions in (1, 32):
-                compared.append(
-                    side_by_side(
-                        upstream,
-                        turns,
-                        sessions=sessions,
-                        window=args.window,
-                        archive=args.out / f"side-{sessions}",
-                    )
-                )
-                print(compared[-1].row(), flush=True)
-        label = f"{args.latency_stream}, first {len(turns)} calls, 1 batch a call"
-        table = side_by_side_markdown(compared, args.window, label)
-        args.side_by_side.write_text(table, encoding="utf-8")
-        print(table)
-        return 0
+        from keeper_middleware.bench import proxy_vs_direct
+
+        return proxy_vs_direct.main(
+            [
+                "--results",
+                str(args.side_by_side),
+                "--calls",
+                str(args.calls),
+                "--repeat",
+                str(args.repeat),
+                "--window",
+                str(args.window),
+                "--stream",
+                args.latency_stream,
+                "--out",
+                str(args.out),
+            ]
+        )
     rows: list[Measured] = []
     with upstream_process() as upstream:
         stream = resolve_stream(args.latency_stream, args.out / "latency-stream")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
@@ -42,6 +42,7 @@ __all__ = [
     "NotesDraft",
     "NotesVersion",
     "open_archive",
+    "put_values",
     "turn_from_message",
 ]
 
@@ -245,6 +246,18 @@ class ArchiveStore(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+def put_values(store: ArchiveStore, session: str, values: Mapping[str, Any]) -> None:
+    """Write ``values`` (in order) in one transaction where the store can (a ``put_values``
+    method, as :class:`~keeper_middleware.sqlite_archive.SQLiteArchive` has), else one
+    ``put_value`` each: a store without batches stays correct, only slower."""
+    batch = getattr(store, "put_values", None)
+    if batch is not None:
+        batch(session, values)
+        return
+    for key, value in values.items():
+        store.put_value(session, key, value)
 
 
 def open_archive(path_or_store: str | os.PathLike[str] | ArchiveStore) -> ArchiveStore:

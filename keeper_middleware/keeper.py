@@ -35,7 +35,13 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesDraft, open_archive
+from keeper_middleware.archive import (
+    ArchivedTurn,
+    ArchiveStore,
+    NotesDraft,
+    open_archive,
+    put_values,
+)
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
@@ -198,19 +204,26 @@ class Keeper:
         self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)
         self._lock = threading.RLock()
         self._counters: dict[str, Counters] = {}
+        self._saved_counters: dict[str, dict[str, Any]] = {}
 
     # ----------------------------------------------------------------- state and counters
 
     def counters(self, session: str) -> Counters:
         with self._lock:
             if session not in self._counters:
-                self._counters[session] = Counters.from_json(
-                    self.archive.get_value(session, "counters")
-                )
+                stored = self.archive.get_value(session, "counters")
+                self._counters[session] = Counters.from_json(stored)
+                if stored is not None:
+                    self._saved_counters[session] = self._counters[session].to_json()
             return self._counters[session]
 
     def _save_counters(self, session: str) -> None:
-        self.archive.put_value(session, "counters", self.counters(session).to_json())
+        """Write the counters if they changed since they were last written (most steps change
+        nothing: no cut, no rules shown, no larger window)."""
+        data = self.counters(session).to_json()
+        if self._saved_counters.get(session) != data:
+            self.archive.put_value(session, "counters", data)
+            self._saved_counters[session] = data
 
     def notes(self, session: str) -> Notes:
         """The current NOTES of a session (empty before the first cut)."""
@@ -739,8 +752,7 @@ class Keeper:
             self.retriever.add(batch)
             if self.passages_retriever is not self.retriever:
                 self.passages_retriever.add(batch)
-        self.archive.put_value(session, "indexed_seq", done)
-        self.archive.put_value(session, "next_position", position)
+        put_values(self.archive, session, {"indexed_seq": done, "next_position": position})
 
     # ----------------------------------------------------------------- the model's side
 
@@ -832,6 +844,7 @@ class Keeper:
             if self.passages_retriever is not self.retriever:
                 self.passages_retriever.delete_session(session)
             self._counters.pop(session, None)
+            self._saved_counters.pop(session, None)
 
     def close(self) -> None:
         if self.passages_retriever is not self.retriever:

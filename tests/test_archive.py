@@ -24,6 +24,7 @@ from keeper_middleware.archive import (
     ArchiveStore,
     NotesDraft,
     open_archive,
+    put_values,
     turn_from_message,
 )
 from keeper_middleware.sqlite_archive import SQLiteArchive
@@ -210,6 +211,35 @@ def test_values_are_upserted_per_session_and_must_be_json(store):
         store.put_value("s", "bad", object())
     with pytest.raises(TypeError, match="JSON-able"):
         store.put_value("s", "bad", float("nan"))
+
+
+def test_several_values_are_written_all_or_none(store):
+    store.put_value("s", "kept", "before")
+    put_values(store, "s", {"a": 1, "b": [2, "two"], "kept": "after"})
+    assert [store.get_value("s", k) for k in ("a", "b", "kept")] == [1, [2, "two"], "after"]
+    with pytest.raises(TypeError, match="JSON-able"):
+        put_values(store, "s", {"a": 10, "bad": object(), "kept": "lost"})
+    assert (store.get_value("s", "a"), store.get_value("s", "kept")) == (1, "after")
+    assert store.get_value("s", "bad") is None
+
+
+class _OneValueAtATime:
+    """A store with only ``put_value`` (as a backend without batches would be)."""
+
+    def __init__(self, inner: SQLiteArchive) -> None:
+        self.inner = inner
+        self.writes: list[str] = []
+
+    def put_value(self, session: str, key: str, value: object) -> None:
+        self.writes.append(key)
+        self.inner.put_value(session, key, value)
+
+
+def test_a_store_without_batches_gets_the_values_one_by_one_in_order(store):
+    plain = _OneValueAtATime(store)
+    put_values(plain, "s", {"chunk": [1], "head": {"n": 1}, "old": None})  # type: ignore[arg-type]
+    assert plain.writes == ["chunk", "head", "old"]
+    assert store.get_value("s", "head") == {"n": 1}
 
 
 def test_delete_session_removes_only_that_session(store):

@@ -212,3 +212,20 @@ def test_the_overhead_benchmark_measures_a_proxy_process(tiny_stream: Path, tmp_
     assert row.p99_ms >= row.p50_ms > 0
     assert row.rss_mb > 0
     assert row.row().count("|") == HEADER.splitlines()[0].count("|")
+
+
+def test_the_side_by_side_row_pairs_passes_and_fills_every_column() -> None:
+    from keeper_middleware.bench.proxy_vs_direct import HEADER as SIDE_HEADER
+    from keeper_middleware.bench.proxy_vs_direct import Compared, Pass
+
+    direct = (Pass(1.0, (0.001,) * 100, 0.05, None), Pass(2.0, (0.002,) * 100, 0.05, None))
+    proxied = (
+        Pass(2.0, (0.004,) * 100, 0.05, 0.3, cuts=1, call_cpu=(0.002,) * 100),
+        Pass(2.0, (0.005,) * 100, 0.05, 0.2, call_cpu=(0.001,) * 100),
+    )
+    row = Compared(1, direct, proxied, 1.0, 2.0)
+    assert row.kept == [0.5, 1.0]
+    assert [round(a, 6) for a in row.added_ms] == [3.0, 3.0]
+    assert [round(c, 6) for c in row.proxy_cpu_ms] == [3.0, 2.0]
+    assert row.call_cpu_p50_ms() == "1.50"
+    assert row.row().count("|") == SIDE_HEADER.splitlines()[0].count("|")

@@ -34,11 +34,13 @@ from keeper_middleware.integrations.proxy.openai_format import (
     ai_from_completion,
     digest_of,
     message_from_openai,
+    message_to_openai,
     upstream_body,
 )
 from keeper_middleware.integrations.proxy.searching import run_search
 from keeper_middleware.integrations.proxy.sessions import (
     ArchiveSessionStore,
+    MessageMemo,
     SessionRecord,
     SessionStore,
 )
@@ -92,6 +94,11 @@ class _Turn:
     existed: bool = True
     """Whether the session was stored before this request (set when it is taken in)."""
     tally: CallTally = field(default_factory=CallTally)
+    counted: bool = False
+    """Whether the request's calls and time were added to the session's counters."""
+    unsaved: SessionRecord | None = None
+    """The record as taken in, while it is not saved yet (saved with the reply, or with the
+    counters if the request fails)."""
     usage: dict[str, int] = field(default_factory=dict)
     streamed: dict[str, str] = field(default_factory=dict)
 
@@ -141,6 +148,7 @@ class KeeperProxy:
         self.tenant_quota_bytes = tenant_quota_bytes
         self._locks: dict[str, asyncio.Lock] = {}
         self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
+        self._rendered: dict[str, MessageMemo] = {}
         self._tenant_bytes: dict[str, int] = {}
         self._pool = (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keeper-proxy")
@@ -189,6 +197,7 @@ class KeeperProxy:
         self.keeper.forget(session)
         self.store.forget(session)
         self._fingerprints.pop(session, None)
+        self._rendered.pop(session, None)
         return True
 
     # ---------------------------------------------------------------- one request
@@ -221,8 +230,20 @@ class KeeperProxy:
                 raise
 
     def _account(self, turn: _Turn) -> None:
-        """Add the request's upstream calls and time to the session's counters and save them."""
+        """Add the request's upstream calls and time to the session's counters and save them
+        (with the record taken in, if it was not saved yet: a failed request keeps it)."""
+        if turn.unsaved is not None:
+            self.store.save_all(turn.session, turn.unsaved, self._counted(turn))
+            turn.unsaved = None
+        else:
+            self.store.save_stats(turn.session, self._counted(turn))
+
+    def _counted(self, turn: _Turn) -> ProxyStats:
+        """The session's counters with the request's upstream calls and time added."""
         stats = self.stats(turn.session)
+        if turn.counted:  # a save that failed after counting is not counted twice
+            return stats
+        turn.counted = True
         tally, elapsed = turn.tally, time.perf_counter() - turn.started
         stats.requests += 1
         stats.upstream_calls += tally.calls
@@ -230,7 +251,11 @@ class KeeperProxy:
         stats.upstream_failures += tally.failures
         stats.upstream_seconds += tally.seconds
         stats.added_seconds += max(0.0, elapsed - tally.seconds)
-        self.store.save_stats(turn.session, stats)
+        return stats
+
+    def _as_openai(self, session: str) -> MessageMemo:
+        """What the upstream reads of each window message, converted once per message."""
+        return self._rendered.setdefault(session, MessageMemo(message_to_openai))
 
     def _intake(self, session: str, request: ChatRequest) -> tuple[bool, SessionRecord]:
         """The record after taking in the request (not saved until the keeper step has
@@ -295,7 +320,8 @@ class KeeperProxy:
         loop = asyncio.get_running_loop()
 
         async def note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-            body = upstream_body(messages, turn.tools, turn.note_params, kwargs)
+            memo = self._as_openai(turn.session)
+            body = upstream_body(messages, turn.tools, turn.note_params, kwargs, memo)
             return ai_from_completion(await self._call(turn, body))
 
         def sync_note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
@@ -305,10 +331,10 @@ class KeeperProxy:
 
         given: SessionRecord | None = None
         for number in range(1, self.max_upstream_calls + 1):
-            record, kwargs, messages = await self._off_loop(
+            record, kwargs, messages, body = await self._off_loop(
                 self._before_call, turn, given, request, sync_note_call
             )
-            data = await self._main_call(turn, kwargs, messages)
+            data = await self._main_call(turn, kwargs, messages, body)
             outcome = await self._off_loop(self._after_call, turn, record, data, number)
             if isinstance(outcome, Answer):
                 return outcome
@@ -321,18 +347,29 @@ class KeeperProxy:
         record: SessionRecord | None,
         request: ChatRequest,
         note_call: Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage],
-    ) -> tuple[SessionRecord, dict[str, Any], list[BaseMessage]]:
-        """In a worker thread: take the request in (first call), run the keeper step, save, and
-        render the work call."""
+    ) -> tuple[SessionRecord, dict[str, Any], list[BaseMessage], dict[str, Any]]:
+        """In a worker thread: take the request in (first call), run the keeper step, and render
+        the work call (its messages and its upstream body).
+
+        The record is saved here only after a cut (the archive changed, so the record must
+        follow it before anything else can fail); otherwise it is saved once, with the reply."""
         if record is None:
             turn.existed, record = self._intake(turn.session, request)
         step = self.keeper.step(
             turn.session, list(record.window), record.keeper_state, turn.setup, note_call
         )
         record = replace(record, window=tuple(step.messages), keeper_state=step.state)
-        self.store.save(turn.session, record)
+        if step.cut:
+            self.store.save_all(turn.session, record, self.stats(turn.session))
+            turn.unsaved = None
+        else:
+            turn.unsaved = record
         kwargs = self.keeper.work_kwargs(turn.session, record.window)
-        return record, kwargs, turn.setup.render(record.window)
+        messages = turn.setup.render(record.window)
+        memo = self._as_openai(turn.session)
+        body = upstream_body(messages, turn.tools, turn.params, kwargs, memo)
+        memo.keep(messages)
+        return record, kwargs, messages, body
 
     def _after_call(
         self, turn: _Turn, record: SessionRecord, data: dict[str, Any], number: int
@@ -355,24 +392,28 @@ class KeeperProxy:
                 record = record.appended([reply, *results[1:]])
                 return self._finish(turn, record, data, reply, True)
             record = record.appended(results)
-            self.store.save(session, record)
+            self.store.save_all(session, record, self.stats(session))
+            turn.unsaved = None
             return record
         if searching and (searches or broken):
             self.stats(session).loop_limit_hits += 1
         return self._finish(turn, record, data, reply, False)
 
     async def _main_call(
-        self, turn: _Turn, kwargs: dict[str, Any], messages: list[BaseMessage]
+        self,
+        turn: _Turn,
+        kwargs: dict[str, Any],
+        messages: list[BaseMessage],
+        body: dict[str, Any],
     ) -> dict[str, Any]:
         """A work call; a reply that thought to its limit is asked again without thinking."""
         turn.streamed = {}
-        data = await self._call(
-            turn, upstream_body(messages, turn.tools, turn.params, kwargs), True
-        )
+        data = await self._call(turn, body, True)
         retry = self.keeper.retry_kwargs(turn.session, kwargs, ai_from_completion(data))
         if retry is not None:
             turn.streamed = {}
-            body = upstream_body(messages, turn.tools, turn.params, retry)
+            memo = self._as_openai(turn.session)
+            body = upstream_body(messages, turn.tools, turn.params, retry, memo)
             data = await self._call(turn, body, True)
         return data
 
@@ -428,8 +469,8 @@ class KeeperProxy:
         window = record.window if answered else (*record.window, visible)
         self._charge(turn.session, len(text_of(reply)), check=False)
         record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
-        self.store.save(turn.session, record)
-        self._account(turn)
+        self.store.save_all(turn.session, record, self._counted(turn))
+        turn.unsaved = None
         return Answer(data, message, reason, turn.summed_usage(), dict(turn.streamed))
 
     async def aclose(self) -> None:

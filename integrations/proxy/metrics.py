@@ -9,7 +9,7 @@ default because they can carry what users typed into a client.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -45,7 +45,7 @@ class ProxyStats:
     """Time the proxy added: request time minus time spent waiting for the upstream."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in _STATS_FIELDS}
 
     @classmethod
     def from_json(cls, data: object) -> ProxyStats:
@@ -58,6 +58,8 @@ class ProxyStats:
                 values[spec.name] = kind(data[spec.name])
         return cls(**values)
 
+
+_STATS_FIELDS = tuple(spec.name for spec in fields(ProxyStats))
 
 KEEPER_METRICS = (
     ("model_calls", "counter", "Work calls made for the agent."),

@@ -17,7 +17,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -424,8 +424,10 @@ def upstream_body(
     tools: Sequence[Mapping[str, Any]],
     params: Mapping[str, Any],
     call_kwargs: Mapping[str, Any],
+    as_openai: Callable[[BaseMessage], dict[str, Any]] = message_to_openai,
 ) -> dict[str, Any]:
-    """One non-streaming upstream request.
+    """One non-streaming upstream request (``as_openai``: :func:`message_to_openai` or a memo
+    of it).
 
     ``call_kwargs`` are the keeper's (``reasoning_effort``, thinking on/off): in the shape a
     ``ChatOpenAI`` call takes them, so ``extra_body`` is merged at the top level as it would be.
@@ -436,7 +438,7 @@ def upstream_body(
             body.update(value)
         else:
             body[key] = value
-    body["messages"] = [message_to_openai(m) for m in messages]
+    body["messages"] = [as_openai(m) for m in messages]
     if tools:
         body["tools"] = [dict(t) for t in tools]
     body["stream"] = False

@@ -4,7 +4,11 @@ A session's record (its live window, the keeper's bookkeeping, one fingerprint p
 taken in) and its counters live behind :class:`SessionStore`, one small interface: the default
 :class:`ArchiveSessionStore` keeps them as per-session values in the keeper's own archive, so one
 file (or one database) holds everything and a restarted proxy continues every session. Another
-backend implements the same five methods.
+backend implements the same methods.
+
+Saving is the proxy's main per-request cost, so a save writes the record and the counters in one
+transaction (:meth:`SessionStore.save_all`), and each window message is turned into its stored
+form once while it stays in the window, not on every save.
 """
 
 from __future__ import annotations
@@ -13,15 +17,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
-from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.archive import ArchiveStore, put_values
 from keeper_middleware.integrations.proxy.metrics import ProxyStats
 
 __all__ = [
     "RECORD_KEY",
     "STATS_KEY",
     "ArchiveSessionStore",
+    "MessageMemo",
     "SessionRecord",
     "SessionStore",
     "StoredRecord",
@@ -48,10 +53,14 @@ class SessionRecord:
     """(fingerprint, message id) of agent messages withdrawn, kept so that the same message
     sent again gets its first id back (and is never archived twice)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(
+        self, as_dict: Callable[[BaseMessage], dict[str, Any]] = message_to_dict
+    ) -> dict[str, Any]:
+        """The stored form; ``as_dict`` turns one message into its stored form (a
+        :class:`MessageMemo` may stand in for ``message_to_dict``)."""
         return {
             "version": _RECORD_VERSION,
-            "window": messages_to_dict(list(self.window)),
+            "window": [as_dict(m) for m in self.window],
             "keeper_state": dict(self.keeper_state),
             "taken": [list(pair) for pair in self.taken],
             "withdrawn": [list(pair) for pair in self.withdrawn],
@@ -107,7 +116,11 @@ class StoredRecord:
         count = int(head.get("taken_count", len(taken)))
         return cls(replace(record, taken=tuple(taken[:count])), keys, int(head["generation"]))
 
-    def saved(self, record: SessionRecord) -> tuple[StoredRecord, dict[str, Any], list[str]]:
+    def saved(
+        self,
+        record: SessionRecord,
+        as_dict: Callable[[BaseMessage], dict[str, Any]] = message_to_dict,
+    ) -> tuple[StoredRecord, dict[str, Any], list[str]]:
         """(the stored form of ``record``, the values to write in order with the head last, the
         keys no longer used, to clear after the head is written)."""
         generation = self.generation + 1
@@ -125,7 +138,7 @@ class StoredRecord:
             writes[key] = [list(pair) for pair in part]
             keys.append(key)
         head = {
-            **replace(record, taken=()).to_json(),
+            **replace(record, taken=()).to_json(as_dict),
             "taken_chunks": keys,
             "taken_count": len(record.taken),
             "generation": generation,
@@ -153,9 +166,39 @@ class SessionStore(Protocol):
 
     def save_stats(self, session: str, stats: ProxyStats) -> None: ...
 
+    def save_all(self, session: str, record: SessionRecord, stats: ProxyStats) -> None:
+        """:meth:`save` and :meth:`save_stats` together, in one transaction where the backend
+        has transactions (the proxy saves both once per request)."""
+        ...
+
     def forget(self, session: str) -> None:
         """Drop the session's record and counters from memory and storage."""
         ...
+
+
+class MessageMemo:
+    """One conversion of each window message (to its stored form, to what the upstream reads),
+    made once while the message stays in use instead of on every request.
+
+    Messages are never changed in place (the keeper and the proxy make changed copies), so the
+    message object itself is the key; the memo holds the message, so its ``id()`` is not reused
+    while the entry lives, and :meth:`keep` drops every message no longer in use. The converted
+    values are shared: callers only read them."""
+
+    def __init__(self, convert: Callable[[BaseMessage], dict[str, Any]]) -> None:
+        self.convert = convert
+        self._known: dict[int, tuple[BaseMessage, dict[str, Any]]] = {}
+
+    def __call__(self, message: BaseMessage) -> dict[str, Any]:
+        known = self._known.get(id(message))
+        if known is None or known[0] is not message:
+            known = (message, self.convert(message))
+            self._known[id(message)] = known
+        return known[1]
+
+    def keep(self, messages: Sequence[BaseMessage]) -> None:
+        live = {id(m) for m in messages}
+        self._known = {k: v for k, v in self._known.items() if k in live}
 
 
 class ArchiveSessionStore:
@@ -165,6 +208,7 @@ class ArchiveSessionStore:
         self.archive = archive
         self._records: dict[str, StoredRecord] = {}
         self._stats: dict[str, ProxyStats] = {}
+        self._dicts: dict[str, MessageMemo] = {}
 
     def _stored(self, session: str) -> StoredRecord:
         if session not in self._records:
@@ -177,13 +221,20 @@ class ArchiveSessionStore:
     def load(self, session: str) -> SessionRecord:
         return self._stored(session).record
 
+    def _record_values(
+        self, session: str, record: SessionRecord
+    ) -> tuple[StoredRecord, dict[str, Any]]:
+        """``record``'s stored form and the values that store it, in order: the changed
+        fingerprint chunks, the head, then the chunks no longer used (cleared)."""
+        dicts = self._dicts.setdefault(session, MessageMemo(message_to_dict))
+        stored, writes, stale = self._stored(session).saved(record, dicts)
+        dicts.keep(record.window)
+        return stored, {**writes, **dict.fromkeys(stale)}
+
     def save(self, session: str, record: SessionRecord) -> None:
-        stored, writes, stale = self._stored(session).saved(record)
-        for key, value in writes.items():  # the head comes last
-            self.archive.put_value(session, key, value)
+        stored, values = self._record_values(session, record)
+        put_values(self.archive, session, values)
         self._records[session] = stored
-        for key in stale:
-            self.archive.put_value(session, key, None)
 
     def stats(self, session: str) -> ProxyStats:
         if session not in self._stats:
@@ -194,6 +245,14 @@ class ArchiveSessionStore:
         self._stats[session] = stats
         self.archive.put_value(session, STATS_KEY, stats.to_json())
 
+    def save_all(self, session: str, record: SessionRecord, stats: ProxyStats) -> None:
+        stored, values = self._record_values(session, record)
+        values[STATS_KEY] = stats.to_json()
+        put_values(self.archive, session, values)
+        self._records[session] = stored
+        self._stats[session] = stats
+
     def forget(self, session: str) -> None:
         self._records.pop(session, None)
         self._stats.pop(session, None)
+        self._dicts.pop(session, None)

@@ -17,7 +17,7 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import SecretStr
 
 from keeper_middleware.bench.grader import SIMULATED_READER
-from keeper_middleware.bench.reader_faults import NO_FAULTS, ReaderFaults
+from keeper_middleware.bench.reader.faults import NO_FAULTS, ReaderFaults
 from keeper_middleware.bench.streams import SIZES, StreamSpec, generate_stream, preset_spec
 
 DELIVERIES = ("messages", "tool")

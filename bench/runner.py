@@ -31,7 +31,7 @@ from langchain_core.tools import InjectedToolCallId, StructuredTool
 from keeper_middleware.bench.cli import Command, costs_of_run, grade_run
 from keeper_middleware.bench.costs import CallRecord, CostSummary
 from keeper_middleware.bench.grader import GradeResult
-from keeper_middleware.bench.reader_messages import NO_MORE_BATCHES, READ_TOOL
+from keeper_middleware.bench.reader.messages import NO_MORE_BATCHES, READ_TOOL
 from keeper_middleware.bench.recording import CallRecorder
 from keeper_middleware.bench.run_options import (
     DELIVERIES,

@@ -12,7 +12,7 @@ from pydantic import Field
 from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult, grade
 from keeper_middleware.bench.phrasing import render_questions_message
 from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.bench.reader_summary import is_summary_request, write_summary
+from keeper_middleware.bench.reader.summary import is_summary_request, write_summary
 from keeper_middleware.bench.streams import (
     generate_stream,
     preset_spec,

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from keeper_middleware.bench.cli import main as bench_main
-from keeper_middleware.bench.reader_faults import ReaderFaults
+from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.bench.recording import call_kind, request_fingerprint
 from keeper_middleware.bench.run_options import (
     RunOptions,

@@ -1,12 +1,4 @@
-"""The simulated reader: a deterministic, stateless chat model for the benchmark.
-
-It is NOT a language model, and results from it are labelled "simulated reader". It reads only the
-messages it is sent (story batches, the NOTES, [RULES] blocks, retrieved passages, search results)
-and answers from them, writes note changes when asked, searches the archive when its context lacks
-a fact, and follows a rule only when the rule is in its context. What it measures is what a way of
-managing context *keeps available*: an upper bound for any model, in seconds on a CPU. Faults that
-real models make can be switched on (`ReaderFaults`).
-"""
+"""The simulated reader as a LangChain chat model: the reply to a request, faults included."""
 
 from __future__ import annotations
 
@@ -24,7 +16,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
-from keeper_middleware.bench.reader_faults import (
+from keeper_middleware.bench.reader.faults import (
     NO_FAULTS,
     ReaderFaults,
     request_digest,
@@ -33,8 +25,8 @@ from keeper_middleware.bench.reader_faults import (
     with_invented_working,
     without_rules,
 )
-from keeper_middleware.bench.reader_logic import Finding, Gap, answer, read_view
-from keeper_middleware.bench.reader_messages import (
+from keeper_middleware.bench.reader.logic import Finding, Gap, answer, read_view
+from keeper_middleware.bench.reader.messages import (
     NO_MORE_BATCHES,
     READ_TOOL,
     SEARCH_TOOL,
@@ -46,8 +38,8 @@ from keeper_middleware.bench.reader_messages import (
     stop_requested,
     story_blocks,
 )
-from keeper_middleware.bench.reader_notes import noted_blocks, rewrite_notes, write_changes
-from keeper_middleware.bench.reader_summary import (
+from keeper_middleware.bench.reader.notes import noted_blocks, rewrite_notes, write_changes
+from keeper_middleware.bench.reader.summary import (
     is_summary_request,
     summaries_in_view,
     write_summary,

@@ -31,7 +31,7 @@ from keeper_middleware.bench.phrasing import (
     is_questions_message,
     read_events,
 )
-from keeper_middleware.bench.reader_messages import open_questions
+from keeper_middleware.bench.reader.messages import open_questions
 from keeper_middleware.messages import keeper_kind, text_of
 
 SUMMARY_REQUEST_TAG = "[SUMMARY REQUEST]"

@@ -7,7 +7,7 @@ with the previous request it served), which is what shows whether requests reuse
 
 It is not a language model: the model it reports is "simulated-reader".
 
-    python -m keeper_middleware.bench.reader_server --port 8200
+    python -m keeper_middleware.bench.reader.server --port 8200
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from keeper_middleware.bench.reader import (
+from keeper_middleware.bench.reader.model import (
     MODEL_NAME,
     Reply,
     SimulatedReader,
@@ -37,7 +37,7 @@ from keeper_middleware.bench.reader import (
     reply_tokens,
     request_tokens,
 )
-from keeper_middleware.bench.reader_faults import ReaderFaults
+from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
 from keeper_middleware.messages import text_of
 

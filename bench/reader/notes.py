@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
-from keeper_middleware.bench.reader_logic import int_or_none, read_view, value_now
-from keeper_middleware.bench.reader_messages import (
+from keeper_middleware.bench.reader.logic import int_or_none, read_view, value_now
+from keeper_middleware.bench.reader.messages import (
     Block,
     message_kind,
     negate_set,

@@ -24,7 +24,7 @@ from keeper_middleware.bench.phrasing import (
     answer_under_rules,
     read_rules,
 )
-from keeper_middleware.bench.reader_messages import (
+from keeper_middleware.bench.reader.messages import (
     SearchRecord,
     negate_set,
     notes_position,

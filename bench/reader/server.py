@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.bench.reader.model import (
     MODEL_NAME,
     Reply,
@@ -37,7 +38,6 @@ from keeper_middleware.bench.reader.model import (
     reply_tokens,
     request_tokens,
 )
-from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
 from keeper_middleware.messages import text_of
 

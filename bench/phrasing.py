@@ -49,6 +49,35 @@ DECOY_TEMPLATES: dict[EventKind, tuple[str, ...]] = {
     "add": ("{name} regained {amount} thanks to {Actor}.",),
 }
 
+# The varied family: more phrasings of the same events (paraphrases, passive voice, pronoun chains,
+# corrections and changes split over two items), so the text is not the reader's own.
+VARIED_TEMPLATES: dict[EventKind, tuple[str, ...]] = {
+    "set": (
+        "{Actor} logged {name} at {amount}.",
+        "{name} was recorded at {amount} by {Actor}.",
+        "{Actor} brought {name} to {amount}.",
+    ),
+    "add": (
+        "{Actor} put {amount} more into {name}.",
+        "{name} was credited with {amount} by {Actor}.",
+        "{Actor} raised {name} by {amount}.",
+    ),
+    "take": (
+        "{Actor} removed {amount} from {name}.",
+        "{name} was debited {amount} by {Actor}.",
+        "{Actor} lowered {name} by {amount}.",
+    ),
+}
+CHAIN_LEADS = ("Next on the list was {name}.", "Attention turned to {name}.", "Then came {name}.")
+CHAIN_TEMPLATES: dict[EventKind, tuple[str, ...]] = {
+    "set": ("{Actor} recorded it at {amount}.", "It was set to {amount} by {Actor}."),
+    "add": ("{Actor} added {amount} to it.", "{Actor} put {amount} more into it."),
+    "take": ("{Actor} took {amount} from it.", "{Actor} removed {amount} from it."),
+}
+CORRECTION_TEMPLATE = "Correction: that should have read {amount}."
+SPLIT_START_TEMPLATE = "{Actor} began a recount of {name}."
+SPLIT_END_TEMPLATE = "The recount begun in the previous item came to {amount}."
+
 CONFIDENTIAL_RULE = (
     "Standing rule: the counters {a}, {b} and {c} are confidential; whenever asked for the value "
     "of one of them, answer with the single word protected."

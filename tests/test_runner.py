@@ -100,7 +100,7 @@ def test_model_and_fault_specs_are_parsed_or_refused_with_the_fix():
 
 
 def test_faults_are_refused_for_a_real_model(stream):
-    with pytest.raises(ValueError, match="only applies to the simulated reader"):
+    with pytest.raises(ValueError, match="only apply to the simulated reader"):
         options(stream, model="openai:http://127.0.0.1:9/v1", faults="misread=0.1")
 
 

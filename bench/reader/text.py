@@ -208,7 +208,9 @@ _CONFIDENTIAL = re.compile(
     rf"the counters ({_NAME}), ({_NAME}) and ({_NAME}) are confidential", re.IGNORECASE
 )
 _TALLY = re.compile(
-    rf"tally of a counter is its value times ({_WORDS}|\d+) plus ({_WORDS}|\d+)", re.IGNORECASE
+    rf"(?:tally of a counter|counter's tally) is its value times ({_WORDS}|\d+) "
+    rf"plus ({_WORDS}|\d+)",
+    re.IGNORECASE,
 )
 _OVERDRAWN = re.compile(
     r"below zero, whether recorded or worked out, is reported as the single word overdrawn",

@@ -206,7 +206,10 @@ def notes_turn(
         misread = faults.pick("misread", digest, sets) if sets else None
     if rewrite:
         text = rewrite_notes(
-            messages, misread=misread, drop_rules=faults.fires("drop_rules", digest)
+            messages,
+            misread=misread,
+            drop_rules=faults.fires("drop_rules", digest),
+            invent_working=faults.fires("invent_working", digest),
         )
         return Reply(text)
     changes = write_changes(messages, misread=misread)

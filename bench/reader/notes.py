@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from keeper_middleware.bench.reader.faults import INVENTED_AMOUNT
 from keeper_middleware.bench.reader.logic import int_or_none, read_view, value_now
 from keeper_middleware.bench.reader.messages import (
     Block,
@@ -132,10 +133,14 @@ def recount_lines(notes: Notes | None, still_open: Recount | None) -> list[Chang
 
 
 def rewrite_notes(
-    messages: Sequence[BaseMessage], *, misread: int | None = None, drop_rules: bool = False
+    messages: Sequence[BaseMessage],
+    *,
+    misread: int | None = None,
+    drop_rules: bool = False,
+    invent_working: bool = False,
 ) -> str:
     """A complete NOTES block covering everything in the context (the full-rewrite request);
-    ``drop_rules`` is the fault of a rewrite that loses its RULES lines."""
+    ``drop_rules`` and ``invent_working`` are the faults a notes reply can have."""
     _, end = noted_span(messages)
     view = read_view(messages[:end], misread=misread)
     old = view.notes or Notes()
@@ -148,7 +153,9 @@ def rewrite_notes(
     for name in names:
         value = value_now(view, name).value
         noted = old.state_value(name)
-        if value is not None:
+        if value is not None and invent_working:
+            state.append((name, f"{value} (= {value + INVENTED_AMOUNT} - {INVENTED_AMOUNT})"))
+        elif value is not None:
             state.append((name, str(value)))
         elif noted is not None:
             state.append((name, noted))

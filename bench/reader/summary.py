@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from keeper_middleware.bench.reader.faults import INVENTED_AMOUNT
 from keeper_middleware.bench.reader.messages import open_questions
 from keeper_middleware.bench.reader.text import (
     CLERK,
@@ -45,7 +46,6 @@ from keeper_middleware.messages import keeper_kind, text_of
 
 SUMMARY_REQUEST_TAG = "[SUMMARY REQUEST]"
 LANGMEM_SUMMARY_START = "Summary of the conversation so far:"
-INVENTED_AMOUNT = 27
 _SUMMARY_RESULTS = (
     "[SUMMARY]",  # the summarize arm's stored summary
     "Here is a summary of the conversation to date",  # LangChain's

@@ -1,8 +1,9 @@
-"""The stream's wording, written and read in one place (pinned in docs/stream-text.md).
+"""The stream's wording as the generator writes it (described in docs/stream-text.md).
 
-The generator renders every sentence from the templates below, and the simulated reader reads the
-same sentences back with regexes compiled from those very templates, so the two can never drift
-apart. Everything here is pure: text in, events/rules/questions out.
+The generator renders every sentence from the templates below. Nothing here reads text back: the
+simulated reader has its own parser, written from docs/stream-text.md, and the tests derive the
+ledger from the text with a third one, so a template the page does not describe, or describes
+wrongly, costs the reader answers instead of passing unseen. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from keeper_middleware.numbers import to_words, words_to_int
+from keeper_middleware.numbers import to_words
 
 EventKind = Literal["set", "add", "take", "add_held", "take_held"]
 QuestionKind = Literal["current", "old", "who", "tally"]
@@ -48,6 +49,35 @@ DECOY_TEMPLATES: dict[EventKind, tuple[str, ...]] = {
     "take": ("{name} lost {amount} when {Actor} dropped a crate.",),
     "add": ("{name} regained {amount} thanks to {Actor}.",),
 }
+
+# The varied family: more phrasings of the same events (paraphrases, passive voice, pronoun chains,
+# corrections and changes split over two items), so the text is not the reader's own.
+VARIED_TEMPLATES: dict[EventKind, tuple[str, ...]] = {
+    "set": (
+        "{Actor} logged {name} at {amount}.",
+        "{name} was recorded at {amount} by {Actor}.",
+        "{Actor} brought {name} to {amount}.",
+    ),
+    "add": (
+        "{Actor} put {amount} more into {name}.",
+        "{name} was credited with {amount} by {Actor}.",
+        "{Actor} raised {name} by {amount}.",
+    ),
+    "take": (
+        "{Actor} removed {amount} from {name}.",
+        "{name} was debited {amount} by {Actor}.",
+        "{Actor} lowered {name} by {amount}.",
+    ),
+}
+CHAIN_LEADS = ("Next on the list was {name}.", "Attention turned to {name}.", "Then came {name}.")
+CHAIN_TEMPLATES: dict[EventKind, tuple[str, ...]] = {
+    "set": ("{Actor} recorded it at {amount}.", "It was set to {amount} by {Actor}."),
+    "add": ("{Actor} added {amount} to it.", "{Actor} put {amount} more into it."),
+    "take": ("{Actor} took {amount} from it.", "{Actor} removed {amount} from it."),
+}
+CORRECTION_TEMPLATE = "Correction: that should have read {amount}."
+SPLIT_START_TEMPLATE = "{Actor} began a recount of {name}."
+SPLIT_END_TEMPLATE = "The recount begun in the previous item came to {amount}."
 
 CONFIDENTIAL_RULE = (
     "Standing rule: the counters {a}, {b} and {c} are confidential; whenever asked for the value "
@@ -199,177 +229,7 @@ def render_batch_head(item: int) -> str:
     return f"Item {item}."
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading
-# ---------------------------------------------------------------------------------------------
-_NUMBER_WORD = (
-    "zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
-    "fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|"
-    "ninety|hundred|thousand|million"
-)
-_AMOUNT = rf"(?:-?\d[\d,]*|(?i:(?:minus )?(?:{_NUMBER_WORD})(?:(?: and | |-)(?:{_NUMBER_WORD}))*))"
-_ACTOR = r"[A-Z][a-z]+ [A-Z][a-z]+"
-_NAME = r"[a-z]{3,7}\d{2}"
-_PLACEHOLDER = re.compile(r"\{(Actor|name|other|amount|Amount)\}")
-_GROUP = {
-    "Actor": rf"(?P<actor>{_ACTOR})",
-    "name": rf"(?P<name>\b{_NAME}\b)",
-    "other": rf"(?P<other>\b{_NAME}\b)",
-    "amount": rf"(?P<amount>{_AMOUNT})",
-    "Amount": rf"(?P<amount>{_AMOUNT})",
-}
-
-
-def _template_regex(template: str) -> re.Pattern[str]:
-    parts: list[str] = []
-    position = 0
-    for match in _PLACEHOLDER.finditer(template):
-        parts.append(re.escape(template[position : match.start()]))
-        parts.append(_GROUP[match.group(1)])
-        position = match.end()
-    parts.append(re.escape(template[position:]))
-    return re.compile("".join(parts))
-
-
 _PRONOUN_SET = frozenset(t for ts in PRONOUN_TEMPLATES.values() for t in ts)
-_LEAD_RE = _template_regex(PRONOUN_LEAD)
-# (regex, kind, style) where style says how to resolve the name: "named", "pronoun" or "held".
-_READERS: list[tuple[re.Pattern[str], EventKind, str]] = [
-    *((_template_regex(t), k, "named") for k, ts in PLAIN_TEMPLATES.items() for t in ts),
-    *((_template_regex(t), k, "named") for k, ts in DECOY_TEMPLATES.items() for t in ts),
-    *((_template_regex(t), k, "pronoun") for k, ts in PRONOUN_TEMPLATES.items() for t in ts),
-    *((_template_regex(t), k, "held") for k, ts in HELD_TEMPLATES.items() for t in ts),
-]
-
-
-def _amount_value(text: str) -> int | None:
-    cleaned = text.replace(",", "")
-    if re.fullmatch(r"-?\d+", cleaned):
-        return int(cleaned)
-    return words_to_int(text)
-
-
-def read_events(text: str) -> list[Event]:
-    """Every change a text states, in the order it states them.
-
-    "it" is the counter of the nearest preceding "Next on the list was X." sentence; an "it"
-    with no such sentence before it (a passage cut mid-pair) cannot be resolved and is skipped.
-    """
-    found: list[tuple[int, str, re.Match[str], EventKind | None]] = []
-    for match in _LEAD_RE.finditer(text):
-        found.append((match.start(), "lead", match, None))
-    for regex, event_kind, style in _READERS:
-        for match in regex.finditer(text):
-            found.append((match.start(), style, match, event_kind))
-    found.sort(key=lambda entry: entry[0])
-    events: list[Event] = []
-    antecedent: str | None = None
-    for _, style, match, kind in found:
-        if style == "lead":
-            antecedent = match.group("name")
-            continue
-        assert kind is not None
-        groups = match.groupdict()
-        actor = groups.get("actor") or CLERK
-        if style == "held":
-            events.append(Event(kind, groups["name"], None, groups["other"], actor))
-            continue
-        amount = _amount_value(groups["amount"])
-        if amount is None:
-            continue
-        name = antecedent if style == "pronoun" else groups["name"]
-        if name is None:
-            continue
-        events.append(Event(kind, name, amount, None, actor))
-    return events
-
-
-_ITEM_RE = re.compile(r"\A\s*Item (\d+)\.")
-
-
-def read_item_number(text: str) -> int | None:
-    match = _ITEM_RE.match(text)
-    return int(match.group(1)) if match else None
-
-
-_CONFIDENTIAL_RE = re.compile(
-    rf"the counters ({_NAME}), ({_NAME}) and ({_NAME}) are confidential", re.IGNORECASE
-)
-_TALLY_RE = re.compile(
-    rf"tally of a counter is its value times ({_AMOUNT}) plus ({_AMOUNT})"
-    rf"|counter's tally is its value times ({_AMOUNT}) plus ({_AMOUNT})",
-    re.IGNORECASE,
-)
-_OVERDRAWN_RE = re.compile(
-    r"below zero, whether recorded or worked out, is reported as the single word overdrawn",
-    re.IGNORECASE,
-)
-
-
-def read_rules(text: str) -> RulesInForce:
-    """The rules a text states: a story's rule sentences, NOTES RULES lines or a [RULES] block.
-
-    When a text states the method more than once, the last statement wins.
-    """
-    confidential: set[str] = set()
-    for match in _CONFIDENTIAL_RE.finditer(text):
-        confidential.update(name.lower() for name in match.groups())
-    tally: tuple[int, int] | None = None
-    for match in _TALLY_RE.finditer(text):
-        raw = [g for g in match.groups() if g is not None]
-        multiplier, addend = _amount_value(raw[0]), _amount_value(raw[1])
-        if multiplier is not None and addend is not None:
-            tally = (multiplier, addend)
-    overdrawn = _OVERDRAWN_RE.search(text) is not None
-    return RulesInForce(frozenset(confidential), tally, overdrawn)
-
-
-def merge_rules(a: RulesInForce, b: RulesInForce) -> RulesInForce:
-    """Rules from two texts; ``b``'s method wins when both state one."""
-    return RulesInForce(
-        a.confidential | b.confidential,
-        b.tally if b.tally is not None else a.tally,
-        a.overdrawn or b.overdrawn,
-    )
-
-
-_QUESTION_READERS: list[tuple[re.Pattern[str], QuestionKind]] = [
-    (
-        re.compile(
-            r"^\s*(?P<number>\d+)\.\s+"
-            + QUESTION_TEMPLATES[kind]
-            .replace("?", r"\?")
-            .replace("{name}", rf"(?P<name>{_NAME})")
-            .replace("{n}", r"(?P<item>\d+)")
-            + r"\s*$",
-            re.MULTILINE,
-        ),
-        kind,
-    )
-    for kind in QUESTION_TEMPLATES
-]
-
-
-def read_questions(text: str) -> list[AskedQuestion]:
-    """The numbered questions of a questions message, in number order."""
-    asked: list[AskedQuestion] = []
-    for regex, kind in _QUESTION_READERS:
-        for match in regex.finditer(text):
-            item = match.groupdict().get("item")
-            asked.append(
-                AskedQuestion(
-                    int(match.group("number")),
-                    kind,
-                    match.group("name"),
-                    None if item is None else int(item),
-                )
-            )
-    return sorted(asked, key=lambda q: q.number)
-
-
-def is_questions_message(text: str) -> bool:
-    head = text.lstrip()
-    return head.startswith(QUESTIONS_HEADER[:20]) or head.startswith(FINAL_QUESTIONS_HEADER[:16])
 
 
 # ---------------------------------------------------------------------------------------------

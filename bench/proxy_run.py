@@ -36,7 +36,7 @@ from keeper_middleware.bench.audit import NotesVersion, audit_notes
 from keeper_middleware.bench.cli import grade_run, read_run
 from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
 from keeper_middleware.bench.ledger import Ledger
-from keeper_middleware.bench.reader_server import create_reader_app, parse_messages
+from keeper_middleware.bench.reader.server import create_reader_app, parse_messages
 from keeper_middleware.bench.run_options import resolve_stream
 from keeper_middleware.bench.runner import SYSTEM_PROMPT, Step, plan_steps
 from keeper_middleware.bench.streams import SIZES, read_stream

@@ -26,7 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langchain_core.outputs import LLMResult
 
 from keeper_middleware.bench.costs import CallRecord
-from keeper_middleware.bench.reader_summary import is_summary_request
+from keeper_middleware.bench.reader.summary import is_summary_request
 from keeper_middleware.messages import keeper_kind, text_of
 
 _KIND_BY_TAG = {"notes_request": "notes", "notes_reask": "reask", "summary_request": "summary"}

@@ -17,8 +17,11 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import SecretStr
 
 from keeper_middleware.bench.grader import SIMULATED_READER
-from keeper_middleware.bench.reader_faults import NO_FAULTS, ReaderFaults
+from keeper_middleware.bench.reader.faults import FAULT_PRESETS, NO_FAULTS, ReaderFaults
+from keeper_middleware.bench.reader.rot import NO_ROT, REALISTIC_ROT, ContextRot
 from keeper_middleware.bench.streams import SIZES, StreamSpec, generate_stream, preset_spec
+from keeper_middleware.config import resolve_size
+from keeper_middleware.graphs.baselines import SUMMARY_BUDGET
 
 DELIVERIES = ("messages", "tool")
 _OPENAI = re.compile(r"^openai:(https?://[^/:\s]+(?::\d+)?(?:/[^:\s]*)?)(?::(\S+))?$")
@@ -26,9 +29,15 @@ _OPENAI = re.compile(r"^openai:(https?://[^/:\s]+(?::\d+)?(?:/[^:\s]*)?)(?::(\S+
 
 # -- what a run is ------------------------------------------------------------------------------
 def parse_faults(text: str) -> ReaderFaults:
-    """``misread=0.05,empty_reply=0.02,seed=3`` → ``ReaderFaults``; "" → no faults."""
+    """``misread=0.05,empty_reply=0.02,seed=3`` → ``ReaderFaults``; "" or ``none`` → no faults;
+    ``realistic`` (optionally ``realistic,seed=3``) → the stated realistic mix."""
     values: dict[str, Any] = {}
-    for part in (p.strip() for p in text.split(",")):
+    parts = [p.strip() for p in text.split(",")]
+    preset = parts[0] if parts and parts[0] in FAULT_PRESETS else None
+    if preset is not None:
+        parts = parts[1:]
+        values = {f.name: getattr(FAULT_PRESETS[preset], f.name) for f in fields(ReaderFaults)}
+    for part in parts:
         if not part:
             continue
         name, sep, value = part.partition("=")
@@ -67,6 +76,8 @@ class RunOptions:
     retriever: str = "keyword"
     embedder: str | None = None
     faults: ReaderFaults = NO_FAULTS
+    rot: float = 0.0
+    """Context rot of the simulated reader (``ContextRot.rate``; 0 off, see ``reader.rot``)."""
     timeout: float = 600.0
     max_tokens: int | None = None
     """A reply limit for a real model (some servers otherwise write to the end of their context)."""
@@ -82,8 +93,12 @@ class RunOptions:
         if self.window < 1024:
             raise ValueError(f"window must be at least 1024 tokens, got {self.window}")
         kind, _ = parse_model(self.model)
-        if kind != "sim" and self.faults != NO_FAULTS:
-            raise ValueError("--faults only applies to the simulated reader (--model sim)")
+        if kind != "sim" and (self.faults != NO_FAULTS or self.rot):
+            raise ValueError("--faults and --rot only apply to the simulated reader (--model sim)")
+        if isinstance(self.rot, bool) or not 0 <= self.rot <= 1:
+            raise ValueError(
+                f"rot must be a rate between 0 and 1 (e.g. {REALISTIC_ROT.rate}), got {self.rot!r}"
+            )
         if self.embedder not in (None, "hashing", "minilm"):
             raise ValueError(f"embedder must be hashing or minilm, got {self.embedder!r}")
         if not (Path(self.stream) / "stream.jsonl").exists():
@@ -104,7 +119,17 @@ class RunOptions:
     @staticmethod
     def identity_keys() -> frozenset[str]:
         return frozenset(
-            {"arm", "model", "window", "delivery", "retriever", "embedder", "faults", "stream"}
+            {
+                "arm",
+                "model",
+                "window",
+                "delivery",
+                "retriever",
+                "embedder",
+                "faults",
+                "rot",
+                "stream",
+            }
         )
 
     def run_json(self, run_dir: Path) -> dict[str, Any]:
@@ -119,6 +144,7 @@ class RunOptions:
             "retriever": self.retriever,
             "embedder": self.embedder,
             "faults": {f.name: getattr(self.faults, f.name) for f in fields(self.faults)},
+            "rot": self.rot,
         }
 
 
@@ -126,7 +152,11 @@ def make_model(options: RunOptions) -> BaseChatModel:
     if options.model == "sim":
         from keeper_middleware.bench.reader import SimulatedReader
 
-        return SimulatedReader(faults=options.faults)
+        return SimulatedReader(
+            faults=options.faults,
+            rot=ContextRot(rate=options.rot, seed=options.faults.seed) if options.rot else NO_ROT,
+            summary_tokens=resolve_size(SUMMARY_BUDGET, options.window, name="summary_tokens"),
+        )
     from langchain_openai import ChatOpenAI
 
     url, name = parse_model(options.model)

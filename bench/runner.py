@@ -31,7 +31,7 @@ from langchain_core.tools import InjectedToolCallId, StructuredTool
 from keeper_middleware.bench.cli import Command, costs_of_run, grade_run
 from keeper_middleware.bench.costs import CallRecord, CostSummary
 from keeper_middleware.bench.grader import GradeResult
-from keeper_middleware.bench.reader_messages import NO_MORE_BATCHES, READ_TOOL
+from keeper_middleware.bench.reader.messages import NO_MORE_BATCHES, READ_TOOL
 from keeper_middleware.bench.recording import CallRecorder
 from keeper_middleware.bench.run_options import (
     DELIVERIES,
@@ -289,6 +289,10 @@ class _JsonlAppender:
             handle.flush()
 
 
+_BEFORE_KEY: dict[str, Any] = {"rot": 0.0}
+"""Identity keys added later, and the value a run.json written before them means."""
+
+
 def prepare_run_dir(options: RunOptions, run_dir: Path) -> dict[str, Any]:
     """Write run.json, or check that an existing one describes the same run (then resume)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -297,7 +301,9 @@ def prepare_run_dir(options: RunOptions, run_dir: Path) -> dict[str, Any]:
     if path.exists():
         existing = json.loads(path.read_text(encoding="utf-8"))
         differing = sorted(
-            k for k in wanted if k in options.identity_keys() and existing.get(k) != wanted[k]
+            k
+            for k in wanted
+            if k in options.identity_keys() and existing.get(k, _BEFORE_KEY.get(k)) != wanted[k]
         )
         if differing:
             raise ValueError(
@@ -522,7 +528,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--embedder", default=None, help="hashing or minilm (embedding and hybrid retrievers)"
     )
     parser.add_argument(
-        "--faults", default="", help="simulated reader faults, e.g. misread=0.05,empty_reply=0.02"
+        "--faults",
+        default="",
+        help="simulated reader faults: none, realistic, or rates such as "
+        "misread=0.05,empty_reply=0.02 (realistic,seed=3 sets the seed)",
+    )
+    parser.add_argument(
+        "--rot",
+        type=float,
+        default=0.0,
+        help="simulated reader context rot: the chance of overlooking a sentence 100K tokens "
+        "back (0 off; 0.25 the stated realistic setting)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per model call")
     parser.add_argument("--max-tokens", type=int, default=None, help="reply limit for a real model")
@@ -539,6 +555,7 @@ def options_from_args(args: argparse.Namespace, arm: str, stream: Path) -> RunOp
         retriever=args.retriever,
         embedder=args.embedder,
         faults=args.faults,
+        rot=args.rot,
         timeout=args.timeout,
         max_tokens=args.max_tokens,
     )

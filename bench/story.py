@@ -11,21 +11,29 @@ from collections.abc import Callable, Sequence
 
 from keeper_middleware.bench.ledger import Ledger, LedgerChange
 from keeper_middleware.bench.phrasing import (
+    CHAIN_LEADS,
+    CHAIN_TEMPLATES,
     CLERK,
     CLERK_TEMPLATE,
+    CORRECTION_TEMPLATE,
     DECOY_TEMPLATES,
     HELD_TEMPLATES,
     NAME_RE,
     PLAIN_TEMPLATES,
     PRONOUN_TEMPLATES,
+    SPLIT_END_TEMPLATE,
+    SPLIT_START_TEMPLATE,
+    VARIED_TEMPLATES,
     Event,
     EventKind,
     apply_change,
+    fill,
     render_change,
 )
 from keeper_middleware.numbers import amounts_in
 
 _Commit = Callable[[Event, str], None]
+_Apply = Callable[[Event], None]
 _Value = Callable[[str], "int | None"]
 
 FIRST_NAMES = [
@@ -294,6 +302,13 @@ class ChangeWriter:
         self._harder = "harder" in families
         self._adversarial = "adversarial" in families
         self._overdrawn = "overdrawn" in families
+        self._varied = "varied" in families
+        self._split: tuple[str, str, int] | None = None
+        """A recount begun in the previous item: (name, actor, amount), told in this one."""
+        self.carried_in: str | None = None
+        """The sentence that finishes a change begun in the previous item: it opens the story."""
+        self.carried_out: str | None = None
+        """The sentence that begins a change finished in the next item: it closes the story."""
         self._per_batch = per_batch
         self._all: list[str] = []
         self._known: set[str] = set()
@@ -317,12 +332,15 @@ class ChangeWriter:
             return local[name] if name in local else self._ledger.current.get(name)
 
         def commit(event: Event, template: str) -> None:
+            units.append(render_change(event, template, words=rng.random() < 0.5))
+            apply(event)
+
+        def apply(event: Event) -> None:
             source_value = value(event.source) if event.source else None
             new = apply_change(value(event.name), event, source_value)
             assert new is not None
             amount = event.amount if event.amount is not None else source_value
             assert amount is not None
-            units.append(render_change(event, template, words=rng.random() < 0.5))
             applied.append(
                 LedgerChange(event.name, event.kind, amount, event.source, event.actor, new)
             )
@@ -333,6 +351,12 @@ class ChangeWriter:
                 self._all.append(event.name)
             self._recent = [*[n for n in self._recent if n != event.name], event.name][-16:]
 
+        self.carried_in = self.carried_out = None
+        if self._split is not None:
+            name, actor, amount = self._split
+            self._split = None
+            self.carried_in = fill(SPLIT_END_TEMPLATE, amount=amount, words=rng.random() < 0.5)
+            apply(Event("set", name, amount, None, actor))
         for name in first:
             commit(
                 Event("set", name, rng.randint(1, 999), None, self._actor()),
@@ -346,6 +370,8 @@ class ChangeWriter:
             chosen = rng.choice(recent) if recent else self._pick(lambda n: n not in touched)
             if len(self._all) < 8 or rng.random() < 0.12 or chosen is None:
                 self._introduce(item, commit)
+            elif self._varied and rng.random() < 0.6:
+                self._varied_change(chosen, value, apply, units, touched)
             else:
                 self._change(chosen, value, commit)
         return units, applied
@@ -378,11 +404,10 @@ class ChangeWriter:
             self._decoys.setdefault(lost, []).append(("take", name, loss))
             self._decoys.setdefault(lost + self._rng.randint(1, 6), []).append(("add", name, loss))
 
-    def _change(self, name: str, value: _Value, commit: _Commit) -> None:
+    def _kind_and_amount(self, current: int | None) -> tuple[EventKind, int]:
         rng = self._rng
         roll = rng.random()
         kind: EventKind = "set" if roll < 0.25 else "add" if roll < 0.65 else "take"
-        current = value(name)
         amount = self._set_amount() if kind == "set" else rng.randint(1, 99)
         if (
             kind == "take"
@@ -392,6 +417,48 @@ class ChangeWriter:
             and rng.random() < 0.5
         ):
             amount = min(99, current + rng.randint(1, 9))  # push it below zero
+        return kind, amount
+
+    def _varied_change(
+        self, name: str, value: _Value, apply: _Apply, units: list[str], touched: set[str]
+    ) -> None:
+        """One change (or a chain of them) in a phrasing of the varied family."""
+        rng = self._rng
+        style = rng.random()
+        kind, amount = self._kind_and_amount(value(name))
+        actor = self._actor()
+        if style < 0.4:
+            template = rng.choice(VARIED_TEMPLATES[kind])
+            units.append(fill(template, name=name, actor=actor, amount=amount, words=_words(rng)))
+            apply(Event(kind, name, amount, None, actor))
+        elif style < 0.6:
+            wrong = amount + rng.randint(1, 9) * rng.choice((-1, 1))
+            if wrong < 1:
+                wrong = amount + rng.randint(1, 9)
+            template = rng.choice((*PLAIN_TEMPLATES[kind][:1], *VARIED_TEMPLATES[kind]))
+            said = fill(template, name=name, actor=actor, amount=wrong, words=_words(rng))
+            fixed = fill(CORRECTION_TEMPLATE, amount=amount, words=_words(rng))
+            units.append(f"{said} {fixed}")
+            apply(Event(kind, name, amount, None, actor))
+        elif style < 0.85 or self._split is not None:
+            sentences = [fill(rng.choice(CHAIN_LEADS), name=name)]
+            for link in range(rng.randint(2, 3)):
+                if link:
+                    kind, amount = self._kind_and_amount(value(name))
+                    actor = self._actor()
+                template = rng.choice(CHAIN_TEMPLATES[kind])
+                words = _words(rng)
+                sentences.append(fill(template, actor=actor, amount=amount, words=words))
+                apply(Event(kind, name, amount, None, actor))
+            units.append(" ".join(sentences))
+        else:
+            self._split = (name, actor, self._set_amount())
+            self.carried_out = fill(SPLIT_START_TEMPLATE, name=name, actor=actor)
+            touched.add(name)  # nothing else happens to it after the recount begins
+
+    def _change(self, name: str, value: _Value, commit: _Commit) -> None:
+        rng = self._rng
+        kind, amount = self._kind_and_amount(value(name))
         if self._harder and rng.random() < 1 / 3:
             source = self._pick(lambda n: n != name and abs(value(n) or 1000) < 1000)
             if kind != "set" and source is not None and rng.random() < 0.5:
@@ -405,3 +472,8 @@ class ChangeWriter:
             template = PLAIN_TEMPLATES[kind][0]  # "1 were taken" reads wrong
         actor = CLERK if template == CLERK_TEMPLATE else self._actor()
         commit(Event(kind, name, amount, None, actor), template)
+
+
+def _words(rng: random.Random) -> bool:
+    """Amounts in words about half the time."""
+    return rng.random() < 0.5

@@ -40,7 +40,7 @@ from keeper_middleware.bench.phrasing import (
 from keeper_middleware.bench.questions import QuestionPicker, QuestionRecord
 from keeper_middleware.bench.story import ChangeWriter, FillerWriter, NameMaker
 
-FAMILIES = frozenset({"base", "rules", "overdrawn", "harder", "adversarial"})
+FAMILIES = frozenset({"base", "rules", "overdrawn", "harder", "adversarial", "varied"})
 STREAM_FILE = "stream.jsonl"
 SPEC_FILE = "spec.json"
 TALLY = (5, 13)
@@ -204,6 +204,7 @@ def generate_stream(spec: StreamSpec, folder: Path | str) -> StreamInfo:
             )
             units, applied = changes.batch(item, first=confidential if item == 1 else ())
             text = _batch_text(item, opening, units, filler, rng, spec.filler_sentences)
+            text = _with_carried(text, changes.carried_in, changes.carried_out)
             ledger.record(item, applied)
             picker.note_batch(item)
             _write_ledger(ledger_handle, item, applied, ledger)
@@ -267,6 +268,16 @@ def _batch_text(
     body = opening + story
     paragraphs = [" ".join(body[i : i + 8]) for i in range(0, len(body), 8)]
     return "\n".join([render_batch_head(item), *paragraphs])
+
+
+def _with_carried(text: str, carried_in: str | None, carried_out: str | None) -> str:
+    """A change told over two items: its end opens this story, its start closes it."""
+    head, _, story = text.partition("\n")
+    if carried_in is not None:
+        story = f"{carried_in} {story}"
+    if carried_out is not None:
+        story = f"{story} {carried_out}"
+    return f"{head}\n{story}"
 
 
 def read_stream(folder: Path | str) -> Iterator[dict[str, Any]]:

@@ -102,7 +102,7 @@ SHARED_OPTIONS = frozenset({"reply_reserve", "token_counter", "domain", "retriev
 ARM_OPTIONS: dict[str, frozenset[str]] = {
     "window_drop": frozenset({"pinned_head"}),
     "compaction": frozenset({"pinned_head", "keep_tool_results"}),
-    "summarize": frozenset({"pinned_head", "summarize_at", "keep_turns"}),
+    "summarize": frozenset({"pinned_head", "summarize_at", "keep_turns", "summary_tokens"}),
     "rag": frozenset({"pinned_head", "item_tools"}),
     "notes": frozenset({"item_tools"}),
     "notes_retrieval": frozenset({"item_tools"}),
@@ -241,6 +241,7 @@ def _build_summarize(request: _Request) -> Arm:
         policy=request.policy(),
         summarize_at=request.options.get("summarize_at", ("fraction", 0.75)),
         keep_turns=int(request.options.get("keep_turns", 2)),
+        summary_tokens=request.options.get("summary_tokens", baselines.SUMMARY_BUDGET),
         token_counter=request.options.get("token_counter"),
         **_common(request),
     )

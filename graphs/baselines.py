@@ -52,6 +52,9 @@ SUMMARY_REQUEST_TEXT = (
     "word for word, the current state (values, facts, progress) and any open questions. The "
     "summary replaces the turns above; they will be gone."
 )
+SUMMARY_BUDGET: Size = ("fraction", 0.125)
+"""A summary's budget by default: an eighth of the window. Keep it equal to the keeper's NOTES
+budget, so that a summary and the NOTES are measured at one size."""
 SUMMARY_HEADER = "[SUMMARY] Summary of the conversation so far (it replaces the earlier turns):"
 STUB_TEXT = "[cleared: old tool output]"
 Fits = Callable[[Sequence[BaseMessage]], bool]
@@ -191,8 +194,13 @@ def summary_boundary(messages: Sequence[BaseMessage], start: int, keep_turns: in
     return boundary if boundary > start else None
 
 
+def summary_request_text(budget: int) -> str:
+    """The request, with the summary's budget stated so that the summariser can keep to it."""
+    return f"{SUMMARY_REQUEST_TEXT} Keep it within {budget} tokens."
+
+
 def summary_request(
-    messages: Sequence[BaseMessage], start: int, boundary: int, fits: Fits
+    messages: Sequence[BaseMessage], start: int, boundary: int, fits: Fits, *, budget: int
 ) -> list[BaseMessage]:
     """The messages a summary is asked from (before rendering): the head, then the turns being
     summarised (the oldest left out if they do not fit), then the request.
@@ -200,7 +208,7 @@ def summary_request(
     The request is appended to the conversation as it was sent, like the keeper's notes request,
     so the server's prefix cache serves it.
     """
-    request = keeper_message(SUMMARY_REQUEST_TEXT, "summary_request")
+    request = keeper_message(summary_request_text(budget), "summary_request")
     if start < len(messages) and is_summary(messages[start]):
         start += 1  # the previous summary is always summarised again, never left out
     head = list(messages[:start])
@@ -385,6 +393,7 @@ class SummarizeNode:
         policy: WindowPolicy,
         summarize_at: Size,
         keep_turns: int,
+        summary_tokens: Size = SUMMARY_BUDGET,
     ) -> None:
         if keep_turns < 1:
             raise ConfigurationError("keep_turns must be 1 or more (the newest input stays)")
@@ -393,6 +402,7 @@ class SummarizeNode:
         self.policy = policy
         self.threshold = resolve_size(summarize_at, policy.window, name="summarize_at")
         self.keep_turns = keep_turns
+        self.summary_tokens = resolve_size(summary_tokens, policy.window, name="summary_tokens")
 
     def _plan(self, messages: list[BaseMessage]) -> tuple[int, int] | None:
         if self.size.of(messages) < self.threshold:
@@ -416,7 +426,9 @@ class SummarizeNode:
 
     def _request(self, messages: list[BaseMessage], plan: tuple[int, int]) -> list[BaseMessage]:
         start, boundary = plan
-        asked = summary_request(messages, start, boundary, self.size.fits)
+        asked = summary_request(
+            messages, start, boundary, self.size.fits, budget=self.summary_tokens
+        )
         return self.size.setup.render(asked)
 
     def __call__(self, state: ArmState, config: RunnableConfig) -> dict[str, Any]:
@@ -442,17 +454,24 @@ def summarize_graph(
     policy: WindowPolicy,
     summarize_at: Size = ("fraction", 0.75),
     keep_turns: int = 2,
+    summary_tokens: Size = SUMMARY_BUDGET,
     tools: Sequence[Tool] = (),
     system_prompt: str | None = None,
     token_counter: TokenCounter | str | None = None,
     checkpointer: Checkpointer = None,
     name: str = "summarize",
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """A summary written by the model replaces the older turns at 75% of the window."""
+    """A summary written by the model, within ``summary_tokens`` (stated in the request),
+    replaces the older turns at 75% of the window."""
     size = _sizer(policy, tools, system_prompt, token_counter)
     model_call = ModelCall(model, size.setup)
     node = SummarizeNode(
-        model_call, size, policy=policy, summarize_at=summarize_at, keep_turns=keep_turns
+        model_call,
+        size,
+        policy=policy,
+        summarize_at=summarize_at,
+        keep_turns=keep_turns,
+        summary_tokens=summary_tokens,
     )
     return assemble(
         ArmState,

@@ -12,7 +12,7 @@ from pydantic import Field
 from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult, grade
 from keeper_middleware.bench.phrasing import render_questions_message
 from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.bench.reader_summary import is_summary_request, write_summary
+from keeper_middleware.bench.reader.summary import is_summary_request, write_summary
 from keeper_middleware.bench.streams import (
     generate_stream,
     preset_spec,
@@ -71,9 +71,10 @@ def drive(arm: Arm, folder) -> tuple[GradeResult, dict[int, list[BaseMessage]]]:
 
 
 def run(
-    name: str, folder, window: int = WINDOW, **options
+    name: str, folder, window: int = WINDOW, reader: SimulatedReader | None = None, **options
 ) -> tuple[GradeResult, dict[int, list[BaseMessage]], Arm]:
-    arm = build_arm(name, SimulatedReader(), window=window, domain="counters", **options)
+    model = reader or SimulatedReader()
+    arm = build_arm(name, model, window=window, domain="counters", **options)
     result, views = drive(arm, folder)
     arm.close()
     return result, views, arm
@@ -158,12 +159,29 @@ def test_on_the_benchmark_stream_rag_never_retrieves_the_rule_that_names_nothing
 @pytest.mark.parametrize(
     "name", ["summarize", "peer_langchain_summarization", "peer_langmem_summarization"]
 )
-def test_summaries_keep_rules_and_values_but_lose_who_did_it(stream, name):
-    result, _, _ = run(name, stream)
-    assert right(result, "rule") == (8, 8) and right(result, "overdrawn") == (8, 8)
-    assert right(result, "current")[0] == right(result, "current")[1]
+def test_summaries_within_their_budget_keep_rules_values_actors_and_old_values(stream, name):
+    """When the whole history fits a summary's budget, a fair summariser keeps what it was asked
+    to keep, so the summary arms answer every kind of question (what they lose at scale comes
+    from the budget and from summarising summaries, not from the summariser)."""
+    budget = {"summary_tokens": 2048} if name == "summarize" else {}
+    reader = RecordingReader(summary_tokens=2048)
+    result, _, _ = run(name, stream, window=4096, reader=reader, **budget)
+    assert any(is_summary_request(sent) for sent, _ in reader.sent)
+    for category in ("rule", "overdrawn", "current", "old", "who", "method"):
+        got, asked = right(result, category)
+        assert got == asked, (category, result.markdown())
+
+
+def test_a_summary_over_its_budget_loses_the_oldest_history_first(stream):
+    """At a small window the summary's budget (an eighth of it) cannot hold every change: who
+    changed what long ago goes first; the rules stay, and most current values."""
+    result, _, _ = run("summarize", stream)
+    assert right(result, "rule") == (8, 8)
     who_right, who_asked = right(result, "who")
-    assert who_right < who_asked, result.markdown()
+    current_right, current_asked = right(result, "current")
+    assert who_right < who_asked and who_right / who_asked < current_right / current_asked, (
+        result.markdown()
+    )
 
 
 # ---------------------------------------------------------------------------------- contracts
@@ -220,7 +238,9 @@ def test_the_summary_request_is_sent_like_a_normal_call_and_its_summary_replaces
     summaries = [m for m in final if keeper_kind(m) == "summary"]
     assert len(summaries) == 1 and final[1] is not None and keeper_kind(final[1]) == "summary"
     assert text_of(final[0]) == TASK
-    assert not re.search(r"[A-Z][a-z]+ [A-Z][a-z]+ (?:took|added|recorded)", text_of(summaries[0]))
+    body = text_of(summaries[0]).split("\n", 1)[1]
+    assert (len(body) + 3) // 4 <= 256  # the budget it was given: an eighth of the window
+    assert all("Keep it within 256 tokens." in text_of(sent[-1]) for sent in requests)
 
 
 def test_unknown_arms_and_options_are_refused_with_the_choices():
@@ -278,7 +298,7 @@ def test_compaction_stubs_old_tool_output_and_keeps_the_newest():
     assert text_of(messages[3]).startswith("Item 1.")  # the input list is not changed
 
 
-def test_the_reader_answers_summary_requests_with_rules_and_values_but_no_actors():
+def test_the_reader_answers_summary_requests_with_rules_values_actors_and_old_values():
     story = HumanMessage(
         "Item 1.\nHouse method: the tally of a counter is its value times five plus thirteen. "
         "Mira Holt recorded domo86 at 40. Tomas Quill took 9 from domo86."
@@ -291,10 +311,11 @@ def test_the_reader_answers_summary_requests_with_rules_and_values_but_no_actors
     ):
         messages = [story, AIMessage("Read item 1."), HumanMessage(request)]
         assert is_summary_request(messages)
-        summary = write_summary(messages)
+        summary = write_summary(messages, budget=500)
         assert "House method: the tally of a counter" in summary
-        assert "The clerk recorded domo86 at 31." in summary
-        assert "Mira" not in summary and "Tomas" not in summary
+        assert "item 1: Mira Holt recorded domo86 at 40." in summary
+        assert "item 1: Tomas Quill took 9 from domo86." in summary
+        assert "item 1: domo86 stood at 31." in summary
     assert not is_summary_request([story])
     assert not is_summary_request([HumanMessage("Here is a summary of the conversation to date:")])
 

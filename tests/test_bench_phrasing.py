@@ -1,36 +1,45 @@
-"""The stream's wording: every template reads back as the change it was rendered from."""
+"""The stream's wording: every template the generator writes reads back, through the simulated
+reader's own parser (written from docs/stream-text.md), as the change it was rendered from."""
 
 from __future__ import annotations
 
 import pytest
 
 from keeper_middleware.bench.phrasing import (
+    CHAIN_LEADS,
+    CHAIN_TEMPLATES,
     CLERK,
     CLERK_TEMPLATE,
+    CORRECTION_TEMPLATE,
     DECOY_TEMPLATES,
     FINAL_QUESTIONS_HEADER,
     HELD_TEMPLATES,
     PLAIN_TEMPLATES,
     PRONOUN_TEMPLATES,
-    AskedQuestion,
-    Event,
-    RulesInForce,
+    SPLIT_END_TEMPLATE,
+    SPLIT_START_TEMPLATE,
+    VARIED_TEMPLATES,
     answer_under_rules,
     apply_change,
-    merge_rules,
-    read_events,
-    read_item_number,
-    read_questions,
-    read_rules,
+    fill,
     render_change,
     render_question,
     render_questions_message,
     render_rules,
 )
+from keeper_middleware.bench.reader.text import (
+    AskedQuestion,
+    Event,
+    RulesInForce,
+    read_events,
+    read_questions,
+    read_rules,
+    read_story,
+)
 
 AMOUNT_TEMPLATES = [
     (kind, template)
-    for table in (PLAIN_TEMPLATES, PRONOUN_TEMPLATES, DECOY_TEMPLATES)
+    for table in (PLAIN_TEMPLATES, PRONOUN_TEMPLATES, DECOY_TEMPLATES, VARIED_TEMPLATES)
     for kind, templates in table.items()
     for template in templates
 ]
@@ -87,11 +96,6 @@ def test_filler_with_no_names_or_amounts_states_no_change():
     assert read_events("Mira Holt added salt to the stew. The clerk recorded the weather.") == []
 
 
-def test_item_number_comes_from_the_first_line_only():
-    assert read_item_number("Item 37.\nSomething about Item 4.") == 37
-    assert read_item_number("Questions about the stories so far.") is None
-
-
 def test_rules_read_from_the_story_sentences():
     story = " ".join(
         render_rules(confidential=["kelo12", "varu55", "tisa09"], tally=(5, 13), overdrawn=True)
@@ -115,13 +119,6 @@ def test_rules_read_from_notes_rules_lines():
 
 def test_a_text_without_rules_reads_as_no_rules():
     assert read_rules("Item 1.\nMira Holt added 5 to domo86.") == RulesInForce()
-
-
-def test_merging_rules_keeps_both_sides_and_the_later_method():
-    first = RulesInForce(frozenset({"kelo12"}), (5, 13), False)
-    second = RulesInForce(frozenset({"varu55"}), (3, 1), True)
-    assert merge_rules(first, second) == RulesInForce(frozenset({"kelo12", "varu55"}), (3, 1), True)
-    assert merge_rules(first, RulesInForce()).tally == (5, 13)
 
 
 def test_questions_read_back_from_a_rendered_message():
@@ -182,3 +179,35 @@ def test_applying_changes():
     assert apply_change(5, Event("take_held", "a", None, "b", CLERK), -4) == 9
     assert apply_change(None, Event("add", "a", 1, None, CLERK)) is None
     assert apply_change(5, Event("add_held", "a", None, "b", CLERK)) is None
+
+
+@pytest.mark.parametrize("words", [False, True], ids=["digits", "words"])
+@pytest.mark.parametrize("lead", CHAIN_LEADS)
+def test_a_pronoun_chain_applies_every_link_to_the_counter_its_lead_names(lead, words):
+    links = [
+        Event(kind, "domo86", amount, None, actor)
+        for kind, amount, actor in (("add", 12, "Mira Holt"), ("set", 40, "Ada Lind"))
+    ]
+    templates = [CHAIN_TEMPLATES["add"][1], CHAIN_TEMPLATES["set"][1]]
+    sentences = [fill(lead, name="domo86")] + [
+        fill(template, actor=e.actor, amount=e.amount, words=words)
+        for template, e in zip(templates, links, strict=True)
+    ]
+    assert read_events(" ".join(["The gull cried.", *sentences])) == links
+
+
+@pytest.mark.parametrize("words", [False, True], ids=["digits", "words"])
+def test_a_correction_replaces_the_amount_of_the_change_just_stated(words):
+    said = fill(VARIED_TEMPLATES["take"][1], name="domo86", actor="Mira Holt", amount=19)
+    fixed = fill(CORRECTION_TEMPLATE, amount=91, words=words)
+    assert read_events(f"{said} {fixed}") == [Event("take", "domo86", 91, None, "Mira Holt")]
+
+
+def test_a_recount_begun_in_one_item_is_a_set_in_the_next():
+    begun = fill(SPLIT_START_TEMPLATE, name="domo86", actor="Mira Holt")
+    done = fill(SPLIT_END_TEMPLATE, amount=312, words=True)
+    found, left_open = read_story([f"Item 4.\nThe gull cried. {begun}", f"Item 5.\n{done}"])
+    assert found == [[], [Event("set", "domo86", 312, None, "Mira Holt")]]
+    assert left_open is None
+    assert read_story([f"Item 4.\n{begun}"])[1] is not None
+    assert read_events(f"Item 5.\n{done}") == []  # its start unseen, the end says nothing

@@ -6,15 +6,19 @@ own number words), so a bug in phrasing.py cannot hide a matching bug in the led
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
+from pathlib import Path
 
 import pytest
 
+from keeper_middleware.bench import reader as reader_package
 from keeper_middleware.bench.ledger import Ledger
-from keeper_middleware.bench.phrasing import apply_change, read_events, read_rules
+from keeper_middleware.bench.phrasing import apply_change
 from keeper_middleware.bench.questions import bucket_label
+from keeper_middleware.bench.reader.text import read_rules, read_story
 from keeper_middleware.bench.story import check_vocabulary
 from keeper_middleware.bench.streams import (
     StreamSpec,
@@ -24,7 +28,7 @@ from keeper_middleware.bench.streams import (
     read_stream,
 )
 
-ALL = frozenset({"base", "rules", "overdrawn", "harder", "adversarial"})
+ALL = frozenset({"base", "rules", "overdrawn", "harder", "adversarial", "varied"})
 
 # -- a second parser, independent of phrasing.py ------------------------------------------------
 _SMALL = [
@@ -81,70 +85,105 @@ def _sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=\.)\s+", text.split("\n", 1)[1]) if s]
 
 
-def _derive(text: str, values: dict[str, int]) -> list[tuple[str, int, str]]:
-    """Apply one batch's sentences to ``values``; return (name, value after, actor) per change."""
-    done: list[tuple[str, int, str]] = []
+_LEADS = ("Next on the list was ", "Attention turned to ", "Then came ")
+_PASSIVE = (  # "X was set to A by B": (marker, kind)
+    (" was set to ", "set"),
+    (" was recorded at ", "set"),
+    (" was credited with ", "add"),
+    (" was debited ", "take"),
+)
+_ACTIVE = (  # "B verb ... ": (marker, kind, amount first?, separator)
+    (" recorded ", "set", False, " at "),
+    (" logged ", "set", False, " at "),
+    (" brought ", "set", False, " to "),
+    (" raised ", "add", False, " by "),
+    (" lowered ", "take", False, " by "),
+    (" added ", "add", True, " to "),
+    (" put ", "add", True, " more into "),
+    (" took ", "take", True, " from "),
+    (" removed ", "take", True, " from "),
+)
+
+
+def _change(s: str, antecedent: str) -> list | None:
+    """[kind, target, amount text, actor] for one sentence (no trailing period); None if none."""
+    if s.startswith("It was set to "):
+        amount, actor = s.removeprefix("It was set to ").split(" by ")
+        return ["set", antecedent, amount, actor]
+    if s.startswith("The clerk recorded "):
+        target, amount = s.removeprefix("The clerk recorded ").split(" at ")
+        return ["set", target, amount, "the clerk"]
+    for marker, kind in _PASSIVE:
+        if marker in s:
+            target, rest = s.split(marker)
+            amount, actor = rest.split(" by ")
+            return [kind, target, amount, actor]
+    if " were added to " in s or " were taken from " in s:
+        kind = "add" if " were added to " in s else "take"
+        amount, rest = s.split(" were added to " if kind == "add" else " were taken from ")
+        target, actor = rest.split(" by ")
+        return [kind, target, amount, actor]
+    if " lost " in s:
+        target, rest = s.split(" lost ")
+        amount, rest = rest.split(" when ")
+        return ["take", target, amount, rest.removesuffix(" dropped a crate")]
+    if " regained " in s:
+        target, rest = s.split(" regained ")
+        amount, actor = rest.split(" thanks to ")
+        return ["add", target, amount, actor]
+    for marker, kind, amount_first, separator in _ACTIVE:
+        if marker in s:
+            actor, _, rest = s.partition(marker)
+            first, second = rest.split(separator)
+            amount, target = (first, second) if amount_first else (second, first)
+            return [kind, antecedent if target == "it" else target, amount, actor]
+    return None
+
+
+def _derive(text: str, values: dict[str, int], carry: dict) -> list[tuple[str, int, str]]:
+    """Apply one batch's sentences to ``values``; return (name, value after, actor) per change.
+    ``carry`` holds a recount begun in the previous batch."""
+    changes: list[list] = []
     antecedent = ""
     for sentence in _sentences(text):
         s = sentence[:-1]
-        name = next((w for w in s.replace(",", "").split() if re.fullmatch(r"[a-z]+\d\d", w)), None)
         if s.startswith("Standing rule") or s.startswith("House method"):
             continue
-        if s.startswith("Next on the list was "):
-            antecedent = s.rsplit(" ", 1)[1]
+        if s.startswith("Correction: that should have read "):
+            changes[-1][2] = s.removeprefix("Correction: that should have read ")
             continue
-        if name is None and not s.endswith(" it") and " recorded it at " not in s:
+        if s.startswith("The recount begun in the previous item came to "):
+            target, actor = carry.pop("recount")
+            changes.append(["set", target, s.rsplit(" came to ", 1)[1], actor])
+            continue
+        if " began a recount of " in s:
+            actor, target = s.split(" began a recount of ")
+            carry["recount"] = (target, actor)
+            continue
+        lead = next((p for p in _LEADS if s.startswith(p)), None)
+        if lead is not None:
+            antecedent = s.removeprefix(lead)
+            continue
+        named = any(re.fullmatch(r"[a-z]+\d\d", w) for w in s.replace(",", "").split())
+        if not named and not re.search(r"\bit\b|^It ", s):
             continue
         if " as much as " in s:  # "{Actor} added to X as much as Y held"
             head, _, rest = s.partition(" as much as ")
-            other = rest.removesuffix(" held")
-            actor, verb = (
-                head.split(" added to " if " added to " in head else " took from ")[0],
-                head,
-            )
-            target = verb.rsplit(" ", 1)[1]
             sign = 1 if " added to " in head else -1
-            values[target] += sign * values[other]
-            done.append((target, values[target], actor))
+            actor, target = head.split(" added to " if sign == 1 else " took from ")
+            changes.append(["held", target, rest.removesuffix(" held"), actor, sign])
             continue
-        for marker, kind in ((" recorded ", "set"), (" added ", "add"), (" took ", "take")):
-            if marker in s and not s.startswith("The clerk") and " were " not in s:
-                actor, _, rest = s.partition(marker)
-                if rest.startswith("it at "):
-                    target, amount = antecedent, rest.removeprefix("it at ")
-                elif kind == "set":
-                    target, amount = rest.split(" at ")
-                else:
-                    amount, target = rest.split(" to " if kind == "add" else " from ")
-                    target = antecedent if target == "it" else target
-                break
+        change = _change(s, antecedent)
+        if change is None:
+            raise AssertionError(f"a sentence with a counter name matches no template: {s!r}")
+        changes.append(change)
+    done: list[tuple[str, int, str]] = []
+    for kind, target, amount, actor, *sign in changes:
+        if kind == "held":
+            values[target] += sign[0] * values[amount]
         else:
-            if s.startswith("The clerk recorded "):
-                kind, actor = "set", "the clerk"
-                target, amount = s.removeprefix("The clerk recorded ").split(" at ")
-            elif " was set to " in s:
-                kind = "set"
-                target, rest = s.split(" was set to ")
-                amount, actor = rest.split(" by ")
-            elif " were added to " in s or " were taken from " in s:
-                kind = "add" if " were added to " in s else "take"
-                amount, rest = s.split(" were added to " if kind == "add" else " were taken from ")
-                target, actor = rest.split(" by ")
-            elif " lost " in s:
-                kind = "take"
-                target, rest = s.split(" lost ")
-                amount, rest = rest.split(" when ")
-                actor = rest.removesuffix(" dropped a crate")
-            elif " regained " in s:
-                kind = "add"
-                target, rest = s.split(" regained ")
-                amount, actor = rest.split(" thanks to ")
-            else:
-                raise AssertionError(
-                    f"a sentence with a counter name matches no template: {sentence!r}"
-                )
-        n = _number(amount)
-        values[target] = n if kind == "set" else values[target] + (n if kind == "add" else -n)
+            n = _number(amount)
+            values[target] = n if kind == "set" else values[target] + (n if kind == "add" else -n)
         done.append((target, values[target], actor))
     return done
 
@@ -162,11 +201,12 @@ def test_the_ledger_is_what_the_text_says_by_an_independent_reading(hard_stream)
     folder, _ = hard_stream
     ledger = Ledger.load(folder)
     values: dict[str, int] = {}
+    carry: dict = {}
     for record in read_stream(folder):
         if record["type"] != "batch":
             continue
         item = record["item"]
-        derived = _derive(record["text"], values)
+        derived = _derive(record["text"], values, carry)
         recorded = [(c.name, c.value, c.actor) for c in ledger.changes_in(item)]
         assert derived == recorded, f"item {item}"
         assert ledger.snapshot(item) == values, f"item {item}"
@@ -265,8 +305,12 @@ def test_the_categories_cover_every_question_type(hard_stream):
     }
 
 
-def test_the_harder_family_says_it_and_uses_held_amounts_in_about_a_third_of_changes(hard_stream):
-    folder, _ = hard_stream
+def test_the_harder_family_says_it_and_uses_held_amounts_in_about_a_third_of_changes(tmp_path):
+    folder = tmp_path
+    spec = StreamSpec(
+        seed=3, target_tokens=60_000, families=ALL - {"varied"}, filler_sentences=(10, 20)
+    )
+    generate_stream(spec, folder)
     ledger = Ledger.load(folder)
     text = "\n".join(r["text"] for r in read_stream(folder) if r["type"] == "batch")
     changes = sum(len(ledger.changes_in(i)) for i in range(1, ledger.last_item + 1))
@@ -274,23 +318,82 @@ def test_the_harder_family_says_it_and_uses_held_amounts_in_about_a_third_of_cha
     assert 0.2 < indirect / changes < 0.45
 
 
-def test_the_shared_reading_skill_reads_every_batch_as_the_ledger_records_it(hard_stream):
-    folder, _ = hard_stream
+def _read_as_the_reader_does(folder) -> None:
     ledger = Ledger.load(folder)
+    batches = [record for record in read_stream(folder) if record["type"] == "batch"]
+    found, _ = read_story([record["text"] for record in batches])
     values: dict[str, int] = {}
-    for record in read_stream(folder):
-        if record["type"] != "batch":
-            continue
+    for record, events in zip(batches, found, strict=True):
         read = []
-        for event in read_events(record["text"]):
+        for event in events:
             source = values.get(event.source) if event.source else None
-            new = apply_change(values.get(event.name), event, source)
+            new = apply_change(values.get(event.name), event, source)  # type: ignore[arg-type]
             assert new is not None
             values[event.name] = new
             read.append((event.name, event.kind, new, event.actor))
         recorded = [(c.name, c.kind, c.value, c.actor) for c in ledger.changes_in(record["item"])]
         assert read == recorded, f"item {record['item']}"
-    assert read_rules(next(read_stream(folder))["text"]) == ledger.rules
+    rules = read_rules(batches[0]["text"])
+    expected = ledger.rules
+    assert (rules.confidential, rules.tally, rules.overdrawn) == (
+        expected.confidential,
+        expected.tally,
+        expected.overdrawn,
+    )
+
+
+def test_the_readers_parser_reads_every_batch_as_the_ledger_records_it(hard_stream):
+    _read_as_the_reader_does(hard_stream[0])
+
+
+@pytest.mark.parametrize("size", ["tiny", "small"])
+@pytest.mark.parametrize("families", ["rules+varied", "overdrawn+harder+varied"])
+@pytest.mark.parametrize("seed", [1, 2, 5])
+def test_the_readers_parser_reads_varied_text_as_the_ledger_across_seeds_and_sizes(
+    tmp_path, seed, families, size
+):
+    chosen = frozenset({"base", *families.split("+")})
+    generate_stream(preset_spec(size, seed=seed, families=chosen), tmp_path)
+    text = "\n".join(r["text"] for r in read_stream(tmp_path) if r["type"] == "batch")
+    assert "Correction: " in text or size == "tiny"
+    _read_as_the_reader_does(tmp_path)
+
+
+def test_the_varied_family_uses_every_kind_of_phrasing(tmp_path):
+    generate_stream(preset_spec("small", seed=4, families=frozenset({"varied"})), tmp_path)
+    text = "\n".join(r["text"] for r in read_stream(tmp_path) if r["type"] == "batch")
+    for marker in (
+        "Correction: that should have read",
+        "began a recount of",
+        "The recount begun in the previous item came to",
+        " was credited with ",
+        " was debited ",
+        " more into it.",
+        "It was set to ",
+    ):
+        assert marker in text, marker
+    assert re.search(r"(?:Attention turned to|Then came|Next on the list was) [a-z]+\d\d\.", text)
+
+
+def test_no_module_of_the_reader_imports_the_generator():
+    """The reader's parser is written from docs/stream-text.md, never from the templates."""
+    generator = {"phrasing", "story", "streams", "questions", "ledger"}
+    folder = Path(reader_package.__file__).parent
+    for module in folder.glob("*.py"):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                assert not (
+                    parts[:2] == ["keeper_middleware", "bench"]
+                    and len(parts) > 2
+                    and parts[2] in generator
+                ), f"{module.name} imports {name}"
 
 
 def test_adversarial_decoys_lose_and_regain_the_same_amount_in_later_batches(hard_stream):

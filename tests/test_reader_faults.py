@@ -6,7 +6,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.bench.reader_faults import ReaderFaults
+from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.changes import RuleLine, SetLine, parse_changes
 from tests.test_reader import (
     ITEM_2,

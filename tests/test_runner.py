@@ -6,16 +6,19 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from keeper_middleware.bench.cli import main as bench_main
-from keeper_middleware.bench.reader_faults import ReaderFaults
+from keeper_middleware.bench.reader import REALISTIC_FAULTS, ContextRot, SimulatedReader
+from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.bench.recording import call_kind, request_fingerprint
 from keeper_middleware.bench.run_options import (
     RunOptions,
+    make_model,
     parse_faults,
     parse_model,
     resolve_stream,
@@ -25,6 +28,7 @@ from keeper_middleware.bench.runner import (
     TASK_MESSAGES,
     TASK_TOOL,
     plan_steps,
+    prepare_run_dir,
     run_arm,
 )
 from keeper_middleware.bench.streams import read_stream
@@ -99,8 +103,33 @@ def test_model_and_fault_specs_are_parsed_or_refused_with_the_fix():
         parse_faults("misread=2")
 
 
+def test_the_reader_of_a_run_has_its_faults_rot_and_a_summary_budget_from_the_window(stream):
+    run = options(stream, faults="realistic,seed=2", rot=0.25, window=16_384)
+    reader = make_model(run)
+    assert isinstance(reader, SimulatedReader)
+    assert reader.faults == replace(REALISTIC_FAULTS, seed=2)
+    assert reader.rot == ContextRot(rate=0.25, seed=2)
+    assert reader.summary_tokens == 16_384 // 8
+    assert run.run_json(Path("."))["rot"] == 0.25
+    with pytest.raises(ValueError, match="rot must be a rate"):
+        options(stream, rot=1.5)
+    with pytest.raises(ValueError, match="only apply to the simulated reader"):
+        options(stream, model="openai:http://127.0.0.1:9/v1", rot=0.1)
+
+
+def test_a_run_folder_written_before_context_rot_resumes_as_rot_zero(stream, tmp_path):
+    run = options(stream)
+    prepare_run_dir(run, tmp_path)
+    recorded = json.loads((tmp_path / "run.json").read_text())
+    del recorded["rot"]
+    (tmp_path / "run.json").write_text(json.dumps(recorded))
+    prepare_run_dir(run, tmp_path)  # the same run: no error
+    with pytest.raises(ValueError, match="differs in rot"):
+        prepare_run_dir(options(stream, rot=0.25), tmp_path)
+
+
 def test_faults_are_refused_for_a_real_model(stream):
-    with pytest.raises(ValueError, match="only applies to the simulated reader"):
+    with pytest.raises(ValueError, match="only apply to the simulated reader"):
         options(stream, model="openai:http://127.0.0.1:9/v1", faults="misread=0.1")
 
 

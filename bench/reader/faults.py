@@ -3,7 +3,9 @@
 The keeper's guards (re-asks, loop guards, the retry without thinking) exist because real models
 misread, reply with nothing, think to their limit and search in circles. A benchmark that only ever
 met a perfect reader could not show that the guards work, so each of those behaviours can be
-switched on at a rate.
+switched on at a rate. The same mix applies to every call the reader answers, whatever the arm:
+work calls, note calls, summary calls and rewrite calls alike (searches only where a call can
+search), so what an arm loses to faults comes from how it copes with them.
 
 Every decision is a hash of (seed, fault name, a digest of the request), never a running random
 generator: the same request always gets the same reply, whatever was asked before, and a run is
@@ -15,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -94,6 +96,25 @@ class ReaderFaults:
 
 
 NO_FAULTS = ReaderFaults()
+REALISTIC_FAULTS = ReaderFaults(
+    misread=0.05,
+    empty_reply=0.02,
+    think_to_limit=0.02,
+    repeat_search=0.05,
+    circle_searches=0.02,
+    drop_rules=0.05,
+    invent_working=0.05,
+)
+"""A stated mix, not a measurement: each fault on a few requests in a hundred, for every call of
+every arm (work, notes, summaries, rewrites). ``--faults realistic`` on the command line."""
+FAULT_PRESETS = {"none": NO_FAULTS, "realistic": REALISTIC_FAULTS}
+
+
+def fault_preset(name: str, *, seed: int = 0) -> ReaderFaults:
+    """A named fault mix ("none" or "realistic") with its seed."""
+    if name not in FAULT_PRESETS:
+        raise ValueError(f"unknown fault mix {name!r}; choose one of {', '.join(FAULT_PRESETS)}")
+    return replace(FAULT_PRESETS[name], seed=seed)
 
 
 def unit_hash(seed: int, label: str, digest: str) -> float:

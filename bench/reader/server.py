@@ -7,7 +7,7 @@ with the previous request it served), which is what shows whether requests reuse
 
 It is not a language model: the model it reports is "simulated-reader".
 
-    python -m keeper_middleware.bench.reader_server --port 8200
+    python -m keeper_middleware.bench.reader.server --port 8200
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from keeper_middleware.bench.reader import (
+from keeper_middleware.bench.reader.faults import ReaderFaults
+from keeper_middleware.bench.reader.model import (
+    DEFAULT_SUMMARY_TOKENS,
     MODEL_NAME,
     Reply,
     SimulatedReader,
@@ -37,7 +39,7 @@ from keeper_middleware.bench.reader import (
     reply_tokens,
     request_tokens,
 )
-from keeper_middleware.bench.reader_faults import ReaderFaults
+from keeper_middleware.bench.reader.rot import ContextRot
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
 from keeper_middleware.messages import text_of
 
@@ -222,7 +224,14 @@ def create_reader_app(reader: SimulatedReader | None = None) -> Starlette:
         except BadRequestError as exc:
             return _error(str(exc))
         kwargs = call_kwargs(body)
-        reply, digest = reader_reply(messages, tools=tools, faults=faults, call_kwargs=kwargs)
+        reply, digest = reader_reply(
+            messages,
+            tools=tools,
+            faults=faults,
+            call_kwargs=kwargs,
+            rot=served.rot,
+            summary_tokens=served.summary_tokens,
+        )
         prompt_tokens = request_tokens(messages)
         usage = _usage(
             prompt_tokens,
@@ -292,6 +301,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="NAME=RATE",
         help="switch a fault on, e.g. --fault misread=0.05 (repeatable)",
     )
+    parser.add_argument(
+        "--rot",
+        type=float,
+        default=0.0,
+        help="context rot: the chance of overlooking a sentence 100K tokens back (0 off)",
+    )
+    parser.add_argument(
+        "--summary-tokens",
+        type=int,
+        default=DEFAULT_SUMMARY_TOKENS,
+        help="a summary's budget when the request states none",
+    )
     args = parser.parse_args(argv)
     rates: dict[str, float] = {}
     for spec in args.fault:
@@ -304,7 +325,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         faults = ReaderFaults(seed=args.seed, **rates)  # type: ignore[arg-type]
     except TypeError as exc:
         parser.error(f"unknown fault in {args.fault!r}: {exc}")
-    uvicorn.run(create_reader_app(SimulatedReader(faults=faults)), host=args.host, port=args.port)
+    try:
+        rot = ContextRot(rate=args.rot, seed=args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
+    reader = SimulatedReader(faults=faults, rot=rot, summary_tokens=args.summary_tokens)
+    uvicorn.run(create_reader_app(reader), host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

@@ -12,34 +12,33 @@ from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
-from keeper_middleware.bench.reader_logic import int_or_none, read_view, value_now
-from keeper_middleware.bench.reader_messages import (
+from keeper_middleware.bench.reader.faults import INVENTED_AMOUNT
+from keeper_middleware.bench.reader.logic import int_or_none, read_view, value_now
+from keeper_middleware.bench.reader.messages import (
     Block,
     message_kind,
     negate_set,
     notes_position,
+    read_blocks,
     story_blocks,
 )
-from keeper_middleware.changes import Change, NoChanges, RuleLine, SetLine
+from keeper_middleware.bench.reader.text import Recount, open_recount
+from keeper_middleware.bench.reader.text import rule_sentences as story_rule_sentences
+from keeper_middleware.changes import Change, CloseLine, NoChanges, OpenLine, RuleLine, SetLine
 from keeper_middleware.messages import text_of
 from keeper_middleware.notes import Notes, render_notes
 
 # ---------------------------------------------------------------------------------------------
 # Notes: the change lines for the turns since the NOTES, or a whole new NOTES block
 # ---------------------------------------------------------------------------------------------
-_RULE_SENTENCE = re.compile(r"(?:Standing rule|House method): [^.\n]*\.")
 _KEPT_IN_REQUEST = re.compile(r"The first (?:(\d+) messages|message) after the NOTES")
 
 
 def rule_sentences(messages: Sequence[BaseMessage]) -> list[str]:
     """Rule and method sentences stated in the story inputs, word for word, each once."""
-    found: list[str] = []
-    for message in messages:
-        if message_kind(message) == "input":
-            for sentence in _RULE_SENTENCE.findall(text_of(message)):
-                if sentence not in found:
-                    found.append(sentence)
-    return found
+    return story_rule_sentences(
+        text_of(message) for message in messages if message_kind(message) == "input"
+    )
 
 
 def noted_span(messages: Sequence[BaseMessage]) -> tuple[int, int]:
@@ -120,14 +119,28 @@ def write_changes(messages: Sequence[BaseMessage], *, misread: int | None = None
             continue
         working = workings[name]
         lines.append(SetLine(name, str(value), None if working == str(value) else working))
+    lines += recount_lines(notes, read_blocks(messages[:end])[1])
     return lines or [NoChanges()]
 
 
+def recount_lines(notes: Notes | None, still_open: Recount | None) -> list[Change]:
+    """A recount begun and not yet finished is kept OPEN until the item that finishes it."""
+    noted = [line for line in (notes.open if notes else ()) if open_recount(line) is not None]
+    lines: list[Change] = [CloseLine(line) for line in noted if open_recount(line) != still_open]
+    if still_open is not None and still_open.sentence() not in noted:
+        lines.append(OpenLine(still_open.sentence()))
+    return lines
+
+
 def rewrite_notes(
-    messages: Sequence[BaseMessage], *, misread: int | None = None, drop_rules: bool = False
+    messages: Sequence[BaseMessage],
+    *,
+    misread: int | None = None,
+    drop_rules: bool = False,
+    invent_working: bool = False,
 ) -> str:
     """A complete NOTES block covering everything in the context (the full-rewrite request);
-    ``drop_rules`` is the fault of a rewrite that loses its RULES lines."""
+    ``drop_rules`` and ``invent_working`` are the faults a notes reply can have."""
     _, end = noted_span(messages)
     view = read_view(messages[:end], misread=misread)
     old = view.notes or Notes()
@@ -140,16 +153,22 @@ def rewrite_notes(
     for name in names:
         value = value_now(view, name).value
         noted = old.state_value(name)
-        if value is not None:
+        if value is not None and invent_working:
+            state.append((name, f"{value} (= {value + INVENTED_AMOUNT} - {INVENTED_AMOUNT})"))
+        elif value is not None:
             state.append((name, str(value)))
         elif noted is not None:
             state.append((name, noted))
     first = old.first_item if old.first_item is not None else min(view.window_items, default=None)
     last = None if first is None else max(view.latest_item, first)
+    still_open = read_blocks(messages[:end])[1]
+    open_lines = [line for line in old.open if open_recount(line) is None]
+    if still_open is not None:
+        open_lines.append(still_open.sentence())
     covering = Notes(
         rules=() if drop_rules else tuple(rules),
         state=tuple(state),
-        open=old.open,
+        open=tuple(open_lines),
         first_item=first,
         last_item=last,
     )

@@ -1,12 +1,4 @@
-"""The simulated reader: a deterministic, stateless chat model for the benchmark.
-
-It is NOT a language model, and results from it are labelled "simulated reader". It reads only the
-messages it is sent (story batches, the NOTES, [RULES] blocks, retrieved passages, search results)
-and answers from them, writes note changes when asked, searches the archive when its context lacks
-a fact, and follows a rule only when the rule is in its context. What it measures is what a way of
-managing context *keeps available*: an upper bound for any model, in seconds on a CPU. Faults that
-real models make can be switched on (`ReaderFaults`).
-"""
+"""The simulated reader as a LangChain chat model: the reply to a request, faults included."""
 
 from __future__ import annotations
 
@@ -24,7 +16,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
-from keeper_middleware.bench.reader_faults import (
+from keeper_middleware.bench.reader.faults import (
     NO_FAULTS,
     ReaderFaults,
     request_digest,
@@ -33,8 +25,8 @@ from keeper_middleware.bench.reader_faults import (
     with_invented_working,
     without_rules,
 )
-from keeper_middleware.bench.reader_logic import Finding, Gap, answer, read_view
-from keeper_middleware.bench.reader_messages import (
+from keeper_middleware.bench.reader.logic import Finding, Gap, answer, read_view
+from keeper_middleware.bench.reader.messages import (
     NO_MORE_BATCHES,
     READ_TOOL,
     SEARCH_TOOL,
@@ -46,8 +38,10 @@ from keeper_middleware.bench.reader_messages import (
     stop_requested,
     story_blocks,
 )
-from keeper_middleware.bench.reader_notes import noted_blocks, rewrite_notes, write_changes
-from keeper_middleware.bench.reader_summary import (
+from keeper_middleware.bench.reader.notes import noted_blocks, rewrite_notes, write_changes
+from keeper_middleware.bench.reader.rot import NO_ROT, ContextRot, with_rot
+from keeper_middleware.bench.reader.summary import (
+    count_summary_sets,
     is_summary_request,
     summaries_in_view,
     write_summary,
@@ -55,6 +49,9 @@ from keeper_middleware.bench.reader_summary import (
 from keeper_middleware.messages import text_of
 
 MODEL_NAME = "simulated-reader"
+DEFAULT_SUMMARY_TOKENS = 4096
+"""A summary's budget when neither the request nor the run states one: an eighth of the
+benchmark's default 32K window (runs set it from their window, see ``run_options``)."""
 MAX_SEARCHES_PER_TURN = 4
 FinishReason = Literal["stop", "tool_calls", "length"]
 Command = tuple[str, int | None, int | None]
@@ -209,7 +206,10 @@ def notes_turn(
         misread = faults.pick("misread", digest, sets) if sets else None
     if rewrite:
         text = rewrite_notes(
-            messages, misread=misread, drop_rules=faults.fires("drop_rules", digest)
+            messages,
+            misread=misread,
+            drop_rules=faults.fires("drop_rules", digest),
+            invent_working=faults.fires("invent_working", digest),
         )
         return Reply(text)
     changes = write_changes(messages, misread=misread)
@@ -220,17 +220,42 @@ def notes_turn(
     return Reply("\n".join(change.render() for change in changes))
 
 
+def summary_turn(
+    messages: Sequence[BaseMessage], faults: ReaderFaults, digest: str, *, budget: int
+) -> Reply:
+    """A summary, with the same faults a notes reply can have."""
+    misread = None
+    if faults.fires("misread", digest):
+        sets = count_summary_sets(messages)
+        misread = faults.pick("misread", digest, sets) if sets else None
+    text = write_summary(
+        messages,
+        budget=budget,
+        misread=misread,
+        drop_rules=faults.fires("drop_rules", digest),
+        invent_working=faults.fires("invent_working", digest),
+    )
+    return Reply(text)
+
+
 def compose_reply(
     messages: Sequence[BaseMessage],
     *,
     tools: frozenset[str] = frozenset(),
     faults: ReaderFaults = NO_FAULTS,
     digest: str = "",
+    rot: ContextRot = NO_ROT,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
 ) -> Reply:
-    """The reader's reply to ``messages`` (every fault except the empty/length replies)."""
-    messages = summaries_in_view(messages)
+    """The reader's reply to ``messages`` (every fault except the empty/length replies).
+
+    One reading skill answers every kind of call: a summary, a notes request, a rewrite, a
+    question set or a story turn. A reader that edits its own memory with tools would add its
+    turn here, beside the notes and summary turns, reading the same view.
+    """
+    messages = with_rot(summaries_in_view(messages), rot)
     if is_summary_request(messages):
-        return Reply(write_summary(messages))
+        return summary_turn(messages, faults, digest, budget=summary_tokens)
     ends = [index for index, message in enumerate(messages) if message_kind(message) != "rules"]
     if not ends:
         return Reply("OK.")
@@ -257,6 +282,8 @@ def reader_reply(
     tools: frozenset[str],
     faults: ReaderFaults,
     call_kwargs: Mapping[str, Any],
+    rot: ContextRot = NO_ROT,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
 ) -> tuple[Reply, str]:
     """The full reply, the empty-reply faults included, and the request digest it was decided by."""
     temperature = call_kwargs.get("temperature")
@@ -270,7 +297,15 @@ def reader_reply(
         return Reply("", finish_reason="length", reasoning=runaway_reasoning(digest)), digest
     if faults.fires("empty_reply", digest):
         return Reply(""), digest
-    return compose_reply(messages, tools=tools, faults=faults, digest=digest), digest
+    reply = compose_reply(
+        messages,
+        tools=tools,
+        faults=faults,
+        digest=digest,
+        rot=rot,
+        summary_tokens=summary_tokens,
+    )
+    return reply, digest
 
 
 def to_ai_message(
@@ -313,6 +348,10 @@ class SimulatedReader(BaseChatModel):
     model_name: str = MODEL_NAME
     faults: ReaderFaults = Field(default=NO_FAULTS)
     """Fault rates and the seed that decides them; none by default."""
+    rot: ContextRot = Field(default=NO_ROT)
+    """How much it overlooks far back in a long context; none by default."""
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS
+    """A summary's budget when the request states none (the NOTES budget of the run)."""
     bound_tools: tuple[str, ...] = ()
     """Names of the tools bound with `bind_tools`; the reader calls only these."""
 
@@ -322,7 +361,12 @@ class SimulatedReader(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model_name": self.model_name, "faults": repr(self.faults)}
+        return {
+            "model_name": self.model_name,
+            "faults": repr(self.faults),
+            "rot": repr(self.rot),
+            "summary_tokens": self.summary_tokens,
+        }
 
     def bind_tools(
         self,
@@ -338,7 +382,12 @@ class SimulatedReader(BaseChatModel):
     def reply(self, messages: Sequence[BaseMessage], **kwargs: Any) -> AIMessage:
         """One reply to ``messages``; what `invoke` returns, without callbacks."""
         reply, digest = reader_reply(
-            messages, tools=frozenset(self.bound_tools), faults=self.faults, call_kwargs=kwargs
+            messages,
+            tools=frozenset(self.bound_tools),
+            faults=self.faults,
+            call_kwargs=kwargs,
+            rot=self.rot,
+            summary_tokens=self.summary_tokens,
         )
         return to_ai_message(reply, digest, request_tokens(messages), kwargs)
 

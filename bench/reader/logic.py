@@ -16,21 +16,21 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.bench.phrasing import (
-    UNKNOWN,
-    AskedQuestion,
-    Event,
-    RulesInForce,
-    answer_under_rules,
-    read_rules,
-)
-from keeper_middleware.bench.reader_messages import (
+from keeper_middleware.bench.reader.messages import (
     SearchRecord,
     negate_set,
     notes_position,
     passage_lines,
     search_records,
     story_blocks,
+)
+from keeper_middleware.bench.reader.text import (
+    UNKNOWN,
+    AskedQuestion,
+    Event,
+    RulesInForce,
+    answer_text,
+    read_rules,
 )
 from keeper_middleware.messages import text_of
 from keeper_middleware.notes import Notes
@@ -260,5 +260,5 @@ def answer(view: ReaderView, question: AskedQuestion) -> Finding:
     gap = reading.gap
     if question.kind == "tally" and rules.tally is None:
         gap = gap or Gap("tally", None, None)
-    text = answer_under_rules(question.kind, name, reading.value, rules)
+    text = answer_text(question.kind, name, reading.value, rules)
     return Finding(question.number, text, gap)

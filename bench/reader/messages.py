@@ -15,7 +15,15 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.bench.phrasing import AskedQuestion, Event, read_events, read_questions
+from keeper_middleware.bench.reader.text import (
+    AskedQuestion,
+    Event,
+    Recount,
+    open_recount,
+    read_events,
+    read_questions,
+    read_story,
+)
 from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import (
     NOTES_CHECK_TAG,
@@ -98,23 +106,34 @@ class PassageLine:
 
 def story_blocks(messages: Sequence[BaseMessage]) -> list[Block]:
     """Every piece of story text in the inputs, in reading order (passage lines excluded)."""
-    blocks: list[Block] = []
+    return read_blocks(messages)[0]
+
+
+def read_blocks(messages: Sequence[BaseMessage]) -> tuple[list[Block], Recount | None]:
+    """The story blocks, and a recount still open after the last of them (one the NOTES keep
+    open counts as begun before the first)."""
+    _, notes, _ = notes_position(messages)
+    recount = None
+    if notes is not None:
+        recount = next(filter(None, (open_recount(line) for line in notes.open)), None)
+    pieces: list[tuple[int, int | None, str]] = []
     for index, message in enumerate(messages):
         if message_kind(message) != "input":
             continue
         text = "\n".join(line for line in text_of(message).splitlines() if not _PASSAGE.match(line))
         heads = list(_BATCH_HEAD.finditer(text))
-        pieces: list[tuple[int | None, str]] = []
         if not heads or heads[0].start() > 0:
-            pieces.append((None, text[: heads[0].start()] if heads else text))
+            pieces.append((index, None, text[: heads[0].start()] if heads else text))
         for number, head in enumerate(heads):
             end = heads[number + 1].start() if number + 1 < len(heads) else len(text)
-            pieces.append((int(head.group(1)), text[head.start() : end]))
-        for item, piece in pieces:
-            events = tuple(read_events(piece))
-            if item is not None or events:
-                blocks.append(Block(index, item, events))
-    return blocks
+            pieces.append((index, int(head.group(1)), text[head.start() : end]))
+    read, recount = read_story([text for _, _, text in pieces], recount)
+    blocks = [
+        Block(index, item, tuple(events))
+        for (index, item, _), events in zip(pieces, read, strict=True)
+        if item is not None or events
+    ]
+    return blocks, recount
 
 
 def passage_lines(messages: Sequence[BaseMessage]) -> list[PassageLine]:

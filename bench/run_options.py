@@ -123,22 +123,39 @@ class RunOptions:
 
 
 def make_model(options: RunOptions) -> BaseChatModel:
-    if options.model == "sim":
+    return chat_model(
+        options.model,
+        faults=options.faults,
+        timeout=options.timeout,
+        max_tokens=options.max_tokens,
+    )
+
+
+def chat_model(
+    spec: str,
+    *,
+    faults: ReaderFaults = NO_FAULTS,
+    timeout: float = 600.0,
+    max_tokens: int | None = None,
+) -> BaseChatModel:
+    """The simulated reader (``sim``) or a client of an OpenAI-compatible server
+    (``openai:URL[:MODEL]``), at temperature 0."""
+    if spec == "sim":
         from keeper_middleware.bench.reader import SimulatedReader
 
-        return SimulatedReader(faults=options.faults)
+        return SimulatedReader(faults=faults)
     from langchain_openai import ChatOpenAI
 
-    url, name = parse_model(options.model)
+    url, name = parse_model(spec)
     return ChatOpenAI(
         base_url=url,
         api_key=SecretStr(os.environ.get("OPENAI_API_KEY") or "none"),
         model=name or "default",
         stream_usage=True,
-        timeout=options.timeout,
+        timeout=timeout,
         max_retries=2,
         temperature=0,
-        max_tokens=options.max_tokens,  # type: ignore[call-arg]
+        max_tokens=max_tokens,  # type: ignore[call-arg]
     )
 
 

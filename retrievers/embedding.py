@@ -33,10 +33,12 @@ from keeper_middleware.retrievers.base import (
 from keeper_middleware.retrievers.embedders import (
     Embedder,
     MiniLMEmbedder,
+    embed_query,
     embedder_name,
     import_chromadb,
     keeper_embedding_function,
 )
+from keeper_middleware.retrievers.passages import mark_hits
 from keeper_middleware.retrievers.sentences import has_searchable_text
 
 DEFAULT_COLLECTION = "keeper-passages"
@@ -122,7 +124,7 @@ class EmbeddingRetriever:
             return []
         self._wait(session)
         with self._model_lock:
-            vector = self._embedder([query])[0]
+            vector = embed_query(self._embedder, query)
         result = self._collection.query(
             query_embeddings=[list(vector)],
             n_results=k,
@@ -131,7 +133,13 @@ class EmbeddingRetriever:
         )
         docs, metas, dists = (result[key][0] for key in ("documents", "metadatas", "distances"))  # type: ignore[index]
         passages = [
-            Passage(session=session, item=int(m["item"]), position=int(m["position"]), text=d)
+            Passage(
+                session=session,
+                item=int(m["item"]),
+                position=int(m["position"]),
+                text=d,
+                context=str(m.get("context", "")),
+            )
             for m, d in zip(metas, docs, strict=True)
         ]
         following = self._following(session, passages)
@@ -140,7 +148,7 @@ class EmbeddingRetriever:
             for p, dist in zip(passages, dists, strict=True)
             if self._min_score is None or 1.0 - float(dist) >= self._min_score
         ]
-        return sorted(hits, key=lambda h: (-h.score, -h.passage.position))
+        return mark_hits(sorted(hits, key=lambda h: (-h.score, -h.passage.position)), query)
 
     def count(self, session: str) -> int:
         self._wait(session)
@@ -205,7 +213,7 @@ class EmbeddingRetriever:
         unique = list(latest.values())
         vectors: list[list[float]] = []
         for start in range(0, len(unique), self._batch_size):
-            texts = [p.text for p in unique[start : start + self._batch_size]]
+            texts = [p.indexed_text for p in unique[start : start + self._batch_size]]
             with self._model_lock:
                 vectors.extend(list(v) for v in self._embedder(texts))
         self._collection.upsert(
@@ -213,7 +221,8 @@ class EmbeddingRetriever:
             embeddings=vectors,  # type: ignore[arg-type]
             documents=[p.text for p in unique],
             metadatas=[
-                {"session": p.session, "item": p.item, "position": p.position} for p in unique
+                {"session": p.session, "item": p.item, "position": p.position, "context": p.context}
+                for p in unique
             ],
         )
 

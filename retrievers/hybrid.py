@@ -62,7 +62,7 @@ class HybridRetriever:
         """``keyword_weight`` is how much a keyword rank counts against an embedding rank."""
         if k_rrf < 1:
             raise ValueError(f"k_rrf must be a positive int (60 is the usual choice), got {k_rrf}.")
-        if not 0.0 < keyword_weight:
+        if not keyword_weight > 0.0:
             raise ValueError(
                 f"keyword_weight must be above 0 (1 counts both lists alike), got {keyword_weight}."
             )

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from keeper_middleware.retrievers.base import Hit, Passage
-from keeper_middleware.retrievers.sentences import split_sentences
+from keeper_middleware.retrievers.sentences import passages_from_text, split_sentences
 
 MAX_MESSAGE_CHARS = 1_000
 """Longest message chunk (about 250 word pieces, what a small embedding model reads whole);
@@ -24,6 +24,10 @@ EXCERPT_CHARS = 600
 """Longest excerpt a hit shows of its message."""
 
 MARK_OPEN, MARK_CLOSE = "»", "«"
+
+PASSAGE_UNITS = ("sentences", "messages")
+"""What an archive indexes as one passage: each sentence (the first form), or each message cut
+into bounded chunks of whole sentences."""
 
 STOPWORDS = frozenset(
     "a an and are as at be but by did do does for from had has have he her his how i in is it "  # noqa: SIM905
@@ -45,22 +49,23 @@ def passages_from_message(
     context: str = "",
     max_chars: int = MAX_MESSAGE_CHARS,
 ) -> list[Passage]:
-    """One passage per chunk of whole sentences of at most ``max_chars`` (a sentence is never
-    split unless it alone is longer); every chunk carries ``context``."""
+    """One passage per chunk of whole sentences of one line, at most ``max_chars`` long (a
+    sentence is never split unless it alone is longer); every chunk carries ``context``."""
     if max_chars < 50:
         raise ValueError(f"max_chars must be at least 50 (one sentence fits), got {max_chars}.")
     chunks: list[str] = []
-    current = ""
-    for sentence in split_sentences(text):
-        pieces = [sentence] if len(sentence) <= max_chars else _cut(sentence, max_chars)
-        for piece in pieces:
-            if current and len(current) + 1 + len(piece) > max_chars:
-                chunks.append(current)
-                current = piece
-            else:
-                current = f"{current} {piece}" if current else piece
-    if current:
-        chunks.append(current)
+    for unit in _units(text):
+        current = ""
+        for sentence in unit:
+            pieces = [sentence] if len(sentence) <= max_chars else _cut(sentence, max_chars)
+            for piece in pieces:
+                if current and len(current) + 1 + len(piece) > max_chars:
+                    chunks.append(current)
+                    current = piece
+                else:
+                    current = f"{current} {piece}" if current else piece
+        if current:
+            chunks.append(current)
     return [
         Passage(
             session=session,
@@ -71,6 +76,31 @@ def passages_from_message(
         )
         for offset, chunk in enumerate(chunks)
     ]
+
+
+def passages_of(
+    unit: str, session: str, item: int, text: str, start_position: int, *, context: str = ""
+) -> list[Passage]:
+    """The passages of one input, cut as ``unit`` (one of ``PASSAGE_UNITS``) says."""
+    if unit == "messages":
+        return passages_from_message(session, item, text, start_position, context=context)
+    if unit == "sentences":
+        return [
+            Passage(session=session, item=item, position=p.position, text=p.text, context=context)
+            for p in passages_from_text(session, item, text, start_position)
+        ]
+    raise ValueError(f"passages must be one of {', '.join(PASSAGE_UNITS)}, got {unit!r}.")
+
+
+def _units(text: str) -> list[list[str]]:
+    """The sentences of each line: a line is a turn in a transcript, a paragraph in prose, an
+    entry in a list, so two lines never share a chunk."""
+    units: list[list[str]] = []
+    for line in text.splitlines():
+        sentences = split_sentences(line)
+        if sentences:
+            units.append(sentences)
+    return units
 
 
 def content_words(text: str) -> set[str]:

@@ -17,7 +17,6 @@ from keeper_middleware.bench.cli import main
 from keeper_middleware.bench.locomo.answers import (
     QUESTION_HEADER,
     parse_answers,
-    question_message,
     session_message,
 )
 from keeper_middleware.bench.locomo.dataset import (
@@ -49,7 +48,11 @@ def sample(sample_id: str, facts: list[tuple[str, str, str]], sessions: int = 3)
         turns = []
         for index, text in enumerate(FILLER, start=1):
             turns.append(
-                {"speaker": "Ana" if index % 2 else "Ben", "dia_id": f"D{number}:{index}", "text": text}
+                {
+                    "speaker": "Ana" if index % 2 else "Ben",
+                    "dia_id": f"D{number}:{index}",
+                    "text": text,
+                }
             )
         if number <= len(facts):
             speaker, text, question = facts[number - 1]
@@ -62,7 +65,14 @@ def sample(sample_id: str, facts: list[tuple[str, str, str]], sessions: int = 3)
                     "blip_caption": "a photo of a red kite on a beach",
                 }
             )
-            qa.append({"question": question, "answer": text.split()[-1].strip("."), "evidence": [dia_id], "category": 4})
+            qa.append(
+                {
+                    "question": question,
+                    "answer": text.split()[-1].strip("."),
+                    "evidence": [dia_id],
+                    "category": 4,
+                }
+            )
         conversation[f"session_{number}"] = turns
     qa.append(
         {
@@ -108,12 +118,19 @@ def test_sessions_become_dated_items_and_evidence_is_split(locomo_file):
     adversarial = next(q for q in first.questions if q.category == 5)
     assert adversarial.answer == "the crater"
     photo = next(t for t in first.turns() if t.caption)
-    assert archived_text(photo, "today").endswith("[shares a photo: a photo of a red kite on a beach]")
+    assert archived_text(photo, "today").endswith(
+        "[shares a photo: a photo of a red kite on a beach]"
+    )
 
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [(["D8:6; D9:17"], ("D8:6", "D9:17")), (["D1:3", "D1:3"], ("D1:3",)), ("D2:10,D3:1", ("D2:10", "D3:1")), (None, ())],
+    [
+        (["D8:6; D9:17"], ("D8:6", "D9:17")),
+        (["D1:3", "D1:3"], ("D1:3",)),
+        ("D2:10,D3:1", ("D2:10", "D3:1")),
+        (None, ()),
+    ],
 )
 def test_evidence_ids_are_split_however_they_were_written(raw, expected):
     assert split_evidence(raw) == expected
@@ -125,7 +142,10 @@ def test_evidence_ids_are_split_however_they_were_written(raw, expected):
         ("not json", "not JSON"),
         ("[]", "list of samples"),
         (json.dumps([{"qa": []}]), "'conversation' is missing"),
-        (json.dumps([{"conversation": {"session_1": [{"speaker": "A", "text": "hi"}]}}]), "no dia_id"),
+        (
+            json.dumps([{"conversation": {"session_1": [{"speaker": "A", "text": "hi"}]}}]),
+            "no dia_id",
+        ),
         (json.dumps([{"conversation": {"speaker_a": "A"}, "qa": []}]), "no session_N"),
     ],
 )
@@ -161,7 +181,9 @@ def test_every_passage_maps_back_to_its_turn_and_session(locomo_file, granularit
         assert all(p.context.startswith(("Ana (", "Ben (")) for p in indexed.passages)
 
 
-@pytest.mark.parametrize("method", ["keyword", "keyword:sentences", "hybrid:hashing", "bm25s", "cosine:hashing"])
+@pytest.mark.parametrize(
+    "method", ["keyword", "keyword:sentences", "hybrid:hashing", "bm25s", "cosine:hashing"]
+)
 def test_recall_finds_the_turn_that_names_the_answer(locomo_file, method):
     conversations = load_locomo(locomo_file)
     result = measure(method, conversations, {})
@@ -175,7 +197,18 @@ def test_recall_finds_the_turn_that_names_the_answer(locomo_file, method):
 
 def test_recall_command_writes_a_table_for_every_method(locomo_file, tmp_path, capsys):
     out = tmp_path / "recall.md"
-    main(["locomo", "recall", "--data", str(locomo_file), "--methods", "keyword,bm25s,embedding:hashing", "--out", str(out)])
+    main(
+        [
+            "locomo",
+            "recall",
+            "--data",
+            str(locomo_file),
+            "--methods",
+            "keyword,bm25s,embedding:hashing",
+            "--out",
+            str(out),
+        ]
+    )
     table = out.read_text()
     for method in ("keyword", "bm25s", "embedding:hashing"):
         assert f"| {method} | 8 |" in table  # categories 1–4 only
@@ -201,7 +234,11 @@ def test_grading_follows_the_paper():
 
 
 def test_answers_are_read_from_numbered_lines():
-    assert parse_answers("1. Pepper\n2) cello\n**3.** Lisbon\n3. again\nnote") == {1: "Pepper", 2: "cello", 3: "Lisbon"}
+    assert parse_answers("1. Pepper\n2) cello\n**3.** Lisbon\n3. again\nnote") == {
+        1: "Pepper",
+        2: "cello",
+        3: "Lisbon",
+    }
 
 
 def test_no_line_of_a_session_reads_as_a_question(locomo_file):
@@ -225,7 +262,11 @@ class ScriptedModel:
             body = await request.json()
             with self.lock:
                 self.received.append(body["messages"])
-            asked = [m["content"] for m in body["messages"] if m["role"] == "user" and str(m["content"]).startswith(QUESTION_HEADER)]
+            asked = [
+                m["content"]
+                for m in body["messages"]
+                if m["role"] == "user" and str(m["content"]).startswith(QUESTION_HEADER)
+            ]
             reply = "Noted."
             if asked:
                 lines = asked[-1].splitlines()[1:]
@@ -239,7 +280,13 @@ class ScriptedModel:
                     "object": "chat.completion",
                     "created": 0,
                     "model": "scripted",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": reply},
+                            "finish_reason": "stop",
+                        }
+                    ],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
                 }
             )

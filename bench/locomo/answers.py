@@ -97,6 +97,7 @@ def run_conversation(
     retriever: Any,
     per_message: int,
     score: ArmScore,
+    passages: str = "sentences",
 ) -> None:
     """Drive one arm through one conversation, appending graded answers to ``answers.jsonl``."""
     from keeper_middleware.graphs.arms import build_arm
@@ -109,6 +110,7 @@ def run_conversation(
         system_prompt=SYSTEM_PROMPT,
         retriever=retriever,
         archive=folder / f"{conversation.sample_id}.archive.sqlite3",
+        passages=passages,
     )
     config: dict[str, Any] = {
         "configurable": {"thread_id": conversation.sample_id},
@@ -192,6 +194,12 @@ def configure_answer(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--window", type=int, default=32_768, help="live window in tokens")
     parser.add_argument("--retriever", default="keyword", help="keyword, embedding or hybrid")
+    parser.add_argument(
+        "--passages",
+        choices=("sentences", "messages"),
+        default="messages",
+        help="what the retrieving arms index as one passage",
+    )
     parser.add_argument("--per-message", type=int, default=10, help="questions per message")
     parser.add_argument("--conversations", default="", help="sample ids to keep (default all)")
     parser.add_argument("--limit", type=int, default=0, help="at most this many questions each")
@@ -232,11 +240,14 @@ def run_answer_command(args: argparse.Namespace) -> int:
                 retriever=args.retriever,
                 per_message=args.per_message,
                 score=score,
+                passages=args.passages,
             )
         scores.append(score)
         (folder / "costs.json").write_text(json.dumps(costs(score).to_json(), indent=1))
-    summary = score_table(scores, reader=reader) + "\n" + cost_table(
-        [(s.arm, costs(s)) for s in scores], reader=reader
+    summary = (
+        score_table(scores, reader=reader)
+        + "\n"
+        + cost_table([(s.arm, costs(s)) for s in scores], reader=reader)
     )
     (args.out / "summary.md").write_text(summary, encoding="utf-8")
     print(summary)

@@ -34,7 +34,9 @@ def conversation_passages(
     conversation: Conversation, *, session: str, granularity: str
 ) -> IndexedConversation:
     if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}.")
+        raise ValueError(
+            f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}."
+        )
     passages: list[Passage] = []
     turn_of: dict[int, str] = {}
     turns = 0
@@ -44,7 +46,9 @@ def conversation_passages(
             position = len(passages)
             context = f"{turn.speaker} ({part.date})"
             if granularity == "sentences":
-                made = passages_from_text(session, part.number, archived_text(turn, part.date), position)
+                made = passages_from_text(
+                    session, part.number, archived_text(turn, part.date), position
+                )
             elif granularity == "sentences+context":
                 made = [
                     Passage(

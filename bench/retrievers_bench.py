@@ -141,7 +141,7 @@ def run_one(
     names = counter_names(max(50, size // 500), rng)
     chosen_embedder = embedder_from_name(embedder) if embedder else None
     retriever = make_retriever(backend, path=folder, embedder=chosen_embedder)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     batch: list[Passage] = []
     item = 0
     for position, sentence in enumerate(
@@ -155,6 +155,7 @@ def run_one(
     returned = time.perf_counter() - started
     retriever.flush()
     added = time.perf_counter() - started
+    added_cpu = time.process_time() - started_cpu
     latencies, cpu = [], []
     chosen = (
         bench_questions(names, rng, 1_000)
@@ -172,6 +173,7 @@ def run_one(
         "backend": backend,
         "size": size,
         "add_per_s": size / added,
+        "add_per_cpu_s": size / added_cpu if added_cpu else 0.0,
         "add_returned_s": returned,
         "add_total_s": added,
         "p50_ms": statistics.median(latencies),
@@ -198,16 +200,18 @@ def render(rows: list[dict[str, object]], note: str) -> str:
     lines = [
         "# Retriever benchmark",
         "",
-        "Synthetic counter-story sentences in one session, added one turn at a time; 100 queries",
-        "(names, questions naming a counter, common words; a quarter with an item range), k=10.",
+        "Synthetic counter-story passages in one session, added one turn at a time, k=10. Queries",
+        "`mixed`: 100 (names, questions naming a counter, common words; a quarter with an item",
+        "range); `questions`: 1,000 whole questions naming a counter among common words.",
         note,
         "",
-        "| backend | sentences | add (sent/s) | add returns after (s) | indexed after (s) | queries | search p50 (ms) | search p95 (ms) | search CPU p95 (ms) | index on disk (MB) | peak RSS (MB) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| backend | passages | add (passages/s) | add (passages per CPU-s) | add returns after (s) | indexed after (s) | queries | search p50 (ms) | search p95 (ms) | search CPU p95 (ms) | index on disk (MB) | peak RSS (MB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['backend']} | {r['size']:,} | {r['add_per_s']:,.0f} | {r['add_returned_s']:.1f} "
+            f"| {r['backend']} | {r['size']:,} | {r['add_per_s']:,.0f} "
+            f"| {r.get('add_per_cpu_s', float('nan')):,.0f} | {r['add_returned_s']:.1f} "
             f"| {r['add_total_s']:.1f} | {r.get('queries', 100)} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} "
             f"| {r.get('cpu_p95_ms', float('nan')):.2f} "
             f"| {r['disk_mb']:.1f} | {r['peak_rss_mb']:.0f} |"

@@ -2,7 +2,7 @@
 
 BM25 finds what a question names exactly (``domo86``); embeddings find what it says in other
 words. Reciprocal-rank fusion needs no score calibration between the two: each list contributes
-``1 / (k_rrf + rank)`` per passage, and each list is asked for twice the hits wanted so a passage
+``1 / (k_rrf + rank)`` per passage, and each list is asked for ``depth`` times the hits wanted so a passage
 ranked low by one backend can still be lifted by the other.
 """
 
@@ -14,6 +14,7 @@ from keeper_middleware.retrievers.base import Hit, Passage, Retriever, check_sea
 
 DEFAULT_K_RRF = 60
 DEFAULT_KEYWORD_WEIGHT = 1.0
+DEFAULT_DEPTH = 2
 
 
 def reciprocal_rank_fusion(
@@ -58,8 +59,13 @@ class HybridRetriever:
         *,
         k_rrf: int = DEFAULT_K_RRF,
         keyword_weight: float = DEFAULT_KEYWORD_WEIGHT,
+        depth: int = DEFAULT_DEPTH,
     ) -> None:
-        """``keyword_weight`` is how much a keyword rank counts against an embedding rank."""
+        """``keyword_weight`` is how much a keyword rank counts against an embedding rank;
+        each backend is asked for ``depth`` times the hits wanted."""
+        if depth < 1:
+            raise ValueError(f"depth must be a positive int (2 is the default), got {depth}.")
+        self._depth = depth
         if k_rrf < 1:
             raise ValueError(f"k_rrf must be a positive int (60 is the usual choice), got {k_rrf}.")
         if not keyword_weight > 0.0:
@@ -86,7 +92,9 @@ class HybridRetriever:
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
         lists = [
-            backend.search(query, session=session, k=2 * k, from_item=from_item, to_item=to_item)
+            backend.search(
+                query, session=session, k=self._depth * k, from_item=from_item, to_item=to_item
+            )
             for backend in (self._keyword, self._embedding)
         ]
         return reciprocal_rank_fusion(lists, k=k, k_rrf=self._k_rrf, weights=self._weights)

@@ -112,7 +112,7 @@ def run_conversation(
         archive=folder / f"{conversation.sample_id}.archive.sqlite3",
         passages=passages,
     )
-    config: dict[str, Any] = {
+    config: Any = {
         "configurable": {"thread_id": conversation.sample_id},
         "callbacks": [recorder],
         "recursion_limit": 200,
@@ -153,8 +153,8 @@ def run_conversation(
         arm.close()
         score.records.extend(recorder.records)
         with (folder / "calls.jsonl").open("a", encoding="utf-8") as calls:
-            for record in recorder.records:
-                calls.write(json.dumps(record.to_json()) + "\n")
+            for call in recorder.records:
+                calls.write(json.dumps(call.to_json()) + "\n")
 
 
 def score_table(scores: Sequence[ArmScore], *, reader: str) -> str:

@@ -11,7 +11,7 @@ A method is written ``BACKEND[:OPTION...]``: BACKEND is ``keyword``, ``embedding
 turns, MiniLM unless an embedder is named). Options: a granularity (``messages``,
 ``sentences+context``, ``sentences``), an embedder (``minilm``, ``minilm-int8``, ``e5-small``,
 ``hashing``), ``w=X`` (hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the
-fusion constant), ``nostem`` and ``oldstop`` (keyword: no Porter stemming; the first, shorter
+fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop`` (keyword: no Porter stemming; the first, shorter
 stop-word list).
 """
 
@@ -50,6 +50,7 @@ class MethodSpec:
     embedder: str = "minilm"
     keyword_weight: float = 1.0
     k_rrf: int = 60
+    depth: int = 2
     stemming: bool = True
     first_stopwords: bool = False
 
@@ -70,6 +71,8 @@ class MethodSpec:
                 given["keyword_weight"] = float(option[2:])
             elif option.startswith("k="):
                 given["k_rrf"] = int(option[2:])
+            elif option.startswith("d="):
+                given["depth"] = int(option[2:])
             elif option == "nostem":
                 given["stemming"] = False
             elif option == "oldstop":
@@ -136,6 +139,9 @@ def measure(
 ) -> MethodResult:
     spec = MethodSpec.parse(spec_text)
     result = MethodResult(method=spec_text)
+    for embedder in embedders.values():
+        if isinstance(embedder, CachedEmbedder):
+            embedder.method = spec_text
     for conversation in conversations:
         hits_before = _cache_hits(embedders)
         wall, cpu = time.perf_counter(), time.process_time()
@@ -204,15 +210,19 @@ class CachedEmbedder:
     def __init__(self, embedder: Embedder) -> None:
         self._embedder = embedder
         self._vectors: dict[str, list[float]] = {}
+        self._owner: dict[str, str] = {}
         self._queries: dict[str, list[float]] = {}
         self.hits = 0
+        self.method = ""
+        """The method now indexing: only vectors another method made count as reused."""
         self.name = f"cached-{getattr(embedder, 'name', 'embedder')}"
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
-        self.hits += len(texts) - len(missing)
+        self.hits += sum(1 for t in texts if self._owner.get(t, self.method) != self.method)
         if missing:
             self._vectors.update(zip(missing, self._embedder(missing), strict=True))
+            self._owner.update(dict.fromkeys(missing, self.method))
         return [self._vectors[t] for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
@@ -242,7 +252,11 @@ def _retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
     if spec.backend == "embedding":
         return embedding
     return HybridRetriever(
-        keyword(), embedding, k_rrf=spec.k_rrf, keyword_weight=spec.keyword_weight
+        keyword(),
+        embedding,
+        k_rrf=spec.k_rrf,
+        keyword_weight=spec.keyword_weight,
+        depth=spec.depth,
     )
 
 

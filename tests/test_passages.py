@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 
+from keeper_middleware.messages import text_of
 from keeper_middleware.retrievers.base import Hit, Passage
 from keeper_middleware.retrievers.embedders import HashingEmbedder
 from keeper_middleware.retrievers.embedding import EmbeddingRetriever
@@ -218,3 +219,45 @@ def test_each_line_of_a_transcript_is_its_own_passage():
         'Ana: "I adopted a greyhound."',
         'Ben: "Lovely! What is her name?"',
     ]
+
+
+@pytest.mark.parametrize("arm", ["rag", "notes_retrieval"])
+def test_an_arm_indexing_messages_shows_the_matched_sentence_next_to_a_question(arm):
+    from langchain_core.messages import HumanMessage
+
+    from keeper_middleware.graphs import build_arm
+    from tests.fake_model import ScriptedChatModel
+
+    model = ScriptedChatModel(default="Noted.")
+    built = build_arm(arm, model, window=4096, retrieved_per_question=2, passages="messages")
+    config = {"configurable": {"thread_id": "t"}}
+    try:
+        built.graph.invoke(
+            {"messages": [HumanMessage("Task: read the items and answer questions.", id="task")]},
+            config,
+        )
+        story = "Hello again. I adopted a greyhound called Pepper. She sleeps a lot."
+        built.graph.invoke({"messages": [HumanMessage(f"Item 1. {story}", id="i1")]}, config)
+        if arm == "notes_retrieval":  # the keeper indexes what it archives: force a cut
+            for n in range(2, 40):
+                text = f"Item {n}. " + "The river ran quiet past the mill that day. " * 6
+                built.graph.invoke({"messages": [HumanMessage(text, id=f"i{n}")]}, config)
+        built.graph.invoke(
+            {"messages": [HumanMessage("Questions:\n1. What is the greyhound called?", id="q")]},
+            config,
+        )
+    finally:
+        built.close()
+    sent = "\n".join(text_of(m) for r in model.received for m in r.messages)
+    assert f"{MARK_OPEN}I adopted a greyhound called Pepper.{MARK_CLOSE} She sleeps a lot." in sent
+
+
+def test_an_unknown_passage_unit_is_refused_with_the_choices():
+    from keeper_middleware import ConfigurationError, KeeperConfig
+    from keeper_middleware.graphs import build_arm
+    from tests.fake_model import ScriptedChatModel
+
+    with pytest.raises(ConfigurationError, match="sentences, messages"):
+        KeeperConfig(window=32_768, passages="paragraphs")
+    with pytest.raises(ValueError, match="sentences, messages"):
+        build_arm("rag", ScriptedChatModel(default="ok"), window=4096, passages="paragraphs")

@@ -261,3 +261,27 @@ def test_an_unknown_passage_unit_is_refused_with_the_choices():
         KeeperConfig(window=32_768, passages="paragraphs")
     with pytest.raises(ValueError, match="sentences, messages"):
         build_arm("rag", ScriptedChatModel(default="ok"), window=4096, passages="paragraphs")
+
+
+def test_a_session_whose_passages_are_all_far_from_the_query_still_gets_its_own():
+    """The unfiltered first look finds only another session's passages; the filtered search
+    must still answer with this session's."""
+    retriever = EmbeddingRetriever(embedder=HashingEmbedder())
+    try:
+        crowd = [
+            Passage(session="a", item=1, position=i, text=f"apple orchard harvest {i}")
+            for i in range(60)
+        ]
+        own = [
+            Passage(session="b", item=1, position=0, text="zebra stripes"),
+            Passage(session="b", item=2, position=1, text="zebra crossing"),
+        ]
+        retriever.add(crowd + own)
+        hits = retriever.search("apple orchard harvest", session="b", k=2)
+        assert sorted(h.passage.text for h in hits) == ["zebra crossing", "zebra stripes"]
+        ranged = retriever.search("apple orchard harvest", session="b", k=5, to_item=1)
+        assert [h.passage.text for h in ranged] == ["zebra stripes"]
+        nearest = retriever.search("apple orchard harvest", session="a", k=3)
+        assert all(h.passage.session == "a" for h in nearest) and len(nearest) == 3
+    finally:
+        retriever.close()

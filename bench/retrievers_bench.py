@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import statistics
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from keeper_middleware.retrievers.base import Passage
+from keeper_middleware.retrievers.embedders import embedder_from_name
 from keeper_middleware.retrievers.factory import make_retriever
 
 RESULTS = Path(__file__).resolve().parent / "results" / "retrievers.md"
@@ -100,14 +102,51 @@ def bench_queries(names: list[str], rng: random.Random, items: int) -> list[dict
     return queries
 
 
-def run_one(backend: str, size: int, turn: int, folder: Path) -> dict[str, object]:
+_QUESTIONS = [
+    "What did {person} add to {name} after the cart rolled past the {noun}?",
+    "How many were taken from {name} when the clerk recorded it?",
+    "Who added {number} to {name} near the {noun}?",
+    "What was {name} recorded at, and what happened at the {noun} that evening?",
+    "Did anyone laugh near the {noun} while {person} counted {name}?",
+    "Which counter did {person} change at the {noun} before the lamps were lit?",
+]
+
+
+def bench_questions(names: list[str], rng: random.Random, count: int) -> list[dict[str, object]]:
+    """Whole questions as an agent's question set holds them: a name among common words."""
+    return [
+        {
+            "query": rng.choice(_QUESTIONS).format(
+                person=rng.choice(_PEOPLE),
+                name=rng.choice(names),
+                noun=rng.choice(_NOUNS),
+                number=number_words(rng.randrange(1, 50)),
+            )
+        }
+        for _ in range(count)
+    ]
+
+
+def run_one(
+    backend: str,
+    size: int,
+    turn: int,
+    folder: Path,
+    queries: str = "mixed",
+    embedder: str | None = None,
+    per_unit: int = 1,
+) -> dict[str, object]:
+    """``size`` passages of ``per_unit`` sentences each (3 stands for a chat message)."""
     rng = random.Random(size)
     names = counter_names(max(50, size // 500), rng)
-    retriever = make_retriever(backend, path=folder)
-    started = time.perf_counter()
+    chosen_embedder = embedder_from_name(embedder) if embedder else None
+    retriever = make_retriever(backend, path=folder, embedder=chosen_embedder)
+    started, started_cpu = time.perf_counter(), time.process_time()
     batch: list[Passage] = []
     item = 0
-    for position, sentence in enumerate(story_sentences(size, names, rng)):
+    for position, sentence in enumerate(
+        _units(story_sentences(size * per_unit, names, rng), per_unit)
+    ):
         batch.append(Passage(session=SESSION, item=item, position=position, text=sentence))
         if len(batch) == turn:
             retriever.add(batch)
@@ -116,41 +155,65 @@ def run_one(backend: str, size: int, turn: int, folder: Path) -> dict[str, objec
     returned = time.perf_counter() - started
     retriever.flush()
     added = time.perf_counter() - started
-    latencies = []
-    for query in bench_queries(names, rng, item):
-        begin = time.perf_counter()
+    added_cpu = time.process_time() - started_cpu
+    latencies, cpu = [], []
+    chosen = (
+        bench_questions(names, rng, 1_000)
+        if queries == "questions"
+        else bench_queries(names, rng, item)
+    )
+    for query in chosen:
+        begin, begin_cpu = time.perf_counter(), time.process_time()
         retriever.search(str(query.pop("query")), session=SESSION, k=10, **query)  # type: ignore[arg-type]
         latencies.append((time.perf_counter() - begin) * 1000)
+        cpu.append((time.process_time() - begin_cpu) * 1000)
     retriever.close()
     quantiles = statistics.quantiles(latencies, n=100)
     return {
         "backend": backend,
         "size": size,
         "add_per_s": size / added,
+        "add_per_cpu_s": size / added_cpu if added_cpu else 0.0,
         "add_returned_s": returned,
         "add_total_s": added,
         "p50_ms": statistics.median(latencies),
         "p95_ms": quantiles[94],
+        "cpu_p95_ms": statistics.quantiles(cpu, n=100)[94],
+        "queries": len(chosen),
         "disk_mb": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def _units(sentences: Iterator[str], per_unit: int) -> Iterator[str]:
+    unit: list[str] = []
+    for sentence in sentences:
+        unit.append(sentence)
+        if len(unit) == per_unit:
+            yield " ".join(unit)
+            unit = []
+    if unit:
+        yield " ".join(unit)
 
 
 def render(rows: list[dict[str, object]], note: str) -> str:
     lines = [
         "# Retriever benchmark",
         "",
-        "Synthetic counter-story sentences in one session, added one turn at a time; 100 queries",
-        "(names, questions naming a counter, common words; a quarter with an item range), k=10.",
+        "Synthetic counter-story passages in one session, added one turn at a time, k=10. Queries",
+        "`mixed`: 100 (names, questions naming a counter, common words; a quarter with an item",
+        "range); `questions`: 1,000 whole questions naming a counter among common words.",
         note,
         "",
-        "| backend | sentences | add (sent/s) | add returns after (s) | indexed after (s) | search p50 (ms) | search p95 (ms) | index on disk (MB) | peak RSS (MB) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| backend | passages | add (passages/s) | add (passages per CPU-s) | add returns after (s) | indexed after (s) | queries | search p50 (ms) | search p95 (ms) | search CPU p95 (ms) | index on disk (MB) | peak RSS (MB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['backend']} | {r['size']:,} | {r['add_per_s']:,.0f} | {r['add_returned_s']:.1f} "
-            f"| {r['add_total_s']:.1f} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} "
+            f"| {r['backend']} | {r['size']:,} | {r['add_per_s']:,.0f} "
+            f"| {r.get('add_per_cpu_s', float('nan')):,.0f} | {r['add_returned_s']:.1f} "
+            f"| {r['add_total_s']:.1f} | {r.get('queries', 100)} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} "
+            f"| {r.get('cpu_p95_ms', float('nan')):.2f} "
             f"| {r['disk_mb']:.1f} | {r['peak_rss_mb']:.0f} |"
         )
     return "\n".join(lines) + "\n"
@@ -163,13 +226,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turn", type=int, default=50, help="sentences per add() call")
     parser.add_argument("--max-embedding-size", type=int, default=100_000)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--queries",
+        choices=("mixed", "questions"),
+        default="mixed",
+        help="mixed: 100 names, questions and ranges; questions: 1,000 whole questions",
+    )
+    parser.add_argument(
+        "--embedder",
+        default=None,
+        help="embedding and hybrid: minilm (default), minilm-int8, e5-small or hashing (no "
+        "model: fills a large index fast to time the search itself)",
+    )
+    parser.add_argument(
+        "--per-passage",
+        type=int,
+        default=1,
+        help="sentences per passage (1: sentence passages; 3: about one chat message each)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("BACKEND", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         with tempfile.TemporaryDirectory() as folder:
-            result = run_one(args.child[0], int(args.child[1]), args.turn, Path(folder))
+            result = run_one(
+                args.child[0],
+                int(args.child[1]),
+                args.turn,
+                Path(folder),
+                args.queries,
+                args.embedder,
+                args.per_passage,
+            )
         print(json.dumps(result))
         return
+    load_before = os.getloadavg()
     rows: list[dict[str, object]] = []
     capped: list[str] = []
     for backend in args.backends.split(","):
@@ -181,7 +271,15 @@ def main(argv: list[str] | None = None) -> None:
                     continue
             command = [sys.executable, "-m", __spec__.name, "--child", backend, str(size)]
             done = subprocess.run(
-                [*command, "--turn", str(args.turn)], check=True, capture_output=True, text=True
+                [
+                    *command,
+                    *("--turn", str(args.turn), "--queries", args.queries),
+                    *("--per-passage", str(args.per_passage)),
+                    *(("--embedder", args.embedder) if args.embedder else ()),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
             )
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(render(rows[-1:], "").splitlines()[-1], flush=True)
@@ -190,6 +288,13 @@ def main(argv: list[str] | None = None) -> None:
         if capped
         else ""
     )
+    loads = ", ".join(f"{x:.1f}" for x in load_before)
+    after = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    note = (
+        f"{note}\nLoad average (1, 5, 15 min) before: {loads}; after: {after}; "
+        f"{os.cpu_count()} CPUs. Queries: {args.queries}. "
+        f"Embedder: {args.embedder or 'minilm'}. Sentences per passage: {args.per_passage}."
+    ).strip()
     table = render(rows, note)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(table)

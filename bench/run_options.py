@@ -149,26 +149,48 @@ class RunOptions:
 
 
 def make_model(options: RunOptions) -> BaseChatModel:
-    if options.model == "sim":
+    return chat_model(
+        options.model,
+        faults=options.faults,
+        rot=options.rot,
+        window=options.window,
+        timeout=options.timeout,
+        max_tokens=options.max_tokens,
+    )
+
+
+def chat_model(
+    spec: str,
+    *,
+    faults: ReaderFaults = NO_FAULTS,
+    rot: float = 0.0,
+    window: int = 32_768,
+    timeout: float = 600.0,
+    max_tokens: int | None = None,
+) -> BaseChatModel:
+    """The simulated reader (``sim``, with its faults, context rot and a summary budget of an
+    eighth of ``window``) or a client of an OpenAI-compatible server (``openai:URL[:MODEL]``), at
+    temperature 0."""
+    if spec == "sim":
         from keeper_middleware.bench.reader import SimulatedReader
 
         return SimulatedReader(
-            faults=options.faults,
-            rot=ContextRot(rate=options.rot, seed=options.faults.seed) if options.rot else NO_ROT,
-            summary_tokens=resolve_size(SUMMARY_BUDGET, options.window, name="summary_tokens"),
+            faults=faults,
+            rot=ContextRot(rate=rot, seed=faults.seed) if rot else NO_ROT,
+            summary_tokens=resolve_size(SUMMARY_BUDGET, window, name="summary_tokens"),
         )
     from langchain_openai import ChatOpenAI
 
-    url, name = parse_model(options.model)
+    url, name = parse_model(spec)
     return ChatOpenAI(
         base_url=url,
         api_key=SecretStr(os.environ.get("OPENAI_API_KEY") or "none"),
         model=name or "default",
         stream_usage=True,
-        timeout=options.timeout,
+        timeout=timeout,
         max_retries=2,
         temperature=0,
-        max_tokens=options.max_tokens,  # type: ignore[call-arg]
+        max_tokens=max_tokens,  # type: ignore[call-arg]
     )
 
 

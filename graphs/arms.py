@@ -14,7 +14,7 @@ accepted and ignored, so the same call builds every arm; an option no arm knows 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -97,7 +97,9 @@ ARMS: dict[str, ArmInfo] = {
     )
 }
 
-SHARED_OPTIONS = frozenset({"reply_reserve", "token_counter", "domain", "retrieved_per_question"})
+SHARED_OPTIONS = frozenset(
+    {"reply_reserve", "token_counter", "domain", "retrieved_per_question", "passages"}
+)
 """Options every arm accepts (and ignores where it has no use for them)."""
 ARM_OPTIONS: dict[str, frozenset[str]] = {
     "window_drop": frozenset({"pinned_head"}),
@@ -171,7 +173,8 @@ def build_arm(
     (the window and the arm's own setting are applied to it). With no ``checkpointer`` the
     conversation lives in memory for as long as the graph does.
 
-    Options: ``reply_reserve`` (default: 4,096 or an eighth of a small window),
+    Options: ``reply_reserve`` (default: 4,096 or an eighth of a small window), ``passages``
+    ("sentences" or "messages": what the retrieving arms index as one passage),
     ``retrieved_per_question`` (rag, notes_retrieval), ``domain="counters"`` (the keeper arms
     track the benchmark's counter names), ``token_counter``, ``pinned_head``,
     ``keep_tool_results`` (compaction), ``summarize_at`` / ``keep_turns`` (summaries),
@@ -261,6 +264,7 @@ def _build_rag(request: _Request) -> Arm:
         per_question=request.per_question,
         token_counter=request.options.get("token_counter"),
         item_tools=tuple(request.options.get("item_tools", ())),
+        passages=str(request.options.get("passages", "sentences")),
         **_common(request),
     )
     return Arm(request.name, graph, retriever=store, description=ARMS[request.name].description)
@@ -277,6 +281,8 @@ def _build_keeper(request: _Request) -> Arm:
         domain=request.options.get("domain"),
         item_tools=tuple(request.options.get("item_tools", ())),
     )
+    if "passages" in request.options:
+        config = replace(config, passages=str(request.options["passages"]))
     graph, keeper = keeper_arms.keeper_arm_graph(
         arm,
         request.model,

@@ -39,7 +39,7 @@ from keeper_middleware.keeper import ModelSetup, Tool
 from keeper_middleware.messages import keeper_message, text_of
 from keeper_middleware.questions import PatternQuestionDetector, QuestionDetector
 from keeper_middleware.retrievers.base import Hit, Retriever
-from keeper_middleware.retrievers.sentences import passages_from_text
+from keeper_middleware.retrievers.passages import PASSAGE_UNITS, passages_of
 from keeper_middleware.search_tool import session_of
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
@@ -78,8 +78,10 @@ class RetrieveNode:
         item_numbering: ItemNumbering,
         detector: QuestionDetector,
         retrieved_share: float = 0.5,
+        passages: str = "sentences",
     ) -> None:
         self.retriever = retriever
+        self.passages = passages
         self.size = size
         self.policy = policy
         self.per_question = per_question
@@ -129,7 +131,7 @@ class RetrieveNode:
                 seen.add(str(block.id))
                 result.append(block)
                 continue
-            passages = passages_from_text(session, last_item, text_of(message), position)
+            passages = passages_of(self.passages, session, last_item, text_of(message), position)
             if passages:
                 self.retriever.add(passages)
                 position += len(passages)
@@ -166,11 +168,15 @@ def rag_graph(
     question_patterns: Sequence[str] = DEFAULT_QUESTION_PATTERNS,
     checkpointer: Checkpointer = None,
     name: str = "rag",
+    passages: str = "sentences",
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Retrieval alone. ``tools`` are the agent's own; the store is never offered as one.
 
-    ``item_tools`` names tools whose results are new inputs (stored like user messages).
+    ``item_tools`` names tools whose results are new inputs (stored like user messages);
+    ``passages`` is what the store indexes as one passage ("sentences" or "messages").
     """
+    if passages not in PASSAGE_UNITS:
+        raise ValueError(f"passages={passages!r}; use one of {', '.join(PASSAGE_UNITS)}")
     if per_question < 1:
         raise ValueError(f"per_question={per_question}; show at least 1 sentence per question")
     setup = ModelSetup(system_prompt=system_prompt, tools=tuple(tools))
@@ -182,6 +188,7 @@ def rag_graph(
         per_question=per_question,
         item_numbering=ItemNumbering(item_pattern, item_tools),
         detector=PatternQuestionDetector(question_patterns),
+        passages=passages,
     )
     return assemble(
         RagState,

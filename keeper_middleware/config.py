@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.retrievers.passages import PASSAGE_UNITS
 
 NotesMode = Literal["in_place", "rewrite"]
 Size = int | tuple[str, float]
@@ -85,6 +86,10 @@ class KeeperConfig:
     """Repeat the RULES right after each new question set (22/29 pinned only, 29/29 repeated)."""
     show_retrieved: int = 0
     """Also show this many best-matching archived sentences next to each new question set."""
+    passages: str = "sentences"
+    """What the archive indexes as one passage: ``sentences``, or ``messages`` (each message
+    cut into bounded chunks of whole sentences; measured better on real conversation, see
+    bench/results/locomo_recall.md). A hit on a message shows the matched sentence marked."""
     search_results: int = 10
     """How many matches the archive search shows at most."""
     search_scan: int = 200
@@ -110,6 +115,10 @@ class KeeperConfig:
         _check_int("max_reasks", self.max_reasks, minimum=0)
         _check_int("pinned_head", self.pinned_head, minimum=0)
         _check_int("show_retrieved", self.show_retrieved, minimum=0, fix="(0 turns it off)")
+        if self.passages not in PASSAGE_UNITS:
+            raise ConfigurationError(
+                f"passages={self.passages!r}; use one of {', '.join(PASSAGE_UNITS)}"
+            )
         _check_int("search_results", self.search_results, minimum=1)
         _check_int("search_scan", self.search_scan, minimum=1)
         if self.search_scan < self.search_results:

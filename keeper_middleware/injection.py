@@ -12,6 +12,7 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.messages import text_of
 from keeper_middleware.retrievers.base import Hit
+from keeper_middleware.retrievers.passages import excerpt
 
 RULES_TAG = "[RULES]"
 RETRIEVED_TAG = "[RETRIEVED]"
@@ -37,10 +38,7 @@ def render_retrieved_block(hits: Sequence[Hit]) -> str:
         return f"{RETRIEVED_TAG} No archived sentences match these questions."
     lines = [f"{RETRIEVED_TAG} Archived sentences that best match these questions:"]
     for hit in sorted(hits, key=lambda h: (h.passage.item, h.passage.position)):
-        line = f"item {hit.passage.item}: {hit.passage.text}"
-        if hit.next_text:
-            line += f" → next: {hit.next_text}"
-        lines.append(line)
+        lines.append(f"item {hit.passage.item}: {excerpt(hit)}")
     return "\n".join(lines)
 
 

@@ -85,7 +85,7 @@ from keeper_middleware.questions import (
     open_question_index,
 )
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
-from keeper_middleware.retrievers.sentences import passages_from_text
+from keeper_middleware.retrievers.passages import passages_of
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
 from keeper_middleware.search import (
     SEARCH_TOOL_NAME,
@@ -744,7 +744,9 @@ class Keeper:
             # search results are archived (every turn is) but never indexed: a search must not
             # find the results of earlier searches
             if turn.content.strip() and turn.name != SEARCH_TOOL_NAME:
-                passages = passages_from_text(session, turn.item or 0, turn.content, position)
+                passages = passages_of(
+                    self.config.passages, session, turn.item or 0, turn.content, position
+                )
                 position += len(passages)
                 batch.extend(passages)
             done = turn.seq

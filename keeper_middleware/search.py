@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from keeper_middleware.retrievers.base import Hit
+from keeper_middleware.retrievers.passages import excerpt
 
 SEARCH_TOOL_NAME = "search_archive"
 SEARCH_TOOL_DESCRIPTION = (
@@ -136,10 +137,7 @@ def render_results(command: SearchCommand, hits: Sequence[Hit], *, shown: int, s
         head = f'Found {len(hits)} {plural} for "{query}"{_range_note(command)}.'
     lines = [head]
     for hit in chosen:
-        line = f"item {hit.passage.item}: {hit.passage.text}"
-        if hit.next_text:
-            line += f" → next: {hit.next_text}"
-        lines.append(line)
+        lines.append(f"item {hit.passage.item}: {excerpt(hit)}")
     return "\n".join(lines)
 
 

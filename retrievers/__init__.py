@@ -12,15 +12,32 @@ from keeper_middleware.retrievers.base import (
     RetrieverError,
     ServerUnavailableError,
 )
-from keeper_middleware.retrievers.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
+from keeper_middleware.retrievers.embedders import (
+    EMBEDDERS,
+    E5SmallEmbedder,
+    Embedder,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    OnnxMiniLMEmbedder,
+    embedder_from_name,
+)
 from keeper_middleware.retrievers.embedding import EmbeddingRetriever
 from keeper_middleware.retrievers.factory import make_retriever
 from keeper_middleware.retrievers.hybrid import HybridRetriever, reciprocal_rank_fusion
 from keeper_middleware.retrievers.keyword import KeywordRetriever
+from keeper_middleware.retrievers.passages import (
+    PASSAGE_UNITS,
+    excerpt,
+    passages_from_message,
+    passages_of,
+)
 from keeper_middleware.retrievers.sentences import passages_from_text, split_sentences
 from keeper_middleware.retrievers.vectorstore import VectorStoreRetriever
 
 __all__ = [
+    "EMBEDDERS",
+    "PASSAGE_UNITS",
+    "E5SmallEmbedder",
     "Embedder",
     "EmbeddingRetriever",
     "HashingEmbedder",
@@ -29,13 +46,18 @@ __all__ = [
     "KeywordRetriever",
     "MiniLMEmbedder",
     "MissingExtraError",
+    "OnnxMiniLMEmbedder",
     "Passage",
     "Retriever",
     "RetrieverError",
     "ServerUnavailableError",
     "VectorStoreRetriever",
+    "embedder_from_name",
+    "excerpt",
     "make_retriever",
+    "passages_from_message",
     "passages_from_text",
+    "passages_of",
     "reciprocal_rank_fusion",
     "split_sentences",
 ]

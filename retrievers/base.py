@@ -1,6 +1,6 @@
 """The one contract every retrieval backend meets, and the errors they raise.
 
-A passage is a sentence-level unit of the archive, numbered in the content's own numbering (the
+A passage is a unit of the archive (a sentence, or a whole message cut into bounded chunks), numbered in the content's own numbering (the
 item it arrived in), never by message index: mixing the two numberings cost real answers. Search
 results carry the sentence that follows each match, because text that says "it" hides the change
 in the next sentence.
@@ -23,7 +23,7 @@ from keeper_middleware.errors import KeeperError, MissingDependencyError
 
 @dataclass(frozen=True, slots=True)
 class Passage:
-    """One sentence of archived text."""
+    """One sentence, or one bounded chunk of a message, of archived text."""
 
     session: str
     """The conversation (thread) it belongs to; searches never cross sessions."""
@@ -32,7 +32,10 @@ class Passage:
     position: int
     """Order of the sentence within its session, strictly increasing as passages are added."""
     text: str
-    """The sentence, word for word."""
+    """The sentence or message chunk, word for word."""
+    context: str = ""
+    """What the words alone do not say (who wrote them, when, in which item): indexed with the
+    text, so a search for a speaker or a date finds the passage, but never shown as its text."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.session, str) or not self.session:
@@ -47,17 +50,31 @@ class Passage:
             )
         if not isinstance(self.text, str):
             raise TypeError(f"Passage.text must be a string, got {type(self.text).__name__}.")
+        if not isinstance(self.context, str):
+            raise TypeError(f"Passage.context must be a string, got {type(self.context).__name__}.")
+
+    @property
+    def indexed_text(self) -> str:
+        """What the backends index: the context, then the words."""
+        return f"{self.context}: {self.text}" if self.context else self.text
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """A search result: the matching passage and the sentence that follows it."""
+    """A search result: the matching passage and the passage that follows it.
+
+    A passage that holds a whole message also says which of its sentences matched best
+    (``sentence``), so a result can show that sentence marked, and the one after it, within a
+    bounded excerpt of the message (``retrievers.passages.excerpt``).
+    """
 
     passage: Passage
     score: float
     """Higher is better; only comparable within one search of one backend."""
     next_text: str = ""
     """The passage at ``position + 1`` in the same session, or "" when there is none yet."""
+    sentence: int = 0
+    """Index of the best-matching sentence among ``split_sentences(passage.text)``."""
 
 
 @runtime_checkable

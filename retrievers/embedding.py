@@ -33,14 +33,18 @@ from keeper_middleware.retrievers.base import (
 from keeper_middleware.retrievers.embedders import (
     Embedder,
     MiniLMEmbedder,
+    embed_query,
     embedder_name,
     import_chromadb,
     keeper_embedding_function,
 )
+from keeper_middleware.retrievers.passages import mark_hits
 from keeper_middleware.retrievers.sentences import has_searchable_text
 
 DEFAULT_COLLECTION = "keeper-passages"
 _EMBED_BATCH = 64
+_OVERFETCH = 4
+_MIN, _MAX = -(2**63), 2**63 - 1
 
 
 class EmbeddingRetriever:
@@ -122,16 +126,16 @@ class EmbeddingRetriever:
             return []
         self._wait(session)
         with self._model_lock:
-            vector = self._embedder([query])[0]
-        result = self._collection.query(
-            query_embeddings=[list(vector)],
-            n_results=k,
-            where=_where(session, from_item, to_item),
-            include=["documents", "metadatas", "distances"],
-        )
-        docs, metas, dists = (result[key][0] for key in ("documents", "metadatas", "distances"))  # type: ignore[index]
+            vector = embed_query(self._embedder, query)
+        docs, metas, dists = self._nearest(list(vector), k, session, from_item, to_item)
         passages = [
-            Passage(session=session, item=int(m["item"]), position=int(m["position"]), text=d)
+            Passage(
+                session=session,
+                item=int(m["item"]),
+                position=int(m["position"]),
+                text=d,
+                context=str(m.get("context", "")),
+            )
             for m, d in zip(metas, docs, strict=True)
         ]
         following = self._following(session, passages)
@@ -140,7 +144,7 @@ class EmbeddingRetriever:
             for p, dist in zip(passages, dists, strict=True)
             if self._min_score is None or 1.0 - float(dist) >= self._min_score
         ]
-        return sorted(hits, key=lambda h: (-h.score, -h.passage.position))
+        return mark_hits(sorted(hits, key=lambda h: (-h.score, -h.passage.position)), query)
 
     def count(self, session: str) -> int:
         self._wait(session)
@@ -205,7 +209,7 @@ class EmbeddingRetriever:
         unique = list(latest.values())
         vectors: list[list[float]] = []
         for start in range(0, len(unique), self._batch_size):
-            texts = [p.text for p in unique[start : start + self._batch_size]]
+            texts = [p.indexed_text for p in unique[start : start + self._batch_size]]
             with self._model_lock:
                 vectors.extend(list(v) for v in self._embedder(texts))
         self._collection.upsert(
@@ -213,9 +217,48 @@ class EmbeddingRetriever:
             embeddings=vectors,  # type: ignore[arg-type]
             documents=[p.text for p in unique],
             metadatas=[
-                {"session": p.session, "item": p.item, "position": p.position} for p in unique
+                {"session": p.session, "item": p.item, "position": p.position, "context": p.context}
+                for p in unique
             ],
         )
+
+    def _nearest(
+        self,
+        vector: list[float],
+        k: int,
+        session: str,
+        from_item: int | None,
+        to_item: int | None,
+    ) -> tuple[list[str], list[dict[str, Any]], list[float]]:
+        """The k nearest of the session's passages in the range.
+
+        A metadata filter makes chroma read every row's metadata (measured: 47 ms CPU against
+        2.6 ms unfiltered at 20K passages, growing with the collection), so the unfiltered
+        neighbours are asked for first, ``_OVERFETCH`` times k of them, and kept when at least k
+        belong to the session and range (always, when a collection holds one archive); only
+        otherwise is the filtered search run.
+        """
+        fields = ["documents", "metadatas", "distances"]
+        wanted = _OVERFETCH * k
+        result = self._collection.query(query_embeddings=[vector], n_results=wanted, include=fields)
+        docs, metas, dists = (list(result[key][0]) for key in fields)  # type: ignore[index]
+        low = _MIN if from_item is None else from_item
+        high = _MAX if to_item is None else to_item
+        kept = [
+            (d, m, dist)
+            for d, m, dist in zip(docs, metas, dists, strict=True)
+            if m.get("session") == session and low <= int(m["item"]) <= high
+        ]
+        if len(kept) < k and len(docs) >= wanted:
+            result = self._collection.query(
+                query_embeddings=[vector],
+                n_results=k,
+                where=_where(session, from_item, to_item),
+                include=fields,
+            )
+            kept = list(zip(*(result[key][0] for key in fields), strict=True))  # type: ignore[index]
+        kept = kept[:k]
+        return [d for d, _, _ in kept], [m for _, m, _ in kept], [x for _, _, x in kept]
 
     def _following(self, session: str, passages: list[Passage]) -> dict[int, str]:
         if not passages:

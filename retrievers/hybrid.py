@@ -2,7 +2,7 @@
 
 BM25 finds what a question names exactly (``domo86``); embeddings find what it says in other
 words. Reciprocal-rank fusion needs no score calibration between the two: each list contributes
-``1 / (k_rrf + rank)`` per passage, and each list is asked for twice the hits wanted so a passage
+``1 / (k_rrf + rank)`` per passage, and each list is asked for ``depth`` times the hits wanted so a passage
 ranked low by one backend can still be lifted by the other.
 """
 
@@ -12,20 +12,39 @@ from collections.abc import Sequence
 
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever, check_search_arguments
 
+DEFAULT_K_RRF = 60
+DEFAULT_KEYWORD_WEIGHT = 1.0
+DEFAULT_DEPTH = 2
 
-def reciprocal_rank_fusion(lists: Sequence[Sequence[Hit]], *, k: int, k_rrf: int = 60) -> list[Hit]:
-    """Merges ranked lists of one session's hits; ties go to the newer passage."""
+
+def reciprocal_rank_fusion(
+    lists: Sequence[Sequence[Hit]],
+    *,
+    k: int,
+    k_rrf: int = 60,
+    weights: Sequence[float] | None = None,
+) -> list[Hit]:
+    """Merges ranked lists of one session's hits, list ``i`` counting ``weights[i]`` times
+    (all 1 when None); ties go to the newer passage."""
+    if weights is not None and len(weights) != len(lists):
+        raise ValueError(f"weights has {len(weights)} entries for {len(lists)} lists of hits.")
     scores: dict[int, float] = {}
     hits: dict[int, Hit] = {}
-    for ranked in lists:
+    for index, ranked in enumerate(lists):
+        weight = 1.0 if weights is None else weights[index]
         for rank, hit in enumerate(ranked, start=1):
             position = hit.passage.position
-            scores[position] = scores.get(position, 0.0) + 1.0 / (k_rrf + rank)
+            scores[position] = scores.get(position, 0.0) + weight / (k_rrf + rank)
             if position not in hits or (not hits[position].next_text and hit.next_text):
                 hits[position] = hit
     order = sorted(scores, key=lambda position: (-scores[position], -position))
     return [
-        Hit(passage=hits[p].passage, score=scores[p], next_text=hits[p].next_text)
+        Hit(
+            passage=hits[p].passage,
+            score=scores[p],
+            next_text=hits[p].next_text,
+            sentence=hits[p].sentence,
+        )
         for p in order[:k]
     ]
 
@@ -33,12 +52,30 @@ def reciprocal_rank_fusion(lists: Sequence[Sequence[Hit]], *, k: int, k_rrf: int
 class HybridRetriever:
     """Adds to both backends and fuses their results; owns both (closing it closes them)."""
 
-    def __init__(self, keyword: Retriever, embedding: Retriever, *, k_rrf: int = 60) -> None:
+    def __init__(
+        self,
+        keyword: Retriever,
+        embedding: Retriever,
+        *,
+        k_rrf: int = DEFAULT_K_RRF,
+        keyword_weight: float = DEFAULT_KEYWORD_WEIGHT,
+        depth: int = DEFAULT_DEPTH,
+    ) -> None:
+        """``keyword_weight`` is how much a keyword rank counts against an embedding rank;
+        each backend is asked for ``depth`` times the hits wanted."""
+        if depth < 1:
+            raise ValueError(f"depth must be a positive int (2 is the default), got {depth}.")
+        self._depth = depth
         if k_rrf < 1:
             raise ValueError(f"k_rrf must be a positive int (60 is the usual choice), got {k_rrf}.")
+        if not keyword_weight > 0.0:
+            raise ValueError(
+                f"keyword_weight must be above 0 (1 counts both lists alike), got {keyword_weight}."
+            )
         self._keyword = keyword
         self._embedding = embedding
         self._k_rrf = k_rrf
+        self._weights = (keyword_weight, 1.0)
 
     def add(self, passages: Sequence[Passage]) -> None:
         self._keyword.add(passages)
@@ -55,10 +92,12 @@ class HybridRetriever:
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
         lists = [
-            backend.search(query, session=session, k=2 * k, from_item=from_item, to_item=to_item)
+            backend.search(
+                query, session=session, k=self._depth * k, from_item=from_item, to_item=to_item
+            )
             for backend in (self._keyword, self._embedding)
         ]
-        return reciprocal_rank_fusion(lists, k=k, k_rrf=self._k_rrf)
+        return reciprocal_rank_fusion(lists, k=k, k_rrf=self._k_rrf, weights=self._weights)
 
     def count(self, session: str) -> int:
         return self._keyword.count(session)
@@ -78,4 +117,7 @@ class HybridRetriever:
             self._embedding.close()
 
     def __repr__(self) -> str:
-        return f"HybridRetriever({self._keyword!r}, {self._embedding!r}, k_rrf={self._k_rrf})"
+        return (
+            f"HybridRetriever({self._keyword!r}, {self._embedding!r}, k_rrf={self._k_rrf}, "
+            f"keyword_weight={self._weights[0]})"
+        )

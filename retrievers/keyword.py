@@ -1,7 +1,7 @@
 """The default backend: BM25 over SQLite FTS5, with no dependency beyond the standard library.
 
 Passages live in a plain table (``kw_passages``) and an external-content FTS5 index
-(``kw_fts``) kept in step by triggers, so adding is incremental and the tables can share the
+(``kw_fts``, over the text and the passage's context: speaker, date) kept in step by triggers, so adding is incremental and the tables can share the
 archive's SQLite file. The tokenizer is ``porter unicode61 remove_diacritics 2``: names with
 digits (``domo86``) stay one token and are found by exact query, while "recorded" also finds
 "record". FTS5's ``bm25()`` uses k1=1.2, b=0.75 and its own IDF, ``log((N - n + 0.5) / (n +
@@ -12,7 +12,8 @@ results agree with rank-bm25 on a corpus whose ordering is unambiguous (tested).
 Speed (measured p95 in bench/results/retrievers.md): FTS5 scores every row that matches any
 query term, so three bounds keep a search fast at a million sentences:
 
-- Common words are dropped first: stopwords, and words found in more than
+- Common words are dropped first: stop words (``passages.STOPWORDS``: question words too, since
+  whole questions are queries), and words found in more than
   ``_COMMON_TERM_FRACTION`` of the passages (they add almost nothing to BM25). They come back
   (stopwords still left out) only when the rarer words give fewer than ``k`` hits.
 - Only the newest ``_CANDIDATES`` rows matching the words are ranked. A word in more passages
@@ -34,16 +35,14 @@ from pathlib import Path
 
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.retrievers.base import Hit, Passage, check_search_arguments
+from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _COMMON_TERM_FRACTION = 0.05
 _CANDIDATES = 2_000
 _RANGE_SCAN = 20_000
-_STOPWORDS = frozenset(
-    "a an and are as at be but by for from had has have he her his i in is it its of on or "  # noqa: SIM905
-    "she that the their them they this to was were what when where which who will with you".split()
-)
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
+_PLAIN_TOKENIZER = "unicode61 remove_diacritics 2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kw_passages (
@@ -52,30 +51,35 @@ CREATE TABLE IF NOT EXISTS kw_passages (
     item INTEGER NOT NULL,
     position INTEGER NOT NULL,
     text TEXT NOT NULL,
+    context TEXT NOT NULL DEFAULT '',
     UNIQUE (session, position)
 );
 CREATE INDEX IF NOT EXISTS kw_passages_item ON kw_passages (session, item, id);
 CREATE VIRTUAL TABLE IF NOT EXISTS kw_fts USING fts5(
-    text, content='kw_passages', content_rowid='id',
+    text, context, content='kw_passages', content_rowid='id',
     tokenize='{tokenizer}'
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS kw_vocab USING fts5vocab(kw_fts, 'row');
 CREATE TRIGGER IF NOT EXISTS kw_passages_ai AFTER INSERT ON kw_passages BEGIN
-    INSERT INTO kw_fts (rowid, text) VALUES (new.id, new.text);
+    INSERT INTO kw_fts (rowid, text, context) VALUES (new.id, new.text, new.context);
 END;
 CREATE TRIGGER IF NOT EXISTS kw_passages_ad AFTER DELETE ON kw_passages BEGIN
-    INSERT INTO kw_fts (kw_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO kw_fts (kw_fts, rowid, text, context)
+    VALUES ('delete', old.id, old.text, old.context);
 END;
 CREATE TRIGGER IF NOT EXISTS kw_passages_au AFTER UPDATE ON kw_passages BEGIN
-    INSERT INTO kw_fts (kw_fts, rowid, text) VALUES ('delete', old.id, old.text);
-    INSERT INTO kw_fts (rowid, text) VALUES (new.id, new.text);
+    INSERT INTO kw_fts (kw_fts, rowid, text, context)
+    VALUES ('delete', old.id, old.text, old.context);
+    INSERT INTO kw_fts (rowid, text, context) VALUES (new.id, new.text, new.context);
 END;
 """
 
 _UPSERT = """
-INSERT INTO kw_passages (session, item, position, text) VALUES (?, ?, ?, ?)
-ON CONFLICT (session, position) DO UPDATE SET item = excluded.item, text = excluded.text
+INSERT INTO kw_passages (session, item, position, text, context) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (session, position) DO UPDATE
+SET item = excluded.item, text = excluded.text, context = excluded.context
 WHERE kw_passages.item != excluded.item OR kw_passages.text != excluded.text
+    OR kw_passages.context != excluded.context
 """
 
 _SEARCH = """
@@ -84,7 +88,7 @@ WITH candidates AS MATERIALIZED (
     WHERE kw_fts MATCH :match AND rowid BETWEEN :low_id AND :high_id
     ORDER BY rowid DESC LIMIT :candidates
 )
-SELECT p.item, p.position, p.text, -c.bm25 AS score, COALESCE(n.text, '')
+SELECT p.item, p.position, p.text, -c.bm25 AS score, COALESCE(n.text, ''), p.context
 FROM candidates AS c
 CROSS JOIN kw_passages AS p ON p.id = c.id
 LEFT JOIN kw_passages AS n ON n.session = p.session AND n.position = p.position + 1
@@ -100,6 +104,16 @@ SELECT MIN(id), MAX(id), COUNT(*) FROM (
 )
 """
 """Bounds the ids an item range can hold, so FTS5 reads only that part of each word's list."""
+
+_UPGRADE = """
+ALTER TABLE kw_passages ADD COLUMN context TEXT NOT NULL DEFAULT '';
+DROP TRIGGER IF EXISTS kw_passages_ai;
+DROP TRIGGER IF EXISTS kw_passages_ad;
+DROP TRIGGER IF EXISTS kw_passages_au;
+DROP TABLE IF EXISTS kw_vocab;
+DROP TABLE IF EXISTS kw_fts;
+"""
+"""Brings a file written before passages had a context up to date (its index is rebuilt)."""
 
 _MIN_ITEM = -(2**63)
 _MAX_ITEM = 2**63 - 1
@@ -121,28 +135,40 @@ def match_expression(terms: Sequence[str]) -> str:
 class KeywordRetriever:
     """BM25 keyword search over SQLite FTS5; incremental, persistent, safe across threads."""
 
-    def __init__(self, path: str | PathLike[str] = ":memory:") -> None:
+    def __init__(
+        self,
+        path: str | PathLike[str] = ":memory:",
+        *,
+        stemming: bool = True,
+        stopwords: frozenset[str] = STOPWORDS,
+    ) -> None:
+        """``stemming`` (Porter, so "recorded" finds "record") is fixed when a file is made;
+        ``stopwords`` are left out of a query unless nothing else is left."""
         location = str(path)
         if location != ":memory:":
             Path(location).parent.mkdir(parents=True, exist_ok=True)
         self._path = location
         self._lock = threading.Lock()
+        self._stopwords = stopwords
+        tokenizer = _TOKENIZER if stemming else _PLAIN_TOKENIZER
         try:
             self._db = sqlite3.connect(location, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA.format(tokenizer=_TOKENIZER))
+            self._upgrade()
+            self._db.executescript(_SCHEMA.format(tokenizer=tokenizer))
         except sqlite3.Error as error:
             raise ArchiveError(
                 f"cannot open the keyword index {location!r} ({error}); the archive beside it is "
                 "untouched: restore this file, or move it away (a new index holds only the turns "
                 "archived from then on)"
             ) from error
+        self._check_tokenizer(location, tokenizer)
         self._term_counts: dict[str, tuple[int, int]] = {}
         self._closed = False
 
     def add(self, passages: Sequence[Passage]) -> None:
-        rows = [(p.session, p.item, p.position, p.text) for p in passages]
+        rows = [(p.session, p.item, p.position, p.text, p.context) for p in passages]
         if not rows:
             return
         with self._lock:
@@ -181,18 +207,21 @@ class KeywordRetriever:
                 return []
             rare = self._rare_terms(terms)
             rows = self._run(rare, params, exclude=[])
-            wider = [t for t in terms if t not in _STOPWORDS] or terms
+            wider = [t for t in terms if t not in self._stopwords] or terms
             if len(rows) < k and len(rare) < len(wider):
                 found = [position for _, position, *_ in rows]
                 rows += self._run(wider, {**params, "k": k - len(rows)}, exclude=found)
-        return [
+        hits = [
             Hit(
-                passage=Passage(session=session, item=item, position=position, text=text),
+                passage=Passage(
+                    session=session, item=item, position=position, text=text, context=context
+                ),
                 score=float(score),
                 next_text=next_text,
             )
-            for item, position, text, score, next_text in rows
+            for item, position, text, score, next_text, context in rows
         ]
+        return mark_hits(hits, query)
 
     def count(self, session: str) -> int:
         with self._lock:
@@ -219,6 +248,22 @@ class KeywordRetriever:
     def __repr__(self) -> str:
         return f"KeywordRetriever({self._path!r})"
 
+    def _upgrade(self) -> None:
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(kw_passages)")]
+        if columns and "context" not in columns:
+            self._db.executescript(_UPGRADE)
+            self._db.executescript(_SCHEMA.format(tokenizer=_TOKENIZER))
+            self._db.execute("INSERT INTO kw_fts (kw_fts) VALUES ('rebuild')")
+
+    def _check_tokenizer(self, location: str, tokenizer: str) -> None:
+        row = self._db.execute("SELECT sql FROM sqlite_master WHERE name = 'kw_fts'").fetchone()
+        if row is not None and f"tokenize='{tokenizer}'" not in row[0]:
+            self._db.close()
+            raise ValueError(
+                f"{location} was indexed with another tokenizer than {tokenizer!r}: open it "
+                "with the stemming setting it was made with, or use another file."
+            )
+
     def _id_range(self, params: dict[str, object], *, narrow: bool) -> dict[str, object]:
         everything: dict[str, object] = {"low_id": _MIN_ITEM, "high_id": _MAX_ITEM}
         if not narrow:
@@ -232,7 +277,9 @@ class KeywordRetriever:
             return terms
         total = self._db.execute("SELECT COALESCE(MAX(id), 0) FROM kw_passages").fetchone()[0]
         limit = total * _COMMON_TERM_FRACTION
-        rare = [t for t in terms if t not in _STOPWORDS and self._passages_with(t, total) <= limit]
+        rare = [
+            t for t in terms if t not in self._stopwords and self._passages_with(t, total) <= limit
+        ]
         return rare or terms
 
     def _passages_with(self, term: str, total: int) -> int:

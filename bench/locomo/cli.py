@@ -1,0 +1,84 @@
+"""``keeper-bench locomo recall|answer``: LoCoMo from a file the user gives.
+
+    keeper-bench locomo recall --data locomo10.json
+    keeper-bench locomo answer --data locomo10.json --arm rag --model openai:http://127.0.0.1:8080/v1
+
+``recall`` measures retrieval alone (no model); ``answer`` runs arms with a model and grades the
+answers as the dataset's paper does. Both print a markdown table and can write it (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+
+from keeper_middleware.bench.cli import Command
+from keeper_middleware.bench.locomo.dataset import load_locomo
+from keeper_middleware.bench.locomo.recall import DEFAULT_METHODS, measure, render
+from keeper_middleware.retrievers.embedders import Embedder
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="locomo_action", required=True)
+    recall = actions.add_parser("recall", help="retrieval recall@k, latency and indexing rate")
+    recall.add_argument("--data", type=Path, required=True, help="LoCoMo's JSON file")
+    recall.add_argument(
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help="comma-separated methods, e.g. keyword,hybrid:minilm-int8:w=1.5,bm25s (see "
+        "bench/locomo/recall.py)",
+    )
+    recall.add_argument("--conversations", default="", help="sample ids to keep (default all)")
+    recall.add_argument("--out", type=Path, default=None, help="write the table here too")
+    recall.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    from keeper_middleware.bench.locomo.answers import configure_answer
+
+    configure_answer(actions.add_parser("answer", help="run arms with a model; token-F1 grade"))
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.locomo_action == "answer":
+        from keeper_middleware.bench.locomo.answers import run_answer_command
+
+        return run_answer_command(args)
+    conversations = load_locomo(args.data)
+    if args.conversations:
+        wanted = set(args.conversations.split(","))
+        conversations = [c for c in conversations if c.sample_id in wanted]
+    load = os.getloadavg()
+    embedders: dict[str, Embedder] = {}
+    results = []
+    for method in (m for m in args.methods.split(",") if m.strip()):
+        result = measure(method.strip(), conversations, embedders)
+        results.append(result)
+        print(render([result], title="").splitlines()[-1], flush=True)
+    note = (
+        f"{len(conversations)} conversation(s) ({', '.join(c.sample_id for c in conversations)}) "
+        f"from `{args.data.name}`; load average before the run "
+        f"{', '.join(f'{x:.1f}' for x in load)}, after it "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} CPUs "
+        f"({platform.processor() or platform.machine()})."
+    )
+    table = render(results, title="LoCoMo retrieval recall", note=note)
+    print(table)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(table, encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps([r.to_json() for r in results], indent=1))
+    return 0
+
+
+def register_commands(register: Callable[[Command], None]) -> None:
+    register(
+        Command(
+            "locomo",
+            "LoCoMo (a file you give): retrieval recall, or arms answered by a model",
+            _configure,
+            _run,
+        )
+    )

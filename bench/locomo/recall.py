@@ -1,0 +1,326 @@
+"""Retrieval recall on LoCoMo: does a search for the question find the turns that answer it?
+
+For each question of categories 1–4 with annotated evidence, the question is the query; it is
+found at k when the turns of its evidence are among the turns of the top-k hits (``any``: one of
+them is; ``all``: every one is). No model is involved. Every method indexes the same turns
+(sessions as items), and the table also gives the indexing rate (turns a second, CPU seconds) and
+search latency (wall and CPU, ms).
+
+A method is written ``BACKEND[:OPTION...]``: BACKEND is ``keyword``, ``embedding``, ``hybrid``
+(ours) or a baseline, ``bm25s`` (bm25s over whole turns) or ``cosine`` (exact cosine over whole
+turns, MiniLM unless an embedder is named). Options: a granularity (``messages``,
+``sentences+context``, ``sentences``), an embedder (``minilm``, ``minilm-int8``, ``e5-small``,
+``hashing``), ``w=X`` (hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the
+fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop`` (keyword: no Porter stemming; the first, shorter
+stop-word list).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from keeper_middleware.bench.locomo.dataset import Conversation, Question
+from keeper_middleware.bench.locomo.indexing import (
+    GRANULARITIES,
+    conversation_passages,
+    whole_turns,
+)
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.embedders import EMBEDDERS, Embedder, embed_query
+from keeper_middleware.retrievers.passages import STOPWORDS
+
+DEFAULT_METHODS = ("keyword", "embedding", "hybrid", "bm25s", "cosine")
+FIRST_STOPWORDS = frozenset(
+    "a an and are as at be but by for from had has have he her his i in is it its of on or "  # noqa: SIM905
+    "she that the their them they this to was were what when where which who will with you".split()
+)
+"""The keyword backend's first stop-word list, for comparison."""
+KS = (1, 5, 10)
+SESSION = "locomo"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MethodSpec:
+    backend: str
+    granularity: str = "messages"
+    embedder: str = "minilm"
+    keyword_weight: float = 1.0
+    k_rrf: int = 60
+    depth: int = 2
+    stemming: bool = True
+    first_stopwords: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> MethodSpec:
+        backend, *options = text.strip().split(":")
+        if backend not in ("keyword", "embedding", "hybrid", "bm25s", "cosine"):
+            raise ValueError(
+                f"Unknown method {text!r}: start with keyword, embedding, hybrid, bm25s or cosine."
+            )
+        given: dict[str, Any] = {"backend": backend}
+        for option in options:
+            if option in GRANULARITIES:
+                given["granularity"] = option
+            elif option in EMBEDDERS:
+                given["embedder"] = option
+            elif option.startswith("w="):
+                given["keyword_weight"] = float(option[2:])
+            elif option.startswith("k="):
+                given["k_rrf"] = int(option[2:])
+            elif option.startswith("d="):
+                given["depth"] = int(option[2:])
+            elif option == "nostem":
+                given["stemming"] = False
+            elif option == "oldstop":
+                given["first_stopwords"] = True
+            else:
+                raise ValueError(f"Unknown option {option!r} in method {text!r} (see --help).")
+        return cls(**given)
+
+
+@dataclass(slots=True)
+class MethodResult:
+    method: str
+    questions: int = 0
+    found_any: dict[int, int] = field(default_factory=dict)
+    found_all: dict[int, int] = field(default_factory=dict)
+    any5_by_category: dict[int, list[int]] = field(default_factory=dict)
+    turns: int = 0
+    index_wall: float = 0.0
+    index_cpu: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    index_cached: bool = False
+    """Some vectors came from an earlier method's embedding: no indexing rate of its own."""
+
+    def rate(self, k: int, *, every: bool = False) -> float:
+        found = self.found_all if every else self.found_any
+        return found.get(k, 0) / self.questions if self.questions else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "questions": self.questions,
+            **{f"any@{k}": round(self.rate(k), 4) for k in KS},
+            **{f"all@{k}": round(self.rate(k, every=True), 4) for k in KS},
+            "any@5_by_category": {
+                str(c): round(sum(v) / len(v), 4) for c, v in sorted(self.any5_by_category.items())
+            },
+            "turns": self.turns,
+            "index_turns_per_s": (
+                round(self.turns / self.index_wall, 1)
+                if self.index_wall and not self.index_cached
+                else None
+            ),
+            "index_cpu_s": None if self.index_cached else round(self.index_cpu, 2),
+            "search_p50_ms": round(_quantile(self.latencies_ms, 50), 2),
+            "search_p95_ms": round(_quantile(self.latencies_ms, 95), 2),
+            "search_cpu_p95_ms": round(_quantile(self.cpu_ms, 95), 2),
+        }
+
+
+Search = Callable[[str, int], list[str]]
+"""A query and k in, the ``dia_id`` of each of the top-k hits out (in rank order)."""
+
+
+def scored_questions(conversation: Conversation) -> list[Question]:
+    """The questions retrieval is measured on: categories 1–4 with evidence in the conversation."""
+    return [q for q in conversation.questions if q.category != 5 and q.evidence]
+
+
+def measure(
+    spec_text: str,
+    conversations: Sequence[Conversation],
+    embedders: dict[str, Embedder],
+) -> MethodResult:
+    spec = MethodSpec.parse(spec_text)
+    result = MethodResult(method=spec_text)
+    for embedder in embedders.values():
+        if isinstance(embedder, CachedEmbedder):
+            embedder.method = spec_text
+    for conversation in conversations:
+        hits_before = _cache_hits(embedders)
+        wall, cpu = time.perf_counter(), time.process_time()
+        search, close, turns = _build(spec, conversation, embedders)
+        result.index_cached = result.index_cached or _cache_hits(embedders) > hits_before
+        result.index_wall += time.perf_counter() - wall
+        result.index_cpu += time.process_time() - cpu
+        result.turns += turns
+        try:
+            for question in scored_questions(conversation):
+                wall, cpu = time.perf_counter(), time.process_time()
+                ranked = search(question.question, max(KS))
+                result.latencies_ms.append((time.perf_counter() - wall) * 1000)
+                result.cpu_ms.append((time.process_time() - cpu) * 1000)
+                _count(result, question, ranked)
+        finally:
+            close()
+    return result
+
+
+def _cache_hits(embedders: dict[str, Embedder]) -> int:
+    return sum(getattr(e, "hits", 0) for e in embedders.values())
+
+
+def _count(result: MethodResult, question: Question, ranked: list[str]) -> None:
+    result.questions += 1
+    evidence = set(question.evidence)
+    for k in KS:
+        top = set(ranked[:k])
+        result.found_any[k] = result.found_any.get(k, 0) + bool(evidence & top)
+        result.found_all[k] = result.found_all.get(k, 0) + evidence.issubset(top)
+    result.any5_by_category.setdefault(question.category, []).append(
+        int(bool(evidence & set(ranked[:5])))
+    )
+
+
+def _build(
+    spec: MethodSpec, conversation: Conversation, embedders: dict[str, Embedder]
+) -> tuple[Search, Callable[[], None], int]:
+    if spec.backend == "bm25s":
+        return (*_bm25s_baseline(conversation), len(whole_turns(conversation)[0]))
+    if spec.backend == "cosine":
+        embedder = _embedder(spec.embedder, embedders)
+        return (*_cosine_baseline(conversation, embedder), len(whole_turns(conversation)[0]))
+    indexed = conversation_passages(conversation, session=SESSION, granularity=spec.granularity)
+    retriever = _retriever(spec, embedders)
+    by_item: dict[int, list[Any]] = {}
+    for passage in indexed.passages:
+        by_item.setdefault(passage.item, []).append(passage)
+    for batch in by_item.values():
+        retriever.add(batch)
+    retriever.flush()
+
+    def search(query: str, k: int) -> list[str]:
+        hits = retriever.search(query, session=SESSION, k=k)
+        return [indexed.turn_of[h.passage.position] for h in hits]
+
+    return search, retriever.close, indexed.turns
+
+
+class CachedEmbedder:
+    """Remembers every vector it made, so methods that share an embedder (embedding, hybrid,
+    a weight sweep) embed each text once; a method served from the memory has no indexing rate
+    of its own (``hits`` tells)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self._vectors: dict[str, list[float]] = {}
+        self._owner: dict[str, str] = {}
+        self._queries: dict[str, list[float]] = {}
+        self.hits = 0
+        self.method = ""
+        """The method now indexing: only vectors another method made count as reused."""
+        self.name = f"cached-{getattr(embedder, 'name', 'embedder')}"
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        self.hits += sum(1 for t in texts if self._owner.get(t, self.method) != self.method)
+        if missing:
+            self._vectors.update(zip(missing, self._embedder(missing), strict=True))
+            self._owner.update(dict.fromkeys(missing, self.method))
+        return [self._vectors[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        if text not in self._queries:
+            self._queries[text] = embed_query(self._embedder, text)
+        return self._queries[text]
+
+
+def _embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
+    if name not in embedders:
+        embedders[name] = CachedEmbedder(EMBEDDERS[name]())
+    return embedders[name]
+
+
+def _retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
+    from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+    from keeper_middleware.retrievers.hybrid import HybridRetriever
+    from keeper_middleware.retrievers.keyword import KeywordRetriever
+
+    def keyword() -> KeywordRetriever:
+        stopwords = FIRST_STOPWORDS if spec.first_stopwords else STOPWORDS
+        return KeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
+
+    if spec.backend == "keyword":
+        return keyword()
+    embedding = EmbeddingRetriever(embedder=_embedder(spec.embedder, embedders))
+    if spec.backend == "embedding":
+        return embedding
+    return HybridRetriever(
+        keyword(),
+        embedding,
+        k_rrf=spec.k_rrf,
+        keyword_weight=spec.keyword_weight,
+        depth=spec.depth,
+    )
+
+
+def _bm25s_baseline(conversation: Conversation) -> tuple[Search, Callable[[], None]]:
+    import bm25s
+
+    texts, ids = whole_turns(conversation)
+    model = bm25s.BM25()
+    model.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+
+    def search(query: str, k: int) -> list[str]:
+        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+        if not tokens.vocab:
+            return []
+        found, _ = model.retrieve(tokens, k=min(k, len(texts)), show_progress=False)
+        return [ids[int(i)] for i in found[0]]
+
+    return search, lambda: None
+
+
+def _cosine_baseline(
+    conversation: Conversation, embedder: Embedder
+) -> tuple[Search, Callable[[], None]]:
+    import numpy as np
+
+    texts, ids = whole_turns(conversation)
+    matrix = np.array(embedder(texts), dtype=np.float32)
+
+    def search(query: str, k: int) -> list[str]:
+        scores = matrix @ np.array(embed_query(embedder, query), dtype=np.float32)
+        return [ids[int(i)] for i in np.argsort(-scores)[:k]]
+
+    return search, lambda: None
+
+
+def _quantile(values: list[float], q: int) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100)[q - 1]
+
+
+def render(results: Sequence[MethodResult], *, title: str, note: str = "") -> str:
+    lines = [
+        f"# {title}",
+        "",
+        *([note, ""] if note else []),
+        "| method | questions | any@1 | any@5 | all@5 | any@10 | any@5 by category (1/2/3/4) "
+        "| index (turns/s) | index CPU (s) | search p50 (ms) | search p95 (ms) | search CPU p95 (ms) |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        row = result.to_json()
+        by_category = "/".join(
+            f"{row['any@5_by_category'].get(str(c), float('nan')):.2f}" for c in (1, 2, 3, 4)
+        )
+        rate, cpu = row["index_turns_per_s"], row["index_cpu_s"]
+        lines.append(
+            f"| {row['method']} | {row['questions']} | {row['any@1']:.2f} | {row['any@5']:.2f} "
+            f"| {row['all@5']:.2f} | {row['any@10']:.2f} | {by_category} "
+            f"| {rate if rate is not None else 'reused'} "
+            f"| {'reused' if cpu is None else f'{cpu:.1f}'} "
+            f"| {row['search_p50_ms']:.1f} | {row['search_p95_ms']:.1f} "
+            f"| {row['search_cpu_p95_ms']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,339 @@
+"""LoCoMo in the benchmark: the loader, retrieval recall, the paper's grading, and arms answering
+over a real local HTTP server (plumbing: a scripted model, not a model's score).
+
+Every fixture is written here in the dataset's format; the dataset itself is never used by tests.
+"""
+
+import json
+import threading
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from keeper_middleware.bench.cli import main
+from keeper_middleware.bench.locomo.answers import (
+    QUESTION_HEADER,
+    parse_answers,
+    session_message,
+)
+from keeper_middleware.bench.locomo.dataset import (
+    LocomoFormatError,
+    archived_text,
+    load_locomo,
+    split_evidence,
+)
+from keeper_middleware.bench.locomo.grading import grade_answer, token_f1
+from keeper_middleware.bench.locomo.indexing import GRANULARITIES, conversation_passages
+from keeper_middleware.bench.locomo.recall import MethodSpec, measure
+from keeper_middleware.integrations.proxy.cli import serve_in_thread
+
+FILLER = [
+    "Hey, how are you doing today?",
+    "Wow, that's great! I'm so happy for you.",
+    "Thanks! It has been a busy week with the kids.",
+    "Same here, work keeps me running around.",
+]
+
+
+def sample(sample_id: str, facts: list[tuple[str, str, str]], sessions: int = 3) -> dict:
+    """A conversation of ``sessions`` sessions; ``facts`` are (speaker, text, question) placed
+    one per session after some filler, each asked about with its turn as evidence."""
+    conversation: dict = {"speaker_a": "Ana", "speaker_b": "Ben"}
+    qa = []
+    for number in range(1, sessions + 1):
+        conversation[f"session_{number}_date_time"] = f"1:00 pm on {number} May, 2023"
+        turns = []
+        for index, text in enumerate(FILLER, start=1):
+            turns.append(
+                {
+                    "speaker": "Ana" if index % 2 else "Ben",
+                    "dia_id": f"D{number}:{index}",
+                    "text": text,
+                }
+            )
+        if number <= len(facts):
+            speaker, text, question = facts[number - 1]
+            dia_id = f"D{number}:{len(turns) + 1}"
+            turns.append(
+                {
+                    "speaker": speaker,
+                    "dia_id": dia_id,
+                    "text": text,
+                    "blip_caption": "a photo of a red kite on a beach",
+                }
+            )
+            qa.append(
+                {
+                    "question": question,
+                    "answer": text.split()[-1].strip("."),
+                    "evidence": [dia_id],
+                    "category": 4,
+                }
+            )
+        conversation[f"session_{number}"] = turns
+    qa.append(
+        {
+            "question": "Where did Ana go on her trip to the moon?",
+            "evidence": ["D1:1"],
+            "category": 5,
+            "adversarial_answer": "the crater",
+        }
+    )
+    qa.append(
+        {
+            "question": "What did Ben and Ana both mention?",
+            "answer": "kids, work",
+            "evidence": ["D1:3; D1:4"],
+            "category": 1,
+        }
+    )
+    return {"sample_id": sample_id, "conversation": conversation, "qa": qa}
+
+
+FACTS = [
+    ("Ana", "I adopted a greyhound called Pepper.", "What is the name of Ana's greyhound?"),
+    ("Ben", "I finally learned to play the cello.", "Which instrument did Ben learn to play?"),
+    ("Ana", "We decided to move to Lisbon.", "Which city did Ana move to?"),
+]
+
+
+@pytest.fixture
+def locomo_file(tmp_path):
+    path = tmp_path / "locomo-fixture.json"
+    path.write_text(json.dumps([sample("conv-a", FACTS), sample("conv-b", FACTS[::-1])]))
+    return path
+
+
+def test_sessions_become_dated_items_and_evidence_is_split(locomo_file):
+    conversations = load_locomo(locomo_file)
+    assert [c.sample_id for c in conversations] == ["conv-a", "conv-b"]
+    first = conversations[0]
+    assert [s.number for s in first.sessions] == [1, 2, 3]
+    assert first.sessions[1].date == "1:00 pm on 2 May, 2023"
+    multi_hop = next(q for q in first.questions if q.category == 1)
+    assert multi_hop.evidence == ("D1:3", "D1:4")
+    adversarial = next(q for q in first.questions if q.category == 5)
+    assert adversarial.answer == "the crater"
+    photo = next(t for t in first.turns() if t.caption)
+    assert archived_text(photo, "today").endswith(
+        "[shares a photo: a photo of a red kite on a beach]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (["D8:6; D9:17"], ("D8:6", "D9:17")),
+        (["D1:3", "D1:3"], ("D1:3",)),
+        ("D2:10,D3:1", ("D2:10", "D3:1")),
+        (None, ()),
+    ],
+)
+def test_evidence_ids_are_split_however_they_were_written(raw, expected):
+    assert split_evidence(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "not JSON"),
+        ("[]", "list of samples"),
+        (json.dumps([{"qa": []}]), "'conversation' is missing"),
+        (
+            json.dumps([{"conversation": {"session_1": [{"speaker": "A", "text": "hi"}]}}]),
+            "no dia_id",
+        ),
+        (json.dumps([{"conversation": {"speaker_a": "A"}, "qa": []}]), "no session_N"),
+    ],
+)
+def test_a_file_not_in_the_format_gets_an_error_that_says_where(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(LocomoFormatError, match=message):
+        load_locomo(path)
+
+
+def test_a_question_with_a_bad_category_is_named(tmp_path):
+    data = sample("conv-a", FACTS)
+    data["qa"][0]["category"] = 9
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([data]))
+    with pytest.raises(LocomoFormatError, match="qa 0: category must be 1–5"):
+        load_locomo(path)
+
+
+def test_a_missing_file_says_what_to_pass(tmp_path):
+    with pytest.raises(FileNotFoundError, match="LoCoMo"):
+        load_locomo(tmp_path / "nowhere.json")
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_every_passage_maps_back_to_its_turn_and_session(locomo_file, granularity):
+    conversation = load_locomo(locomo_file)[0]
+    indexed = conversation_passages(conversation, session="s", granularity=granularity)
+    assert set(indexed.turn_of.values()) == {t.dia_id for t in conversation.turns()}
+    for passage in indexed.passages:
+        assert passage.item == int(indexed.turn_of[passage.position][1:].split(":")[0])
+    if granularity != "sentences":
+        assert all(p.context.startswith(("Ana (", "Ben (")) for p in indexed.passages)
+
+
+@pytest.mark.parametrize(
+    "method", ["keyword", "keyword:sentences", "hybrid:hashing", "bm25s", "cosine:hashing"]
+)
+def test_recall_finds_the_turn_that_names_the_answer(locomo_file, method):
+    conversations = load_locomo(locomo_file)
+    result = measure(method, conversations, {})
+    single_hop = result.any5_by_category[4]
+    assert len(single_hop) == 2 * len(FACTS)
+    assert all(single_hop), f"{method} missed a question whose words name one turn"
+    assert result.rate(10) >= result.rate(5) >= result.rate(1)
+    assert result.turns == sum(1 for c in conversations for _ in c.turns())
+    assert len(result.latencies_ms) == result.questions
+
+
+def test_recall_command_writes_a_table_for_every_method(locomo_file, tmp_path, capsys):
+    out = tmp_path / "recall.md"
+    main(
+        [
+            "locomo",
+            "recall",
+            "--data",
+            str(locomo_file),
+            "--methods",
+            "keyword,bm25s,embedding:hashing",
+            "--out",
+            str(out),
+        ]
+    )
+    table = out.read_text()
+    for method in ("keyword", "bm25s", "embedding:hashing"):
+        assert f"| {method} | 8 |" in table  # categories 1–4 only
+    assert "load average" in table
+
+
+@pytest.mark.parametrize("text", ["keyword:paragraphs", "vector", "hybrid:w=x"])
+def test_an_unknown_method_is_refused_with_the_choices(text):
+    with pytest.raises(ValueError):
+        MethodSpec.parse(text)
+
+
+def test_grading_follows_the_paper():
+    assert token_f1("7 May 2023", "7 May 2023") == 1.0
+    assert token_f1("The cello!", "cello") == 1.0  # articles and punctuation do not count
+    assert token_f1("running", "runs") == 1.0  # Porter stems on both sides
+    assert 0 < token_f1("a greyhound called Pepper", "Pepper") < 1
+    assert grade_answer("kids, work", "work, kids", 1) == 1.0
+    assert grade_answer("work", "work, kids", 1) == 0.5
+    assert grade_answer("Lisbon", "Lisbon; Portugal's capital", 3) == 1.0
+    assert grade_answer("Not mentioned in the conversation", "the crater", 5) == 1.0
+    assert grade_answer("the crater", "the crater", 5) == 0.0
+
+
+def test_answers_are_read_from_numbered_lines():
+    assert parse_answers("1. Pepper\n2) cello\n**3.** Lisbon\n3. again\nnote") == {
+        1: "Pepper",
+        2: "cello",
+        3: "Lisbon",
+    }
+
+
+def test_no_line_of_a_session_reads_as_a_question(locomo_file):
+    session = load_locomo(locomo_file)[0].sessions[0]
+    text = session_message(session)
+    assert text.startswith("Item 1. Session 1 (1:00 pm on 1 May, 2023):")
+    assert not any(line.rstrip().endswith("?") for line in text.splitlines())
+
+
+class ScriptedModel:
+    """An OpenAI-compatible endpoint that answers a question set from a script and says "Noted."
+    to everything else, recording what it was sent."""
+
+    def __init__(self, script: dict[str, str]) -> None:
+        self.script = script
+        self.received: list[list[dict]] = []
+        self.lock = threading.Lock()
+
+    def app(self) -> Starlette:
+        async def complete(request: Request) -> JSONResponse:
+            body = await request.json()
+            with self.lock:
+                self.received.append(body["messages"])
+            asked = [
+                m["content"]
+                for m in body["messages"]
+                if m["role"] == "user" and str(m["content"]).startswith(QUESTION_HEADER)
+            ]
+            reply = "Noted."
+            if asked:
+                lines = asked[-1].splitlines()[1:]
+                reply = "\n".join(
+                    f"{n}. {self.script.get(line.split('. ', 1)[1], 'Not mentioned in the conversation')}"
+                    for n, line in enumerate(lines, start=1)
+                )
+            return JSONResponse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "scripted",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": reply},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+                }
+            )
+
+        return Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
+
+
+@pytest.mark.parametrize("arm", ["rag", "window_drop"])
+def test_arms_answer_over_http_and_are_graded_by_category(locomo_file, tmp_path, capsys, arm):
+    """Plumbing: a scripted model, so the scores say the run and grading work, nothing more."""
+    script = {question: text.split()[-1].strip(".") for _, text, question in FACTS}
+    model = ScriptedModel(script)
+    out = tmp_path / "runs"
+    with serve_in_thread(model.app()) as url:
+        main(
+            [
+                "locomo", "answer", "--data", str(locomo_file), "--arms", arm,
+                "--model", f"openai:{url}:scripted", "--window", "4096", "--per-message", "2",
+                "--out", str(out),
+            ]
+        )  # fmt: skip
+    summary = (out / "summary.md").read_text()
+    row = next(line for line in summary.splitlines() if line.startswith(f"| {arm} |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[4] == "1.000 (6)"  # single-hop: the script's answers are the references
+    assert cells[5] == "1.000 (2)"  # adversarial: a refusal counts as right
+    assert cells[1] == "0.000 (2)"  # multi-hop: the script refused, which scores nothing
+    records = [json.loads(line) for line in (out / arm / "answers.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * (len(FACTS) + 2)
+    sent = "\n".join(str(m["content"]) for request in model.received for m in request)
+    assert "Item 3. Session 3 (1:00 pm on 3 May, 2023):" in sent
+    assert "### Costs (scripted)" in summary
+
+
+def test_a_notes_arm_runs_with_the_simulated_reader_and_says_so(locomo_file, tmp_path):
+    """Plumbing: the simulated reader is written for counter stories, not for LoCoMo, so only the
+    run and its labels are checked, never its scores."""
+    out = tmp_path / "runs"
+    main(
+        [
+            "locomo", "answer", "--data", str(locomo_file), "--arms", "notes_retrieval",
+            "--model", "sim", "--window", "2048", "--per-message", "3", "--out", str(out),
+        ]
+    )  # fmt: skip
+    summary = (out / "summary.md").read_text()
+    assert "### LoCoMo answers (simulated reader)" in summary
+    assert "### Costs (simulated reader)" in summary
+    lines = (out / "notes_retrieval" / "answers.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * (len(FACTS) + 2)
+    assert (out / "notes_retrieval" / "calls.jsonl").read_text().strip()

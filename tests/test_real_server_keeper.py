@@ -52,6 +52,7 @@ from keeper_middleware.integrations.llama_server import (  # noqa: E402
 from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app  # noqa: E402
 from keeper_middleware.integrations.proxy.cli import serve_in_thread  # noqa: E402
 from keeper_middleware.integrations.proxy.openai_format import message_from_openai  # noqa: E402
+from keeper_middleware.integrations.proxy.streaming import StreamAssembler  # noqa: E402
 from keeper_middleware.integrations.proxy.tenants import SESSION_HEADER  # noqa: E402
 from keeper_middleware.messages import keeper_kind  # noqa: E402
 from keeper_middleware.notes import (  # noqa: E402
@@ -88,6 +89,17 @@ WEATHER_TOOL = {
 }
 
 
+def _reply_of(response: httpx.Response, content: bytes) -> dict[str, Any]:
+    """The completion, whether the server answered in JSON or (to a streaming proxy) in SSE."""
+    if "text/event-stream" not in response.headers.get("content-type", ""):
+        return json.loads(content)
+    assembler = StreamAssembler()
+    for line in content.decode().splitlines():
+        if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
+            assembler.feed(json.loads(line[5:]))
+    return assembler.completion()
+
+
 class RecordingTransport(httpx.AsyncBaseTransport):
     """Passes the proxy's upstream calls to the server and keeps each request and reply body."""
 
@@ -99,7 +111,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         response = await self.inner.handle_async_request(request)
         content = await response.aread()
         if request.method == "POST" and response.status_code == 200:
-            self.exchanges.append((json.loads(request.content), json.loads(content)))
+            self.exchanges.append((json.loads(request.content), _reply_of(response, content)))
         headers = {k: v for k, v in response.headers.items() if k.lower() != "transfer-encoding"}
         return httpx.Response(response.status_code, headers=headers, content=content)
 

@@ -72,19 +72,27 @@ def sentence_direction(sentence: str) -> Direction | Literal["mixed"] | None:
     return found[0] if len(found) == 1 else "mixed"
 
 
-def signed_amounts_in(text: str) -> frozenset[float]:
-    """Every amount the text states, with the sign it is written with ("minus six" → -6)."""
-    found: set[float] = set()
+def _signed_amounts(text: str) -> Iterator[tuple[int, float]]:
+    """(position, amount) of every amount in the text, with the sign it is written with."""
     for match in _SIGNED_DIGITS.finditer(text):
         value = parse_number(match.group())
         if value is not None:
             negative_word = _MINUS_BEFORE.search(text[: match.start()]) is not None
-            found.add(-abs(value) if negative_word else value)
+            yield match.start(), -abs(value) if negative_word else value
     for match in _SIGNED_WORDS.finditer(text):
         value = words_to_int(match.group())
         if value is not None:
-            found.add(float(value))
-    return frozenset(found)
+            yield match.start(), float(value)
+
+
+def signed_amounts_in(text: str) -> frozenset[float]:
+    """Every amount the text states, with the sign it is written with ("minus six" → -6)."""
+    return frozenset(amount for _, amount in _signed_amounts(text))
+
+
+def first_amount(text: str) -> float | None:
+    """The first amount the text states, with its sign; None when it states none."""
+    return min(_signed_amounts(text), default=(0, None))[1]
 
 
 @lru_cache(maxsize=64)

@@ -36,10 +36,9 @@ from keeper_middleware.bench.audit import MEMORY_FILES, AuditResult, MemoryVersi
 from keeper_middleware.bench.costs import CallRecord, CostSummary, summarize_costs
 from keeper_middleware.bench.grader import GradeResult, grade
 from keeper_middleware.bench.ledger import Ledger
+from keeper_middleware.bench.plots import plot_cost_by_segment, plot_score_by_distance
 from keeper_middleware.bench.report import (
     cost_table,
-    plot_cost_by_segment,
-    plot_score_by_distance,
     score_table,
 )
 from keeper_middleware.bench.streams import (

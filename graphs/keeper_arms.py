@@ -64,19 +64,19 @@ def keeper_arm_config(
     return replace(config, **changes)
 
 
-NOTES_SHARE_OF_BUDGET = 8
-"""Without a NOTES budget of its own in the config, the NOTES are given an eighth of the room
-left by the reply reserve (4K tokens at a 32K window): what a summary is matched to."""
+NOTES_SHARE_OF_WINDOW = 8
+"""Without a NOTES budget of its own in the config, the NOTES are given an eighth of the window
+(4K tokens at a 32K window): what a summary is matched to."""
 
 
 def notes_budget(config: KeeperConfig) -> int:
     """The tokens the keeper's NOTES may take: the config's own ``notes_budget`` when it has one
-    (a size in tokens or a fraction of the budget), else an eighth of the budget. A summariser
+    (a size in tokens or a fraction of the budget), else an eighth of the window. A summariser
     compared with the keeper gets this many tokens, so neither memory is larger by setting."""
     own = getattr(config, "notes_budget", None)
     if own is not None:
         return resolve_size(own, config.budget, name="notes_budget")
-    return config.budget // NOTES_SHARE_OF_BUDGET
+    return config.window // NOTES_SHARE_OF_WINDOW
 
 
 def keeper_arm_graph(

@@ -130,6 +130,12 @@ def test_the_audit_table_names_the_reader():
         ),
         # the value now first, then history: still the value now
         ("domo86 is now 332. Before item 3, domo86 was 342.", [("domo86", "332")]),
+        # one line per change with its item, then the value after the last change
+        (
+            "item 1: The clerk recorded domo86 at 342.\nitem 3: Tomas Quill took 10 from domo86."
+            "\nitem 3: domo86 stood at 332.\nitem 2: kelo12 stood at 6 (= 33 - 27).",
+            [("domo86", "332"), ("kelo12", "6")],
+        ),
         # a change states no value
         ("Ten were taken from domo86 by Tomas Quill.", []),
         ("Standing rule: any figure below zero is reported as overdrawn.", []),

@@ -71,7 +71,7 @@ def test_langmem_tuned_gives_the_summary_the_keepers_notes_budget():
 
 
 @pytest.mark.parametrize("window", [8_192, 32_768, 131_072])
-def test_the_notes_budget_is_a_share_of_the_room_left_by_the_reply_reserve(window):
+def test_the_notes_budget_is_a_share_of_the_window(window):
     config = KeeperConfig(window=window, reply_reserve=default_reply_reserve(window))
     budget = notes_budget(config)
     assert 0 < budget < config.budget // 4

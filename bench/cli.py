@@ -54,6 +54,7 @@ from keeper_middleware.bench.streams import (
 COMMAND_MODULES = (
     "keeper_middleware.bench.runner",
     "keeper_middleware.bench.compare",
+    "keeper_middleware.bench.matrix",
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
     "keeper_middleware.bench.locomo.cli",

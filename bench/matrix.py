@@ -60,6 +60,9 @@ class MatrixSpec:
     families: str = "rules+overdrawn"
     window: int = 32_768
     model: str = "sim"
+    rot: float = 0.0
+    """Context rot of the simulated reader in the realistic mix (a long context is not free);
+    0 leaves it out. The no-faults mix never has any."""
     extra: dict[str, Any] = field(default_factory=dict)
     """More ``RunOptions`` fields, the same for every run (e.g. ``retriever``)."""
 
@@ -79,8 +82,12 @@ class MatrixSpec:
             raise ValueError(f"faults: unknown {bad_mixes}; choose from {', '.join(FAULT_MIXES)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct and at least one, got {self.seeds}")
-        if self.model != "sim" and self.faults != ("none",):
-            raise ValueError("fault mixes apply to the simulated reader only; use --faults none")
+        if self.model != "sim" and (self.faults != ("none",) or self.rot):
+            raise ValueError(
+                "fault mixes and rot apply to the simulated reader only; use --faults none"
+            )
+        if not 0 <= self.rot <= 1:
+            raise ValueError(f"rot must be a rate between 0 and 1, got {self.rot}")
 
     def cells(self) -> list[tuple[str, int, str, str]]:
         """(size, seed, faults, arm), streams outermost so each stream is generated once."""
@@ -96,6 +103,15 @@ class MatrixSpec:
 def faults_text(mix: str, seed: int) -> str:
     rates = FAULT_MIXES[mix]
     return f"{rates},seed={seed}" if rates else ""
+
+
+def mix_options(spec: MatrixSpec, mix: str, seed: int) -> dict[str, Any]:
+    """The ``RunOptions`` fields of one fault mix: its fault rates with the stream's seed, and
+    the realistic mix's context rot when the matrix has one."""
+    options: dict[str, Any] = {"faults": faults_text(mix, seed)}
+    if mix == "realistic" and spec.rot:
+        options["rot"] = spec.rot
+    return options
 
 
 def _reasks(run_dir: Path) -> int | None:
@@ -129,8 +145,8 @@ def run_matrix(
             stream=stream,
             window=spec.window,
             model=spec.model,
-            faults=faults_text(mix, seed),
             label=arm,
+            **mix_options(spec, mix, seed),
             **spec.extra,
         )
         result = run_arm(options, run_dir, progress=False)
@@ -174,12 +190,15 @@ def summary_markdown(spec: MatrixSpec, runs: Sequence[MatrixRun], plots: Sequenc
         f"Streams `{spec.families}` at {', '.join(spec.sizes)}, seeds {seeds}; live window "
         f"{spec.window:,} tokens; every arm answered by the same {reader}. Fault mixes: "
         + "; ".join(f"{FAULT_LABELS.get(m, m)} (`{FAULT_MIXES[m] or 'none'}`)" for m in spec.faults)
-        + ", the same mix for every call of every arm (work, notes, summaries).",
+        + ", the same mix for every call of every arm (work, notes, summaries)"
+        + (f"; the realistic mix adds context rot {spec.rot:g}." if spec.rot else "."),
         "",
         "Reproduce: `keeper-bench matrix --arms "
         + ",".join(spec.arms)
         + f" --sizes {','.join(spec.sizes)} --seeds {','.join(map(str, spec.seeds))} "
-        f"--faults {','.join(spec.faults)} --window {spec.window}`",
+        f"--faults {','.join(spec.faults)} --window {spec.window} --families {spec.families}"
+        + (f" --rot {spec.rot:g}" if spec.rot else "")
+        + "`",
         "",
     ]
     for size in spec.sizes:
@@ -233,6 +252,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--families", default="rules+overdrawn", help="stream families")
     parser.add_argument("--window", type=int, default=32_768, help="live window in tokens")
     parser.add_argument("--model", default="sim", help="sim or openai:URL[:MODEL]")
+    parser.add_argument(
+        "--rot", type=float, default=0.0, help="context rot in the realistic mix (0: none)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/matrix"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -248,6 +270,7 @@ def _run(args: argparse.Namespace) -> int:
         families=args.families,
         window=args.window,
         model=args.model,
+        rot=args.rot,
     )
     _, summary = run_matrix(spec, args.out, progress=not args.quiet)
     print(summary)

@@ -9,7 +9,7 @@ import pytest
 
 from keeper_middleware.bench.cli import main as bench_main
 from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
-from keeper_middleware.bench.matrix import MatrixSpec, faults_text, run_matrix
+from keeper_middleware.bench.matrix import MatrixSpec, faults_text, mix_options, run_matrix
 from keeper_middleware.bench.matrix_report import MatrixRun, headline_table, total_cell
 
 ARMS = ("notes", "summarize")
@@ -103,6 +103,7 @@ def test_the_headline_puts_each_fault_mix_in_its_own_column():
         ({"arms": ARMS, "faults": ("awful",)}, "faults"),
         ({"arms": ARMS, "seeds": (1, 1)}, "seeds"),
         ({"arms": ARMS, "model": "openai:http://127.0.0.1:1/v1"}, "simulated reader"),
+        ({"arms": ARMS, "rot": 1.5}, "rot"),
     ],
 )
 def test_a_bad_matrix_is_refused_with_what_to_choose(given, match):
@@ -110,9 +111,13 @@ def test_a_bad_matrix_is_refused_with_what_to_choose(given, match):
         MatrixSpec(**given)
 
 
-def test_fault_mixes_carry_the_seed():
+def test_fault_mixes_carry_the_seed_and_only_the_realistic_one_has_rot():
     assert faults_text("none", 3) == ""
     assert faults_text("realistic", 3).endswith(",seed=3")
+    spec = MatrixSpec(arms=ARMS, rot=0.25)
+    assert mix_options(spec, "realistic", 3) == {"faults": faults_text("realistic", 3), "rot": 0.25}
+    assert mix_options(spec, "none", 3) == {"faults": ""}
+    assert "rot" not in mix_options(MatrixSpec(arms=ARMS), "realistic", 3)
 
 
 def test_the_command_is_registered(tmp_path, capsys):

@@ -346,6 +346,9 @@ class NamesMentioned:
     """A SET/UNSET about a tracked name the noted turns never mention is left out.
 
     Such a line comes from text that was already noted (a message kept in view after a cut).
+    A name an OPEN entry of the notes names counts as mentioned: a change begun before the cut
+    ("began a recount of domo86") may be finished by turns that do not repeat the name ("the
+    recount came to 679"), and leaving that line out kept a stale value for a hundred batches.
     """
 
     tracked_names: re.Pattern[str] | None = None
@@ -357,11 +360,12 @@ class NamesMentioned:
         if pattern is None:
             return []
         issues: list[Issue] = []
+        mentioned = "\n".join([context.noted_text, *context.notes.open])
         for change in changes:
             if not isinstance(change, SetLine | UnsetLine):
                 continue
             names = [match.group() for match in pattern.finditer(change.key)]
-            if names and not any(_mentions(name, context.noted_text) for name in names):
+            if names and not any(_mentions(name, mentioned) for name in names):
                 reason = f"{names[0]} is not mentioned in the turns being noted"
                 issues.append(Issue(change.render(), reason, self.name, "drop"))
         return issues

@@ -304,3 +304,12 @@ def test_a_negative_value_the_text_never_states_must_show_its_working():
     [issue] = issues_for("SET domo86 = -10", context(TAKE_TEXT), [ValueShowsWorking()])
     assert issue.action == "keep_if_unresolved"
     assert issues_for("SET domo86 = 10", context(TAKE_TEXT), [ValueShowsWorking()]) == []
+
+
+def test_a_change_that_finishes_an_open_entry_is_kept_though_the_turns_do_not_name_it():
+    notes = Notes(state=(("domo86", "342"),), open=("Viktor Marsh began a recount of domo86.",))
+    text = "The recount begun in the previous item came to 679. The rain went on."
+    check = [NamesMentioned(COUNTERS)]
+    assert issues_for("SET domo86 = 679", context(text, notes), check) == []
+    [issue] = issues_for("SET kelo12 = 679", context(text, notes), check)
+    assert issue.action == "drop"

@@ -27,19 +27,17 @@ Direction = Literal["add", "take", "set"]
 _VERBS: dict[Direction, re.Pattern[str]] = {
     "take": re.compile(
         r"\b(?:took|take|takes|taking|taken|removed?|removes|removing|subtract(?:ed|s)?|"
-        r"deduct(?:ed|s)?|withdr[ea]w[ns]?|withdrawn|lost|loses?|losing|spent|spends?|"
+        r"deduct(?:ed|s)?|withdr[ea]w[ns]?|withdrawn|lost|loses?|losing|spent|spends?|debited|"
         r"dropped|fell|decreased|reduced|lowered|paid out)\b",
-        re.IGNORECASE,
     ),
     "add": re.compile(
         r"\b(?:added|adds?|adding|gave|gives?|given|giving|deposit(?:ed|s)?|gained|gains?|"
-        r"regained|received|receives?|rose|raised|increased|topped up|put in|put into)\b",
-        re.IGNORECASE,
+        r"regained|received|receives?|rose|raised|increased|topped up|put in|put into|"
+        r"put \S+ more|credited)\b",
     ),
     "set": re.compile(
         r"\b(?:recorded|records?|logged|logs?|set|sets|reset|stood at|stands at|stand at|"
-        r"registered|noted at|counted at)\b",
-        re.IGNORECASE,
+        r"registered|noted at|counted at|brought)\b",
     ),
 }
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
@@ -65,8 +63,12 @@ def sentences(text: str) -> Iterator[str]:
 
 
 def sentence_direction(sentence: str) -> Direction | Literal["mixed"] | None:
-    """The one direction the sentence's verbs give; "mixed" for several, None for no such verb."""
-    found = [direction for direction, verb in _VERBS.items() if verb.search(sentence)]
+    """The one direction the sentence's verbs give; "mixed" for several, None for no such verb.
+
+    Verbs are matched in lower case only (the sentence's first letter lowered), so a name that
+    is also a verb ("Yara Fell put 8 more into it") is not read as one."""
+    lowered = sentence[:1].lower() + sentence[1:]
+    found = [direction for direction, verb in _VERBS.items() if verb.search(lowered)]
     if not found:
         return None
     return found[0] if len(found) == 1 else "mixed"

@@ -259,6 +259,16 @@ ADD_TEXT = "Mira Holt added 7 to domo86."
             Notes(state=(("domo86", "9"),)),
             "SET domo86 = 14 (= 9 + 5)",
         ),
+        (
+            "domo86 was debited 5 by Yara Fell.",
+            Notes(state=(("domo86", "9"),)),
+            "SET domo86 = 14 (= 9 + 5)",
+        ),
+        (
+            "Yara Fell raised domo86 by 5.",
+            Notes(state=(("domo86", "9"),)),
+            "SET domo86 = 4 (= 9 - 5)",
+        ),
     ],
 )
 def test_a_flipped_sign_is_contradicted_and_asked_again(text, notes, reply):
@@ -294,6 +304,17 @@ def test_a_flipped_sign_is_contradicted_and_asked_again(text, notes, reply):
         ),
         # a take that goes below zero shows its working; the bare value is another check's
         (TAKE_TEXT, Notes(state=(("domo86", "0"),)), "SET domo86 = -10"),
+        # a name that is also a verb is a name ("Fell" took nothing)
+        (
+            "Yara Fell put 8 more into domo86.",
+            Notes(state=(("domo86", "64"),)),
+            "SET domo86 = 72 (= 64 + 8)",
+        ),
+        (
+            "domo86 was credited with 8 by Oona Fell.",
+            Notes(state=(("domo86", "1"),)),
+            "SET domo86 = 9 (= 1 + 8)",
+        ),
     ],
 )
 def test_signs_that_agree_with_the_text_pass(text, notes, reply):

@@ -37,7 +37,7 @@ from keeper_middleware.bench.matrix_report import (
 from keeper_middleware.bench.plots import plot_cost_by_segment, plot_score_by_distance
 from keeper_middleware.bench.report import reader_label
 from keeper_middleware.bench.run_options import RunOptions, resolve_stream
-from keeper_middleware.bench.runner import run_arm
+from keeper_middleware.bench.runner import PROGRESS_FILE, run_arm
 from keeper_middleware.bench.streams import SIZES
 
 REALISTIC_FAULTS = (
@@ -119,20 +119,31 @@ def _reasks(run_dir: Path) -> int | None:
     return int(json.loads(path.read_text())["reasks"]) if path.exists() else None
 
 
+def is_finished(run_dir: Path) -> bool:
+    """Whether a cell's run went to the end of its stream."""
+    path = run_dir / PROGRESS_FILE
+    return path.exists() and bool(json.loads(path.read_text()).get("finished"))
+
+
 def run_matrix(
-    spec: MatrixSpec, out: Path | str, *, progress: bool = True
+    spec: MatrixSpec, out: Path | str, *, progress: bool = True, finished_only: bool = False
 ) -> tuple[list[MatrixRun], str]:
     """Run every cell of ``spec`` into ``out`` (finished cells are read back, not run again)
-    and write the summary; returns the runs and the summary's markdown."""
+    and write the summary; returns the runs and the summary's markdown. ``finished_only``
+    summarises the cells already finished and runs nothing (the summary lists the others)."""
     folder = Path(out)
     runs: list[MatrixRun] = []
+    missing: list[str] = []
     cells = spec.cells()
     started = time.perf_counter()
     for number, (size, seed, mix, arm) in enumerate(cells, start=1):
+        run_dir = folder / "runs" / size / mix / f"seed{seed}" / arm
+        if finished_only and not is_finished(run_dir):
+            missing.append(f"{size} seed {seed} {mix} {arm}")
+            continue
         stream = resolve_stream(
             f"{size}:{spec.families}", folder / "streams" / f"{size}-seed{seed}", seed=seed
         )
-        run_dir = folder / "runs" / size / mix / f"seed{seed}" / arm
         if progress:
             elapsed = time.perf_counter() - started
             print(
@@ -155,7 +166,7 @@ def run_matrix(
                 size, mix, seed, arm, result.grade, result.costs, result.audit, _reasks(run_dir)
             )
         )
-    return runs, write_matrix(folder, spec, runs)
+    return runs, write_matrix(folder, spec, runs, missing=missing)
 
 
 def _plots(folder: Path, spec: MatrixSpec, runs: Sequence[MatrixRun], reader: str) -> list[Path]:
@@ -180,7 +191,12 @@ def _plots(folder: Path, spec: MatrixSpec, runs: Sequence[MatrixRun], reader: st
     return plots
 
 
-def summary_markdown(spec: MatrixSpec, runs: Sequence[MatrixRun], plots: Sequence[Path]) -> str:
+def summary_markdown(
+    spec: MatrixSpec,
+    runs: Sequence[MatrixRun],
+    plots: Sequence[Path],
+    missing: Sequence[str] = (),
+) -> str:
     """The README-ready summary: settings, then per size the headline, scores, costs, audit."""
     reader = reader_label([r.grade for r in runs])
     seeds = ", ".join(map(str, spec.seeds))
@@ -201,6 +217,8 @@ def summary_markdown(spec: MatrixSpec, runs: Sequence[MatrixRun], plots: Sequenc
         + "`",
         "",
     ]
+    if missing:
+        parts += [f"Not run (left out of every table): {'; '.join(missing)}.", ""]
     for size in spec.sizes:
         parts.append(headline_table(runs, size, reader))
         for mix in spec.faults:
@@ -213,11 +231,13 @@ def summary_markdown(spec: MatrixSpec, runs: Sequence[MatrixRun], plots: Sequenc
     return "\n".join(parts)
 
 
-def write_matrix(folder: Path, spec: MatrixSpec, runs: Sequence[MatrixRun]) -> str:
+def write_matrix(
+    folder: Path, spec: MatrixSpec, runs: Sequence[MatrixRun], *, missing: Sequence[str] = ()
+) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     reader = reader_label([r.grade for r in runs])
     plots = _plots(folder, spec, runs, reader)
-    summary = summary_markdown(spec, runs, plots)
+    summary = summary_markdown(spec, runs, plots, missing)
     (folder / "README.md").write_text(summary, encoding="utf-8")
     cells = [
         {
@@ -257,6 +277,11 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("runs/matrix"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument(
+        "--finished-only",
+        action="store_true",
+        help="summarise the finished cells only; run nothing (the summary lists the others)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -272,7 +297,9 @@ def _run(args: argparse.Namespace) -> int:
         model=args.model,
         rot=args.rot,
     )
-    _, summary = run_matrix(spec, args.out, progress=not args.quiet)
+    _, summary = run_matrix(
+        spec, args.out, progress=not args.quiet, finished_only=args.finished_only
+    )
     print(summary)
     print(f"summary: {args.out / 'README.md'}")
     return 0

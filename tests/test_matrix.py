@@ -124,3 +124,12 @@ def test_the_command_is_registered(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench_main(["matrix", "--help"])
     assert "--seeds" in capsys.readouterr().out
+
+
+def test_a_partial_matrix_can_be_summarised_without_running_the_rest(matrix, tmp_path):
+    _, runs, _, out = matrix
+    wider = MatrixSpec(arms=(*ARMS, "window_drop"), sizes=("tiny",), seeds=(1, 2), window=4096)
+    partial, summary = run_matrix(wider, out, progress=False, finished_only=True)
+    assert len(partial) == len(runs)
+    assert not (out / "runs/tiny/none/seed1/window_drop").exists()
+    assert "Not run (left out of every table): tiny seed 1 none window_drop;" in summary

@@ -20,7 +20,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +35,20 @@ from keeper_middleware.bench.matrix_report import (
     score_tables,
 )
 from keeper_middleware.bench.plots import plot_cost_by_segment, plot_score_by_distance
+from keeper_middleware.bench.reader.faults import FAULT_PRESETS, ReaderFaults
+from keeper_middleware.bench.reader.rot import REALISTIC_ROT
 from keeper_middleware.bench.report import reader_label
 from keeper_middleware.bench.run_options import RunOptions, resolve_stream
 from keeper_middleware.bench.runner import PROGRESS_FILE, run_arm
 from keeper_middleware.bench.streams import SIZES
 
-REALISTIC_FAULTS = (
-    "misread=0.05,empty_reply=0.02,think_to_limit=0.02,repeat_search=0.05,"
-    "circle_searches=0.02,drop_rules=0.05,invent_working=0.05"
+REALISTIC_FAULTS = ",".join(
+    f"{f.name}={getattr(FAULT_PRESETS['realistic'], f.name)}"
+    for f in fields(ReaderFaults)
+    if f.name != "seed" and getattr(FAULT_PRESETS["realistic"], f.name)
 )
-"""A stated mix, not a measurement: each fault on a few requests in a hundred, for every call the
-reader answers (its seed is the stream's)."""
+"""The reader's stated realistic mix (not a measurement), as --faults rates; its seed is the
+stream's."""
 FAULT_MIXES = {"none": "", "realistic": REALISTIC_FAULTS}
 
 
@@ -273,7 +276,11 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, default=32_768, help="live window in tokens")
     parser.add_argument("--model", default="sim", help="sim or openai:URL[:MODEL]")
     parser.add_argument(
-        "--rot", type=float, default=0.0, help="context rot in the realistic mix (0: none)"
+        "--rot",
+        type=float,
+        default=0.0,
+        help=f"context rot in the realistic mix (0: none; {REALISTIC_ROT.rate} the stated "
+        "realistic setting)",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/matrix"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")

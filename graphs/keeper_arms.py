@@ -21,7 +21,7 @@ from keeper_middleware.agent import create_keeper_agent
 from keeper_middleware.archive import ArchiveStore
 from keeper_middleware.config import KeeperConfig, resolve_size
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.graphs.baselines import default_reply_reserve
+from keeper_middleware.graphs.baselines import SUMMARY_BUDGET, default_reply_reserve
 from keeper_middleware.keeper import Keeper, Tool
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.tokens import TokenCounter
@@ -64,9 +64,9 @@ def keeper_arm_config(
     return replace(config, **changes)
 
 
-NOTES_SHARE_OF_WINDOW = 8
-"""Without a NOTES budget of its own in the config, the NOTES are given an eighth of the window
-(4K tokens at a 32K window): what a summary is matched to."""
+NOTES_SHARE = SUMMARY_BUDGET
+"""Without a NOTES budget of its own in the config, the NOTES are given what a summary is given:
+an eighth of the window (4K tokens at a 32K window)."""
 
 
 def notes_budget(config: KeeperConfig) -> int:
@@ -76,7 +76,7 @@ def notes_budget(config: KeeperConfig) -> int:
     own = getattr(config, "notes_budget", None)
     if own is not None:
         return resolve_size(own, config.budget, name="notes_budget")
-    return config.window // NOTES_SHARE_OF_WINDOW
+    return resolve_size(NOTES_SHARE, config.window, name="notes_budget")
 
 
 def keeper_arm_graph(

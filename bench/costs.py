@@ -16,6 +16,17 @@ from itertools import pairwise
 from typing import Any
 
 SEGMENT_TOKENS = 100_000
+"""Rates are per this many tokens of history, whatever the width of a segment."""
+SEGMENT_WIDTHS = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
+MIN_SEGMENTS = 8
+
+
+def segment_width(total_tokens: int) -> int:
+    """The widest round slice of history that still cuts ``total_tokens`` into at least
+    ``MIN_SEGMENTS`` segments (100K at 1M tokens, 20K at 240K), so a plot of a small run has
+    a curve rather than one point; the narrowest when even that gives fewer."""
+    fitting = [w for w in SEGMENT_WIDTHS if total_tokens // w >= MIN_SEGMENTS]
+    return max(fitting) if fitting else SEGMENT_WIDTHS[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +85,7 @@ def prefix_reuse(prev: CallRecord, cur: CallRecord) -> PrefixReuse:
 class Segment:
     start_tokens: int
     end_tokens: int
-    """The slice of history this segment covers (the last one may be shorter than 100K)."""
+    """The slice of history this segment covers (see `segment_width`; the last may be shorter)."""
     minutes: float
     tokens_spent: int
     """Prompt + completion tokens of the calls made while the history was in this slice."""
@@ -128,7 +139,8 @@ def _segments(
         return ()
     items = sorted(history_tokens_by_item)
     total = history_tokens_by_item[items[-1]]
-    count = max(1, -(-total // SEGMENT_TOKENS))
+    width = segment_width(total)
+    count = max(1, -(-total // width))
     minutes = [0.0] * count
     spent = [0] * count
 
@@ -137,12 +149,11 @@ def _segments(
         return history_tokens_by_item[items[index]] if index >= 0 else 0
 
     for record in records:
-        segment = min(count - 1, history_at(record.item) // SEGMENT_TOKENS)
+        segment = min(count - 1, history_at(record.item) // width)
         minutes[segment] += record.wall_seconds / 60
         spent[segment] += record.prompt_tokens + record.completion_tokens
     return tuple(
-        Segment(i * SEGMENT_TOKENS, min(total, (i + 1) * SEGMENT_TOKENS), minutes[i], spent[i])
-        for i in range(count)
+        Segment(i * width, min(total, (i + 1) * width), minutes[i], spent[i]) for i in range(count)
     )
 
 

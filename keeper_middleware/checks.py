@@ -423,7 +423,7 @@ def _significant_words(text: str) -> set[str]:
     return {
         word
         for word in _KEY_WORD.findall(text.casefold())
-        if len(word) >= 3 or any(char.isdigit() for char in word)
+        if not word.isdigit() and (len(word) >= 3 or any(char.isdigit() for char in word))
     }
 
 
@@ -440,7 +440,8 @@ def _grounded(key: str, words: set[str], folded_text: str) -> bool:
 class KeysGrounded:
     """A new STATE entry must be about something the turns being noted talk about.
 
-    A new key is made up when none of its words (three letters or more, or with a digit) and
+    A new key is made up when none of its words (three letters or more, or letters with a digit;
+    bare numbers say nothing about what a key names) and
     nothing of its value (a word or an amount) appears in those turns or in the rules and open
     entries the notes hold, and it shows no working: it is left out at once. Keys the notes
     already hold, and zero values, are not questioned here.

@@ -122,7 +122,24 @@ def rewording_of(new: str, rules: Iterable[str]) -> str | None:
     return next((rule for rule in rules if is_rewording(new, rule)), None)
 
 
+_OPENS = (".", "!", "?", ":", ";", '"', "“", "(", "-", "–", "—", "*")
+_CLOSES = frozenset('.!?;:"”)')
+
+
 def quoted_in(rule: str, source_text: str) -> bool:
-    """Whether ``rule`` is copied from ``source_text`` (case and spacing aside)."""
+    """Whether ``rule`` copies a whole sentence or clause of ``source_text``, word for word (case
+    and spacing aside): a fragment cut out of a sentence is not a quote of it."""
     wanted = normalise_entry(rule).strip("\"'“”‘’ ")
-    return bool(wanted) and wanted in " ".join(source_text.casefold().split())
+    if not wanted:
+        return False
+    for line in source_text.splitlines():
+        folded = " ".join(line.casefold().split())
+        start = folded.find(wanted)
+        while start != -1:
+            end = start + len(wanted)
+            opens = start == 0 or folded[:start].rstrip().endswith(_OPENS)
+            closes = end == len(folded) or folded[end] in _CLOSES
+            if opens and closes:
+                return True
+            start = folded.find(wanted, start + 1)
+    return False

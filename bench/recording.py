@@ -94,7 +94,9 @@ class CallRecorder(BaseCallbackHandler):
     """A callback handler that turns each chat-model call into a ``CallRecord``.
 
     Set ``item`` as the run moves through the stream; ``sink`` (if given) receives each record as
-    soon as the call ends, so a run killed mid-way keeps the calls it paid for.
+    soon as the call ends, so a run killed mid-way keeps the calls it paid for, and the records
+    are not also kept in memory (a 10M-token run makes tens of thousands of calls); without a
+    sink they collect in ``records``.
     """
 
     run_inline = True
@@ -163,7 +165,8 @@ class CallRecorder(BaseCallbackHandler):
             )
             self._next_index += 1
             self._last_end = ended
-            self.records.append(record)
+            if self._sink is None:
+                self.records.append(record)
         if self._sink is not None:
             self._sink(record)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sqlite3
@@ -179,18 +180,17 @@ class ArmHandle:
     def has_notes(self) -> bool:
         return self.keeper is not None
 
-    def notes_versions(self, session: str) -> list[dict[str, Any]]:
+    def notes_versions(self, session: str) -> Iterator[dict[str, Any]]:
+        """Every saved NOTES version, oldest first, read from the archive a few at a time."""
         if self.keeper is None:
-            return []
-        return [
-            {
+            return
+        for v in self.keeper.archive.notes_versions(session):
+            yield {
                 "version": v.version,
                 "first_item": v.first_item,
                 "last_item": v.last_item,
                 "text": v.text,
             }
-            for v in self.keeper.archive.notes_versions(session)
-        ]
 
     def counters(self, session: str) -> dict[str, Any] | None:
         return None if self.keeper is None else dict(self.keeper.counters(session).to_json())
@@ -381,8 +381,10 @@ def run_arm(
     recorder = CallRecorder(
         start_index=call_count, sink=lambda record: write_call(record.to_json())
     )
-    steps = list(plan_steps(read_stream(options.stream), options.delivery))
-    bar = _progress_bar(steps, done, progress, run.get("label", options.arm))
+    # the steps are read from the stream as the run goes (a 10M-token stream is 40 MB of text);
+    # only their number is counted up front, for the progress bar
+    total = sum(1 for _ in plan_steps(read_stream(options.stream), options.delivery))
+    bar = _progress_bar(total, done, progress, run.get("label", options.arm))
 
     def save_progress(**changes: Any) -> None:
         state.update(changes)
@@ -400,7 +402,8 @@ def run_arm(
             checkpointer=saver,
         )
         recorder.restart_clock()
-        for step in steps[done:]:
+        steps = plan_steps(read_stream(options.stream), options.delivery)
+        for step in itertools.islice(steps, done, None):
             recorder.item = step.first_item
             if feeder is not None:
                 feeder.begin(step)
@@ -452,7 +455,7 @@ class _NoBar:
     def close(self) -> None: ...
 
 
-def _progress_bar(steps: list[Step], done: int, shown: bool, label: str) -> Any:
+def _progress_bar(total: int, done: int, shown: bool, label: str) -> Any:
     if not shown:
         return _NoBar()
     try:
@@ -463,7 +466,7 @@ def _progress_bar(steps: list[Step], done: int, shown: bool, label: str) -> Any:
         ) from exc
 
     return tqdm(
-        total=len(steps),
+        total=total,
         initial=done,
         desc=label,
         unit="step",
@@ -475,12 +478,15 @@ def _progress_bar(steps: list[Step], done: int, shown: bool, label: str) -> Any:
 
 # -- after the run ------------------------------------------------------------------------------
 def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
-    """Notes versions, grade, audit and costs files for a finished run."""
+    """Notes versions, grade, audit and costs files for a finished run.
+
+    The NOTES versions go from the archive to notes.jsonl and from there to the audit one at a
+    time: a long run's versions add up to gigabytes.
+    """
     from keeper_middleware.bench.audit import NotesVersion, audit_notes
     from keeper_middleware.bench.cli import read_run
     from keeper_middleware.bench.ledger import Ledger
 
-    versions = list(arm.notes_versions(THREAD))
     grade = grade_run(folder)
     _write_json_atomic(folder / "grade.json", grade.to_json())
     costs = costs_of_run(folder)
@@ -492,10 +498,12 @@ def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
     if not arm.has_notes:
         return None
     with (folder / "notes.jsonl").open("w", encoding="utf-8") as handle:
-        for version in versions:
+        for version in arm.notes_versions(THREAD):
             handle.write(json.dumps(version, ensure_ascii=False) + "\n")
     _, stream = read_run(folder)
-    result = audit_notes((NotesVersion.from_json(v) for v in versions), Ledger.load(stream))
+    with (folder / "notes.jsonl").open(encoding="utf-8") as handle:
+        versions = (NotesVersion.from_json(json.loads(line)) for line in handle if line.strip())
+        result = audit_notes(versions, Ledger.load(stream))
     audit = result.to_json()
     _write_json_atomic(folder / "audit.json", audit)
     return audit

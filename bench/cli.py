@@ -56,6 +56,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
     "keeper_middleware.bench.locomo.cli",
+    "keeper_middleware.bench.notes_cost",
 )
 
 

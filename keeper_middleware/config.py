@@ -17,7 +17,7 @@ from keeper_middleware.retrievers.passages import PASSAGE_UNITS
 
 NotesMode = Literal["in_place", "rewrite"]
 Size = int | tuple[str, float]
-DEFAULT_NOTES_FRACTION = 0.08
+DEFAULT_NOTES_FRACTION = 0.035
 """The NOTES' default share of window - reserve (see `KeeperConfig.notes_budget`)."""
 
 
@@ -76,9 +76,10 @@ class KeeperConfig:
     notes_budget: Size | None = None
     """The most tokens the NOTES may take (tokens, or a fraction of window - reserve). Over it,
     the STATE entries set least recently move to the archive, word for word and searchable, so
-    the NOTES (and the cost of every call) stop growing with the conversation. None: 8% of
-    window - reserve (2,293 tokens at a 32K window), at least 256 and at most a quarter of
-    ``notes_at``."""
+    the NOTES (and the cost of every call) stop growing with the conversation. None: 3.5% of
+    window - reserve (1,003 tokens at a 32K window, a few hundred entries), at least 256 and at
+    most a quarter of ``notes_at``: every call carries the NOTES, so their size sets how much a
+    long conversation's calls cost."""
     max_rules: int = 24
     """The most RULES lines the NOTES hold; a rule past the cap is left out (rules are never
     removed, so the cap is what keeps them from crowding out everything else)."""

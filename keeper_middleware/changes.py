@@ -212,7 +212,7 @@ def _find_open(open_entries: Sequence[str], text: str) -> int | None:
 
 def _apply(notes: Notes, changes: Sequence[Change]) -> tuple[Notes, list[Change]]:
     rules = list(notes.rules)
-    state = list(notes.state)
+    state = dict(notes.state)  # keeps first-set order; a SET on a held key stays in place
     open_entries = list(notes.open)
     recency = dict.fromkeys(notes.least_recent_keys())
     unapplied: list[Change] = []
@@ -221,17 +221,12 @@ def _apply(notes: Notes, changes: Sequence[Change]) -> tuple[Notes, list[Change]
             if rewording_of(change.text, rules) is None:
                 rules.append(change.text)
         elif isinstance(change, SetLine):
-            keys = [key for key, _ in state]
-            if change.key in keys:
-                state[keys.index(change.key)] = (change.key, change.value)
-            else:
-                state.append((change.key, change.value))
+            state[change.key] = change.value
             recency.pop(change.key, None)
             recency[change.key] = None
         elif isinstance(change, UnsetLine):
-            keys = [key for key, _ in state]
-            if change.key in keys:
-                del state[keys.index(change.key)]
+            if change.key in state:
+                del state[change.key]
                 recency.pop(change.key, None)
             else:
                 unapplied.append(change)
@@ -247,7 +242,7 @@ def _apply(notes: Notes, changes: Sequence[Change]) -> tuple[Notes, list[Change]
     updated = replace(
         notes,
         rules=tuple(rules),
-        state=tuple(state),
+        state=tuple(state.items()),
         open=tuple(open_entries),
         recency=tuple(recency),
     )

@@ -251,14 +251,12 @@ class ValueShowsWorking:
 
     def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
         issues: list[Issue] = []
+        held = context.notes.state_dict()
         for line in _set_lines(changes):
             value = parse_number(line.value)
             if line.working is not None or value is None or value == 0:
                 continue
-            if (
-                abs(value) in amounts_in(context.noted_text)
-                or context.notes.state_value(line.key) == line.value
-            ):
+            if abs(value) in amounts_in(context.noted_text) or held.get(line.key) == line.value:
                 continue
             reason = (
                 f"the value {line.value} is not stated in the turns; if it was worked out, "
@@ -288,11 +286,16 @@ class NamesMentioned:
         if pattern is None:
             return []
         issues: list[Issue] = []
+        seen = {match.group().casefold() for match in pattern.finditer(context.noted_text)}
+
+        def mentioned(name: str) -> bool:
+            return name.casefold() in seen or _mentions(name, context.noted_text)
+
         for change in changes:
             if not isinstance(change, SetLine | UnsetLine):
                 continue
             names = [match.group() for match in pattern.finditer(change.key)]
-            if names and not any(_mentions(name, context.noted_text) for name in names):
+            if names and not any(mentioned(name) for name in names):
                 reason = f"{names[0]} is not mentioned in the turns being noted"
                 issues.append(Issue(change.render(), reason, self.name, "drop"))
         return issues

@@ -105,3 +105,16 @@ def test_the_audit_table_names_the_reader():
     result = audit_notes([_version(1, 4, {"domo86": "1"})], _ledger())
     assert "simulated reader" in result.markdown("simulated reader").splitlines()[0]
     assert "| domo86 | 17 | 4–20 |" in result.markdown("simulated reader")
+
+
+def test_versions_are_audited_one_at_a_time_from_any_iterable():
+    versions = [_version(1, 2, {"domo86": "342"}), _version(2, 5, {"domo86": "999"})]
+    streamed = audit_notes(iter(versions), _ledger())
+    assert streamed == audit_notes(versions, _ledger())
+    assert streamed.wrong_batches == {"domo86": 16}
+
+
+def test_versions_out_of_order_are_an_error_that_names_them():
+    versions = [_version(1, 5, {"domo86": "332"}), _version(2, 2, {"domo86": "342"})]
+    with pytest.raises(ValueError, match="version 2 covers up to item 2"):
+        audit_notes(versions, _ledger())

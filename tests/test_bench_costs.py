@@ -87,3 +87,12 @@ def test_a_call_record_survives_json_and_refuses_nonsense():
         _call(5, prompt=-1)
     with pytest.raises(ValueError, match="kind"):
         _call(6, kind="")
+
+
+def test_a_run_read_one_call_at_a_time_sums_to_the_same_figures():
+    calls = [
+        _call(i, "notes" if i % 4 == 0 else "work", fp=("tools", "a", str(i)), item=i // 2)
+        for i in range(40)
+    ]
+    history = {item: item * 30_000 for item in range(25)}
+    assert summarize_costs(iter(calls), history) == summarize_costs(calls, history)

@@ -50,6 +50,9 @@ class CheckContext:
     RULE may quote. None: ``noted_text`` stands in (for callers that hold no other source)."""
     max_rules: int | None = None
     """The most rules the NOTES may hold; None: no cap."""
+    archived_keys: frozenset[str] = frozenset()
+    """STATE keys (case folded) whose entries left the NOTES for the archive: their last value is
+    out of view, so a change to one cannot be worked out from the turns and the NOTES."""
 
     @property
     def rule_source(self) -> str:
@@ -309,7 +312,8 @@ class TrackedNamesAccounted:
     """Every tracked name the turns give an amount for must have a SET or UNSET line.
 
     A RULE line that names it also accounts for it; questions (sentences ending in "?") state
-    nothing and are skipped.
+    nothing and are skipped; so are names whose entries left the NOTES for the archive (their
+    value is out of view: asking again cannot make the model work out a change to it).
     """
 
     tracked_names: re.Pattern[str] | None = None
@@ -332,7 +336,8 @@ class TrackedNamesAccounted:
             if not sentence or sentence.endswith("?") or not amounts_in(sentence):
                 continue
             for match in pattern.finditer(sentence):
-                if match.group().casefold() not in accounted:
+                folded = match.group().casefold()
+                if folded not in accounted and folded not in context.archived_keys:
                     missing[match.group()] = None
         if not missing:
             return []

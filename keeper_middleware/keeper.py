@@ -99,6 +99,8 @@ from keeper_middleware.search import (
 )
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
+MOVED_KEYS = "notes_moved_keys"
+"""Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
 NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
 AsyncNoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], Awaitable[AIMessage]]
 Tool = BaseTool | Callable[..., Any] | dict[str, Any]
@@ -561,6 +563,7 @@ class Keeper:
             tracked_names=self.config.tracked_names,
             instruction_text=self._instruction_text(pending),
             max_rules=self.config.max_rules,
+            archived_keys=frozenset(self.archive.get_value(pending.session, MOVED_KEYS) or ()),
         )
         step: Ask | Done = taking.first_step()
         last_text = ""
@@ -741,6 +744,7 @@ class Keeper:
                 data_json=notes_to_json(notes),
             ),
         )
+        self._track_moved_keys(session, notes, fitted.moved_state)
         self._sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))
@@ -775,6 +779,17 @@ class Keeper:
             counters.notes_tokens,
         )
         return StepResult(window, state, changed=True, rewritten=True, cut=True)
+
+    def _track_moved_keys(
+        self, session: str, notes: Notes, moved: Sequence[tuple[str, str]]
+    ) -> None:
+        """Remember which keys are in the archive and not the NOTES (a SET brings one back)."""
+        before = self.archive.get_value(session, MOVED_KEYS) or []
+        if not before and not moved:
+            return
+        held = {key for key, _ in notes.state}
+        keys = [key for key in before if key not in held] + [key for key, _ in moved]
+        self.archive.put_value(session, MOVED_KEYS, list(dict.fromkeys(keys)))
 
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retriever has not seen yet (also after a crash)."""

@@ -175,9 +175,11 @@ class NoteTaking:
         tracked_names: str | re.Pattern[str] | None = None,
         instruction_text: str | None = None,
         max_rules: int | None = None,
+        archived_keys: frozenset[str] = frozenset(),
     ) -> None:
         """``instruction_text`` is what the user and the system prompt said (the only text a RULE
-        may quote; None: ``noted_text``); ``max_rules`` caps the RULES (None: no cap)."""
+        may quote; None: ``noted_text``); ``max_rules`` caps the RULES (None: no cap);
+        ``archived_keys`` are the STATE keys whose entries are in the archive, not the NOTES."""
         if max_reasks < 0:
             raise ConfigurationError(
                 f"max_reasks must be >= 0, got {max_reasks}; use 0 to never ask again."
@@ -190,6 +192,7 @@ class NoteTaking:
             tracked_names=pattern,
             instruction_text=instruction_text,
             max_rules=max_rules,
+            archived_keys=frozenset(key.casefold() for key in archived_keys),
         )
         self._checks = tuple(default_checks(pattern) if checks is None else checks)
         self._max_reasks = max_reasks

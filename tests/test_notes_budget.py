@@ -341,3 +341,31 @@ def test_a_verbose_note_taker_never_ends_the_conversation(seed, window):
     for received in model.received:
         sent = [m for m in received.messages if not isinstance(m, SystemMessage)]
         assert keeper.tokens.count_messages(received.messages) <= config.window, len(sent)
+
+
+def test_a_change_to_a_counter_whose_entry_is_in_the_archive_is_not_asked_for_again():
+    """The note-taker cannot work out "added 4 to c1" once c1's value has left the NOTES: asking
+    again would only repeat the same reply, at the cost of a whole request each time."""
+    keeper = Keeper(
+        KeeperConfig(
+            window=4096,
+            reply_reserve=256,
+            notes_every_items=2,
+            notes_budget=("tokens", 64),
+            tracked_names=r"\bc\d+\b",
+        )
+    )
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
+    )
+    agent.invoke({"messages": [HumanMessage("Task: read the items.")]}, THREAD)
+    for i in range(1, 21):
+        agent.invoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
+    assert "c1" not in keeper.notes("t1").state_dict()  # moved to the archive
+    reasks = keeper.counters("t1").reasks
+    for i in (21, 22):
+        agent.invoke({"messages": [HumanMessage(batch(i, "Later we added 4 to c1."))]}, THREAD)
+    assert keeper.counters("t1").cuts >= 11
+    assert keeper.counters("t1").reasks == reasks

@@ -156,6 +156,8 @@ class _Pending:
     request: list[BaseMessage] = field(default_factory=list)
     key: str = ""
     tool_schemas: list[dict[str, Any]] = field(default_factory=list)
+    archived_keys: frozenset[str] = frozenset()
+    """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
 
 
 class Keeper:
@@ -339,7 +341,10 @@ class Keeper:
                 "(system prompt, tools, task, NOTES and any open question with its work) does "
                 "not fit. Raise the window, lower reply_reserve, or send smaller inputs."
             )
-        return _Pending(session, messages, kstate, plan, notes)
+        moved = self.archive.get_value(session, MOVED_KEYS) if plan is not None else None
+        return _Pending(
+            session, messages, kstate, plan, notes, archived_keys=frozenset(moved or ())
+        )
 
     def _leaves_room(
         self,
@@ -563,7 +568,7 @@ class Keeper:
             tracked_names=self.config.tracked_names,
             instruction_text=self._instruction_text(pending),
             max_rules=self.config.max_rules,
-            archived_keys=frozenset(self.archive.get_value(pending.session, MOVED_KEYS) or ()),
+            archived_keys=pending.archived_keys,
         )
         step: Ask | Done = taking.first_step()
         last_text = ""

@@ -1,13 +1,17 @@
-"""The notes audit: every saved NOTES version compared with the ledger at the point it covers.
+"""The memory audit: every saved version of what an arm keeps, compared with the ledger.
 
-A perfect score does not show that the notes are right: a wrong value costs no answer if nobody
-asks for that counter before it is set again. The audit finds those. A version "covering items
-A–B" is checked against the ledger at the end of item B; a value it gets wrong stays wrong while
-that version is the notes, i.e. for the batches from B up to the next version's B (the last
-version: up to the end of the stream), so a wrong line persisting across versions adds up.
+A perfect score does not show that a memory is right: a wrong value costs no answer if nobody
+asks for that counter before it is set again. The audit finds those, in every memory an arm
+keeps: the keeper's NOTES and the summaries of the summarising arms and peers, counted the same
+way. A version covering items up to B is checked against the ledger at the end of item B; a value
+it gets wrong (a misread, or a stale value a change never reached) stays wrong while that version
+is the memory, i.e. for the batches from B up to the next version's B (the last version: up to
+the end of the stream), so a wrong line persisting across versions adds up. A counter the stream
+had set that a version does not state at all is a missing line, not a wrong one.
 
 The rendered notes are read with a few lines of regex (the format is pinned in docs/formats.md
-§1), so the audit depends only on the text, never on the keeper's own parser.
+§1), so the audit depends only on the text, never on the keeper's own parser. A summary is free
+text, read the way its reader would take it (see :func:`summary_claims`).
 """
 
 from __future__ import annotations
@@ -15,31 +19,56 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from keeper_middleware.bench.ledger import Ledger
 from keeper_middleware.bench.phrasing import NAME_RE
-from keeper_middleware.numbers import parse_number
+from keeper_middleware.numbers import format_number, parse_number
+from keeper_middleware.signs import first_amount, sentence_direction, sentences
 
 _COVERS = re.compile(r"Covers items (\d+)\s*[–-]\s*(\d+)")
 _STATE_LINE = re.compile(r"^- (.+?) = (.*)$")
+MemoryKind = Literal["notes", "summary"]
+MEMORY_FILES: dict[MemoryKind, str] = {"notes": "notes.jsonl", "summary": "summaries.jsonl"}
+"""The run folder's file of saved versions, per kind of memory."""
+_LABEL: dict[MemoryKind, str] = {"notes": "NOTES", "summary": "Summary"}
 
 
 @dataclass(frozen=True, slots=True)
-class NotesVersion:
+class MemoryVersion:
+    """One saved version of an arm's memory: a NOTES block or a summary."""
+
     version: int
     first_item: int | None
     last_item: int | None
     text: str
+    kind: MemoryKind = "notes"
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> NotesVersion:
+    def from_json(cls, data: Mapping[str, Any]) -> MemoryVersion:
+        kind = str(data.get("kind", "notes"))
+        if kind not in MEMORY_FILES:
+            raise ValueError(f"memory kind {kind!r}: use one of {', '.join(MEMORY_FILES)}")
         return cls(
             version=int(data["version"]),
             first_item=data.get("first_item"),
             last_item=data.get("last_item"),
             text=str(data["text"]),
+            kind=kind,  # type: ignore[arg-type]
         )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "first_item": self.first_item,
+            "last_item": self.last_item,
+            "text": self.text,
+            "kind": self.kind,
+        }
+
+
+NotesVersion = MemoryVersion
+"""The name the audit had when it read NOTES only."""
 
 
 def read_state_lines(text: str) -> list[tuple[str, str]]:
@@ -56,6 +85,49 @@ def read_state_lines(text: str) -> list[tuple[str, str]]:
             if match:
                 lines.append((match.group(1).strip(), match.group(2).strip()))
     return lines
+
+
+_HISTORY = re.compile(r"\b(?:item|batch)\s+\d+|\bbefore\b|\bearlier\b|\bprevious(?:ly)?\b", re.I)
+_CURRENT = re.compile(r"\b(?:now|currently|current|latest|at present)\b", re.I)
+
+
+def _claim_in(sentence: str, name: str) -> float | None:
+    """The value a sentence states for ``name``: the first amount after the name (and before the
+    next counter named), when the sentence sets or states a value ("recorded domo86 at 342",
+    "domo86 = 332", "domo86 holds 332") rather than moving one ("took 10 from domo86")."""
+    if sentence_direction(sentence) not in ("set", None):
+        return None
+    after = sentence[sentence.index(name) + len(name) :]
+    return first_amount(NAME_RE.split(after, maxsplit=1)[0])
+
+
+def summary_claims(text: str) -> list[tuple[str, str]]:
+    """What a summary says each counter holds, the way a reader of it would take it.
+
+    Per counter, the value of the last sentence that states one, where a sentence saying
+    "now" or "currently" wins over one about history ("in item 37", "before"). Sentences that
+    move a value ("ten were taken from domo86") state no value. One claim per counter.
+    """
+    current: dict[str, str] = {}
+    history: dict[str, str] = {}
+    for sentence in sentences(text):
+        names = list(dict.fromkeys(NAME_RE.findall(sentence)))
+        for name in names:
+            value = _claim_in(sentence, name)
+            if value is None:
+                continue
+            if _HISTORY.search(sentence) and not _CURRENT.search(sentence):
+                history[name] = format_number(value)
+            else:
+                current[name] = format_number(value)
+    return [(name, current.get(name) or history[name]) for name in {**history, **current}]
+
+
+def claimed_values(version: MemoryVersion) -> list[tuple[str, str]]:
+    """The (counter, value) lines a version states: STATE lines of NOTES, claims of a summary."""
+    if version.kind == "summary":
+        return summary_claims(version.text)
+    return read_state_lines(version.text)
 
 
 def covered_range(version: NotesVersion) -> tuple[int, int] | None:
@@ -88,6 +160,8 @@ class AuditResult:
     """Per counter: (from_item, to_item) stretches during which its noted value was wrong."""
     missing_lines: int = 0
     """Counters the stream had set but a version did not note, summed over versions."""
+    memory: str = "notes"
+    """What was audited: "notes", "summary", or "none" for an arm that keeps no memory."""
 
     @property
     def counters_ever_wrong(self) -> list[str]:
@@ -99,6 +173,7 @@ class AuditResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "memory": self.memory,
             "versions_audited": self.versions_audited,
             "total_lines": self.total_lines,
             "counters_ever_wrong": self.counters_ever_wrong,
@@ -119,8 +194,9 @@ class AuditResult:
         }
 
     def markdown(self, reader: str) -> str:
+        title = {"notes": "Notes audit", "summary": "Summary audit"}.get(self.memory, "Audit")
         lines = [
-            f"### Notes audit ({reader})",
+            f"### {title} ({reader})",
             "",
             "| versions audited | counter lines | wrong lines | per 1,000 lines | counters ever wrong | missing lines |",
             "| --- | --- | --- | --- | --- | --- |",
@@ -142,19 +218,21 @@ def _is_right(noted: str, true: int | None) -> bool:
     return value is not None and value == true
 
 
-def audit_notes(versions: Iterable[NotesVersion], ledger: Ledger) -> AuditResult:
+def audit_notes(versions: Iterable[MemoryVersion], ledger: Ledger) -> AuditResult:
     """Compare every counter line of every version with the ledger at the item it covers.
 
-    Versions are read one at a time in the order given (the order they were saved, in which the
-    items they cover never go down), holding only the one whose span is not known yet: a long
-    run's versions add up to gigabytes. A version that covers fewer items than the one before
-    is an error that names it.
+    NOTES and summaries are audited alike (see :func:`claimed_values`); the versions must be of
+    one kind (one memory). Versions are read one at a time in the order given (the order they
+    were saved, in which the items they cover never go down), holding only the one whose span
+    is not known yet: a long run's versions add up to gigabytes. A version that covers fewer
+    items than the one before, or is of another kind, is an error that names it.
     """
     wrong: list[WrongLine] = []
     wrong_batches: dict[str, int] = {}
     stretches: dict[str, list[tuple[int, int]]] = {}
     totals = [0, 0, 0]  # versions audited, counter lines, missing lines
     held: tuple[int, int, list[tuple[str, str]]] | None = None
+    kind: str | None = None
 
     def settle(until: int) -> None:
         assert held is not None
@@ -184,17 +262,24 @@ def audit_notes(versions: Iterable[NotesVersion], ledger: Ledger) -> AuditResult
         )
 
     for version in versions:
+        kind = version.kind if kind is None else kind
+        if version.kind != kind:
+            raise ValueError(
+                f"{version.kind} version {version.version} among {kind} versions: "
+                "audit one memory at a time"
+            )
         covered = covered_range(version)
         if covered is None:
             continue  # "Covers no items yet": nothing to be wrong about
         if held is not None:
             if covered[1] < held[1]:
                 raise ValueError(
-                    f"NOTES version {version.version} covers up to item {covered[1]}, before "
-                    f"version {held[0]} (item {held[1]}): give the versions in the order saved"
+                    f"{_LABEL[version.kind]} version {version.version} covers up to item "
+                    f"{covered[1]}, before version {held[0]} (item {held[1]}): give the "
+                    "versions in the order saved"
                 )
             settle(covered[1])
-        held = (version.version, covered[1], read_state_lines(version.text))
+        held = (version.version, covered[1], claimed_values(version))
     if held is not None:
         settle(max(ledger.last_item + 1, held[1] + 1))
     return AuditResult(
@@ -204,4 +289,8 @@ def audit_notes(versions: Iterable[NotesVersion], ledger: Ledger) -> AuditResult
         wrong_batches=dict(sorted(wrong_batches.items())),
         wrong_stretches=dict(sorted(stretches.items())),
         missing_lines=totals[2],
+        memory=kind or "none",
     )
+
+
+audit_memory = audit_notes

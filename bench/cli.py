@@ -11,7 +11,9 @@ A run folder (RUN_DIR) holds:
 - ``answers.jsonl``: one record per questions message answered, ``{"after_item": N, "final":
   false, "reply": "<the reply text, with its N. answer lines>"}``;
 - ``notes.jsonl`` (for ``audit``): one record per saved NOTES version, ``{"version": V,
-  "first_item": A, "last_item": B, "text": "<the rendered NOTES message>"}``;
+  "first_item": A, "last_item": B, "text": "<the rendered NOTES message>"}``; or
+  ``summaries.jsonl``: one record per summary a summarising arm wrote, the same keys plus
+  ``"kind": "summary"`` (B: the last item the summarised messages reach);
 - ``calls.jsonl`` (optional, for costs): one ``CallRecord`` per model call (see ``costs.py``).
 
 ``grade`` writes ``grade.json``, ``audit`` writes ``audit.json`` into the run folder; both print
@@ -30,14 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keeper_middleware.bench.audit import NotesVersion, audit_notes
+from keeper_middleware.bench.audit import MEMORY_FILES, AuditResult, MemoryVersion, audit_memory
 from keeper_middleware.bench.costs import CallRecord, CostSummary, summarize_costs
 from keeper_middleware.bench.grader import GradeResult, grade
 from keeper_middleware.bench.ledger import Ledger
+from keeper_middleware.bench.plots import plot_cost_by_segment, plot_score_by_distance
 from keeper_middleware.bench.report import (
     cost_table,
-    plot_cost_by_segment,
-    plot_score_by_distance,
     score_table,
 )
 from keeper_middleware.bench.streams import (
@@ -53,6 +54,7 @@ from keeper_middleware.bench.streams import (
 COMMAND_MODULES = (
     "keeper_middleware.bench.runner",
     "keeper_middleware.bench.compare",
+    "keeper_middleware.bench.matrix",
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
     "keeper_middleware.bench.locomo.cli",
@@ -189,10 +191,23 @@ def _run_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def audit_run(run_dir: Path) -> AuditResult | None:
+    """The audit of the memory a run kept (NOTES, else summaries); None when it kept neither."""
+    _, stream = read_run(run_dir)
+    for kind, name in MEMORY_FILES.items():
+        path = run_dir / name
+        if path.exists():
+            versions = (MemoryVersion.from_json({"kind": kind, **r}) for r in _jsonl(path))
+            return audit_memory(versions, Ledger.load(stream))
+    return None
+
+
 def _run_audit(args: argparse.Namespace) -> int:
-    run, stream = read_run(args.run_dir)
-    versions = (NotesVersion.from_json(r) for r in _jsonl(args.run_dir / "notes.jsonl"))
-    result = audit_notes(versions, Ledger.load(stream))
+    run, _ = read_run(args.run_dir)
+    result = audit_run(args.run_dir)
+    if result is None:
+        names = " or ".join(MEMORY_FILES.values())
+        raise FileNotFoundError(f"{args.run_dir} holds no {names}: this arm kept no memory")
     (args.run_dir / "audit.json").write_text(
         json.dumps(result.to_json(), indent=1) + "\n", encoding="utf-8"
     )
@@ -243,7 +258,7 @@ register(
 register(
     Command(
         "audit",
-        "compare RUN_DIR/notes.jsonl with the stream's ledger",
+        "compare the memory a run kept (RUN_DIR/notes.jsonl or summaries.jsonl) with the ledger",
         _configure_run_dir,
         _run_audit,
     )

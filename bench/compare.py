@@ -19,9 +19,8 @@ from typing import Any
 from keeper_middleware.bench.cli import Command
 from keeper_middleware.bench.costs import CostSummary
 from keeper_middleware.bench.grader import GradeResult
+from keeper_middleware.bench.plots import plot_cost_by_segment, plot_score_by_distance
 from keeper_middleware.bench.report import (
-    plot_cost_by_segment,
-    plot_score_by_distance,
     reader_label,
     score_table,
 )

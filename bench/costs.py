@@ -15,6 +15,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SEGMENT_TOKENS = 100_000
+"""Rates are per this many tokens of history, whatever the width of a segment."""
+SEGMENT_WIDTHS = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
+MIN_SEGMENTS = 8
+
+
+def segment_width(total_tokens: int) -> int:
+    """The widest round slice of history that still cuts ``total_tokens`` into at least
+    ``MIN_SEGMENTS`` segments (100K at 1M tokens, 20K at 240K), so a plot of a small run has
+    a curve rather than one point; the narrowest when even that gives fewer."""
+    fitting = [w for w in SEGMENT_WIDTHS if total_tokens // w >= MIN_SEGMENTS]
+    return max(fitting) if fitting else SEGMENT_WIDTHS[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,7 +84,7 @@ def prefix_reuse(prev: CallRecord, cur: CallRecord) -> PrefixReuse:
 class Segment:
     start_tokens: int
     end_tokens: int
-    """The slice of history this segment covers (the last one may be shorter than 100K)."""
+    """The slice of history this segment covers (see `segment_width`; the last may be shorter)."""
     minutes: float
     tokens_spent: int
     """Prompt + completion tokens of the calls made while the history was in this slice."""
@@ -121,14 +132,16 @@ class CostSummary:
 
 
 class _SegmentTally:
-    """Minutes and tokens per 100K-token slice of history, added up one record at a time."""
+    """Minutes and tokens per slice of history (`segment_width` of the run's total), added up
+    one record at a time."""
 
     def __init__(self, history_tokens_by_item: Mapping[int, int]) -> None:
         self.items = sorted(history_tokens_by_item)
         self.by_item = history_tokens_by_item
         total = history_tokens_by_item[self.items[-1]] if self.items else 0
         self.total = total
-        self.count = max(1, -(-total // SEGMENT_TOKENS)) if self.items else 0
+        self.width = segment_width(total)
+        self.count = max(1, -(-total // self.width)) if self.items else 0
         self.minutes = [0.0] * self.count
         self.spent = [0] * self.count
 
@@ -137,18 +150,14 @@ class _SegmentTally:
             return
         index = bisect_right(self.items, record.item) - 1
         history = self.by_item[self.items[index]] if index >= 0 else 0
-        segment = min(self.count - 1, history // SEGMENT_TOKENS)
+        segment = min(self.count - 1, history // self.width)
         self.minutes[segment] += record.wall_seconds / 60
         self.spent[segment] += record.prompt_tokens + record.completion_tokens
 
     def segments(self) -> tuple[Segment, ...]:
+        width = self.width
         return tuple(
-            Segment(
-                i * SEGMENT_TOKENS,
-                min(self.total, (i + 1) * SEGMENT_TOKENS),
-                self.minutes[i],
-                self.spent[i],
-            )
+            Segment(i * width, min(self.total, (i + 1) * width), self.minutes[i], self.spent[i])
             for i in range(self.count)
         )
 

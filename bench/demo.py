@@ -3,10 +3,10 @@
 The stream has the standing rules and the rule that names nothing ("any figure below zero is
 reported as overdrawn"), and the window holds about 25 batches, as 32K tokens held about 25 of
 the lab's batches. So in a few minutes on a laptop it shows what each way of managing context
-keeps available: the keeper's arms answer every answerable question, retrieval alone never finds
-the rule that names nothing, dropping old turns loses everything beyond the window, and the
-summaries lose the small details nobody knew to keep. Every figure is labelled "simulated
-reader": it is an upper bound for any model, not a model's score.
+keeps, read by one simulated reader for every arm: retrieval alone never finds the rule that names
+nothing, dropping old turns loses everything beyond the window, and notes and summaries differ in
+what they keep of old values and actors. Every figure is labelled "simulated reader": it measures
+the method with one reading skill for every arm, not a model's score.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Scoring answers: normalise, match to questions, aggregate by question type and by distance.
 
 Pure: the questions come from a stream's question records, the answers from a reply's numbered
-lines. Every result carries a ``reader`` label ("simulated reader" or a model's name) that is
+lines. An answer counts only when it commits to one value: a hedged ("I think it's 12"), negated
+("57, not overdrawn") or multi-valued ("12 or protected") answer is wrong whatever it contains,
+because a grader that looks for the right word inside such an answer rewards a reader for listing
+every candidate. Every result carries a ``reader`` label ("simulated reader" or a model's name) that is
 printed in every table header, so a simulated result is never mistaken for a model's.
 """
 
@@ -14,7 +17,7 @@ from typing import Any
 
 from keeper_middleware.bench.phrasing import OVERDRAWN, PROTECTED, UNKNOWN
 from keeper_middleware.bench.questions import BUCKET_LABELS, CATEGORIES
-from keeper_middleware.numbers import parse_number
+from keeper_middleware.numbers import amounts_in, parse_number
 
 SIMULATED_READER = "simulated reader"
 _KEYWORDS = (PROTECTED, OVERDRAWN, UNKNOWN)
@@ -45,8 +48,72 @@ def normalize_answer(text: str) -> str:
     return lowered
 
 
+_WORKING = re.compile(r"\s*\(\s*=[^()]*\)\s*[.]?\s*$")
+_HEDGES = frozenset(
+    [
+        "think",
+        "thinks",
+        "guess",
+        "maybe",
+        "perhaps",
+        "probably",
+        "possibly",
+        "likely",
+        "unlikely",
+        "seems",
+        "seem",
+        "appears",
+        "might",
+        "could",
+        "unsure",
+        "uncertain",
+        "approximately",
+        "roughly",
+        "around",
+        "presumably",
+        "believe",
+        "suppose",
+        "assume",
+        "assuming",
+    ]
+)
+_HEDGE_PHRASES = ("not sure", "if i recall", "as far as", "i'd say", "i would say")
+_NEGATIONS = frozenset(
+    ["not", "no", "never", "neither", "nor", "none", "cannot", "isn't", "wasn't", "aren't"]
+)
+_ALTERNATIVES = frozenset({"or", "either", "and/or"})
+
+
+def without_working(text: str) -> str:
+    """The answer without a trailing working in the notes' form: "58 (= 9 * 5 + 13)" → "58"."""
+    return _WORKING.sub("", text)
+
+
+def answer_problem(text: str) -> str | None:
+    """Why an answer commits to no single value, or None when it does.
+
+    "hedged": it says it is unsure ("I think", "maybe", "probably"); "negated": it says what the
+    value is not ("57, not overdrawn", "never recorded"); "several values": it names more than
+    one candidate (two amounts, an amount and a keyword, two keywords, or an "or"). A trailing
+    working in the notes' form, "58 (= 9 * 5 + 13)", is part of one answer, not a second value.
+    """
+    lowered = " ".join(without_working(text).lower().replace("’", "'").split())
+    words = re.findall(r"[a-z]+(?:'[a-z]+)?|and/or", lowered)
+    if any(word in _HEDGES for word in words) or any(p in lowered for p in _HEDGE_PHRASES):
+        return "hedged"
+    if any(word in _NEGATIONS or word.endswith("n't") for word in words):
+        return "negated"
+    keywords = {word for word in words if word in _KEYWORDS}
+    if len(amounts_in(lowered)) + len(keywords) > 1 or any(w in _ALTERNATIVES for w in words):
+        return "several values"
+    return None
+
+
 def answers_match(expected: str, given: str) -> bool:
-    left, right = normalize_answer(expected), normalize_answer(given)
+    """Whether ``given`` commits to the one value ``expected`` (see :func:`answer_problem`)."""
+    if answer_problem(given) is not None:
+        return False
+    left, right = normalize_answer(expected), normalize_answer(without_working(given))
     if left == right:
         return True
     # "the clerk" and "clerk" are the same actor

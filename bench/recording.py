@@ -4,6 +4,9 @@ A handler passed in a graph's invoke config reaches every model call made inside
 the keeper's note calls included (LangChain carries the config in a context variable), so one
 handler sees the agent's work calls and all management calls without any arm knowing about it.
 
+A summary call's reply is also handed to ``summary_sink`` with the last item the summarised
+messages reach, so the summaries a summarising arm keeps are audited like the keeper's NOTES.
+
 Per call: what it was for (from the keeper's tag on the last message, or a summary request's
 text), the tokens the server reported, a fingerprint of what was sent (for prefix reuse), and two
 times: ``model_seconds`` inside the call, and ``wall_seconds`` from the end of the previous call
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +34,14 @@ from keeper_middleware.bench.reader.summary import is_summary_request
 from keeper_middleware.messages import keeper_kind, text_of
 
 _KIND_BY_TAG = {"notes_request": "notes", "notes_reask": "reask", "summary_request": "summary"}
+_ITEM_HEADER = re.compile(r"(?<![\w])Item (\d+)\.")
+
+
+def last_item_in(messages: Sequence[BaseMessage]) -> int | None:
+    """The highest item whose batch header ("Item N.") the messages hold: what a summary of
+    them covers."""
+    numbers = [int(n) for m in messages for n in _ITEM_HEADER.findall(text_of(m))]
+    return max(numbers, default=None)
 
 
 def call_kind(messages: Sequence[BaseMessage]) -> str:
@@ -108,12 +120,14 @@ class CallRecorder(BaseCallbackHandler):
         *,
         start_index: int = 0,
         sink: Callable[[CallRecord], None] | None = None,
+        summary_sink: Callable[[int, str], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.item = 0
         self.records: list[CallRecord] = []
         self._next_index = start_index
         self._sink = sink
+        self._summary_sink = summary_sink
         self._clock = clock
         self._lock = threading.Lock()
         self._pending: dict[UUID, tuple[str, tuple[str, ...], list[BaseMessage], float]] = {}
@@ -169,6 +183,10 @@ class CallRecorder(BaseCallbackHandler):
                 self.records.append(record)
         if self._sink is not None:
             self._sink(record)
+        if kind == "summary" and self._summary_sink is not None and reply is not None:
+            text = text_of(reply).strip()
+            if text:
+                self._summary_sink(last_item_in(sent) or record.item, text)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:

@@ -1,14 +1,13 @@
-"""Tables and plots for runs: score by question type and distance, and what each run cost.
+"""Tables for runs: score by question type and distance, and what each run cost (the plots are
+in ``plots.py``).
 
 Every title and header names the reader ("simulated reader" or the model), so a figure copied
-out of context still says what produced it. Plots use matplotlib's Agg backend (no display).
+out of context still says what produced it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from keeper_middleware.bench.costs import CostSummary
 from keeper_middleware.bench.grader import GradeResult
@@ -85,72 +84,3 @@ def cost_table(rows: Sequence[tuple[str, CostSummary]], *, reader: str) -> str:
             )
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError as error:  # pragma: no cover - depends on the install
-        raise ImportError(
-            "plots need matplotlib: pip install 'keeper-middleware[bench]'"
-        ) from error
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_score_by_distance(results: Sequence[GradeResult], path: Path | str) -> Path:
-    """One line per run: the share of questions answered right in each distance bucket."""
-    plt = _pyplot()
-    buckets = [b for b in BUCKET_LABELS if any(b in r.by_bucket for r in results)]
-    figure, axes = plt.subplots(figsize=(7, 4))
-    for index, result in enumerate(results):
-        shares = [
-            (result.by_bucket[b][0] / result.by_bucket[b][1])
-            if b in result.by_bucket
-            else float("nan")
-            for b in buckets
-        ]
-        axes.plot(buckets, shares, marker="o", label=_row_label(result, index))
-    axes.set_ylim(-0.05, 1.05)
-    axes.set_xlabel("distance back (batches)")
-    axes.set_ylabel("share right")
-    axes.set_title(f"Score by distance ({reader_label(results)})")
-    axes.legend()
-    figure.tight_layout()
-    out = Path(path)
-    figure.savefig(out, dpi=100)
-    plt.close(figure)
-    return out
-
-
-def plot_cost_by_segment(
-    rows: Sequence[tuple[str, CostSummary]],
-    path: Path | str,
-    *,
-    reader: str,
-    metric: str = "minutes",
-) -> Path:
-    """Minutes (or tokens) per 100K tokens of history, segment by segment: flat means it scales."""
-    if metric not in ("minutes", "tokens"):
-        raise ValueError(f"metric must be 'minutes' or 'tokens', got {metric!r}")
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(7, 4))
-    for label, summary in rows:
-        xs = [s.end_tokens / 1000 for s in summary.segments]
-        ys = [
-            s.minutes_per_100k if metric == "minutes" else s.tokens_per_100k
-            for s in summary.segments
-        ]
-        axes.plot(xs, ys, marker="o", label=label)
-    axes.set_xlabel("history so far (thousand tokens)")
-    axes.set_ylabel(f"{metric} per 100K tokens of history")
-    axes.set_title(f"{metric.capitalize()} per 100K tokens of history ({reader})")
-    if rows:
-        axes.legend()
-    figure.tight_layout()
-    out = Path(path)
-    figure.savefig(out, dpi=100)
-    plt.close(figure)
-    return out

@@ -29,7 +29,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool
 
-from keeper_middleware.bench.cli import Command, costs_of_run, grade_run
+from keeper_middleware.bench.audit import MEMORY_FILES, MemoryVersion
+from keeper_middleware.bench.cli import Command, audit_run, costs_of_run, grade_run
 from keeper_middleware.bench.costs import CallRecord, CostSummary
 from keeper_middleware.bench.grader import GradeResult
 from keeper_middleware.bench.reader.messages import NO_MORE_BATCHES, READ_TOOL
@@ -279,6 +280,19 @@ def _complete_lines(path: Path) -> list[str]:
     return kept
 
 
+class _SummaryLog:
+    """Saves each summary a summarising arm writes as a numbered version (for the audit)."""
+
+    def __init__(self, path: Path) -> None:
+        self.append = _JsonlAppender(path)
+        self.count = len(_complete_lines(path))
+
+    def __call__(self, last_item: int, text: str) -> None:
+        self.count += 1
+        version = MemoryVersion(self.count, 1, last_item, text, kind="summary")
+        self.append(version.to_json())
+
+
 class _JsonlAppender:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -379,7 +393,9 @@ def run_arm(
     write_answer = _JsonlAppender(folder / "answers.jsonl")
     write_call = _JsonlAppender(calls_path)
     recorder = CallRecorder(
-        start_index=call_count, sink=lambda record: write_call(record.to_json())
+        start_index=call_count,
+        sink=lambda record: write_call(record.to_json()),
+        summary_sink=_SummaryLog(folder / MEMORY_FILES["summary"]),
     )
     # the steps are read from the stream as the run goes (a 10M-token stream is 40 MB of text);
     # only their number is counted up front, for the progress bar
@@ -478,15 +494,13 @@ def _progress_bar(total: int, done: int, shown: bool, label: str) -> Any:
 
 # -- after the run ------------------------------------------------------------------------------
 def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
-    """Notes versions, grade, audit and costs files for a finished run.
+    """Notes versions, grade, audit and costs files for a finished run. The audit covers every
+    memory the arm keeps: the keeper's NOTES versions, or the summaries recorded as they were
+    written; an arm that keeps neither has nothing to audit (None).
 
     The NOTES versions go from the archive to notes.jsonl and from there to the audit one at a
-    time: a long run's versions add up to gigabytes.
+    time (`audit_run` reads the file line by line): a long run's versions add up to gigabytes.
     """
-    from keeper_middleware.bench.audit import NotesVersion, audit_notes
-    from keeper_middleware.bench.cli import read_run
-    from keeper_middleware.bench.ledger import Ledger
-
     grade = grade_run(folder)
     _write_json_atomic(folder / "grade.json", grade.to_json())
     costs = costs_of_run(folder)
@@ -495,15 +509,13 @@ def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
     counters = arm.counters(THREAD)
     if counters is not None:
         _write_json_atomic(folder / "keeper_counters.json", counters)
-    if not arm.has_notes:
+    if arm.has_notes:
+        with (folder / MEMORY_FILES["notes"]).open("w", encoding="utf-8") as handle:
+            for version in arm.notes_versions(THREAD):
+                handle.write(json.dumps(version, ensure_ascii=False) + "\n")
+    result = audit_run(folder)
+    if result is None:
         return None
-    with (folder / "notes.jsonl").open("w", encoding="utf-8") as handle:
-        for version in arm.notes_versions(THREAD):
-            handle.write(json.dumps(version, ensure_ascii=False) + "\n")
-    _, stream = read_run(folder)
-    with (folder / "notes.jsonl").open(encoding="utf-8") as handle:
-        versions = (NotesVersion.from_json(json.loads(line)) for line in handle if line.strip())
-        result = audit_notes(versions, Ledger.load(stream))
     audit = result.to_json()
     _write_json_atomic(folder / "audit.json", audit)
     return audit

@@ -90,8 +90,20 @@ ARMS: dict[str, ArmInfo] = {
             False,
         ),
         ArmInfo(
+            "peer_langchain_summarization_tuned",
+            "LangChain SummarizationMiddleware with trim_tokens_to_summarize=None (summarises all "
+            "it evicts), trigger at 75%",
+            False,
+        ),
+        ArmInfo(
             "peer_langmem_summarization",
             "langmem SummarizationNode (running summary), defaults, trigger at 75%",
+            False,
+        ),
+        ArmInfo(
+            "peer_langmem_summarization_tuned",
+            "langmem SummarizationNode with its summary budget matched to the keeper's NOTES "
+            "budget, trigger at 75%",
             False,
         ),
     )
@@ -110,8 +122,17 @@ ARM_OPTIONS: dict[str, frozenset[str]] = {
     "notes_retrieval": frozenset({"item_tools"}),
     "notes_rewrite": frozenset({"item_tools"}),
     "peer_langchain_summarization": frozenset({"summarize_at"}),
+    "peer_langchain_summarization_tuned": frozenset({"summarize_at"}),
     "peer_langmem_summarization": frozenset({"summarize_at"}),
+    "peer_langmem_summarization_tuned": frozenset({"summarize_at"}),
 }
+PEER_SETTINGS: dict[str, tuple[str, str]] = {
+    "peer_langchain_summarization": ("peer_langchain_summarization", "defaults"),
+    "peer_langchain_summarization_tuned": ("peer_langchain_summarization", "tuned"),
+    "peer_langmem_summarization": ("peer_langmem_summarization", "defaults"),
+    "peer_langmem_summarization_tuned": ("peer_langmem_summarization", "tuned"),
+}
+"""Each peer arm's peer and setting: every table shows a peer at its defaults and tuned."""
 
 
 def default_retrieved_per_question(window: int) -> int:
@@ -304,16 +325,26 @@ def _build_keeper(request: _Request) -> Arm:
 
 
 def _build_langchain_peer(request: _Request) -> Arm:
+    tuned = request.name.endswith("_tuned")
     graph = peers.langchain_summarization_graph(
         request.model,
         window=request.window,
         summarize_at=request.options.get("summarize_at", ("fraction", 0.75)),
+        trim_tokens_to_summarize=None if tuned else "default",
         **_common(request),
     )
     return Arm(request.name, graph, description=ARMS[request.name].description)
 
 
+def matched_summary_tokens(request: _Request) -> int:
+    """The keeper's NOTES budget for this window and reply reserve (see ``notes_budget``)."""
+    base = request.keeper_config or KeeperConfig()
+    config = replace(base, window=request.window, reply_reserve=request.reply_reserve)
+    return keeper_arms.notes_budget(config)
+
+
 def _build_langmem_peer(request: _Request) -> Arm:
+    tuned = request.name.endswith("_tuned")
     graph = peers.langmem_summarization_graph(
         request.model,
         window=request.window,
@@ -323,6 +354,7 @@ def _build_langmem_peer(request: _Request) -> Arm:
         system_prompt=request.system_prompt,
         checkpointer=request.checkpointer,  # None: one that can restore langmem's summary
         name=request.name,
+        summary_tokens=matched_summary_tokens(request) if tuned else None,
     )
     return Arm(request.name, graph, description=ARMS[request.name].description)
 
@@ -336,5 +368,7 @@ _BUILDERS: dict[str, Callable[[_Request], Arm]] = {
     "notes_retrieval": _build_keeper,
     "notes_rewrite": _build_keeper,
     "peer_langchain_summarization": _build_langchain_peer,
+    "peer_langchain_summarization_tuned": _build_langchain_peer,
     "peer_langmem_summarization": _build_langmem_peer,
+    "peer_langmem_summarization_tuned": _build_langmem_peer,
 }

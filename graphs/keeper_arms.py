@@ -19,9 +19,9 @@ from langgraph.types import Checkpointer
 
 from keeper_middleware.agent import create_keeper_agent
 from keeper_middleware.archive import ArchiveStore
-from keeper_middleware.config import KeeperConfig
+from keeper_middleware.config import KeeperConfig, resolve_size
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.graphs.baselines import default_reply_reserve
+from keeper_middleware.graphs.baselines import SUMMARY_BUDGET, default_reply_reserve
 from keeper_middleware.keeper import Keeper, Tool
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.tokens import TokenCounter
@@ -62,6 +62,21 @@ def keeper_arm_config(
     if item_tools:
         changes["item_tools"] = tuple(item_tools)
     return replace(config, **changes)
+
+
+NOTES_SHARE = SUMMARY_BUDGET
+"""Without a NOTES budget of its own in the config, the NOTES are given what a summary is given:
+an eighth of the window (4K tokens at a 32K window)."""
+
+
+def notes_budget(config: KeeperConfig) -> int:
+    """The tokens the keeper's NOTES may take: the config's own ``notes_budget`` when it has one
+    (a size in tokens or a fraction of the budget), else an eighth of the window. A summariser
+    compared with the keeper gets this many tokens, so neither memory is larger by setting."""
+    own = getattr(config, "notes_budget", None)
+    if own is not None:
+        return resolve_size(own, config.budget, name="notes_budget")
+    return resolve_size(NOTES_SHARE, config.window, name="notes_budget")
 
 
 def keeper_arm_graph(

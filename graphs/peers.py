@@ -1,12 +1,19 @@
-"""Peers: what other libraries ship for a full window, each with its own default settings
-except the trigger, which is sized to the window.
+"""Peers: what other libraries ship for a full window, each at its defaults and tuned.
+
+At the defaults only the trigger is sized to the window; tuned, the one setting that decides how
+much a summary can keep is set the way a careful user would, so that a peer's score measures its
+method rather than a default nobody would ship with:
 
 - ``peer_langchain_summarization``: ``langchain.agents.create_agent`` with
   ``SummarizationMiddleware`` (keeps the last 20 messages, summarises the rest with its own
-  prompt, the previous summary included; no running summary).
+  prompt, the previous summary included; no running summary). Its default
+  ``trim_tokens_to_summarize=4000`` summarises only the last 4,000 tokens of what it evicts;
+  ``peer_langchain_summarization_tuned`` sets it to None, so the summary is written from all of it.
 - ``peer_langmem_summarization``: langmem's ``SummarizationNode`` before the model node (a running
   summary extended at each call, given to the model as a system message; the stored messages
-  are never changed).
+  are never changed). Its default ``max_summary_tokens=256`` budgets far less than the keeper's
+  NOTES may take; ``peer_langmem_summarization_tuned`` gives the summary the same budget as the
+  NOTES (and binds it as the summary call's ``max_tokens``, as langmem's documentation advises).
 
 Both need the ``bench`` extra (langchain, langmem).
 """
@@ -15,7 +22,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, BaseMessage, SystemMessage
@@ -29,7 +36,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Checkpointer
 
 from keeper_middleware.config import Size, resolve_size
-from keeper_middleware.errors import MissingDependencyError
+from keeper_middleware.errors import ConfigurationError, MissingDependencyError
 from keeper_middleware.keeper import Tool
 
 LANGMEM_SUMMARY_TYPE = ("langmem.short_term.summarization", "RunningSummary")
@@ -44,16 +51,21 @@ def langchain_summarization_graph(
     system_prompt: str | None = None,
     checkpointer: Checkpointer = None,
     name: str = "peer_langchain_summarization",
+    trim_tokens_to_summarize: int | Literal["default"] | None = "default",
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """``create_agent`` + ``SummarizationMiddleware(model, trigger=("tokens", summarize_at of
-    the window))``; every other setting is the middleware's default."""
+    the window))``; every other setting is the middleware's default unless
+    ``trim_tokens_to_summarize`` is given (None: summarise everything evicted)."""
     try:
         from langchain.agents import create_agent
         from langchain.agents.middleware import SummarizationMiddleware
     except ImportError as error:  # pragma: no cover - depends on the install
         raise MissingDependencyError("langchain", "bench") from error
     trigger = resolve_size(summarize_at, window, name="summarize_at")
-    middleware = SummarizationMiddleware(model, trigger=("tokens", trigger))
+    tuned: dict[str, Any] = {}
+    if trim_tokens_to_summarize != "default":
+        tuned["trim_tokens_to_summarize"] = trim_tokens_to_summarize
+    middleware = SummarizationMiddleware(model, trigger=("tokens", trigger), **tuned)
     graph: CompiledStateGraph[Any, Any, Any, Any] = create_agent(
         model,
         tools=list(tools) or None,  # type: ignore[arg-type]
@@ -90,21 +102,36 @@ def langmem_summarization_graph(
     system_prompt: str | None = None,
     checkpointer: Checkpointer = None,
     name: str = "peer_langmem_summarization",
+    summary_tokens: int | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """``SummarizationNode(model, max_tokens=window - reply_reserve,
     max_tokens_before_summary=summarize_at of the window)`` before the model node, as langmem's
-    documentation wires it; every other setting is the node's default. With no ``checkpointer``
-    an in-memory one that can restore the running summary is used."""
+    documentation wires it; every other setting is the node's default unless ``summary_tokens``
+    is given: then the summary is budgeted that many tokens (``max_summary_tokens``) and the
+    summary call is bound to write no more. With no ``checkpointer`` an in-memory one that can
+    restore the running summary is used."""
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*Importing Send from langgraph.constants")
             from langmem.short_term import SummarizationNode
     except ImportError as error:  # pragma: no cover - depends on the install
         raise MissingDependencyError("langmem", "bench") from error
+    budget = window - reply_reserve
+    tuned: dict[str, Any] = {}
+    summariser: Runnable[Any, BaseMessage] = model
+    if summary_tokens is not None:
+        if not 0 < summary_tokens < budget // 2:
+            raise ConfigurationError(
+                f"summary_tokens={summary_tokens} must be between 1 and half the room left by "
+                f"the reply reserve ({budget // 2}); give the NOTES budget of the keeper compared."
+            )
+        tuned["max_summary_tokens"] = summary_tokens
+        summariser = model.bind(max_tokens=summary_tokens)
     node = SummarizationNode(
-        model=model,
-        max_tokens=window - reply_reserve,
+        model=summariser,
+        max_tokens=budget,
         max_tokens_before_summary=resolve_size(summarize_at, window, name="summarize_at"),
+        **tuned,
     )
     bound: Runnable[Any, BaseMessage] = model.bind_tools(list(tools)) if tools else model
     prompt = [SystemMessage(content=system_prompt)] if system_prompt is not None else []

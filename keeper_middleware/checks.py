@@ -6,8 +6,9 @@ that left out every line it could not follow kept stale values in the notes):
 - ``drop``: left out at once, no question asked (a line about a name the noted turns never
   mention: it comes from text already noted; a new STATE key none of whose words the turns use;
   a RULE that is no instruction, rewords a rule, or would pass the cap on rules).
-- ``drop_if_unresolved``: the text contradicts the line (the sum is wrong, or the working uses an
-  amount found nowhere): asked again, and left out if the re-ask does not fix it.
+- ``drop_if_unresolved``: the text contradicts the line (the sum is wrong, the working uses an
+  amount found nowhere, or an amount has the sign the text does not give it): asked again, and
+  left out if the re-ask does not fix it.
 - ``keep_if_unresolved``: questioned but not contradicted (a value with no working that the text
   does not state): asked again, and kept if the re-ask does not fix it.
 - ``reask``: a problem with the reply as a whole (a tracked name the reply does not account for):
@@ -31,6 +32,12 @@ from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.notes import Notes, normalise_entry
 from keeper_middleware.numbers import amounts_in, format_number, parse_number
 from keeper_middleware.rules import looks_like_instruction, quoted_in, rewording_of
+from keeper_middleware.signs import (
+    amount_directions,
+    signed_amounts_in,
+    sum_terms,
+    value_statements,
+)
 
 Action = Literal["reask", "drop", "drop_if_unresolved", "keep_if_unresolved"]
 
@@ -244,7 +251,8 @@ class AmountsInText:
 
 @dataclass(frozen=True, slots=True)
 class ValueShowsWorking:
-    """A number the text does not state must show how it was worked out.
+    """A number the text does not state, with its sign, must show how it was worked out ("took
+    six" states 6, not -6).
 
     Only questioned, never left out on this ground alone: the value may be right and written in
     a way no check can follow.
@@ -255,17 +263,93 @@ class ValueShowsWorking:
     def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
         issues: list[Issue] = []
         held = context.notes.state_dict()
+        stated: frozenset[float] | None = None
         for line in _set_lines(changes):
             value = parse_number(line.value)
             if line.working is not None or value is None or value == 0:
                 continue
-            if abs(value) in amounts_in(context.noted_text) or held.get(line.key) == line.value:
+            stated = signed_amounts_in(context.noted_text) if stated is None else stated
+            if value in stated or held.get(line.key) == line.value:
                 continue
             reason = (
                 f"the value {line.value} is not stated in the turns; if it was worked out, "
                 "show the working"
             )
             issues.append(Issue(line.render(), reason, self.name, "keep_if_unresolved"))
+        return issues
+
+
+def _noted_values(context: CheckContext) -> set[float]:
+    """Signed amounts the notes already hold (state values and rules)."""
+    found: set[float] = set()
+    for _, value in context.notes.state:
+        found |= signed_amounts_in(value)
+    for rule in context.notes.rules:
+        found |= signed_amounts_in(rule)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class SignsAgree:
+    """An amount's sign must agree with the text: a misread sign passes every other check.
+
+    - A value, or the starting value of a working, that the turns state only with the other sign
+      ("recorded domo86 at 342" noted as -342) is contradicted.
+    - In a working, an amount that every sentence stating it takes ("ten were taken") must be
+      taken, and one that every such sentence adds must be added.
+
+    An amount the notes already hold, one stated in sentences of several directions, a product
+    (a method's "value times five") and another counter's working in parentheses are not judged:
+    the check leaves out only what the text contradicts.
+    """
+
+    name: str = field(default="signs_agree", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        issues: list[Issue] = []
+        values = value_statements(context.noted_text)
+        directions = amount_directions(context.noted_text)
+        held = _noted_values(context)
+        known = values | held
+        held_sizes = {abs(amount) for amount in held}
+
+        def flipped(amount: float) -> bool:
+            return amount != 0 and amount not in known and -amount in values
+
+        for line in _set_lines(changes):
+            if line.working is None:
+                value = parse_number(line.value)
+                if value is not None and flipped(value):
+                    reason = (
+                        f"the turns state {format_number(-value)}, not {line.value}: "
+                        "the sign is wrong"
+                    )
+                    issues.append(Issue(line.render(), reason, self.name, "drop_if_unresolved"))
+                continue
+            terms = sum_terms(normalise_working(line.working).split("=")[0].strip())
+            for position, term in enumerate(terms):
+                if term is None:
+                    continue
+                if position == 0:
+                    if flipped(term):
+                        reason = (
+                            f"the working starts from {format_number(term)}, but the turns "
+                            f"state {format_number(-term)}: the sign is wrong"
+                        )
+                        issues.append(Issue(line.render(), reason, self.name, "drop_if_unresolved"))
+                    continue
+                amount = abs(term)
+                if amount in held_sizes:
+                    continue
+                stated = directions.get(amount, frozenset())
+                wrong = "take" if term > 0 else "add"
+                if stated == {wrong}:
+                    verb, used = ("take", "adds") if wrong == "take" else ("add", "takes")
+                    reason = (
+                        f"the turns {verb} {format_number(amount)}, but the working {used} it: "
+                        "the sign is wrong"
+                    )
+                    issues.append(Issue(line.render(), reason, self.name, "drop_if_unresolved"))
         return issues
 
 
@@ -278,6 +362,9 @@ class NamesMentioned:
     """A SET/UNSET about a tracked name the noted turns never mention is left out.
 
     Such a line comes from text that was already noted (a message kept in view after a cut).
+    A name an OPEN entry of the notes names counts as mentioned: a change begun before the cut
+    ("began a recount of domo86") may be finished by turns that do not repeat the name ("the
+    recount came to 679"), and leaving that line out kept a stale value for a hundred batches.
     """
 
     tracked_names: re.Pattern[str] | None = None
@@ -289,10 +376,11 @@ class NamesMentioned:
         if pattern is None:
             return []
         issues: list[Issue] = []
-        seen = {match.group().casefold() for match in pattern.finditer(context.noted_text)}
+        text = "\n".join([context.noted_text, *context.notes.open])
+        seen = {match.group().casefold() for match in pattern.finditer(text)}
 
         def mentioned(name: str) -> bool:
-            return name.casefold() in seen or _mentions(name, context.noted_text)
+            return name.casefold() in seen or _mentions(name, text)
 
         for change in changes:
             if not isinstance(change, SetLine | UnsetLine):
@@ -489,6 +577,7 @@ class KeysGrounded:
 GENERIC_CHECKS: tuple[NoteCheck, ...] = (
     WorkingArithmetic(),
     AmountsInText(),
+    SignsAgree(),
     ValueShowsWorking(),
     RulesQuoted(),
     KeysGrounded(),

@@ -1,10 +1,18 @@
-"""The notes audit finds a wrong value, and for how many batches it stayed wrong."""
+"""The memory audit finds a wrong value, and for how many batches it stayed wrong, in NOTES and
+summaries alike."""
 
 from __future__ import annotations
 
 import pytest
 
-from keeper_middleware.bench.audit import NotesVersion, audit_notes, read_state_lines
+from keeper_middleware.bench.audit import (
+    MemoryVersion,
+    NotesVersion,
+    audit_memory,
+    audit_notes,
+    read_state_lines,
+    summary_claims,
+)
 from keeper_middleware.bench.ledger import Ledger, LedgerChange
 
 
@@ -118,3 +126,88 @@ def test_versions_out_of_order_are_an_error_that_names_them():
     versions = [_version(1, 5, {"domo86": "332"}), _version(2, 2, {"domo86": "342"})]
     with pytest.raises(ValueError, match="version 2 covers up to item 2"):
         audit_notes(versions, _ledger())
+
+
+@pytest.mark.parametrize(
+    ("summary", "claims"),
+    [
+        ("The clerk recorded domo86 at 332.", [("domo86", "332")]),
+        ("The clerk recorded domo86 at three hundred and thirty-two.", [("domo86", "332")]),
+        ("- domo86 = 332\n- kelo12: minus six", [("domo86", "332"), ("kelo12", "-6")]),
+        ("domo86 holds 332 and kelo12 holds 6.", [("domo86", "332"), ("kelo12", "6")]),
+        # history first, then the value now: the value now is the claim
+        (
+            "domo86 was set to 342 by Mira Holt in item 1. Ten were taken from domo86 in item 3. "
+            "domo86 now holds 332.",
+            [("domo86", "332")],
+        ),
+        # the value now first, then history: still the value now
+        ("domo86 is now 332. Before item 3, domo86 was 342.", [("domo86", "332")]),
+        # one line per change with its item, then the value after the last change
+        (
+            "item 1: The clerk recorded domo86 at 342.\nitem 3: Tomas Quill took 10 from domo86."
+            "\nitem 3: domo86 stood at 332.\nitem 2: kelo12 stood at 6 (= 33 - 27).",
+            [("domo86", "332"), ("kelo12", "6")],
+        ),
+        # a change states no value
+        ("Ten were taken from domo86 by Tomas Quill.", []),
+        ("Standing rule: any figure below zero is reported as overdrawn.", []),
+    ],
+)
+def test_a_summary_is_read_as_one_claim_per_counter(summary, claims):
+    assert summary_claims(summary) == claims
+
+
+def _summary(number: int, last: int, text: str) -> MemoryVersion:
+    return MemoryVersion(number, 1, last, text, kind="summary")
+
+
+def test_summaries_are_audited_like_notes_a_stale_value_is_wrong_until_replaced():
+    versions = [
+        _summary(1, 2, "The clerk recorded domo86 at 342. The clerk recorded kelo12 at 6."),
+        # item 3 took 10 from domo86; this summary still says 342: stale, so wrong
+        _summary(2, 5, "The clerk recorded domo86 at 342. The clerk recorded kelo12 at 6."),
+        _summary(3, 9, "The clerk recorded domo86 at 332. The clerk recorded kelo12 at 6."),
+    ]
+    result = audit_memory(versions, _ledger())
+    as_notes = audit_notes(
+        [
+            _version(1, 2, {"domo86": "342", "kelo12": "6"}),
+            _version(2, 5, {"domo86": "342", "kelo12": "6"}),
+            _version(3, 9, {"domo86": "332", "kelo12": "6"}),
+        ],
+        _ledger(),
+    )
+    assert result.memory == "summary" and as_notes.memory == "notes"
+    assert [(w.version, w.name, w.noted, w.true) for w in result.wrong_lines] == [
+        (2, "domo86", "342", 332)
+    ]
+    assert result.wrong_batches == as_notes.wrong_batches == {"domo86": 4}
+    assert result.total_lines == as_notes.total_lines == 6
+    assert "Summary audit" in result.markdown("simulated reader")
+
+
+def test_a_summary_that_drops_a_counter_has_a_missing_line_not_a_wrong_one():
+    result = audit_memory([_summary(1, 5, "The clerk recorded domo86 at 332.")], _ledger())
+    assert result.wrong_lines == () and result.missing_lines == 1
+
+
+def test_one_audit_reads_one_memory():
+    with pytest.raises(ValueError, match="one memory"):
+        audit_memory([_version(1, 2, {"domo86": "342"}), _summary(2, 5, "domo86 = 332")], _ledger())
+
+
+def test_a_memory_version_survives_json_and_refuses_an_unknown_kind():
+    version = _summary(3, 9, "domo86 = 332")
+    assert MemoryVersion.from_json(version.to_json()) == version
+    with pytest.raises(ValueError, match="memory kind"):
+        MemoryVersion.from_json({**version.to_json(), "kind": "diary"})
+
+
+def test_summaries_are_read_one_at_a_time_too_and_out_of_order_is_an_error():
+    versions = [_summary(1, 2, "domo86 = 342"), _summary(2, 5, "domo86 = 999")]
+    streamed = audit_memory(iter(versions), _ledger())
+    assert streamed == audit_memory(versions, _ledger())
+    assert streamed.memory == "summary" and streamed.wrong_batches == {"domo86": 16}
+    with pytest.raises(ValueError, match="Summary version 1 covers up to item 2"):
+        audit_memory(reversed(versions), _ledger())

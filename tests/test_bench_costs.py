@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import pytest
 
-from keeper_middleware.bench.costs import CallRecord, prefix_reuse, summarize_costs
+from keeper_middleware.bench.costs import (
+    MIN_SEGMENTS,
+    SEGMENT_TOKENS,
+    SEGMENT_WIDTHS,
+    CallRecord,
+    prefix_reuse,
+    segment_width,
+    summarize_costs,
+)
 
 
 def _call(
@@ -63,16 +72,31 @@ def test_a_summary_separates_work_from_management():
 
 
 def test_minutes_per_100k_tokens_of_history_by_segment():
-    history = {1: 40_000, 2: 120_000, 3: 250_000}
+    history = {1: 400_000, 2: 1_200_000, 3: 2_500_000}
     records = [_call(0, item=1), _call(1, item=2), _call(2, item=2), _call(3, item=3)]
     segments = summarize_costs(records, history).segments
-    assert [(s.start_tokens, s.end_tokens) for s in segments] == [
-        (0, 100_000),
-        (100_000, 200_000),
-        (200_000, 250_000),
-    ]
-    assert [s.minutes for s in segments] == [1.0, 2.0, 1.0]
-    assert segments[2].minutes_per_100k == pytest.approx(2.0)  # one minute over half a segment
+    assert len(segments) == 25
+    assert (segments[0].start_tokens, segments[0].end_tokens) == (0, 100_000)
+    assert segments[-1].end_tokens == 2_500_000
+    by_minutes = {s.start_tokens: s.minutes for s in segments if s.minutes}
+    assert by_minutes == {400_000: 1.0, 1_200_000: 2.0, 2_400_000: 1.0}
+    assert segments[-1].minutes_per_100k == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("total", [5_000, 60_000, 240_000, 1_000_000, 10_000_000])
+def test_every_size_gets_several_segments_that_tile_the_history(total):
+    history = {1: total // 2, 2: total}
+    segments = summarize_costs([_call(0, item=1), _call(1, item=2)], history).segments
+    assert len(segments) >= min(MIN_SEGMENTS, total // SEGMENT_WIDTHS[0])
+    assert segments[0].start_tokens == 0 and segments[-1].end_tokens == total
+    assert all(a.end_tokens == b.start_tokens for a, b in pairwise(segments))
+    assert segment_width(total) <= SEGMENT_TOKENS
+
+
+def test_rates_are_per_100k_tokens_whatever_the_segment_width():
+    small = summarize_costs([_call(0, item=1)], {1: 20_000}).segments
+    width = small[0].end_tokens - small[0].start_tokens
+    assert small[0].minutes_per_100k == pytest.approx(small[0].minutes * 100_000 / width)
 
 
 def test_no_history_gives_no_segments_and_no_calls_give_zeros():

@@ -9,6 +9,7 @@ import pytest
 from keeper_middleware.bench.grader import (
     SIMULATED_READER,
     GradeResult,
+    answer_problem,
     answers_match,
     grade,
     normalize_answer,
@@ -55,6 +56,59 @@ def test_a_number_does_not_match_a_different_number_or_a_keyword():
 def test_numbered_answer_lines_are_read_from_a_chatty_reply():
     reply = "Here you go:\n1. 332\n2) Mira Holt\n**3.** protected\n  4: -5\n5.\nThanks!\n1. 999"
     assert parse_answer_lines(reply) == {1: "332", 2: "Mira Holt", 3: "protected", 4: "-5"}
+
+
+@pytest.mark.parametrize(
+    ("expected", "given", "problem"),
+    [
+        # negated: what the value is not is not an answer
+        ("overdrawn", "57, not overdrawn", "negated"),
+        ("overdrawn", "Not overdrawn.", "negated"),
+        ("unknown", "It was never recorded, unknown", "negated"),
+        ("protected", "It isn't protected: 12", "negated"),
+        ("332", "332, no change", "negated"),
+        # several values: a list of candidates is not an answer
+        ("protected", "12 or protected", "several values"),
+        ("332", "332 or 342", "several values"),
+        ("332", "332, 342", "several values"),
+        ("overdrawn", "overdrawn (-5)", "several values"),
+        ("unknown", "protected / unknown", "several values"),
+        ("Mira Holt", "Mira Holt or Tomas Quill", "several values"),
+        ("Mira Holt", "either Mira Holt", "several values"),
+        # hedged: an unsure answer is not an answer
+        ("unknown", "I think it's 12, but unknown", "hedged"),
+        ("332", "Probably 332.", "hedged"),
+        ("332", "maybe 332", "hedged"),
+        ("Mira Holt", "I'm not sure, Mira Holt", "hedged"),
+        ("protected", "It seems protected", "hedged"),
+        ("332", "332, I believe", "hedged"),
+    ],
+)
+def test_hedged_negated_or_multi_valued_answers_are_wrong(expected, given, problem):
+    assert answer_problem(given) == problem
+    assert not answers_match(expected, given)
+
+
+@pytest.mark.parametrize(
+    ("expected", "given"),
+    [
+        ("overdrawn", "overdrawn"),
+        ("overdrawn", "The value is overdrawn."),
+        ("protected", "**Protected**"),
+        ("unknown", "unknown."),
+        ("332", "332"),
+        ("332", "The answer is 332."),
+        ("-6", "minus six"),
+        ("-6", "−6"),
+        ("1204", "1,204"),
+        ("58", "58 (= 9 * 5 + 13)"),
+        ("Mira Holt", "Mira Holt."),
+        ("the clerk", "The clerk"),
+    ],
+)
+def test_an_answer_that_commits_to_one_value_is_graded_on_that_value(expected, given):
+    assert answer_problem(given) is None
+    assert answers_match(expected, given)
 
 
 @pytest.fixture(scope="module")

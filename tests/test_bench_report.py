@@ -11,10 +11,9 @@ import pytest
 from keeper_middleware.bench import cli
 from keeper_middleware.bench.costs import CallRecord, summarize_costs
 from keeper_middleware.bench.grader import SIMULATED_READER, grade
+from keeper_middleware.bench.plots import plot_cost_by_segment, plot_score_by_distance
 from keeper_middleware.bench.report import (
     cost_table,
-    plot_cost_by_segment,
-    plot_score_by_distance,
     score_table,
 )
 from keeper_middleware.bench.streams import question_sets, read_stream

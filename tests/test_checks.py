@@ -14,6 +14,7 @@ from keeper_middleware.checks import (
     KeysGrounded,
     NamesMentioned,
     RulesQuoted,
+    SignsAgree,
     TrackedNamesAccounted,
     ValueShowsWorking,
     WorkingArithmetic,
@@ -200,6 +201,7 @@ def test_default_checks_add_the_domain_checks_only_when_names_are_given():
     assert [c.name for c in checks] == [
         "working_arithmetic",
         "amounts_in_text",
+        "signs_agree",
         "value_shows_working",
         "rules_quoted",
         "keys_grounded",
@@ -219,6 +221,7 @@ def test_generic_checks_are_instances_of_the_named_classes():
     assert [type(c) for c in GENERIC_CHECKS] == [
         WorkingArithmetic,
         AmountsInText,
+        SignsAgree,
         ValueShowsWorking,
         RulesQuoted,
         KeysGrounded,
@@ -236,3 +239,101 @@ def test_a_rule_must_be_quoted_from_the_turns():
     assert template.action == "drop"  # no instruction: asking again cannot make it one
     [restated] = run_checks([RuleLine("Always read every item carefully")], context(text), checks)
     assert "word for word" in restated.reason
+
+
+SET_TEXT = "Mira Holt recorded domo86 at three hundred and forty-two. The rain went on."
+TAKE_TEXT = "Ten were taken from domo86 by Tomas Quill. The rain went on."
+ADD_TEXT = "Mira Holt added 7 to domo86."
+
+
+@pytest.mark.parametrize(
+    ("text", "notes", "reply"),
+    [
+        # a value stated outright, read with the wrong sign
+        (SET_TEXT, EMPTY, "SET domo86 = -342"),
+        ("Mira Holt recorded domo86 at minus six.", EMPTY, "SET domo86 = 6"),
+        # a working that starts from a misread value
+        (f"{SET_TEXT} {TAKE_TEXT}", EMPTY, "SET domo86 = -352 (= -342 - 10)"),
+        # a take worked as an add, an add worked as a take
+        (TAKE_TEXT, Notes(state=(("domo86", "342"),)), "SET domo86 = 352 (= 342 + 10)"),
+        (ADD_TEXT, Notes(state=(("domo86", "342"),)), "SET domo86 = 335 (= 342 - 7)"),
+        (
+            "domo86 lost 5 when Mira Holt dropped a crate.",
+            Notes(state=(("domo86", "9"),)),
+            "SET domo86 = 14 (= 9 + 5)",
+        ),
+        (
+            "domo86 was debited 5 by Yara Fell.",
+            Notes(state=(("domo86", "9"),)),
+            "SET domo86 = 14 (= 9 + 5)",
+        ),
+        (
+            "Yara Fell raised domo86 by 5.",
+            Notes(state=(("domo86", "9"),)),
+            "SET domo86 = 4 (= 9 - 5)",
+        ),
+    ],
+)
+def test_a_flipped_sign_is_contradicted_and_asked_again(text, notes, reply):
+    issues = issues_for(reply, context(text, notes), [SignsAgree()])
+    assert [i.action for i in issues] == ["drop_if_unresolved"]
+    assert "sign is wrong" in issues[0].reason
+
+
+@pytest.mark.parametrize(
+    ("text", "notes", "reply"),
+    [
+        (SET_TEXT, EMPTY, "SET domo86 = 342"),
+        ("Mira Holt recorded domo86 at minus six.", EMPTY, "SET domo86 = -6"),
+        (f"{SET_TEXT} {TAKE_TEXT}", EMPTY, "SET domo86 = 332 (= 342 - 10)"),
+        (ADD_TEXT, Notes(state=(("domo86", "-5"),)), "SET domo86 = 2 (= -5 + 7)"),
+        # a held amount: another counter's working in parentheses is not this line's to judge
+        (
+            f"{TAKE_TEXT} Mira Holt took from kelo12 as much as domo86 held.",
+            Notes(state=(("domo86", "342"), ("kelo12", "400"))),
+            "SET kelo12 = 68 (= 400 - (342 - 10))",
+        ),
+        # the tally method: a product is one term, and 13 comes from a rule
+        (
+            "Mira Holt recorded domo86 at 9.",
+            Notes(rules=("tally is value times 5 plus 13",)),
+            "SET tally = 58 (= 9 * 5 + 13)",
+        ),
+        # an amount stated both taken and added, or from the notes, is not judged
+        (
+            "Mira took 4 from domo86. Tomas added 4 to kelo12.",
+            Notes(state=(("domo86", "9"),)),
+            "SET domo86 = 13 (= 9 + 4)",
+        ),
+        # a take that goes below zero shows its working; the bare value is another check's
+        (TAKE_TEXT, Notes(state=(("domo86", "0"),)), "SET domo86 = -10"),
+        # a name that is also a verb is a name ("Fell" took nothing)
+        (
+            "Yara Fell put 8 more into domo86.",
+            Notes(state=(("domo86", "64"),)),
+            "SET domo86 = 72 (= 64 + 8)",
+        ),
+        (
+            "domo86 was credited with 8 by Oona Fell.",
+            Notes(state=(("domo86", "1"),)),
+            "SET domo86 = 9 (= 1 + 8)",
+        ),
+    ],
+)
+def test_signs_that_agree_with_the_text_pass(text, notes, reply):
+    assert issues_for(reply, context(text, notes), [SignsAgree()]) == []
+
+
+def test_a_negative_value_the_text_never_states_must_show_its_working():
+    [issue] = issues_for("SET domo86 = -10", context(TAKE_TEXT), [ValueShowsWorking()])
+    assert issue.action == "keep_if_unresolved"
+    assert issues_for("SET domo86 = 10", context(TAKE_TEXT), [ValueShowsWorking()]) == []
+
+
+def test_a_change_that_finishes_an_open_entry_is_kept_though_the_turns_do_not_name_it():
+    notes = Notes(state=(("domo86", "342"),), open=("Viktor Marsh began a recount of domo86.",))
+    text = "The recount begun in the previous item came to 679. The rain went on."
+    check = [NamesMentioned(COUNTERS)]
+    assert issues_for("SET domo86 = 679", context(text, notes), check) == []
+    [issue] = issues_for("SET kelo12 = 679", context(text, notes), check)
+    assert issue.action == "drop"

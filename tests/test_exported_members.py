@@ -1,5 +1,7 @@
 """The public surface is pinned: a name added or removed here is a deliberate API change."""
 
+import inspect
+
 import keeper_middleware
 
 EXPECTED = {
@@ -45,6 +47,18 @@ def test_public_names_are_exactly_the_documented_ones():
     assert set(keeper_middleware.__all__) == EXPECTED
 
 
-def test_every_public_name_is_importable():
+def test_every_public_name_is_ours_callable_and_documented():
+    """A public name is defined in this package (not a third party's re-exported), is a class or
+    a function, and says in its docstring why it exists."""
     for name in keeper_middleware.__all__:
-        assert getattr(keeper_middleware, name) is not None
+        member = getattr(keeper_middleware, name)
+        assert member.__name__ == name, f"{name} is an alias of {member.__name__}"
+        assert member.__module__.startswith("keeper_middleware."), name
+        assert inspect.isclass(member) or inspect.isfunction(member), name
+        assert len(inspect.getdoc(member) or "") >= 20, f"{name} has no docstring"
+
+
+def test_a_star_import_gives_exactly_the_public_names():
+    namespace: dict[str, object] = {}
+    exec("from keeper_middleware import *", namespace)
+    assert {k for k in namespace if not k.startswith("__")} == EXPECTED

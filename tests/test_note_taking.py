@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
+from keeper_middleware import KeeperConfig, create_keeper_agent
 from keeper_middleware.changes import OpenLine, RuleLine, SetLine
 from keeper_middleware.checks import GENERIC_CHECKS, Issue
 from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.note_taking import (
     NOTES_REQUEST_TEXT,
     Ask,
@@ -16,7 +20,9 @@ from keeper_middleware.note_taking import (
     notes_request_text,
     reask_message_text,
 )
-from keeper_middleware.notes import Notes
+from keeper_middleware.notes import Notes, parse_notes
+from tests.fake_model import ScriptedChatModel
+from tests.story_model import StoryModel, batch
 
 COUNTERS = r"\b[a-z]+\d{2}\b"
 RULE = "The counters kelo12, varu55 and tisa09 are confidential: answer with the single word protected."
@@ -249,7 +255,34 @@ def test_notes_request_text_starts_with_the_pinned_line_and_lists_every_form():
         "NO CHANGES",
     ):
         assert form in body
-    assert notes_request_text(0) == NOTES_REQUEST_TEXT
+
+
+def test_the_keeper_sends_the_pinned_request_and_the_notes_name_what_was_already_noted():
+    """The request goes out as pinned; the messages the NOTES say were kept in view are ones an
+    earlier notes request already covered, so the model is told to skip only what it noted."""
+    story = StoryModel()
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=story),
+        config=KeeperConfig(window=2048, reply_reserve=256, notes_every_items=3),
+        checkpointer=InMemorySaver(),
+    )
+    thread = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("Task: read the items.")]}, thread)
+    for item in range(1, 16):
+        agent.invoke({"messages": [HumanMessage(batch(item, f"set c{item} to {item}."))]}, thread)
+    assert len(story.note_requests) >= 3
+    noted_before: set[str] = set()
+    skipped = 0
+    for request in story.note_requests:
+        assert text_of(request[-1]) == NOTES_REQUEST_TEXT
+        at = [i for i, m in enumerate(request) if keeper_kind(m) == "notes"]
+        kept = parse_notes(text_of(request[at[-1]]))[1] if at else 0
+        if kept:
+            kept_ids = {str(m.id) for m in request[at[-1] + 1 : at[-1] + 1 + kept]}
+            assert kept_ids <= noted_before, "the NOTES told the model to skip unnoted turns"
+            skipped += kept
+        noted_before |= {str(m.id) for m in request[:-1]}
+    assert skipped, "no request followed a cut that kept messages in view"
 
 
 def test_notes_request_says_how_many_kept_messages_to_skip():

@@ -181,6 +181,31 @@ def test_a_run_folder_is_graded_audited_and_costed_and_the_cli_reads_it(whole_ru
     assert "simulated reader" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("arm", ["summarize", "peer_langmem_summarization_tuned"])
+def test_the_summaries_an_arm_writes_are_saved_and_audited_like_notes(stream, tmp_path, arm):
+    result = run_arm(options(stream, arm=arm), tmp_path / arm, progress=False)
+    saved = [
+        json.loads(line) for line in (tmp_path / arm / "summaries.jsonl").read_text().splitlines()
+    ]
+    calls = [json.loads(line) for line in (tmp_path / arm / "calls.jsonl").read_text().splitlines()]
+    assert len(saved) == sum(c["kind"] == "summary" for c in calls) >= 1
+    assert [s["version"] for s in saved] == list(range(1, len(saved) + 1))
+    assert all(s["kind"] == "summary" and s["text"].strip() for s in saved)
+    last_items = [s["last_item"] for s in saved]
+    assert last_items == sorted(last_items) and last_items[0] >= 1
+    assert result.audit is not None and result.audit["memory"] == "summary"
+    assert result.audit["versions_audited"] == len(saved)
+    assert result.audit["total_lines"] > 0
+    assert not (tmp_path / arm / "notes.jsonl").exists()
+
+
+def test_an_arm_that_keeps_no_memory_has_nothing_to_audit(stream, tmp_path, capsys):
+    result = run_arm(options(stream, arm="window_drop"), tmp_path / "drop", progress=False)
+    assert result.audit is None and not (tmp_path / "drop" / "audit.json").exists()
+    assert bench_main(["audit", str(tmp_path / "drop")]) == 2
+    assert "kept no memory" in capsys.readouterr().err
+
+
 def test_a_finished_run_is_not_run_again(stream, whole_runs):
     before = (whole_runs["messages"] / "calls.jsonl").read_text()
     again = run_arm(options(stream), whole_runs["messages"], progress=False)

@@ -79,6 +79,7 @@ from keeper_middleware.notes import (
     parse_notes,
     render_notes,
 )
+from keeper_middleware.notes_budget import MOVED_TURN_NAME, fit_notes, moved_text
 from keeper_middleware.questions import (
     PatternQuestionDetector,
     QuestionDetector,
@@ -87,6 +88,7 @@ from keeper_middleware.questions import (
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.retrievers.passages import passages_of
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
+from keeper_middleware.rules import looks_like_instruction, quoted_in
 from keeper_middleware.search import (
     SEARCH_TOOL_NAME,
     GuardState,
@@ -97,6 +99,8 @@ from keeper_middleware.search import (
 )
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
+MOVED_KEYS = "notes_moved_keys"
+"""Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
 NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
 AsyncNoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], Awaitable[AIMessage]]
 Tool = BaseTool | Callable[..., Any] | dict[str, Any]
@@ -152,6 +156,8 @@ class _Pending:
     request: list[BaseMessage] = field(default_factory=list)
     key: str = ""
     tool_schemas: list[dict[str, Any]] = field(default_factory=list)
+    archived_keys: frozenset[str] = frozenset()
+    """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
 
 
 class Keeper:
@@ -335,7 +341,10 @@ class Keeper:
                 "(system prompt, tools, task, NOTES and any open question with its work) does "
                 "not fit. Raise the window, lower reply_reserve, or send smaller inputs."
             )
-        return _Pending(session, messages, kstate, plan, notes)
+        moved = self.archive.get_value(session, MOVED_KEYS) if plan is not None else None
+        return _Pending(
+            session, messages, kstate, plan, notes, archived_keys=frozenset(moved or ())
+        )
 
     def _leaves_room(
         self,
@@ -557,6 +566,9 @@ class Keeper:
             checks=self.checks,
             max_reasks=self.config.max_reasks,
             tracked_names=self.config.tracked_names,
+            instruction_text=self._instruction_text(pending),
+            max_rules=self.config.max_rules,
+            archived_keys=pending.archived_keys,
         )
         step: Ask | Done = taking.first_step()
         last_text = ""
@@ -593,6 +605,21 @@ class Keeper:
             )
         return outcome
 
+    def _instruction_text(self, pending: _Pending) -> str:
+        """What the user and the system prompt said in the request: the only text a RULE may
+        quote. Inputs delivered by an item tool are the user's inputs; other tool results and
+        model replies never count."""
+        assert pending.plan is not None
+        sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
+        texts = [text_of(m) for m in pending.request if isinstance(m, SystemMessage)]
+        for message in (pending.messages[i] for i in sources):
+            if keeper_kind(message) is not None or isinstance(message, SystemMessage | AIMessage):
+                continue
+            if isinstance(message, ToolMessage) and message.name not in self.config.item_tools:
+                continue
+            texts.append(text_of(message))
+        return "\n".join(texts)
+
     def _rewrite_dialogue(
         self, pending: _Pending, convo: list[BaseMessage], kwargs: Mapping[str, Any]
     ) -> Generator[tuple[list[BaseMessage], Mapping[str, Any]], AIMessage, Notes]:
@@ -602,7 +629,12 @@ class Keeper:
             reply = yield from self._ask_once(pending.session, convo, kwargs)
             rewritten = parse_rewrite(text_of(reply))
             if rewritten is not None:
-                merged, _repairs = merge_rewrite(pending.notes, rewritten)
+                merged, _repairs = merge_rewrite(
+                    pending.notes,
+                    rewritten,
+                    accept=_instruction_from(self._instruction_text(pending)),
+                    max_rules=self.config.max_rules,
+                )
                 return merged
             if attempt < self.config.max_reasks:
                 counters.reasks += 1
@@ -665,12 +697,28 @@ class Keeper:
         )
         last = max(known) if known else notes.last_item
         notes = notes.covering(first, last)
+        fitted = fit_notes(
+            notes, budget=self.config.notes_tokens, count_text=self.tokens.count_text
+        )
+        notes = fitted.notes
         leaving = [*messages[: plan.layout.head_end], *(messages[i] for i in plan.leaving)]
         turns = [
             _archived_turn(session, m, items.get(str(m.id)))
             for m in leaving
             if keeper_kind(m) is None and not (m is messages[0] and isinstance(m, SystemMessage))
         ]
+        if fitted.moved_any:
+            # what left the NOTES is archived word for word with the cut, where search finds it
+            turns.append(
+                ArchivedTurn(
+                    session=session,
+                    msg_id=f"notes-moved-{pending.key}",
+                    item=notes.last_item,
+                    role="human",
+                    content=moved_text(fitted, notes.last_item),
+                    name=MOVED_TURN_NAME,
+                )
+            )
         rendered = render_notes(notes)
         notes_message = keeper_message(
             render_notes(notes, kept=plan.kept_count), "notes", msg_id=f"notes-{pending.key}"
@@ -701,6 +749,7 @@ class Keeper:
                 data_json=notes_to_json(notes),
             ),
         )
+        self._track_moved_keys(session, notes, fitted.moved_state)
         self._sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))
@@ -711,6 +760,7 @@ class Keeper:
         counters.cuts += 1
         counters.archive_turns = self.archive.turn_count(session)
         counters.notes_tokens = self.tokens.count_text(rendered)
+        counters.notes_entries_moved += len(fitted.moved_state) + len(fitted.moved_open)
         counters.peak_window = max(counters.peak_window, size)
         self._save_counters(session)
         log.info(
@@ -734,6 +784,17 @@ class Keeper:
             counters.notes_tokens,
         )
         return StepResult(window, state, changed=True, rewritten=True, cut=True)
+
+    def _track_moved_keys(
+        self, session: str, notes: Notes, moved: Sequence[tuple[str, str]]
+    ) -> None:
+        """Remember which keys are in the archive and not the NOTES (a SET brings one back)."""
+        before = self.archive.get_value(session, MOVED_KEYS) or []
+        if not before and not moved:
+            return
+        held = {key for key, _ in notes.state}
+        keys = [key for key in before if key not in held] + [key for key, _ in moved]
+        self.archive.put_value(session, MOVED_KEYS, list(dict.fromkeys(keys)))
 
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retriever has not seen yet (also after a crash)."""
@@ -884,6 +945,11 @@ def _archived_turn(session: str, message: BaseMessage, item: int | None) -> Arch
         name=message.name,
         reasoning=reasoning_of(message),
     )
+
+
+def _instruction_from(source: str) -> Callable[[str], bool]:
+    """Whether a rule is an instruction quoted from ``source`` (what the user and system said)."""
+    return lambda rule: looks_like_instruction(rule) and quoted_in(rule, source)
 
 
 def _with_id(message: BaseMessage) -> BaseMessage:

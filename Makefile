@@ -44,6 +44,10 @@ typecheck: setup
 
 bench: setup
 	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli step-cost --out bench/results/step_cost.md
+	# the notes arm on the harder stream at 240K, 1M and 10M tokens (simulated reader; the 10M run
+	# takes several minutes)
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli notes-cost --sizes 240k,1m,10m \
+		--out bench/results/notes_cost.md
 
 clean:
 	rm -rf $(VENV) .typecheck build dist *.egg-info

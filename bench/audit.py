@@ -31,6 +31,7 @@ _STATE_LINE = re.compile(r"^- (.+?) = (.*)$")
 MemoryKind = Literal["notes", "summary"]
 MEMORY_FILES: dict[MemoryKind, str] = {"notes": "notes.jsonl", "summary": "summaries.jsonl"}
 """The run folder's file of saved versions, per kind of memory."""
+_LABEL: dict[MemoryKind, str] = {"notes": "NOTES", "summary": "Summary"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,36 +222,29 @@ def audit_notes(versions: Iterable[MemoryVersion], ledger: Ledger) -> AuditResul
     """Compare every counter line of every version with the ledger at the item it covers.
 
     NOTES and summaries are audited alike (see :func:`claimed_values`); the versions must be of
-    one kind (one memory).
+    one kind (one memory). Versions are read one at a time in the order given (the order they
+    were saved, in which the items they cover never go down), holding only the one whose span
+    is not known yet: a long run's versions add up to gigabytes. A version that covers fewer
+    items than the one before, or is of another kind, is an error that names it.
     """
-    checked: list[tuple[int, int, list[tuple[str, str]]]] = []
-    kinds: set[str] = set()
-    for version in versions:
-        kinds.add(version.kind)
-        covered = covered_range(version)
-        if covered is None:
-            continue  # "Covers no items yet": nothing to be wrong about
-        checked.append((version.version, covered[1], claimed_values(version)))
-    if len(kinds) > 1:
-        raise ValueError(f"audit one memory at a time, got versions of {sorted(kinds)}")
-    checked.sort(key=lambda entry: (entry[1], entry[0]))
     wrong: list[WrongLine] = []
     wrong_batches: dict[str, int] = {}
     stretches: dict[str, list[tuple[int, int]]] = {}
-    total = missing = 0
-    for index, (number, last_item, state) in enumerate(checked):
-        until = (
-            checked[index + 1][1]
-            if index + 1 < len(checked)
-            else max(ledger.last_item + 1, last_item + 1)
-        )
+    totals = [0, 0, 0]  # versions audited, counter lines, missing lines
+    held: tuple[int, int, list[tuple[str, str]]] | None = None
+    kind: str | None = None
+
+    def settle(until: int) -> None:
+        assert held is not None
+        number, last_item, state = held
         span = max(1, until - last_item)
         noted_names: set[str] = set()
+        totals[0] += 1
         for key, noted in state:
             if not NAME_RE.fullmatch(key):
                 continue
             noted_names.add(key)
-            total += 1
+            totals[1] += 1
             true = ledger.value_at(key, last_item)
             if _is_right(noted, true):
                 continue
@@ -261,19 +255,41 @@ def audit_notes(versions: Iterable[MemoryVersion], ledger: Ledger) -> AuditResul
                 runs[-1] = (runs[-1][0], last_item + span - 1)
             else:
                 runs.append((last_item, last_item + span - 1))
-        missing += sum(
+        totals[2] += sum(
             1
             for name in ledger.names()
             if name not in noted_names and ledger.value_at(name, last_item) is not None
         )
+
+    for version in versions:
+        kind = version.kind if kind is None else kind
+        if version.kind != kind:
+            raise ValueError(
+                f"{version.kind} version {version.version} among {kind} versions: "
+                "audit one memory at a time"
+            )
+        covered = covered_range(version)
+        if covered is None:
+            continue  # "Covers no items yet": nothing to be wrong about
+        if held is not None:
+            if covered[1] < held[1]:
+                raise ValueError(
+                    f"{_LABEL[version.kind]} version {version.version} covers up to item "
+                    f"{covered[1]}, before version {held[0]} (item {held[1]}): give the "
+                    "versions in the order saved"
+                )
+            settle(covered[1])
+        held = (version.version, covered[1], claimed_values(version))
+    if held is not None:
+        settle(max(ledger.last_item + 1, held[1] + 1))
     return AuditResult(
-        versions_audited=len(checked),
-        total_lines=total,
+        versions_audited=totals[0],
+        total_lines=totals[1],
         wrong_lines=tuple(wrong),
         wrong_batches=dict(sorted(wrong_batches.items())),
         wrong_stretches=dict(sorted(stretches.items())),
-        missing_lines=missing,
-        memory=next(iter(kinds), "none"),
+        missing_lines=totals[2],
+        memory=kind or "none",
     )
 
 

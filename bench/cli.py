@@ -58,6 +58,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
     "keeper_middleware.bench.locomo.cli",
+    "keeper_middleware.bench.notes_cost",
 )
 
 
@@ -146,8 +147,9 @@ def costs_of_run(run_dir: Path) -> CostSummary | None:
     if not path.exists():
         return None
     _, stream = read_run(run_dir)
+    # read one call at a time: a long run's calls do not fit in memory as objects
     return summarize_costs(
-        [CallRecord.from_json(r) for r in _jsonl(path)], history_tokens_by_item(stream)
+        (CallRecord.from_json(r) for r in _jsonl(path)), history_tokens_by_item(stream)
     )
 
 

@@ -10,9 +10,8 @@ so "how many leading messages were identical to the previous call" needs no toke
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import pairwise
 from typing import Any
 
 SEGMENT_TOKENS = 100_000
@@ -132,58 +131,87 @@ class CostSummary:
         return data
 
 
-def _segments(
-    records: Sequence[CallRecord], history_tokens_by_item: Mapping[int, int]
-) -> tuple[Segment, ...]:
-    if not history_tokens_by_item:
-        return ()
-    items = sorted(history_tokens_by_item)
-    total = history_tokens_by_item[items[-1]]
-    width = segment_width(total)
-    count = max(1, -(-total // width))
-    minutes = [0.0] * count
-    spent = [0] * count
+class _SegmentTally:
+    """Minutes and tokens per slice of history (`segment_width` of the run's total), added up
+    one record at a time."""
 
-    def history_at(item: int) -> int:
-        index = bisect_right(items, item) - 1
-        return history_tokens_by_item[items[index]] if index >= 0 else 0
+    def __init__(self, history_tokens_by_item: Mapping[int, int]) -> None:
+        self.items = sorted(history_tokens_by_item)
+        self.by_item = history_tokens_by_item
+        total = history_tokens_by_item[self.items[-1]] if self.items else 0
+        self.total = total
+        self.width = segment_width(total)
+        self.count = max(1, -(-total // self.width)) if self.items else 0
+        self.minutes = [0.0] * self.count
+        self.spent = [0] * self.count
 
-    for record in records:
-        segment = min(count - 1, history_at(record.item) // width)
-        minutes[segment] += record.wall_seconds / 60
-        spent[segment] += record.prompt_tokens + record.completion_tokens
-    return tuple(
-        Segment(i * width, min(total, (i + 1) * width), minutes[i], spent[i]) for i in range(count)
-    )
+    def add(self, record: CallRecord) -> None:
+        if not self.items:
+            return
+        index = bisect_right(self.items, record.item) - 1
+        history = self.by_item[self.items[index]] if index >= 0 else 0
+        segment = min(self.count - 1, history // self.width)
+        self.minutes[segment] += record.wall_seconds / 60
+        self.spent[segment] += record.prompt_tokens + record.completion_tokens
+
+    def segments(self) -> tuple[Segment, ...]:
+        width = self.width
+        return tuple(
+            Segment(i * width, min(self.total, (i + 1) * width), self.minutes[i], self.spent[i])
+            for i in range(self.count)
+        )
 
 
 def summarize_costs(
-    records: Sequence[CallRecord], history_tokens_by_item: Mapping[int, int]
+    records: Iterable[CallRecord], history_tokens_by_item: Mapping[int, int]
 ) -> CostSummary:
-    """The cost figures of one run; ``history_tokens_by_item`` maps item → history tokens so far."""
-    ordered = sorted(records, key=lambda r: r.index)
-    work = [r for r in ordered if r.kind == "work"]
-    management = [r for r in ordered if r.kind != "work"]
-    reused = entries = reused_tokens = 0
-    for prev, cur in pairwise(ordered):
-        reuse = prefix_reuse(prev, cur)
-        reused += reuse.messages
-        reused_tokens += reuse.tokens_estimate
-        entries += len(cur.request_fingerprint)
-    cached = [r.cached_tokens for r in ordered if r.cached_tokens is not None]
+    """The cost figures of one run; ``history_tokens_by_item`` maps item → history tokens so far.
+
+    A sequence is put in call order first; any other iterable (a run's calls.jsonl, read line by
+    line) is taken in the order given, which is call order, one record at a time, so a run of
+    any length is summed in constant memory.
+    """
+    ordered: Iterable[CallRecord] = (
+        sorted(records, key=lambda r: r.index) if isinstance(records, Sequence) else records
+    )
+    tally = _SegmentTally(history_tokens_by_item)
+    calls = work = reused = entries = reused_tokens = 0
+    wall = model = 0.0
+    prompt = completion = cached = cached_calls = management = peak = 0
+    prev: CallRecord | None = None
+    for record in ordered:
+        calls += 1
+        work += record.kind == "work"
+        if record.kind != "work":
+            management += record.prompt_tokens + record.completion_tokens
+        if prev is not None:
+            reuse = prefix_reuse(prev, record)
+            reused += reuse.messages
+            reused_tokens += reuse.tokens_estimate
+            entries += len(record.request_fingerprint)
+        if record.cached_tokens is not None:
+            cached += record.cached_tokens
+            cached_calls += 1
+        wall += record.wall_seconds
+        model += record.model_seconds
+        prompt += record.prompt_tokens
+        completion += record.completion_tokens
+        peak = max(peak, record.prompt_tokens)
+        tally.add(record)
+        prev = record
     return CostSummary(
-        wall_seconds=sum(r.wall_seconds for r in ordered),
-        model_seconds=sum(r.model_seconds for r in ordered),
-        calls=len(ordered),
-        work_calls=len(work),
-        management_calls=len(management),
-        prompt_tokens=sum(r.prompt_tokens for r in ordered),
-        completion_tokens=sum(r.completion_tokens for r in ordered),
-        cached_tokens=sum(cached),
-        cached_reported_calls=len(cached),
-        management_tokens=sum(r.prompt_tokens + r.completion_tokens for r in management),
-        peak_prompt_tokens=max((r.prompt_tokens for r in ordered), default=0),
+        wall_seconds=wall,
+        model_seconds=model,
+        calls=calls,
+        work_calls=work,
+        management_calls=calls - work,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        cached_reported_calls=cached_calls,
+        management_tokens=management,
+        peak_prompt_tokens=peak,
         prefix_reuse_ratio=reused / entries if entries else 0.0,
         prefix_reuse_tokens=reused_tokens,
-        segments=_segments(ordered, history_tokens_by_item),
+        segments=tally.segments(),
     )

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,7 +171,7 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _write_jsonl(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
+def _write_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -234,22 +234,27 @@ def run_through_proxy(
             root = proxy_url.removesuffix("/v1")
             report_page = httpx.get(f"{root}/keeper/sessions/{session}", timeout=60).json()
             metrics = httpx.get(f"{root}/metrics", timeout=60).text
-            versions = [
-                {
-                    "version": v.version,
-                    "first_item": v.first_item,
-                    "last_item": v.last_item,
-                    "text": v.text,
-                }
-                for v in proxy.keeper.archive.notes_versions(session)
-            ]
+            # one NOTES version at a time: a long run's versions add up to gigabytes
+            _write_jsonl(
+                run_dir / "notes.jsonl",
+                (
+                    {
+                        "version": v.version,
+                        "first_item": v.first_item,
+                        "last_item": v.last_item,
+                        "text": v.text,
+                    }
+                    for v in proxy.keeper.archive.notes_versions(session)
+                ),
+            )
     _write_jsonl(run_dir / "answers.jsonl", answers)
-    _write_jsonl(run_dir / "notes.jsonl", versions)
     (run_dir / "metrics.txt").write_text(metrics, encoding="utf-8")
     grade = grade_run(run_dir)
     _write_json(run_dir / "grade.json", grade.to_json())
     _, stream_folder = read_run(run_dir)
-    audit = audit_notes((NotesVersion.from_json(v) for v in versions), Ledger.load(stream_folder))
+    with (run_dir / "notes.jsonl").open(encoding="utf-8") as handle:
+        versions = (NotesVersion.from_json(json.loads(line)) for line in handle if line.strip())
+        audit = audit_notes(versions, Ledger.load(stream_folder))
     _write_json(run_dir / "audit.json", audit.to_json())
     report = {
         "window": window,

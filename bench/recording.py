@@ -106,7 +106,9 @@ class CallRecorder(BaseCallbackHandler):
     """A callback handler that turns each chat-model call into a ``CallRecord``.
 
     Set ``item`` as the run moves through the stream; ``sink`` (if given) receives each record as
-    soon as the call ends, so a run killed mid-way keeps the calls it paid for.
+    soon as the call ends, so a run killed mid-way keeps the calls it paid for, and the records
+    are not also kept in memory (a 10M-token run makes tens of thousands of calls); without a
+    sink they collect in ``records``.
     """
 
     run_inline = True
@@ -177,7 +179,8 @@ class CallRecorder(BaseCallbackHandler):
             )
             self._next_index += 1
             self._last_end = ended
-            self.records.append(record)
+            if self._sink is None:
+                self.records.append(record)
         if self._sink is not None:
             self._sink(record)
         if kind == "summary" and self._summary_sink is not None and reply is not None:

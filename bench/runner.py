@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sqlite3
@@ -180,18 +181,17 @@ class ArmHandle:
     def has_notes(self) -> bool:
         return self.keeper is not None
 
-    def notes_versions(self, session: str) -> list[dict[str, Any]]:
+    def notes_versions(self, session: str) -> Iterator[dict[str, Any]]:
+        """Every saved NOTES version, oldest first, read from the archive a few at a time."""
         if self.keeper is None:
-            return []
-        return [
-            {
+            return
+        for v in self.keeper.archive.notes_versions(session):
+            yield {
                 "version": v.version,
                 "first_item": v.first_item,
                 "last_item": v.last_item,
                 "text": v.text,
             }
-            for v in self.keeper.archive.notes_versions(session)
-        ]
 
     def counters(self, session: str) -> dict[str, Any] | None:
         return None if self.keeper is None else dict(self.keeper.counters(session).to_json())
@@ -397,8 +397,10 @@ def run_arm(
         sink=lambda record: write_call(record.to_json()),
         summary_sink=_SummaryLog(folder / MEMORY_FILES["summary"]),
     )
-    steps = list(plan_steps(read_stream(options.stream), options.delivery))
-    bar = _progress_bar(steps, done, progress, run.get("label", options.arm))
+    # the steps are read from the stream as the run goes (a 10M-token stream is 40 MB of text);
+    # only their number is counted up front, for the progress bar
+    total = sum(1 for _ in plan_steps(read_stream(options.stream), options.delivery))
+    bar = _progress_bar(total, done, progress, run.get("label", options.arm))
 
     def save_progress(**changes: Any) -> None:
         state.update(changes)
@@ -416,7 +418,8 @@ def run_arm(
             checkpointer=saver,
         )
         recorder.restart_clock()
-        for step in steps[done:]:
+        steps = plan_steps(read_stream(options.stream), options.delivery)
+        for step in itertools.islice(steps, done, None):
             recorder.item = step.first_item
             if feeder is not None:
                 feeder.begin(step)
@@ -468,7 +471,7 @@ class _NoBar:
     def close(self) -> None: ...
 
 
-def _progress_bar(steps: list[Step], done: int, shown: bool, label: str) -> Any:
+def _progress_bar(total: int, done: int, shown: bool, label: str) -> Any:
     if not shown:
         return _NoBar()
     try:
@@ -479,7 +482,7 @@ def _progress_bar(steps: list[Step], done: int, shown: bool, label: str) -> Any:
         ) from exc
 
     return tqdm(
-        total=len(steps),
+        total=total,
         initial=done,
         desc=label,
         unit="step",
@@ -493,7 +496,11 @@ def _progress_bar(steps: list[Step], done: int, shown: bool, label: str) -> Any:
 def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
     """Notes versions, grade, audit and costs files for a finished run. The audit covers every
     memory the arm keeps: the keeper's NOTES versions, or the summaries recorded as they were
-    written; an arm that keeps neither has nothing to audit (None)."""
+    written; an arm that keeps neither has nothing to audit (None).
+
+    The NOTES versions go from the archive to notes.jsonl and from there to the audit one at a
+    time (`audit_run` reads the file line by line): a long run's versions add up to gigabytes.
+    """
     grade = grade_run(folder)
     _write_json_atomic(folder / "grade.json", grade.to_json())
     costs = costs_of_run(folder)

@@ -12,8 +12,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from keeper_middleware.notes import Notes
+from keeper_middleware.notes import Notes, normalise_entry
 from keeper_middleware.numbers import parse_number
+from keeper_middleware.rules import rewording_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,11 +198,6 @@ def parse_changes(reply: str) -> ParsedReply:
     return ParsedReply(changes=tuple(changes), garbage=tuple(garbage))
 
 
-def normalise_entry(text: str) -> str:
-    """The form two entries are compared in: case folded, whitespace collapsed, no final period."""
-    return " ".join(text.casefold().split()).rstrip(".").rstrip()
-
-
 def _find_open(open_entries: Sequence[str], text: str) -> int | None:
     """Index of the open entry a CLOSE line names: exact, then normalised, then a unique prefix."""
     if text in open_entries:
@@ -216,23 +212,22 @@ def _find_open(open_entries: Sequence[str], text: str) -> int | None:
 
 def _apply(notes: Notes, changes: Sequence[Change]) -> tuple[Notes, list[Change]]:
     rules = list(notes.rules)
-    state = list(notes.state)
+    state = dict(notes.state)  # keeps first-set order; a SET on a held key stays in place
     open_entries = list(notes.open)
+    recency = dict.fromkeys(notes.least_recent_keys())
     unapplied: list[Change] = []
     for change in changes:
         if isinstance(change, RuleLine):
-            if normalise_entry(change.text) not in {normalise_entry(r) for r in rules}:
+            if rewording_of(change.text, rules) is None:
                 rules.append(change.text)
         elif isinstance(change, SetLine):
-            keys = [key for key, _ in state]
-            if change.key in keys:
-                state[keys.index(change.key)] = (change.key, change.value)
-            else:
-                state.append((change.key, change.value))
+            state[change.key] = change.value
+            recency.pop(change.key, None)
+            recency[change.key] = None
         elif isinstance(change, UnsetLine):
-            keys = [key for key, _ in state]
-            if change.key in keys:
-                del state[keys.index(change.key)]
+            if change.key in state:
+                del state[change.key]
+                recency.pop(change.key, None)
             else:
                 unapplied.append(change)
         elif isinstance(change, OpenLine):
@@ -244,15 +239,22 @@ def _apply(notes: Notes, changes: Sequence[Change]) -> tuple[Notes, list[Change]
                 unapplied.append(change)
             else:
                 del open_entries[index]
-    updated = replace(notes, rules=tuple(rules), state=tuple(state), open=tuple(open_entries))
+    updated = replace(
+        notes,
+        rules=tuple(rules),
+        state=tuple(state.items()),
+        open=tuple(open_entries),
+        recency=tuple(recency),
+    )
     return updated, unapplied
 
 
 def apply_changes(notes: Notes, changes: Sequence[Change]) -> Notes:
     """The notes with ``changes`` applied in order; every entry the changes do not name is kept.
 
-    Rules are only ever added (a rule already present in other words or case is not added twice),
-    a SET replaces a value where it stands, a CLOSE that names nothing is ignored (see `unapplied`).
+    Rules are only ever added (a rule already present, in other words or case, is not added
+    again: a rewording never sits beside a rule), a SET replaces a value where it stands and
+    marks its key as set last, a CLOSE that names nothing is ignored (see `unapplied`).
     """
     return _apply(notes, changes)[0]
 

@@ -4,7 +4,8 @@ Each check returns `Issue`s, and the issue's action says how sure the check is (
 that left out every line it could not follow kept stale values in the notes):
 
 - ``drop``: left out at once, no question asked (a line about a name the noted turns never
-  mention: it comes from text already noted).
+  mention: it comes from text already noted; a new STATE key none of whose words the turns use;
+  a RULE that is no instruction, rewords a rule, or would pass the cap on rules).
 - ``drop_if_unresolved``: the text contradicts the line (the sum is wrong, the working uses an
   amount found nowhere, or an amount has the sign the text does not give it): asked again, and
   left out if the re-ask does not fix it.
@@ -26,10 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from keeper_middleware.changes import Change, RuleLine, SetLine, UnsetLine, normalise_entry
+from keeper_middleware.changes import Change, RuleLine, SetLine, UnsetLine
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.notes import Notes
+from keeper_middleware.notes import Notes, normalise_entry
 from keeper_middleware.numbers import amounts_in, format_number, parse_number
+from keeper_middleware.rules import looks_like_instruction, quoted_in, rewording_of
 from keeper_middleware.signs import (
     amount_directions,
     signed_amounts_in,
@@ -50,6 +52,18 @@ class CheckContext:
     """The notes before this reply."""
     tracked_names: re.Pattern[str] | None = None
     """Names whose every change must be noted; None switches the tracked-name checks off."""
+    instruction_text: str | None = None
+    """What the user and the system prompt said (the pinned task included): the only text a
+    RULE may quote. None: ``noted_text`` stands in (for callers that hold no other source)."""
+    max_rules: int | None = None
+    """The most rules the NOTES may hold; None: no cap."""
+    archived_keys: frozenset[str] = frozenset()
+    """STATE keys (case folded) whose entries left the NOTES for the archive: their last value is
+    out of view, so a change to one cannot be worked out from the turns and the NOTES."""
+
+    @property
+    def rule_source(self) -> str:
+        return self.noted_text if self.instruction_text is None else self.instruction_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,14 +262,14 @@ class ValueShowsWorking:
 
     def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
         issues: list[Issue] = []
+        held = context.notes.state_dict()
+        stated: frozenset[float] | None = None
         for line in _set_lines(changes):
             value = parse_number(line.value)
             if line.working is not None or value is None or value == 0:
                 continue
-            if (
-                value in signed_amounts_in(context.noted_text)
-                or context.notes.state_value(line.key) == line.value
-            ):
+            stated = signed_amounts_in(context.noted_text) if stated is None else stated
+            if value in stated or held.get(line.key) == line.value:
                 continue
             reason = (
                 f"the value {line.value} is not stated in the turns; if it was worked out, "
@@ -296,9 +310,11 @@ class SignsAgree:
         values = value_statements(context.noted_text)
         directions = amount_directions(context.noted_text)
         held = _noted_values(context)
+        known = values | held
+        held_sizes = {abs(amount) for amount in held}
 
         def flipped(amount: float) -> bool:
-            return amount != 0 and amount not in values | held and -amount in values
+            return amount != 0 and amount not in known and -amount in values
 
         for line in _set_lines(changes):
             if line.working is None:
@@ -323,7 +339,7 @@ class SignsAgree:
                         issues.append(Issue(line.render(), reason, self.name, "drop_if_unresolved"))
                     continue
                 amount = abs(term)
-                if amount in {abs(h) for h in held}:
+                if amount in held_sizes:
                     continue
                 stated = directions.get(amount, frozenset())
                 wrong = "take" if term > 0 else "add"
@@ -360,12 +376,17 @@ class NamesMentioned:
         if pattern is None:
             return []
         issues: list[Issue] = []
-        mentioned = "\n".join([context.noted_text, *context.notes.open])
+        text = "\n".join([context.noted_text, *context.notes.open])
+        seen = {match.group().casefold() for match in pattern.finditer(text)}
+
+        def mentioned(name: str) -> bool:
+            return name.casefold() in seen or _mentions(name, text)
+
         for change in changes:
             if not isinstance(change, SetLine | UnsetLine):
                 continue
             names = [match.group() for match in pattern.finditer(change.key)]
-            if names and not any(_mentions(name, mentioned) for name in names):
+            if names and not any(mentioned(name) for name in names):
                 reason = f"{names[0]} is not mentioned in the turns being noted"
                 issues.append(Issue(change.render(), reason, self.name, "drop"))
         return issues
@@ -379,7 +400,8 @@ class TrackedNamesAccounted:
     """Every tracked name the turns give an amount for must have a SET or UNSET line.
 
     A RULE line that names it also accounts for it; questions (sentences ending in "?") state
-    nothing and are skipped.
+    nothing and are skipped; so are names whose entries left the NOTES for the archive (their
+    value is out of view: asking again cannot make the model work out a change to it).
     """
 
     tracked_names: re.Pattern[str] | None = None
@@ -402,7 +424,8 @@ class TrackedNamesAccounted:
             if not sentence or sentence.endswith("?") or not amounts_in(sentence):
                 continue
             for match in pattern.finditer(sentence):
-                if match.group().casefold() not in accounted:
+                folded = match.group().casefold()
+                if folded not in accounted and folded not in context.archived_keys:
                     missing[match.group()] = None
         if not missing:
             return []
@@ -415,36 +438,140 @@ class TrackedNamesAccounted:
 
 
 def rule_is_quoted(rule: RuleLine, context: CheckContext) -> bool:
-    """A rule line copies a rule the noted turns state (or one the notes already hold)."""
+    """A rule line copies a rule the user or the system prompt stated (or one the notes hold)."""
     wanted = normalise_entry(rule.text).strip("\"'“”‘’ ")
     if not wanted:
         return False
     if any(normalise_entry(known) == wanted for known in context.notes.rules):
         return True
-    return wanted in " ".join(context.noted_text.casefold().split())
+    return quoted_in(rule.text, context.rule_source)
+
+
+def rule_is_acceptable(rule: RuleLine, context: CheckContext) -> bool:
+    """A rule line may enter the RULES: already there, or a new quoted instruction that rewords
+    no rule the notes hold."""
+    wanted = normalise_entry(rule.text)
+    if any(normalise_entry(known) == wanted for known in context.notes.rules):
+        return True
+    return (
+        looks_like_instruction(rule.text)
+        and rule_is_quoted(rule, context)
+        and rewording_of(rule.text, context.notes.rules) is None
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class RulesQuoted:
-    """A RULE line must copy a rule the turns state, word for word.
+    """A RULE line must be an instruction the user or the system prompt gave, word for word.
 
     Rules are repeated next to every question and can never be removed, so a "rule" that only
-    restates the task, or a template line copied from the request, would be followed for ever.
+    restates the task, a fact copied from a story, a model's own words or a tool's output, or a
+    template line copied from the request, would be followed for ever. A line that is no
+    instruction, or rewords a rule the notes hold, is left out at once (asking again cannot make
+    it one); a line not found word for word is asked for again; rules past the cap are left out.
     """
 
     name: str = field(default="rules_quoted", init=False)
 
     def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
-        return [
-            Issue(
-                change.render(),
-                "this rule is not in the turns word for word; copy the rule exactly as stated",
-                self.name,
+        issues: list[Issue] = []
+        known = {normalise_entry(rule) for rule in context.notes.rules}
+        accepted: list[str] = []
+        for change in changes:
+            if not isinstance(change, RuleLine):
+                continue
+            key = normalise_entry(change.text)
+            if key in known:
+                continue
+            reason, action = self._problem(change, context, accepted)
+            if reason is None:
+                known.add(key)
+                accepted.append(change.text)
+                continue
+            issues.append(Issue(change.render(), reason, self.name, action))
+        return issues
+
+    @staticmethod
+    def _problem(
+        change: RuleLine, context: CheckContext, accepted: Sequence[str]
+    ) -> tuple[str | None, Action]:
+        if not looks_like_instruction(change.text):
+            return "this is not an instruction the user gave; keep facts in STATE", "drop"
+        original = rewording_of(change.text, (*context.notes.rules, *accepted))
+        if original is not None:
+            return f"this restates the rule {original!r}, which the notes already hold", "drop"
+        if not rule_is_quoted(change, context):
+            return (
+                "this rule is not in what the user or the system prompt said, word for word; "
+                "copy the rule exactly as they stated it",
                 "drop_if_unresolved",
             )
-            for change in changes
-            if isinstance(change, RuleLine) and not rule_is_quoted(change, context)
-        ]
+        cap = context.max_rules
+        if cap is not None and len(context.notes.rules) + len(accepted) >= cap:
+            return f"the RULES are full ({cap} rules); keep this in STATE or OPEN", "drop"
+        return None, "drop"
+
+
+_KEY_WORD = re.compile(r"[^\W_]+")
+
+
+def _significant_words(text: str) -> set[str]:
+    return {
+        word
+        for word in _KEY_WORD.findall(text.casefold())
+        if not word.isdigit() and (len(word) >= 3 or any(char.isdigit() for char in word))
+    }
+
+
+def _grounded(key: str, words: set[str], folded_text: str) -> bool:
+    """Some word of the key is a word of the text; words in scripts written without spaces
+    (Chinese, Japanese) count when they appear anywhere in it."""
+    key_words = _significant_words(key)
+    if not key_words:
+        return key.casefold() in folded_text
+    return any(word in words if word.isascii() else word in folded_text for word in key_words)
+
+
+@dataclass(frozen=True, slots=True)
+class KeysGrounded:
+    """A new STATE entry must be about something the turns being noted talk about.
+
+    A new key is made up when none of its words (three letters or more, or letters with a digit;
+    bare numbers say nothing about what a key names) and
+    nothing of its value (a word or an amount) appears in those turns or in the rules and open
+    entries the notes hold, and it shows no working: it is left out at once. Keys the notes
+    already hold, and zero values, are not questioned here.
+    """
+
+    name: str = field(default="keys_grounded", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        held = {key for key, _ in context.notes.state}
+        source = "\n".join((context.noted_text, *context.notes.rules, *context.notes.open))
+        folded = source.casefold()
+        words: set[str] | None = None
+        amounts: set[float] | None = None
+        issues: list[Issue] = []
+        for change in changes:
+            if not isinstance(change, SetLine) or change.key in held or change.working:
+                continue
+            if parse_number(change.value) == 0:
+                continue
+            words = _significant_words(source) if words is None else words
+            amounts = amounts_in(source) if amounts is None else amounts
+            value = parse_number(change.value)
+            if (
+                _grounded(change.key, words, folded)
+                or _grounded(change.value, words, folded)
+                or (value is not None and abs(value) in amounts)
+            ):
+                continue
+            reason = (
+                f"neither the key {change.key!r} nor the value {change.value!r} is in the turns "
+                "being noted"
+            )
+            issues.append(Issue(change.render(), reason, self.name, "drop"))
+        return issues
 
 
 GENERIC_CHECKS: tuple[NoteCheck, ...] = (
@@ -453,6 +580,7 @@ GENERIC_CHECKS: tuple[NoteCheck, ...] = (
     SignsAgree(),
     ValueShowsWorking(),
     RulesQuoted(),
+    KeysGrounded(),
 )
 
 

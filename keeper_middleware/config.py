@@ -17,6 +17,12 @@ from keeper_middleware.retrievers.passages import PASSAGE_UNITS
 
 NotesMode = Literal["in_place", "rewrite"]
 Size = int | tuple[str, float]
+DEFAULT_NOTES_FRACTION = 0.07
+"""The NOTES' default share of window - reserve (see `KeeperConfig.notes_budget`). The default
+counter counts every digit and symbol of a STATE line (``- kili43 = 105`` is 8 tokens to it, 4 at
+four characters a token), so the share is twice what the same entries take in real tokens."""
+DEFAULT_NOTES_FLOOR = 512
+"""The least default NOTES budget (when a quarter of ``notes_at`` allows it), in counted tokens."""
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -71,6 +77,17 @@ class KeeperConfig:
     """``in_place`` (write only the changes, checked) or ``rewrite`` (the earlier full rewrite)."""
     max_reasks: int = 2
     """How often a note reply that fails a check is asked for again."""
+    notes_budget: Size | None = None
+    """The most tokens the NOTES may take (tokens, or a fraction of window - reserve). Over it,
+    the STATE entries set least recently move to the archive, word for word and searchable, so
+    the NOTES (and the cost of every call) stop growing with the conversation. None: 7% of
+    window - reserve as the default counter counts (2,006 tokens at a 32K window, about 1,000
+    real tokens and a few hundred entries), at least 512 and at most a quarter of ``notes_at``:
+    every call carries the NOTES, so their size sets how much a long conversation's calls
+    cost."""
+    max_rules: int = 24
+    """The most RULES lines the NOTES hold; a rule past the cap is left out (rules are never
+    removed, so the cap is what keeps them from crowding out everything else)."""
     tracked_names: str | None = None
     """A regex for the names whose mentions the domain checks account for (counters, files,
     tickets). None turns the domain checks off; the generic checks are always on."""
@@ -167,6 +184,19 @@ class KeeperConfig:
         budget = self.notes_threshold  # validates notes_at
         if budget <= 0:
             raise ConfigurationError("notes_at leaves no room; raise it or the window")
+        if self.notes_tokens < 64:
+            raise ConfigurationError(
+                f"notes_budget={self.notes_budget!r} is {self.notes_tokens} tokens; give the "
+                "NOTES at least 64 tokens (e.g. ('fraction', 0.08))"
+            )
+        if self.notes_tokens > self.notes_threshold // 2:
+            raise ConfigurationError(
+                f"notes_budget={self.notes_budget!r} is {self.notes_tokens} tokens, more than "
+                f"half of notes_at ({self.notes_threshold}): the NOTES would leave the turns no "
+                "room; lower notes_budget or raise the window"
+            )
+        if self.max_rules < 0:
+            raise ConfigurationError("max_rules must be 0 or more (0: the NOTES keep no rules)")
         object.__setattr__(self, "item_tools", tuple(self.item_tools))
         object.__setattr__(self, "question_patterns", tuple(self.question_patterns))
 
@@ -191,6 +221,14 @@ class KeeperConfig:
     def page_tokens(self) -> int:
         """The size of one page when an archived message is read back."""
         return self.message_tokens // 2
+
+    @property
+    def notes_tokens(self) -> int:
+        """The NOTES budget in tokens."""
+        if self.notes_budget is None:
+            default = max(DEFAULT_NOTES_FLOOR, int(self.budget * DEFAULT_NOTES_FRACTION))
+            return min(default, self.notes_threshold // 4)
+        return resolve_size(self.notes_budget, self.budget, name="notes_budget")
 
     @property
     def notes_threshold(self) -> int:

@@ -33,6 +33,8 @@ class Counters:
     archive_turns: int = 0
     notes_tokens: int = 0
     """Tokens of the NOTES block as last written."""
+    notes_entries_moved: int = 0
+    """Entries moved from the NOTES to the archive to keep the NOTES within their budget."""
     peak_window: int = 0
     """Largest request, in tokens, the keeper let through."""
     prompt_tokens: int = 0

@@ -91,6 +91,7 @@ from keeper_middleware.notes import (
     parse_notes,
     render_notes,
 )
+from keeper_middleware.notes_budget import MOVED_TURN_NAME, fit_notes, moved_text
 from keeper_middleware.questions import (
     PatternQuestionDetector,
     QuestionDetector,
@@ -99,6 +100,7 @@ from keeper_middleware.questions import (
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.retrievers.passages import passages_of
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
+from keeper_middleware.rules import looks_like_instruction, quoted_in
 from keeper_middleware.search import (
     SEARCH_TOOL_NAME,
     GuardState,
@@ -110,6 +112,10 @@ from keeper_middleware.search import (
 from keeper_middleware.search_args import ReadArgs, Refusal, parse_search_args
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
+MOVED_KEYS = "notes_moved_keys"
+"""Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
+NOTES_FRAME_TOKENS = 64
+"""What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
 NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
 AsyncNoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], Awaitable[AIMessage]]
 Tool = BaseTool | Callable[..., Any] | dict[str, Any]
@@ -167,6 +173,8 @@ class _Pending:
     tool_schemas: list[dict[str, Any]] = field(default_factory=list)
     replaced: bool = False
     """A message was replaced under its own id (an excerpt, a forged tag removed)."""
+    archived_keys: frozenset[str] = frozenset()
+    """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
 
 
 class Keeper:
@@ -377,7 +385,16 @@ class Keeper:
                 f"{sum(parts.values())} tokens. Raise the window, lower reply_reserve, or "
                 "shorten the largest part."
             )
-        return _Pending(session, messages, kstate, plan, notes, replaced=bool(forged or shrunk))
+        moved = self.archive.get_value(session, MOVED_KEYS) if plan is not None else None
+        return _Pending(
+            session,
+            messages,
+            kstate,
+            plan,
+            notes,
+            replaced=bool(forged or shrunk),
+            archived_keys=frozenset(moved or ()),
+        )
 
     def _plan(
         self,
@@ -499,7 +516,9 @@ class Keeper:
         return self._count(setup, window) + self._notes_estimate(notes) <= self.config.budget
 
     def _notes_estimate(self, notes: Notes) -> int:
-        return self.tokens.count_text(render_notes(notes)) * 5 // 4 + 256
+        """The NOTES' size after the next cut: grown by what it notes, fitted to their budget."""
+        grown = self.tokens.count_text(render_notes(notes)) * 5 // 4 + 256
+        return min(grown, self.config.notes_tokens + NOTES_FRAME_TOKENS)
 
     def _drop_kept_if_too_big(
         self, plan: CutPlan, messages: Sequence[BaseMessage], notes: Notes, setup: ModelSetup
@@ -639,9 +658,11 @@ class Keeper:
             "system prompt": system_and_tools - tools,
             "tools": tools,
             "pinned task": self._count(setup, head) - system_and_tools,
-            # the note request that notes a unit carries the NOTES as they are in view now
-            "NOTES": sum(
-                self.tokens.count_messages([m]) for m in messages if keeper_kind(m) == "notes"
+            # the note request that notes a unit carries the NOTES: as they are in view now,
+            # and as a later cut may grow them, up to their budget
+            "NOTES": max(
+                self.config.notes_tokens + NOTES_FRAME_TOKENS,
+                sum(self.tokens.count_messages([m]) for m in messages if keeper_kind(m) == "notes"),
             ),
             "note request": self._request_cost(),
         }
@@ -838,6 +859,9 @@ class Keeper:
             checks=self.checks,
             max_reasks=self.config.max_reasks,
             tracked_names=self.config.tracked_names,
+            instruction_text=self._instruction_text(pending),
+            max_rules=self.config.max_rules,
+            archived_keys=pending.archived_keys,
         )
         step: Ask | Done = taking.first_step()
         last_text = ""
@@ -896,6 +920,21 @@ class Keeper:
             return None
         return "\n".join([*lines[:low], f"(and {len(lines) - low} more lines like these)"])
 
+    def _instruction_text(self, pending: _Pending) -> str:
+        """What the user and the system prompt said in the request: the only text a RULE may
+        quote. Inputs delivered by an item tool are the user's inputs; other tool results and
+        model replies never count."""
+        assert pending.plan is not None
+        sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
+        texts = [text_of(m) for m in pending.request if isinstance(m, SystemMessage)]
+        for message in (pending.messages[i] for i in sources):
+            if keeper_kind(message) is not None or isinstance(message, SystemMessage | AIMessage):
+                continue
+            if isinstance(message, ToolMessage) and message.name not in self.config.item_tools:
+                continue
+            texts.append(text_of(message))
+        return "\n".join(texts)
+
     def _rewrite_dialogue(
         self, pending: _Pending, convo: list[BaseMessage], kwargs: Mapping[str, Any]
     ) -> Generator[tuple[list[BaseMessage], Mapping[str, Any]], AIMessage, Notes]:
@@ -905,7 +944,12 @@ class Keeper:
             reply = yield from self._ask_once(pending.session, convo, kwargs)
             rewritten = parse_rewrite(text_of(reply))
             if rewritten is not None:
-                merged, _repairs = merge_rewrite(pending.notes, rewritten)
+                merged, _repairs = merge_rewrite(
+                    pending.notes,
+                    rewritten,
+                    accept=_instruction_from(self._instruction_text(pending)),
+                    max_rules=self.config.max_rules,
+                )
                 return merged
             if attempt < self.config.max_reasks:
                 counters.reasks += 1
@@ -968,6 +1012,10 @@ class Keeper:
         )
         last = max(known) if known else notes.last_item
         notes = notes.covering(first, last)
+        fitted = fit_notes(
+            notes, budget=self.config.notes_tokens, count_text=self.tokens.count_text
+        )
+        notes = fitted.notes
         rendered = render_notes(notes)
         for keep_kept in (True, False):
             if not keep_kept:
@@ -995,8 +1043,8 @@ class Keeper:
                 f"after a cut the request is still {size} tokens, over the budget of "
                 f"{self.config.budget} (window {self.config.window} - reply reserve "
                 f"{self.config.reserve}): what must stay in view (system prompt, task, "
-                "NOTES) does not fit. Raise the window, lower reply_reserve, or shorten the "
-                "system prompt."
+                "NOTES within notes_budget, any open question) does not fit. Raise the "
+                "window, lower reply_reserve or notes_budget, or shorten the system prompt."
             )
         leaving = [*messages[: plan.layout.head_end], *(messages[i] for i in plan.leaving)]
         turns = [
@@ -1004,6 +1052,18 @@ class Keeper:
             for m in leaving
             if keeper_kind(m) is None and not (m is messages[0] and isinstance(m, SystemMessage))
         ]
+        if fitted.moved_any:
+            # what left the NOTES is archived word for word with the cut, where search finds it
+            turns.append(
+                ArchivedTurn(
+                    session=session,
+                    msg_id=f"notes-moved-{pending.key}",
+                    item=notes.last_item,
+                    role="human",
+                    content=moved_text(fitted, notes.last_item),
+                    name=MOVED_TURN_NAME,
+                )
+            )
         record = self.archive.commit_cut(
             session,
             cut_key=pending.key,
@@ -1015,6 +1075,7 @@ class Keeper:
                 data_json=notes_to_json(notes),
             ),
         )
+        self._track_moved_keys(session, notes, fitted.moved_state)
         self._sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))
@@ -1025,6 +1086,7 @@ class Keeper:
         counters.cuts += 1
         counters.archive_turns = self.archive.turn_count(session)
         counters.notes_tokens = self.tokens.count_text(rendered)
+        counters.notes_entries_moved += len(fitted.moved_state) + len(fitted.moved_open)
         counters.peak_window = max(counters.peak_window, size)
         self._save_counters(session)
         log.info(
@@ -1048,6 +1110,17 @@ class Keeper:
             counters.notes_tokens,
         )
         return StepResult(window, state, changed=True, rewritten=True, cut=True)
+
+    def _track_moved_keys(
+        self, session: str, notes: Notes, moved: Sequence[tuple[str, str]]
+    ) -> None:
+        """Remember which keys are in the archive and not the NOTES (a SET brings one back)."""
+        before = self.archive.get_value(session, MOVED_KEYS) or []
+        if not before and not moved:
+            return
+        held = {key for key, _ in notes.state}
+        keys = [key for key in before if key not in held] + [key for key, _ in moved]
+        self.archive.put_value(session, MOVED_KEYS, list(dict.fromkeys(keys)))
 
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retriever has not seen yet (also after a crash)."""
@@ -1314,6 +1387,11 @@ def _is_fresh(message: BaseMessage, seen: set[str]) -> bool:
         and keeper_kind(message) is None
         and not isinstance(message, SystemMessage)
     )
+
+
+def _instruction_from(source: str) -> Callable[[str], bool]:
+    """Whether a rule is an instruction quoted from ``source`` (what the user and system said)."""
+    return lambda rule: looks_like_instruction(rule) and quoted_in(rule, source)
 
 
 def _with_id(message: BaseMessage) -> BaseMessage:

@@ -27,7 +27,6 @@ from keeper_middleware.changes import (
     Change,
     RuleLine,
     apply_changes,
-    normalise_entry,
     parse_changes,
     unapplied,
 )
@@ -37,11 +36,11 @@ from keeper_middleware.checks import (
     NoteCheck,
     compile_names,
     default_checks,
-    rule_is_quoted,
+    rule_is_acceptable,
     run_checks,
 )
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.notes import NOTES_CHECK_TAG, NOTES_REQUEST_TAG, Notes
+from keeper_middleware.notes import NOTES_CHECK_TAG, NOTES_REQUEST_TAG, Notes, normalise_entry
 
 _FORMS = """\
 RULE: <text>
@@ -55,7 +54,7 @@ NO CHANGES"""
 NOTES_REQUEST_TEXT = f"""\
 {NOTES_REQUEST_TAG} Write down what the turns since the NOTES changed.
 Reply with change lines only, one per line, each in one of these forms:
-RULE: <text> — a standing rule or method stated in these turns, word for word. Write a RULE line for every one.
+RULE: <text> — a standing rule or method the user stated in these turns, word for word. Write a RULE line for every one; facts go in SET lines.
 SET <key> = <value> — a value stated outright, without working, e.g. "recorded domo86 at six" gives SET domo86 = 6.
 SET <key> = <value> (= <working>) — a worked-out value; the working uses + - * / and parentheses over amounts from the turns or the NOTES, e.g. SET domo86 = 332 (= 342 - 10).
 UNSET <key> — a state entry that no longer applies.
@@ -174,14 +173,27 @@ class NoteTaking:
         checks: Sequence[NoteCheck] | None = None,
         max_reasks: int = 2,
         tracked_names: str | re.Pattern[str] | None = None,
+        instruction_text: str | None = None,
+        max_rules: int | None = None,
+        archived_keys: frozenset[str] = frozenset(),
     ) -> None:
+        """``instruction_text`` is what the user and the system prompt said (the only text a RULE
+        may quote; None: ``noted_text``); ``max_rules`` caps the RULES (None: no cap);
+        ``archived_keys`` are the STATE keys whose entries are in the archive, not the NOTES."""
         if max_reasks < 0:
             raise ConfigurationError(
                 f"max_reasks must be >= 0, got {max_reasks}; use 0 to never ask again."
             )
         pattern = compile_names(tracked_names)
         self._notes = notes
-        self._context = CheckContext(noted_text=noted_text, notes=notes, tracked_names=pattern)
+        self._context = CheckContext(
+            noted_text=noted_text,
+            notes=notes,
+            tracked_names=pattern,
+            instruction_text=instruction_text,
+            max_rules=max_rules,
+            archived_keys=frozenset(key.casefold() for key in archived_keys),
+        )
         self._checks = tuple(default_checks(pattern) if checks is None else checks)
         self._max_reasks = max_reasks
         self._started = False
@@ -216,17 +228,20 @@ class NoteTaking:
         parsed = parse_changes(reply)
         self._garbage += len(parsed.garbage)
         for change in parsed.changes:
-            if isinstance(change, RuleLine) and rule_is_quoted(change, self._context):
+            if isinstance(change, RuleLine) and rule_is_acceptable(change, self._context):
                 self._rules.setdefault(normalise_entry(change.text), change)
         if not parsed.usable:
             earlier = list(self._first.questioned) if self._first is not None else []
             return self._ask_again(earlier, reason_empty=True)
 
         issues = run_checks(parsed.changes, self._context, self._checks)
-        drop_now = {issue.line for issue in issues if issue.action == "drop"}
+        dropping = {issue.line: issue for issue in reversed(issues) if issue.action == "drop"}
+        drop_now = set(dropping)
         checked = _CheckedReply(
             changes=tuple(c for c in parsed.changes if c.render() not in drop_now),
-            dropped=tuple(issue for issue in issues if issue.action == "drop"),
+            dropped=tuple(
+                dropping[line] for line in dict.fromkeys(i.line for i in issues) if line in dropping
+            ),
             questioned=tuple(
                 issue for issue in issues if issue.action != "drop" and issue.line not in drop_now
             ),
@@ -271,7 +286,7 @@ class NoteTaking:
     ) -> Done:
         named = {normalise_entry(c.text) for c in changes if isinstance(c, RuleLine)}
         restored = tuple(rule for key, rule in self._rules.items() if key not in named)
-        final = changes + restored
+        final = _within_rule_cap(changes + restored, self._notes, self._context.max_rules)
         self._outcome = NoteOutcome(
             notes=apply_changes(self._notes, final),
             changes=final,
@@ -296,3 +311,22 @@ class NoteTaking:
             usable=False,
         )
         return Done(self._outcome)
+
+
+def _within_rule_cap(
+    changes: tuple[Change, ...], notes: Notes, max_rules: int | None
+) -> tuple[Change, ...]:
+    """The changes with the RULE lines past the cap left out (the rules held stay)."""
+    if max_rules is None:
+        return changes
+    held = {normalise_entry(rule) for rule in notes.rules}
+    room = max(0, max_rules - len(notes.rules))
+    kept: list[Change] = []
+    for change in changes:
+        if isinstance(change, RuleLine) and normalise_entry(change.text) not in held:
+            if room == 0:
+                continue
+            room -= 1
+            held.add(normalise_entry(change.text))
+        kept.append(change)
+    return tuple(kept)

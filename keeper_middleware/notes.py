@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 NOTES_TAG = "[NOTES]"
 NOTES_REQUEST_TAG = "[NOTES REQUEST]"
@@ -39,6 +39,28 @@ _KEPT_MANY = re.compile(
     r"they are already noted\.\)"
 )
 _KEPT_ONE = "(The next message was kept in view from before these notes; it is already noted.)"
+_MOVED = re.compile(
+    r"\((?P<n>\d+) entr(?:y|ies) set least recently (?:was|were) moved to the archive to keep "
+    r"the NOTES short; search_archive finds (?:it|them)\.\)"
+)
+
+
+def moved_line(moved: int) -> str:
+    """The one line that says how many entries left the NOTES for the archive."""
+    if moved == 1:
+        return (
+            "(1 entry set least recently was moved to the archive to keep the NOTES short; "
+            "search_archive finds it.)"
+        )
+    return (
+        f"({moved} entries set least recently were moved to the archive to keep the NOTES "
+        "short; search_archive finds them.)"
+    )
+
+
+def normalise_entry(text: str) -> str:
+    """The form two entries are compared in: case folded, whitespace collapsed, no final period."""
+    return " ".join(text.casefold().split()).rstrip(".").rstrip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +77,11 @@ class Notes:
     """First item (the content's own numbering) these notes account for."""
     last_item: int | None = None
     """Last item these notes account for."""
+    moved: int = 0
+    """How many entries have left these notes for the archive so far (over their budget)."""
+    recency: tuple[str, ...] = field(default=(), compare=False)
+    """STATE keys from the one set least recently to the one set last. Keys not listed count as
+    older than every listed key, in STATE order; entries leave the NOTES in this order."""
 
     def __post_init__(self) -> None:
         for rule in self.rules:
@@ -76,6 +103,8 @@ class Notes:
                     "in place instead of adding the key again."
                 )
             seen.add(key)
+        if self.moved < 0:
+            raise ValueError(f"moved counts entries moved to the archive: >= 0, got {self.moved}.")
         if (self.first_item is None) != (self.last_item is None):
             raise ValueError(
                 "Give both first_item and last_item, or neither (notes that cover no items yet)."
@@ -104,6 +133,14 @@ class Notes:
     def covering(self, first_item: int | None, last_item: int | None) -> Notes:
         """A copy of these notes that says it accounts for items ``first_item``–``last_item``."""
         return replace(self, first_item=first_item, last_item=last_item)
+
+    def least_recent_keys(self) -> list[str]:
+        """STATE keys in the order they leave the NOTES: set least recently first."""
+        keys = [key for key, _ in self.state]
+        present = set(keys)
+        listed = [key for key in dict.fromkeys(self.recency) if key in present]
+        listed_set = set(listed)
+        return [key for key in keys if key not in listed_set] + listed
 
     @property
     def is_empty(self) -> bool:
@@ -150,6 +187,8 @@ def render_notes(notes: Notes, *, kept: int = 0) -> str:
     lines += [ENTRY_PREFIX + rule for rule in notes.rules]
     lines.append(STATE_HEADER)
     lines += [f"{ENTRY_PREFIX}{key}{STATE_SEPARATOR}{value}" for key, value in notes.state]
+    if notes.moved:
+        lines.append(moved_line(notes.moved))
     lines.append(OPEN_HEADER)
     lines += [ENTRY_PREFIX + entry for entry in notes.open]
     if kept:
@@ -182,7 +221,7 @@ def parse_notes(text: str) -> tuple[Notes, int]:
 
     sections: dict[str, list[str]] = {RULES_HEADER: [], STATE_HEADER: [], OPEN_HEADER: []}
     current: str | None = None
-    kept = 0
+    kept = moved = 0
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -194,6 +233,8 @@ def parse_notes(text: str) -> tuple[Notes, int]:
             current = line
         elif line.startswith(ENTRY_PREFIX) and current is not None:
             sections[current].append(line[len(ENTRY_PREFIX) :].strip())
+        elif current == STATE_HEADER and (moved_match := _MOVED.fullmatch(line)) is not None:
+            moved = int(moved_match.group("n"))
         elif line == _KEPT_ONE:
             kept = 1
         elif (kept_match := _KEPT_MANY.fullmatch(line)) is not None:
@@ -216,6 +257,7 @@ def parse_notes(text: str) -> tuple[Notes, int]:
         open=tuple(sections[OPEN_HEADER]),
         first_item=first,
         last_item=last,
+        moved=moved,
     )
     return notes, kept
 
@@ -229,6 +271,8 @@ def notes_to_json(notes: Notes) -> str:
             "open": list(notes.open),
             "first_item": notes.first_item,
             "last_item": notes.last_item,
+            "moved": notes.moved,
+            "recency": list(notes.recency),
         },
         ensure_ascii=False,
     )
@@ -243,4 +287,6 @@ def notes_from_json(data: str) -> Notes:
         open=tuple(raw.get("open", ())),
         first_item=raw.get("first_item"),
         last_item=raw.get("last_item"),
+        moved=int(raw.get("moved", 0)),
+        recency=tuple(str(k) for k in raw.get("recency", ())),
     )

@@ -2,25 +2,29 @@
 
 The model rewrites the whole NOTES block at each cut. That re-reads everything and, measured, can
 stop mid-list and lose lines; in-place notes cannot. What this module does guarantee in either
-form is the rule section: `merge_rewrite` puts back every rule the rewrite left out and replaces
-every reworded rule by its original, word for word. STATE and OPEN are taken as rewritten, which
-is the form being compared.
+form is the rule section: `merge_rewrite` puts back every rule the rewrite left out, word for
+word, never lets a rewording replace a rule or sit beside it, and admits a new rule only when it is
+an instruction the user or the system prompt gave. STATE and OPEN are taken as rewritten, which is
+the form being compared.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
+from collections.abc import Callable
 
-from keeper_middleware.changes import normalise_entry, strip_thinking
+from keeper_middleware.changes import strip_thinking
 from keeper_middleware.notes import (
     NOTES_REQUEST_TAG,
     OPEN_HEADER,
     RULES_HEADER,
     STATE_HEADER,
     Notes,
+    normalise_entry,
 )
-from keeper_middleware.numbers import amounts_in
+from keeper_middleware.rules import is_rewording, rewording_of
+
+__all__ = ["REWRITE_REQUEST_TEXT", "is_rewording", "merge_rewrite", "parse_rewrite"]
 
 REWRITE_REQUEST_TEXT = f"""\
 {NOTES_REQUEST_TAG} Rewrite the NOTES to cover everything so far.
@@ -35,9 +39,6 @@ _SECTION = re.compile(
     re.IGNORECASE,
 )
 _ENTRY = re.compile(r"^(?:[-*•+]|\d{1,3}[.)])\s+(?P<text>.+)$")
-_WORD = re.compile(r"\w+")
-REWORDING_RATIO = 0.6
-"""difflib similarity (on normalised text) above which a new rule is a rewording of an old one."""
 
 
 def parse_rewrite(reply: str) -> Notes | None:
@@ -75,49 +76,39 @@ def parse_rewrite(reply: str) -> Notes | None:
     )
 
 
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(normalise_entry(text)))
-
-
-def is_rewording(new: str, old: str) -> bool:
-    """Whether ``new`` says ``old`` in other words: close text, or the same numbers and most words.
-
-    Rules whose amounts differ are different rules ("times five" is not "times six").
-    """
-    a, b = normalise_entry(new), normalise_entry(old)
-    new_amounts, old_amounts = amounts_in(a), amounts_in(b)
-    if new_amounts and old_amounts and new_amounts != old_amounts:
-        return False
-    if difflib.SequenceMatcher(None, a, b).ratio() >= REWORDING_RATIO:
-        return True
-    words_new, words_old = _words(a), _words(b)
-    shared = len(words_new & words_old) / max(len(words_new), len(words_old), 1)
-    return bool(old_amounts) and new_amounts == old_amounts and shared >= 0.5
-
-
-def merge_rewrite(old: Notes, new: Notes) -> tuple[Notes, list[str]]:
+def merge_rewrite(
+    old: Notes,
+    new: Notes,
+    *,
+    accept: Callable[[str], bool] | None = None,
+    max_rules: int | None = None,
+) -> tuple[Notes, list[str]]:
     """The rewritten notes with the old rules restored word for word, and what was repaired.
 
-    Every old rule keeps its place; a rewritten rule that rewords an old rule missing from the
-    rewrite is dropped in favour of the original; genuinely new rules follow the old ones.
+    Every old rule keeps its place; a rewritten rule that says an old rule (or a rule added just
+    before it) in other words is left out, whether the rewrite kept the original or not; a new rule
+    ``accept`` refuses (not an instruction the user gave) or past ``max_rules`` is left out;
+    genuinely new rules follow the old ones.
     """
     old_keys = {normalise_entry(rule) for rule in old.rules}
     new_keys = {normalise_entry(rule) for rule in new.rules}
     missing = [rule for rule in old.rules if normalise_entry(rule) not in new_keys]
-    reworded: set[str] = set()
     added: list[str] = []
     repairs: list[str] = []
     for rule in new.rules:
         key = normalise_entry(rule)
         if key in old_keys or key in {normalise_entry(r) for r in added}:
             continue
-        original = next((old_rule for old_rule in missing if is_rewording(rule, old_rule)), None)
-        if original is None:
-            added.append(rule)
+        original = rewording_of(rule, (*old.rules, *added))
+        if original is not None:
+            repairs.append(f"left out reworded rule: {rule!r} (the rule is {original!r})")
+        elif accept is not None and not accept(rule):
+            repairs.append(f"left out rule nobody gave: {rule!r}")
+        elif max_rules is not None and len(old.rules) + len(added) >= max_rules:
+            repairs.append(f"left out rule past the cap of {max_rules}: {rule!r}")
         else:
-            reworded.add(original)
-            repairs.append(f"replaced reworded rule: {rule!r} by the original {original!r}")
-    repairs += [f"restored rule: {rule!r}" for rule in missing if rule not in reworded]
+            added.append(rule)
+    repairs += [f"restored rule: {rule!r}" for rule in missing]
     has_range = new.first_item is not None
     merged = Notes(
         rules=(*old.rules, *added),
@@ -125,5 +116,16 @@ def merge_rewrite(old: Notes, new: Notes) -> tuple[Notes, list[str]]:
         open=new.open,
         first_item=new.first_item if has_range else old.first_item,
         last_item=new.last_item if has_range else old.last_item,
+        moved=old.moved,
+        recency=_recency_after_rewrite(old, new),
     )
     return merged, repairs
+
+
+def _recency_after_rewrite(old: Notes, new: Notes) -> tuple[str, ...]:
+    """Keys whose value the rewrite changed or added count as set last."""
+    before = old.state_dict()
+    changed = [key for key, value in new.state if before.get(key) != value]
+    changed_set = set(changed)
+    unchanged = [key for key in old.least_recent_keys() if key not in changed_set]
+    return (*unchanged, *changed)

@@ -28,8 +28,10 @@ from keeper_middleware.retrievers.factory import make_retriever
 
 WINDOW = 4096
 """The tiny stream is ~5K real tokens, ~6.5K as the default (conservative) counter counts it:
-more than one and a half windows. At 2,048 the fixed part (tools, NOTES, note request, a
-question's searches and retrieved passages) left no room for a question's work by that count."""
+more than a window and a quarter. At 2,048 the fixed part (tools, NOTES, note request, a
+question's searches and retrieved passages) left no room for a question's work by that count;
+at 4,096 the NOTES budget (256 tokens) moves most STATE entries to the archive, and the searches
+that read them back outgrow what is left, so a question's own work is cut away mid-answer."""
 TASK = "Read the stories about counters one batch at a time, and answer the questions when asked."
 THREAD = {"configurable": {"thread_id": "arm-test"}}
 OVERDRAWN_RULE = "Standing rule: any figure below zero, whether recorded or worked out"

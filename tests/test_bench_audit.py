@@ -115,6 +115,19 @@ def test_the_audit_table_names_the_reader():
     assert "| domo86 | 17 | 4–20 |" in result.markdown("simulated reader")
 
 
+def test_versions_are_audited_one_at_a_time_from_any_iterable():
+    versions = [_version(1, 2, {"domo86": "342"}), _version(2, 5, {"domo86": "999"})]
+    streamed = audit_notes(iter(versions), _ledger())
+    assert streamed == audit_notes(versions, _ledger())
+    assert streamed.wrong_batches == {"domo86": 16}
+
+
+def test_versions_out_of_order_are_an_error_that_names_them():
+    versions = [_version(1, 5, {"domo86": "332"}), _version(2, 2, {"domo86": "342"})]
+    with pytest.raises(ValueError, match="version 2 covers up to item 2"):
+        audit_notes(versions, _ledger())
+
+
 @pytest.mark.parametrize(
     ("summary", "claims"),
     [
@@ -189,3 +202,12 @@ def test_a_memory_version_survives_json_and_refuses_an_unknown_kind():
     assert MemoryVersion.from_json(version.to_json()) == version
     with pytest.raises(ValueError, match="memory kind"):
         MemoryVersion.from_json({**version.to_json(), "kind": "diary"})
+
+
+def test_summaries_are_read_one_at_a_time_too_and_out_of_order_is_an_error():
+    versions = [_summary(1, 2, "domo86 = 342"), _summary(2, 5, "domo86 = 999")]
+    streamed = audit_memory(iter(versions), _ledger())
+    assert streamed == audit_memory(versions, _ledger())
+    assert streamed.memory == "summary" and streamed.wrong_batches == {"domo86": 16}
+    with pytest.raises(ValueError, match="Summary version 1 covers up to item 2"):
+        audit_memory(reversed(versions), _ledger())

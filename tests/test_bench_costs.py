@@ -111,3 +111,32 @@ def test_a_call_record_survives_json_and_refuses_nonsense():
         _call(5, prompt=-1)
     with pytest.raises(ValueError, match="kind"):
         _call(6, kind="")
+
+
+def test_a_run_read_one_call_at_a_time_sums_to_the_same_figures():
+    calls = [
+        _call(i, "notes" if i % 4 == 0 else "work", fp=("tools", "a", str(i)), item=i // 2)
+        for i in range(40)
+    ]
+    history = {item: item * 30_000 for item in range(25)}
+    assert summarize_costs(iter(calls), history) == summarize_costs(calls, history)
+
+
+def test_a_recorder_with_a_sink_hands_each_call_on_and_keeps_none_in_memory():
+    from uuid import uuid4
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.outputs import ChatGeneration, LLMResult
+
+    from keeper_middleware.bench.recording import CallRecorder
+
+    sunk: list[CallRecord] = []
+    with_sink, without = CallRecorder(sink=sunk.append), CallRecorder()
+    for recorder in (with_sink, without):
+        for n in range(3):
+            run_id = uuid4()
+            recorder.on_chat_model_start({}, [[HumanMessage(f"item {n}")]], run_id=run_id)
+            reply = ChatGeneration(message=AIMessage("ok"))
+            recorder.on_llm_end(LLMResult(generations=[[reply]]), run_id=run_id)
+    assert [r.index for r in sunk] == [0, 1, 2] and with_sink.records == []
+    assert [r.index for r in without.records] == [0, 1, 2]

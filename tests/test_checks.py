@@ -11,6 +11,7 @@ from keeper_middleware.checks import (
     GENERIC_CHECKS,
     AmountsInText,
     CheckContext,
+    KeysGrounded,
     NamesMentioned,
     RulesQuoted,
     SignsAgree,
@@ -203,6 +204,7 @@ def test_default_checks_add_the_domain_checks_only_when_names_are_given():
         "signs_agree",
         "value_shows_working",
         "rules_quoted",
+        "keys_grounded",
         "names_mentioned",
         "tracked_names_accounted",
     ]
@@ -222,6 +224,7 @@ def test_generic_checks_are_instances_of_the_named_classes():
         SignsAgree,
         ValueShowsWorking,
         RulesQuoted,
+        KeysGrounded,
     ]
 
 
@@ -233,7 +236,7 @@ def test_a_rule_must_be_quoted_from_the_turns():
         == []
     )
     [template] = run_checks([RuleLine("<text> — a standing rule or method")], context(text), checks)
-    assert template.action == "drop_if_unresolved"
+    assert template.action == "drop"  # no instruction: asking again cannot make it one
     [restated] = run_checks([RuleLine("Always read every item carefully")], context(text), checks)
     assert "word for word" in restated.reason
 

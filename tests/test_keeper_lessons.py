@@ -312,7 +312,8 @@ def test_lesson_14_a_value_the_text_does_not_contradict_is_kept():
     def reply(messages):
         kind = keeper_kind(messages[-1])
         if kind in ("notes_request", "notes_reask"):
-            return "SET c1 = 3\nSET total = 9"  # 9 is not in the text, but nothing contradicts it
+            # 9 is not in the text, but nothing contradicts it (the key names counters it has)
+            return "SET c1 = 3\nSET total of c1 and c2 = 9"
         return "ok"
 
     keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=2))
@@ -321,7 +322,7 @@ def test_lesson_14_a_value_the_text_does_not_contradict_is_kept():
     )
     start(agent)
     feed(agent, 1, 2)
-    assert keeper.notes("t1").state_dict() == {"c1": "3", "total": "9"}
+    assert keeper.notes("t1").state_dict() == {"c1": "3", "total of c1 and c2": "9"}
 
 
 def test_notes_calls_keep_thinking_on():

@@ -228,7 +228,14 @@ def value_at_end_of(view: ReaderView, name: str, item: int) -> Reading:
 
 def who_changed(view: ReaderView, name: str, item: int) -> tuple[str | None, Gap | None]:
     """The actor of the first change to ``name`` in ``item``, and a gap when unsure."""
-    first = next((s for s in view.sightings if s.event.name == name and s.item == item), None)
+    first = next(
+        (
+            s
+            for s in view.sightings
+            if s.event.name == name and s.item == item and s.event.actor  # not a moved entry
+        ),
+        None,
+    )
     gap = _gap(view, name, item, item)
     gap = None if gap is None else Gap(name, item, item)
     return (None if first is None else first.event.actor), gap

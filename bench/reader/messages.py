@@ -55,6 +55,7 @@ MessageKind = Literal[
 _KIND_BY_KEEPER_KEY = {"notes": "notes", "notes_reask": "reask", "rules": "rules"}
 _BATCH_HEAD = re.compile(r"^Item (\d+)\.", re.MULTILINE)
 _PASSAGE = re.compile(r"^\s*(?:[-*]\s+)?item (\d+): (.+?)(?:\s*→ next: (.*?))?\s*$")
+_MOVED_ENTRY = re.compile(r"- (\S+) = (-?\d+)")
 _RESULT_HEAD = re.compile(r'^(?:Showing \d+ of (?:more than )?\d+|Found \d+|No) match(?:es)? for "')
 _ANSWER_LINE = re.compile(r"^\s*\d+\.\s+\S", re.MULTILINE)
 
@@ -163,13 +164,24 @@ def passage_lines(messages: Sequence[BaseMessage]) -> list[PassageLine]:
                 continue
             cursor[item] = cursor.get(item, -1) + 1
             order.insert(cursor[item], (sentence, count))
-            events = _without(read_events(f"{sentence} {following}"), read_events(following))
+            events = _moved_entry(sentence) or _without(
+                read_events(f"{sentence} {following}"), read_events(following)
+            )
             events_of[(item, sentence, count)] = tuple(events)
     return [
         PassageLine(item, rank, events_of[(item, sentence, count)])
         for item in sorted(by_item)
         for rank, (sentence, count) in enumerate(by_item[item])
     ]
+
+
+def _moved_entry(sentence: str) -> list[Event]:
+    """A NOTES entry the keeper moved to the archive ("- domo86 = 342"): the value the counter
+    had at that item, read as a set with no actor."""
+    match = _MOVED_ENTRY.fullmatch(sentence.strip())
+    if match is None:
+        return []
+    return [Event("set", match.group(1), int(match.group(2)), None, "")]
 
 
 def _without(events: list[Event], taken_out: list[Event]) -> list[Event]:

@@ -1,0 +1,324 @@
+"""``keeper-bench notes-cost``: does the cost per 100K stream tokens stay flat along a long stream?
+
+Runs the notes arm with the simulated reader on the ``harder`` stream at each size (240K, 1M, 10M
+tokens by default), each in its own process so its peak memory is its own, and prints per tenth
+of the run: prompt tokens, uncached prompt tokens and keeper CPU seconds per 100K stream tokens,
+then the final NOTES size and the peak RSS. The table is written to ``--out`` (markdown).
+
+- Prompt tokens are the simulated reader's estimate (about four characters a token).
+- Uncached prompt tokens: the server reports none, so they are estimated from the leading
+  messages each call shared with the one before (what a prefix cache could reuse).
+- Keeper CPU is the process CPU time spent inside ``Keeper.step``/``astep``/``search``, less the
+  CPU time of the model calls made from inside them (the reader writing notes): the keeper's own
+  work (token counting, planning, checks, the archive transaction, indexing, search).
+
+Results come from the simulated reader, never a language model; label them so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from keeper_middleware.bench.costs import CallRecord, prefix_reuse
+
+SIZES = ("240k", "1m", "10m")
+TENTHS = 10
+
+
+# -- the keeper's CPU ---------------------------------------------------------------------------
+class KeeperClock:
+    """CPU seconds spent in the keeper, less the model calls it makes (measured in-process)."""
+
+    def __init__(self) -> None:
+        self.keeper = 0.0
+        self._depth = 0
+        self._model_inside = 0.0
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        from keeper_middleware.bench.reader import SimulatedReader
+        from keeper_middleware.keeper import Keeper
+
+        originals = {
+            (Keeper, "step"): Keeper.step,
+            (Keeper, "astep"): Keeper.astep,
+            (Keeper, "search"): Keeper.search,
+            (SimulatedReader, "_generate"): SimulatedReader._generate,
+        }
+        Keeper.step = self._keeper_call(Keeper.step)  # type: ignore[method-assign]
+        Keeper.search = self._keeper_call(Keeper.search)  # type: ignore[method-assign]
+        Keeper.astep = self._keeper_async(Keeper.astep)  # type: ignore[method-assign]
+        SimulatedReader._generate = self._model_call(SimulatedReader._generate)  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            for (owner, name), original in originals.items():
+                setattr(owner, name, original)
+
+    def _keeper_call(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            outer = self._depth == 0
+            if outer:
+                self._model_inside = 0.0
+                started = time.process_time()
+            self._depth += 1
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if outer:
+                    self.keeper += time.process_time() - started - self._model_inside
+
+        return timed
+
+    def _keeper_async(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            outer = self._depth == 0
+            if outer:
+                self._model_inside = 0.0
+                started = time.process_time()
+            self._depth += 1
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if outer:
+                    self.keeper += time.process_time() - started - self._model_inside
+
+        return timed
+
+    def _model_call(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.process_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if self._depth > 0:
+                    self._model_inside += time.process_time() - started
+
+        return timed
+
+
+# -- one size, in its own process ---------------------------------------------------------------
+def measure_one(size: str, folder: Path, seed: int, window: int) -> dict[str, Any]:
+    """Run the notes arm on the harder stream of ``size`` and return the per-tenth figures."""
+    from keeper_middleware.bench.run_options import RunOptions
+    from keeper_middleware.bench.runner import run_arm
+    from keeper_middleware.bench.streams import generate_stream, preset_spec
+
+    stream = folder / "stream"
+    if not (stream / "spec.json").exists():
+        generate_stream(preset_spec(size, seed=seed, families=frozenset({"harder"})), stream)
+    options = RunOptions.create(arm="notes", stream=stream, model="sim", window=window)
+    clock = KeeperClock()
+    marks: list[tuple[int, float]] = []  # (stream tokens so far, keeper CPU so far) per step
+    started = time.perf_counter()
+    with clock.installed():
+        result = run_arm(
+            options,
+            folder / "run",
+            progress=False,
+            on_step=lambda step, _values: marks.append((step.history_tokens, clock.keeper)),
+        )
+    seconds = time.perf_counter() - started
+    counters = json.loads((folder / "run" / "keeper_counters.json").read_text(encoding="utf-8"))
+    return {
+        "size": size,
+        "window": window,
+        "seconds": round(seconds, 1),
+        "score": f"{result.grade.right}/{result.grade.asked}",
+        "tenths": tenths(folder / "run", stream, marks),
+        "notes_tokens": counters.get("notes_tokens", 0),
+        "notes_entries": _final_entries(folder / "run"),
+        "notes_entries_moved": counters.get("notes_entries_moved", 0),
+        "cuts": counters.get("cuts", 0),
+        "searches": counters.get("searches", 0),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def _final_entries(run_dir: Path) -> int:
+    last = ""
+    with (run_dir / "notes.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                last = line
+    text = json.loads(last)["text"] if last else ""
+    return sum(1 for line in text.splitlines() if line.startswith("- "))
+
+
+def tenths(
+    run_dir: Path, stream: Path, marks: Sequence[tuple[int, float]]
+) -> list[dict[str, float]]:
+    """Per tenth of the stream: prompt, uncached prompt and keeper CPU per 100K stream tokens."""
+    from keeper_middleware.bench.streams import history_tokens_by_item
+
+    by_item = history_tokens_by_item(stream)
+    total = max(by_item.values(), default=0) or 1
+    width = total / TENTHS
+    prompt = [0.0] * TENTHS
+    uncached = [0.0] * TENTHS
+    cpu = [0.0] * TENTHS
+    items = sorted(by_item)
+    previous: CallRecord | None = None
+    with (run_dir / "calls.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            record = CallRecord.from_json(json.loads(line))
+            history = by_item.get(record.item, by_item[items[0]] if items else 0)
+            tenth = min(TENTHS - 1, int(history / width))
+            prompt[tenth] += record.prompt_tokens
+            reused = prefix_reuse(previous, record).tokens_estimate if previous else 0
+            uncached[tenth] += max(0, record.prompt_tokens - reused)
+            previous = record
+    spent_before = 0.0
+    for history, spent in marks:
+        tenth = min(TENTHS - 1, int(history / width))
+        cpu[tenth] += spent - spent_before
+        spent_before = spent
+    scale = 100_000 / width
+    return [
+        {
+            "prompt": prompt[i] * scale,
+            "uncached": uncached[i] * scale,
+            "keeper_cpu_s": cpu[i] * scale,
+        }
+        for i in range(TENTHS)
+    ]
+
+
+# -- the table ----------------------------------------------------------------------------------
+def _change(first: float, last: float) -> str:
+    return f"{(last / first - 1) * 100:+.0f}%" if first else "n/a"
+
+
+def render(results: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "Notes arm on the harder stream, cost per 100K stream tokens in each tenth of the run "
+        "(simulated reader)",
+        "",
+    ]
+    for result in results:
+        rows = result["tenths"]
+        lines += [
+            f"### {result['size']} tokens, window {result['window']:,} "
+            f"({result['seconds']} s, score {result['score']}, simulated reader)",
+            "",
+            "| tenth | prompt tok / 100K | uncached prompt tok / 100K (≈) | keeper CPU s / 100K |",
+            "| --- | --- | --- | --- |",
+        ]
+        for number, row in enumerate(rows, start=1):
+            lines.append(
+                f"| {number} | {row['prompt']:,.0f} | {row['uncached']:,.0f} | "
+                f"{row['keeper_cpu_s']:.2f} |"
+            )
+        first, last = rows[0], rows[-1]
+        lines.append(
+            f"| last vs first | {_change(first['prompt'], last['prompt'])} | "
+            f"{_change(first['uncached'], last['uncached'])} | "
+            f"{_change(first['keeper_cpu_s'], last['keeper_cpu_s'])} |"
+        )
+        inner = rows[1:-1]
+        if inner:
+            lines.append(
+                "| tenths 2–9, max vs min | "
+                + " | ".join(
+                    _change(min(r[k] for r in inner), max(r[k] for r in inner))
+                    for k in ("prompt", "uncached", "keeper_cpu_s")
+                )
+                + " |"
+            )
+        lines += [
+            "",
+            f"Final NOTES: {result['notes_tokens']:,} tokens, {result['notes_entries']:,} entries "
+            f"({result['notes_entries_moved']:,} entries moved to the archive over the run); "
+            f"{result['cuts']:,} cuts, {result['searches']:,} archive searches. "
+            f"Peak RSS of the run's process: {result['peak_rss_mb']:.0f} MB.",
+            "",
+        ]
+    lines.append(
+        "≈: the simulated reader reports no cache figures; uncached tokens are estimated from the "
+        "leading messages each call shared with the one before."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", default=",".join(SIZES), help="comma-separated stream sizes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--window", type=int, default=32_768)
+    parser.add_argument("--work", type=Path, default=None, help="folder for streams and runs")
+    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.one is not None:  # the child process: one size, figures as JSON on stdout
+        print(json.dumps(measure_one(args.one, args.work, args.seed, args.window)))
+        return 0
+    results = []
+    with contextlib.ExitStack() as stack:
+        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for size in (s.strip() for s in args.sizes.split(",") if s.strip()):
+            folder = work / f"harder-{size}-seed{args.seed}"
+            if (folder / "run").exists():
+                raise ValueError(f"{folder / 'run'} exists; give an empty --work folder")
+            folder.mkdir(parents=True, exist_ok=True)
+            command = [
+                sys.executable,
+                "-m",
+                "keeper_middleware.bench.notes_cost",
+                "--one",
+                size,
+                "--work",
+                str(folder),
+                "--seed",
+                str(args.seed),
+                "--window",
+                str(args.window),
+            ]
+            env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+            done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(render(results[-1:]), flush=True)
+    text = render(results)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+def register_commands(register: Callable[[Any], None]) -> None:
+    """Adds ``keeper-bench notes-cost``."""
+    from keeper_middleware.bench.cli import Command
+
+    register(
+        Command(
+            "notes-cost",
+            "cost per 100K stream tokens in each tenth of long notes runs (simulated reader)",
+            _configure,
+            _run,
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    _configure(parser)
+    return _run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

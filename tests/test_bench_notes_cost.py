@@ -1,0 +1,16 @@
+"""``keeper-bench notes-cost``: the per-tenth cost table of a notes run, from its own process."""
+
+from __future__ import annotations
+
+from keeper_middleware.bench.notes_cost import main
+
+
+def test_the_command_writes_a_row_per_tenth_and_labels_the_reader(tmp_path):
+    out = tmp_path / "notes_cost.md"
+    assert main(["--sizes", "tiny", "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    table = out.read_text(encoding="utf-8")
+    assert "simulated reader" in table
+    rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split(" | ")[0] for row in rows] == [f"| {n}" for n in range(1, 11)]
+    assert "Peak RSS of the run's process" in table
+    assert (tmp_path / "work" / "harder-tiny-seed0" / "run" / "audit.json").exists()

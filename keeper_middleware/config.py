@@ -17,7 +17,7 @@ from keeper_middleware.retrievers.passages import PASSAGE_UNITS
 
 NotesMode = Literal["in_place", "rewrite"]
 Size = int | tuple[str, float]
-DEFAULT_NOTES_FRACTION = 0.035
+DEFAULT_NOTES_FRACTION = 0.10
 """The NOTES' default share of window - reserve (see `KeeperConfig.notes_budget`)."""
 
 
@@ -76,10 +76,11 @@ class KeeperConfig:
     notes_budget: Size | None = None
     """The most tokens the NOTES may take (tokens, or a fraction of window - reserve). Over it,
     the STATE entries set least recently move to the archive, word for word and searchable, so
-    the NOTES (and the cost of every call) stop growing with the conversation. None: 3.5% of
-    window - reserve (1,003 tokens at a 32K window, a few hundred entries), at least 256 and at
+    the NOTES (and the cost of every call) stop growing with the conversation. None: 10% of
+    window - reserve (2,867 tokens at a 32K window, several hundred entries), at least 512 and at
     most a quarter of ``notes_at``: every call carries the NOTES, so their size sets how much a
-    long conversation's calls cost."""
+    long conversation's calls cost, while a budget too small for the values a task keeps live
+    sends them to the archive and costs answers (at 3.5% a small stream lost answers at 4K)."""
     max_rules: int = 24
     """The most RULES lines the NOTES hold; a rule past the cap is left out (rules are never
     removed, so the cap is what keeps them from crowding out everything else)."""
@@ -196,7 +197,7 @@ class KeeperConfig:
     def notes_tokens(self) -> int:
         """The NOTES budget in tokens."""
         if self.notes_budget is None:
-            default = max(256, int(self.budget * DEFAULT_NOTES_FRACTION))
+            default = max(512, int(self.budget * DEFAULT_NOTES_FRACTION))
             return min(default, self.notes_threshold // 4)
         return resolve_size(self.notes_budget, self.budget, name="notes_budget")
 

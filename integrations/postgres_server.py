@@ -106,7 +106,6 @@ class LocalPostgres:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
 
     def _run(self, args: list[str], account: pwd.struct_passwd | None) -> None:
-        ids = {} if account is None else {"user": account.pw_uid, "group": account.pw_gid}
         done = subprocess.run(
             args,
             capture_output=True,
@@ -115,7 +114,8 @@ class LocalPostgres:
             timeout=self.start_timeout,
             check=False,
             env={**os.environ, "LC_ALL": "C"},
-            **ids,  # type: ignore[arg-type]
+            user=None if account is None else account.pw_uid,
+            group=None if account is None else account.pw_gid,
         )
         if done.returncode != 0:
             raise PostgresNotAvailableError(

@@ -9,13 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from keeper_middleware.errors import ArchiveError, MissingDependencyError
-
-if TYPE_CHECKING:
-    import psycopg
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -96,11 +93,11 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def connect(url: str, *, timeout: float) -> psycopg.Connection[Any]:
-    """One autocommit connection, or an ``ArchiveError`` that says why not."""
+def connect(url: str, *, timeout: float) -> Any:
+    """One autocommit ``psycopg.Connection``, or an ``ArchiveError`` that says why not."""
     psycopg = require_psycopg()
     with translated_errors(url, "connecting"):
-        conn: psycopg.Connection[Any] = psycopg.connect(
+        conn = psycopg.connect(
             url, autocommit=True, connect_timeout=max(1, round(timeout))
         )
     return conn

@@ -49,7 +49,6 @@ from keeper_middleware.archive import (
     ArchiveStore,
     NotesDraft,
     open_archive,
-    put_values,
 )
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig
@@ -63,6 +62,7 @@ from keeper_middleware.cut import (
     plan_cut,
 )
 from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
+from keeper_middleware.indexing import catch_up
 from keeper_middleware.injection import (
     merge_hits,
     question_queries,
@@ -96,8 +96,8 @@ from keeper_middleware.questions import (
     QuestionDetector,
     open_question_index,
 )
+from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
-from keeper_middleware.retrievers.passages import passages_of
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
 from keeper_middleware.rules import looks_like_instruction, quoted_in
 from keeper_middleware.search import (
@@ -846,24 +846,10 @@ class Keeper:
 
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retriever has not seen yet (also after a crash)."""
-        done = int(self.archive.get_value(session, "indexed_seq") or -1)
-        position = int(self.archive.get_value(session, "next_position") or 0)
-        batch = []
-        for turn in self.archive.turns(session, after_seq=done):
-            # search results are archived (every turn is) but never indexed: a search must not
-            # find the results of earlier searches
-            if turn.content.strip() and turn.name != SEARCH_TOOL_NAME:
-                passages = passages_of(
-                    self.config.passages, session, turn.item or 0, turn.content, position
-                )
-                position += len(passages)
-                batch.extend(passages)
-            done = turn.seq
-        if batch:
-            self.retriever.add(batch)
-            if self.passages_retriever is not self.retriever:
-                self.passages_retriever.add(batch)
-        put_values(self.archive, session, {"indexed_seq": done, "next_position": position})
+        retrievers: tuple[Retriever, ...] = (self.retriever,)
+        if self.passages_retriever is not self.retriever:
+            retrievers = (self.retriever, self.passages_retriever)
+        catch_up(self.archive, session, retrievers, unit=self.config.passages)
 
     # ----------------------------------------------------------------- the model's side
 

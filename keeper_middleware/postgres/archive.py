@@ -196,6 +196,18 @@ class PostgresArchive:
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
     ) -> CutRecord:
+        return self.import_cut(session, cut_key=cut_key, turns=turns, notes=notes)
+
+    def import_cut(
+        self,
+        session: str,
+        *,
+        cut_key: str,
+        turns: Sequence[ArchivedTurn],
+        notes: NotesDraft | None,
+        created: float | None = None,
+    ) -> CutRecord:
+        """``commit_cut`` keeping the time the cut was first made (for migrations)."""
         _require_session(session)
         _no_nul(session, "session")
         if not isinstance(cut_key, str) or not cut_key:
@@ -233,7 +245,7 @@ class PostgresArchive:
                 cut_key=cut_key,
                 turns_archived=len(new),
                 notes_version=None if notes is None else next_version,
-                created=time.time(),
+                created=time.time() if created is None else created,
             )
             conn.execute(
                 f"INSERT INTO {s}.cuts ({_CUT_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",

@@ -97,7 +97,5 @@ def connect(url: str, *, timeout: float) -> Any:
     """One autocommit ``psycopg.Connection``, or an ``ArchiveError`` that says why not."""
     psycopg = require_psycopg()
     with translated_errors(url, "connecting"):
-        conn = psycopg.connect(
-            url, autocommit=True, connect_timeout=max(1, round(timeout))
-        )
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=max(1, round(timeout)))
     return conn

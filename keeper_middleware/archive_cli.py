@@ -13,11 +13,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from keeper_middleware.archive import open_archive
+from keeper_middleware.archive import ArchiveStore, open_archive
 from keeper_middleware.errors import KeeperError
 
 
 def _info(target: str, schema: str) -> int:
+    archive: ArchiveStore
     if target.lower().startswith(("postgresql://", "postgres://")):
         from keeper_middleware.postgres.archive import PostgresArchive
 

@@ -12,7 +12,10 @@ is therefore computed as
     sum over query words w found in the passage of idf(w) + 0.1 * ts_rank(tsv, query, 1)
 
 with ``idf(w) = ln(1 + (N - n + 0.5) / (n + 0.5))`` over the session's N passages, n of them
-holding w (counted on the GIN index and cached until the session grows by a quarter). Unlike
+holding w (counted on the GIN index and cached until the session grows by a quarter). As in the
+SQLite backend, words held by more than 5% of the passages are left out of the query while rarer
+ones are in it, and come back only when the rarer words give fewer than ``k`` hits; this keeps a
+search from ranking a third of the archive because the question said "clerk". Unlike
 BM25 it has no term-frequency saturation (a word counts once however often it appears) and length
 normalisation only enters the small ``ts_rank`` tie-break (normalisation 1: divided by
 1 + log(length)); IDF is per session, where FTS5's is over the whole file. Recall against the
@@ -43,6 +46,7 @@ _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _RECOUNT_GROWTH = 1.25
 _CACHE_LIMIT = 50_000
 _TIE_BREAK = 0.1
+_COMMON_FRACTION = 0.05
 _MIN_ITEM = -(2**63)
 _MAX_ITEM = 2**63 - 1
 
@@ -106,6 +110,7 @@ class PostgresKeywordRetriever:
         self.config = config
         self._lock = threading.Lock()
         self._term_counts: dict[tuple[str, str], tuple[int, int]] = {}
+        self._lexeme_cache: dict[str, str] = {}
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=max(1, round(timeout))) as c:
                 with c.transaction():
@@ -168,43 +173,22 @@ class PostgresKeywordRetriever:
         terms = [t for t in query_terms(query) if t not in _STOPWORDS] or query_terms(query)
         if not terms:
             return []
+        params: dict[str, Any] = {
+            "config": self.config,
+            "session": session,
+            "from_item": _MIN_ITEM if from_item is None else from_item,
+            "to_item": _MAX_ITEM if to_item is None else to_item,
+            "k": k,
+            "tie": _TIE_BREAK,
+        }
         with self._connection() as conn:
-            weights = self._idf(conn, session, terms)
-            if not weights:
-                return []
-            matched = " + ".join(
-                f"(p.tsv @@ plainto_tsquery(%(config)s::regconfig, %(t{i})s))::int * %(w{i})s"
-                for i in range(len(weights))
-            )
-            either = " || ".join(
-                f"plainto_tsquery(%(config)s::regconfig, %(t{i})s)" for i in range(len(weights))
-            )
-            params: dict[str, Any] = {
-                "config": self.config,
-                "session": session,
-                "from_item": _MIN_ITEM if from_item is None else from_item,
-                "to_item": _MAX_ITEM if to_item is None else to_item,
-                "k": k,
-                "tie": _TIE_BREAK,
-            }
-            for i, (term, weight) in enumerate(weights):
-                params[f"t{i}"], params[f"w{i}"] = term, weight
-            rows = conn.execute(
-                f"""
-                WITH q AS (SELECT {either} AS q)
-                SELECT p.item, p.position, p.text,
-                       {matched} + %(tie)s * ts_rank(p.tsv, q.q, 1) AS score,
-                       n.text
-                FROM q CROSS JOIN {self.schema}.passages AS p
-                LEFT JOIN {self.schema}.passages AS n
-                    ON n.session = p.session AND n.position = p.position + 1
-                WHERE p.session = %(session)s AND p.tsv @@ q.q
-                  AND p.item BETWEEN %(from_item)s AND %(to_item)s
-                ORDER BY score DESC, p.position DESC
-                LIMIT %(k)s
-                """,
-                params,
-            ).fetchall()
+            total, weights = self._idf(conn, session, terms)
+            rare = [(t, w) for t, w, held in weights if held <= total * _COMMON_FRACTION]
+            every = [(t, w) for t, w, _ in weights]
+            rows = self._run(conn, rare or every, params, exclude=[])
+            if len(rows) < k and rare and len(rare) < len(every):
+                found = [position for _, position, *_ in rows]
+                rows += self._run(conn, every, {**params, "k": k - len(rows)}, exclude=found)
         return [
             Hit(
                 passage=Passage(
@@ -221,36 +205,94 @@ class PostgresKeywordRetriever:
             for item, position, text, score, following in rows
         ]
 
-    def _idf(self, conn: Any, session: str, terms: list[str]) -> list[tuple[str, float]]:
-        """(term, idf) for the terms some passage of the session holds."""
-        total = int(
-            conn.execute(
-                f"SELECT COUNT(*) FROM {self.schema}.passages WHERE session = %s", (session,)
-            ).fetchone()[0]
+    def _run(
+        self,
+        conn: Any,
+        weights: list[tuple[str, float]],
+        params: dict[str, Any],
+        exclude: list[int],
+    ) -> list[tuple[Any, ...]]:
+        """The top ``k`` passages matching any of the words, by IDF-weighted words held."""
+        if not weights:
+            return []
+        # the tsqueries go in as values, not expressions, so the planner uses the GIN index
+        held = " + ".join(
+            f"(p.tsv @@ %(q{i})s::tsquery)::int * %(w{i})s" for i in range(len(weights))
         )
+        bound = dict(params, exclude=exclude)
+        for i, (lexemes, weight) in enumerate(weights):
+            bound[f"q{i}"], bound[f"w{i}"] = lexemes, weight
+        bound["q"] = " | ".join(f"({lexemes})" for lexemes, _ in weights)
+        rows: list[tuple[Any, ...]] = conn.execute(
+            f"""
+            SELECT p.item, p.position, p.text,
+                   {held} + %(tie)s * ts_rank(p.tsv, %(q)s::tsquery, 1) AS score,
+                   n.text
+            FROM {self.schema}.passages AS p
+            LEFT JOIN {self.schema}.passages AS n
+                ON n.session = p.session AND n.position = p.position + 1
+            WHERE p.session = %(session)s AND p.tsv @@ %(q)s::tsquery
+              AND p.item BETWEEN %(from_item)s AND %(to_item)s
+              AND NOT (p.position = ANY(%(exclude)s))
+            ORDER BY score DESC, p.position DESC
+            LIMIT %(k)s
+            """,
+            bound,
+        ).fetchall()
+        return rows
+
+    def _idf(
+        self, conn: Any, session: str, terms: list[str]
+    ) -> tuple[int, list[tuple[str, float, int]]]:
+        """The session's passage count and (term, idf, passages holding it) for held terms.
+
+        Positions grow from 0 as passages arrive, so the highest one bounds the count without
+        reading every row.
+        """
+        row = conn.execute(
+            f"SELECT COALESCE(MAX(position) + 1, 0) FROM {self.schema}.passages WHERE session = %s",
+            (session,),
+        ).fetchone()
+        total = int(row[0])
         weighted = []
         for term in terms:
-            held = self._passages_with(conn, session, term, total)
+            lexemes = self._lexemes(conn, term)
+            held = self._passages_with(conn, session, lexemes, total) if lexemes else 0
             if held:
-                weighted.append((term, math.log(1 + (total - held + 0.5) / (held + 0.5))))
-        return weighted
+                weighted.append((lexemes, math.log(1 + (total - held + 0.5) / (held + 0.5)), held))
+        return total, weighted
 
-    def _passages_with(self, conn: Any, session: str, term: str, total: int) -> int:
+    def _lexemes(self, conn: Any, term: str) -> str:
+        """The word as a tsquery in text form ('' for a word the configuration drops)."""
         with self._lock:
-            cached = self._term_counts.get((session, term))
+            known = self._lexeme_cache.get(term)
+        if known is None:
+            row = conn.execute(
+                "SELECT plainto_tsquery(%s::regconfig, %s)::text", (self.config, term)
+            ).fetchone()
+            known = str(row[0])
+            with self._lock:
+                if len(self._lexeme_cache) > _CACHE_LIMIT:
+                    self._lexeme_cache.clear()
+                self._lexeme_cache[term] = known
+        return known
+
+    def _passages_with(self, conn: Any, session: str, lexemes: str, total: int) -> int:
+        with self._lock:
+            cached = self._term_counts.get((session, lexemes))
         if cached is not None and cached[0] and total <= cached[1] * _RECOUNT_GROWTH:
             return cached[0]  # a word seen in no passage is counted again: it may be new
         count = int(
             conn.execute(
                 f"SELECT COUNT(*) FROM {self.schema}.passages WHERE session = %s "
-                "AND tsv @@ plainto_tsquery(%s::regconfig, %s)",
-                (session, self.config, term),
+                "AND tsv @@ %s::tsquery",
+                (session, lexemes),
             ).fetchone()[0]
         )
         with self._lock:
             if len(self._term_counts) > _CACHE_LIMIT:
                 self._term_counts.clear()
-            self._term_counts[(session, term)] = (count, total)
+            self._term_counts[(session, lexemes)] = (count, total)
         return count
 
     def count(self, session: str) -> int:

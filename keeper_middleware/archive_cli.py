@@ -17,7 +17,7 @@ from keeper_middleware.archive import ArchiveStore, open_archive
 from keeper_middleware.errors import KeeperError
 
 
-def _info(target: str, schema: str) -> int:
+def _info(target: str, schema: str | None) -> int:
     archive: ArchiveStore
     if target.lower().startswith(("postgresql://", "postgres://")):
         from keeper_middleware.postgres.archive import PostgresArchive
@@ -35,7 +35,7 @@ def _info(target: str, schema: str) -> int:
     return 0
 
 
-def _migrate(source: str, url: str, schema: str, sessions: list[str] | None) -> int:
+def _migrate(source: str, url: str, schema: str | None, sessions: list[str] | None) -> int:
     from keeper_middleware.postgres.connect import redact_url
     from keeper_middleware.postgres.migrate import SessionCopy, migrate
 
@@ -49,7 +49,7 @@ def _migrate(source: str, url: str, schema: str, sessions: list[str] | None) -> 
 
     copies = migrate(source, url, schema=schema, sessions=sessions, report=report)
     turns = sum(c.turns for c in copies)
-    print(f"done: {len(copies)} sessions, {turns} turns in {redact_url(url)} (schema {schema})")
+    print(f"done: {len(copies)} sessions, {turns} turns in {redact_url(url)}")
     return 0
 
 
@@ -58,13 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     info = commands.add_parser("info", help="sessions, turns and notes versions of an archive")
     info.add_argument("target", help="a SQLite archive file or folder, or a postgresql:// URL")
-    info.add_argument("--schema", default="keeper", help="PostgreSQL schema (default keeper)")
+    info.add_argument("--schema", help="PostgreSQL schema (default keeper, or ?schema= in the URL)")
     move = commands.add_parser(
         "migrate", help="copy a SQLite archive (file or keeper-proxy folder) into PostgreSQL"
     )
     move.add_argument("source", help="the SQLite archive file, or keeper-proxy's --archive-dir")
     move.add_argument("url", help="postgresql://user:password@host:5432/dbname")
-    move.add_argument("--schema", default="keeper", help="target schema (default keeper)")
+    move.add_argument("--schema", help="target schema (default keeper, or ?schema= in the URL)")
     move.add_argument(
         "--session", action="append", dest="sessions", help="only this session (repeatable)"
     )

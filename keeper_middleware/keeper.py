@@ -943,7 +943,7 @@ class Keeper:
 
     def forget(self, session: str) -> None:
         """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""
-        with self._lock:
+        with self.session(session), self._lock:
             self.archive.delete_session(session)
             self.retriever.delete_session(session)
             if self.passages_retriever is not self.retriever:

@@ -38,6 +38,7 @@ from keeper_middleware.postgres.connect import (
     is_postgres_url,
     redact_url,
     require_psycopg,
+    split_schema,
     translated_errors,
 )
 from keeper_middleware.postgres.schema import setup
@@ -119,8 +120,9 @@ def session_lock_key(schema: str, session: str) -> int:
 class PostgresArchive:
     """``ArchiveStore`` on PostgreSQL, shared by every worker and replica that opens the URL.
 
-    ``schema`` holds the tables (created on first use, migrated forward on open), so one database
-    can hold several archives (tenants) and LangGraph's checkpoint tables beside them. Each call
+    ``schema`` (default ``keeper``; also ``?schema=name`` in the URL) holds the tables (created on
+    first use, migrated forward on open), so one database can hold several archives (tenants)
+    and LangGraph's checkpoint tables beside them. Each call
     takes a connection from a ``psycopg_pool.ConnectionPool`` of ``min_size``..``max_size``
     connections; ``timeout`` bounds connecting and waiting for a free connection. Errors are
     ``ArchiveError``s naming the server without its password.
@@ -130,7 +132,7 @@ class PostgresArchive:
         self,
         url: str,
         *,
-        schema: str = "keeper",
+        schema: str | None = None,
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
@@ -147,8 +149,11 @@ class PostgresArchive:
         require_psycopg()
         from psycopg_pool import ConnectionPool
 
+        url, in_url = split_schema(url)
+        if schema is not None and in_url is not None and schema != in_url:
+            raise ValueError(f"the URL says schema={in_url!r} but schema={schema!r} was passed")
         self.url = url
-        self.schema = check_schema_name(schema)
+        self.schema = check_schema_name(schema or in_url or "keeper")
         self.timeout = timeout
         with connect(url, timeout=timeout) as first, self._errors("creating the tables"):
             self.migration = setup(first, self.schema, url)

@@ -41,6 +41,20 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def split_schema(url: str) -> tuple[str, str | None]:
+    """The URL without a ``schema=`` parameter, and that parameter (PostgreSQL itself does not
+    know it: it chooses where the archive's tables go, so one database can hold several)."""
+    if not is_postgres_url(url):
+        return url, None
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in pairs if k == "schema"), None)
+    if schema is None:
+        return url, None
+    query = urlencode([(k, v) for k, v in pairs if k != "schema"])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment)), schema
+
+
 def check_schema_name(schema: str) -> str:
     """A schema name used unquoted in SQL: lowercase letters, digits and _, at most 63."""
     if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):

@@ -156,7 +156,7 @@ def migrate(
     source: str | Path,
     url: str,
     *,
-    schema: str = "keeper",
+    schema: str | None = None,
     sessions: list[str] | None = None,
     report: Callable[[SessionCopy], None] = lambda copy: None,
 ) -> list[SessionCopy]:
@@ -180,7 +180,7 @@ def migrate(
         if missing:
             raise ArchiveError(f"no session {missing[0]!r} in {path}; it has {present[:10]}")
         with PostgresArchive(url, schema=schema) as target:
-            index = PostgresKeywordRetriever(url, schema=schema)
+            index = PostgresKeywordRetriever(target.url, schema=target.schema)
             try:
                 for session in chosen:
                     copy = migrate_session(raw, target, index, session)

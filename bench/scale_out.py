@@ -64,48 +64,52 @@ def tag_of(messages: list[dict[str, Any]]) -> str:
     return "?"
 
 
+def upstream_app(kill_after: int) -> Starlette:
+    """The instant upstream. With ``kill_after`` >= 0, the first note request after that many
+    calls is announced on stdout (``NOTE <session tag>``) and answered only after a pause, so
+    the replica that sent it can be killed while it waits, in the middle of a cut."""
+    state = {"calls": 0, "announced": False}
+
+    async def chat(request: Request) -> Response:
+        body = json.loads(await request.body())
+        messages = body.get("messages") or [{}]
+        last = messages[-1].get("content") or ""
+        tag = tag_of(messages)
+        state["calls"] += 1
+        note = isinstance(last, str) and last.startswith(NOTE_MARKERS)
+        if note and not state["announced"] and 0 <= kill_after <= state["calls"]:
+            state["announced"] = True
+            print(f"NOTE {tag}", flush=True)
+            await asyncio.sleep(3.0)
+        text = "NO CHANGES" if note else f"1. noted for [[{tag}]]"
+        return JSONResponse(
+            {
+                "id": "instant",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "instant",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
 @dataclass
 class Upstream:
-    """The instant upstream; on the first note request after ``kill_after`` calls it kills the
-    replica serving that session (the cut is in flight there) before answering."""
+    """The upstream in its own process (so the agents' load does not slow it), and the replica
+    to kill when it announces a note request."""
 
     routes: dict[str, int] = field(default_factory=dict)
-    """session tag -> replica number its current request went to"""
-    kill: Any = None
-    kill_after: int = -1
-    calls: int = 0
+    """session tag -> replica its current request went to"""
     killed: int | None = None
-
-    def app(self) -> Starlette:
-        async def chat(request: Request) -> Response:
-            body = json.loads(await request.body())
-            messages = body.get("messages") or [{}]
-            last = messages[-1].get("content") or ""
-            tag = tag_of(messages)
-            self.calls += 1
-            note = isinstance(last, str) and last.startswith(NOTE_MARKERS)
-            if note and self.killed is None and 0 <= self.kill_after <= self.calls:
-                self.killed = self.routes.get(tag, 0)
-                await asyncio.to_thread(self.kill, self.killed)
-            text = "NO CHANGES" if note else f"1. noted for [[{tag}]]"
-            return JSONResponse(
-                {
-                    "id": "instant",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": "instant",
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": text},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                }
-            )
-
-        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
 
 
 class Replicas:
@@ -135,7 +139,10 @@ class Replicas:
             self.database,
         ]
         self.children[number] = subprocess.Popen(
-            command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stderr=subprocess.DEVNULL
+            command,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 120
         while True:
@@ -344,11 +351,34 @@ def _pct(values: list[float], share: float) -> float:
 
 
 @contextmanager
-def upstream_server(upstream: Upstream) -> Iterator[str]:
-    from keeper_middleware.integrations.proxy.cli import serve_in_thread
+def upstream_process(kill_after: int, on_note: Any) -> Iterator[str]:
+    """The upstream as a child process; ``on_note(tag)`` runs when it announces a note request."""
+    port = _free_port()
+    command = [sys.executable, "-m", __spec__.name, "--serve-upstream", str(port), str(kill_after)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
-    with serve_in_thread(upstream.app()) as url:
-        yield url
+    def listen() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if line.startswith("NOTE "):
+                on_note(line.split(" ", 1)[1].strip())
+
+    threading.Thread(target=listen, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.post(f"{url}/v1/chat/completions", json={"messages": []}, timeout=2)
+                break
+            except httpx.TransportError:
+                if child.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the upstream did not start") from None
+                time.sleep(0.1)
+        yield f"{url}/v1"
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
 
 
 def run(
@@ -369,22 +399,21 @@ def run(
     tags = [f"s{n:03d}" for n in range(sessions)]
     upstream = Upstream()
     group: Replicas | None = None
+
+    def kill_and_restart(tag: str) -> None:
+        """Kill the replica serving ``tag`` (it waits for a note reply: mid-cut), restart it."""
+        assert group is not None
+        number = upstream.killed = upstream.routes.get(tag, 0)
+        group.kill(number)
+        time.sleep(1.0)
+        group.start(number)
+
+    kill_after = sessions * turns // 3 if kill else -1
     try:
-        with upstream_server(upstream) as upstream_url:
+        with upstream_process(kill_after, kill_and_restart) as upstream_url:
             group = Replicas(replicas, upstream_url, url, window)
             for number in range(replicas):
                 group.start(number)
-            if kill:
-
-                def kill_and_restart(number: int) -> None:
-                    assert group is not None
-                    group.kill(number)
-                    threading.Thread(
-                        target=lambda: (time.sleep(1.0), group.start(number)), daemon=True
-                    ).start()
-
-                upstream.kill = kill_and_restart
-                upstream.kill_after = sessions * turns // 3
             traffic, wall = asyncio.run(
                 drive(tags, turns, group.urls(), upstream_url, upstream, group)
             )
@@ -450,7 +479,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kill", action="store_true", help="SIGKILL one replica mid-cut")
     parser.add_argument("--database", help="a postgresql:// URL (default: a throwaway server)")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--serve-upstream", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_upstream:
+        import uvicorn
+
+        port, kill_after = (int(v) for v in args.serve_upstream)
+        uvicorn.run(
+            upstream_app(kill_after),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            access_log=False,
+        )
+        return
     from keeper_middleware.bench.postgres_keyword_bench import database
 
     rows = []

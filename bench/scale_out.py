@@ -3,7 +3,7 @@
     python -m keeper_middleware.bench.scale_out --sessions 64 --turns 8
 
 For each replica count (1, 2, 3 by default) fresh ``keeper-proxy --archive-url`` processes start
-on one database, in front of one instant upstream (in this process: it answers at once, and
+on one database, in front of one instant upstream (its own process: it answers at once, and
 echoes the session named in the last user message so cross-talk shows). ``--sessions`` agents
 each send ``--turns`` turns, whole history every call as an agent that manages nothing does,
 each call to a replica drawn at random. The window is small, so sessions are cut every few

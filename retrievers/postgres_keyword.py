@@ -101,8 +101,7 @@ class PostgresKeywordRetriever:
             from psycopg_pool import ConnectionPool
         except ImportError as exc:
             raise MissingExtraError(
-                "PostgresKeywordRetriever needs psycopg; install it with: "
-                "pip install 'keeper-middleware[postgres]'"
+                "psycopg", "postgres", needed_by="PostgresKeywordRetriever"
             ) from exc
         self._psycopg: Any = psycopg
         self._url = url

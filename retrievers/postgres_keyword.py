@@ -40,7 +40,8 @@ from keeper_middleware.retrievers.base import (
     ServerUnavailableError,
     check_search_arguments,
 )
-from keeper_middleware.retrievers.keyword import _STOPWORDS, query_terms
+from keeper_middleware.retrievers.keyword import query_terms
+from keeper_middleware.retrievers.passages import STOPWORDS
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _RECOUNT_GROWTH = 1.25
@@ -169,7 +170,7 @@ class PostgresKeywordRetriever:
         to_item: int | None = None,
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
-        terms = [t for t in query_terms(query) if t not in _STOPWORDS] or query_terms(query)
+        terms = [t for t in query_terms(query) if t not in STOPWORDS] or query_terms(query)
         if not terms:
             return []
         params: dict[str, Any] = {

@@ -19,7 +19,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -310,18 +310,28 @@ class PostgresArchive:
         return {row[0] for row in rows}
 
     def put_value(self, session: str, key: str, value: Any) -> None:
+        self.put_values(session, {key: value})
+
+    def put_values(self, session: str, values: Mapping[str, Any]) -> None:
+        """Upsert several values in one transaction (in the mapping's order): all or none."""
         _require_session(session)
         _no_nul(session, "session")
-        _no_nul(key, "key")
-        try:
-            value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): {exc}"
-            ) from exc
+        rows = []
+        for key, value in values.items():
+            _no_nul(key, "key")
+            try:
+                value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(
+                    f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "
+                    f"{exc}"
+                ) from exc
+            rows.append((session, key, value_json))
+        if not rows:
+            return
         s = self.schema
         with (
-            self._errors("saving a value"),
+            self._errors("saving values"),
             self._live_pool().connection() as conn,
             conn.transaction(),
         ):
@@ -329,11 +339,12 @@ class PostgresArchive:
                 f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
                 (session,),
             )
-            conn.execute(
-                f"INSERT INTO {s}.kv (session, key, value_json) VALUES (%s, %s, %s) "
-                "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
-                (session, key, value_json),
-            )
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    f"INSERT INTO {s}.kv (session, key, value_json) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
+                    rows,
+                )
 
     def delete_session(self, session: str) -> None:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""

@@ -12,8 +12,8 @@ Turns are numbered twice: ``seq`` is the order within the session (gap-free, ass
 numbering the model ever sees. Every NOTES version is kept with the item range it covers, so an
 audit can compare each one with the truth at that point.
 
-Storage sits behind ``ArchiveStore`` so that a backend for deployments that outgrow one machine
-(Postgres) can be added without changes elsewhere. ``SQLiteArchive`` is the default.
+Storage sits behind ``ArchiveStore``: ``SQLiteArchive`` (one file, the embedded default) and
+``PostgresArchive`` (one database shared by workers and replicas, ``keeper_middleware.postgres``).
 """
 
 from __future__ import annotations
@@ -125,6 +125,23 @@ def turn_from_message(message: BaseMessage, *, session: str, item: int | None) -
         name=message.name,
         reasoning=reasoning_of(message),
     )
+
+
+def _distinct_turns(session: str, turns: Sequence[ArchivedTurn]) -> list[ArchivedTurn]:
+    """Turns in order, each msg_id once; two different turns under one id is a caller bug."""
+    seen: dict[str, ArchivedTurn] = {}
+    for turn in turns:
+        if turn.session != session:
+            raise ValueError(
+                f"turn {turn.msg_id!r} is for session {turn.session!r}, not {session!r}"
+            )
+        first = seen.setdefault(turn.msg_id, turn)
+        if first != turn:
+            raise ValueError(
+                f"two different turns share msg_id {turn.msg_id!r} in one cut; "
+                "give every message its own id"
+            )
+    return list(seen.values())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,7 +282,14 @@ def put_values(store: ArchiveStore, session: str, values: Mapping[str, Any]) -> 
 
 
 def open_archive(path_or_store: str | os.PathLike[str] | ArchiveStore) -> ArchiveStore:
-    """Accept what users have at hand: a file path (opened as SQLite) or a ready store."""
+    """Accept what users have at hand: a ``postgresql://`` URL (opened as PostgreSQL, tables in
+    the schema ``keeper``), a file path (opened as SQLite) or a ready store."""
+    if isinstance(path_or_store, str) and path_or_store.strip().lower().startswith(
+        ("postgresql://", "postgres://")
+    ):
+        from keeper_middleware.postgres.archive import PostgresArchive
+
+        return PostgresArchive(path_or_store)
     if isinstance(path_or_store, str | os.PathLike):
         from keeper_middleware.sqlite_archive import SQLiteArchive
 
@@ -273,6 +297,7 @@ def open_archive(path_or_store: str | os.PathLike[str] | ArchiveStore) -> Archiv
     if isinstance(path_or_store, ArchiveStore):
         return path_or_store
     raise TypeError(
-        f"expected a file path or an ArchiveStore, got {type(path_or_store).__name__}; "
-        "pass e.g. 'keeper.sqlite' or SQLiteArchive(...)"
+        f"expected a file path, a postgresql:// URL or an ArchiveStore, got "
+        f"{type(path_or_store).__name__}; pass e.g. 'keeper.sqlite', "
+        "'postgresql://user@host/db' or SQLiteArchive(...)"
     )

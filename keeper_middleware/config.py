@@ -17,12 +17,8 @@ from keeper_middleware.retrievers.passages import PASSAGE_UNITS
 
 NotesMode = Literal["in_place", "rewrite"]
 Size = int | tuple[str, float]
-DEFAULT_NOTES_FRACTION = 0.07
-"""The NOTES' default share of window - reserve (see `KeeperConfig.notes_budget`). The default
-counter counts every digit and symbol of a STATE line (``- kili43 = 105`` is 8 tokens to it, 4 at
-four characters a token), so the share is twice what the same entries take in real tokens."""
-DEFAULT_NOTES_FLOOR = 512
-"""The least default NOTES budget (when a quarter of ``notes_at`` allows it), in counted tokens."""
+DEFAULT_NOTES_FRACTION = 0.10
+"""The NOTES' default share of window - reserve (see `KeeperConfig.notes_budget`)."""
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -80,11 +76,11 @@ class KeeperConfig:
     notes_budget: Size | None = None
     """The most tokens the NOTES may take (tokens, or a fraction of window - reserve). Over it,
     the STATE entries set least recently move to the archive, word for word and searchable, so
-    the NOTES (and the cost of every call) stop growing with the conversation. None: 7% of
-    window - reserve as the default counter counts (2,006 tokens at a 32K window, about 1,000
-    real tokens and a few hundred entries), at least 512 and at most a quarter of ``notes_at``:
-    every call carries the NOTES, so their size sets how much a long conversation's calls
-    cost."""
+    the NOTES (and the cost of every call) stop growing with the conversation. None: 10% of
+    window - reserve (2,867 tokens at a 32K window, several hundred entries), at least 512 and at
+    most a quarter of ``notes_at``: every call carries the NOTES, so their size sets how much a
+    long conversation's calls cost, while a budget too small for the values a task keeps live
+    sends them to the archive and costs answers (at 3.5% a small stream lost answers at 4K)."""
     max_rules: int = 24
     """The most RULES lines the NOTES hold; a rule past the cap is left out (rules are never
     removed, so the cap is what keeps them from crowding out everything else)."""
@@ -226,7 +222,7 @@ class KeeperConfig:
     def notes_tokens(self) -> int:
         """The NOTES budget in tokens."""
         if self.notes_budget is None:
-            default = max(DEFAULT_NOTES_FLOOR, int(self.budget * DEFAULT_NOTES_FRACTION))
+            default = max(512, int(self.budget * DEFAULT_NOTES_FRACTION))
             return min(default, self.notes_threshold // 4)
         return resolve_size(self.notes_budget, self.budget, name="notes_budget")
 

@@ -21,7 +21,16 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +49,6 @@ from keeper_middleware.archive import (
     ArchiveStore,
     NotesDraft,
     open_archive,
-    put_values,
 )
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig
@@ -62,6 +70,7 @@ from keeper_middleware.excerpts import (
     read_page,
     shrink_message,
 )
+from keeper_middleware.indexing import catch_up
 from keeper_middleware.injection import (
     merge_hits,
     question_queries,
@@ -92,13 +101,15 @@ from keeper_middleware.notes import (
     render_notes,
 )
 from keeper_middleware.notes_budget import MOVED_TURN_NAME, fit_notes, moved_text
+from keeper_middleware.postgres.archive import PostgresArchive
+from keeper_middleware.postgres.connect import redact_url
 from keeper_middleware.questions import (
     PatternQuestionDetector,
     QuestionDetector,
     open_question_index,
 )
+from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
-from keeper_middleware.retrievers.passages import passages_of
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
 from keeper_middleware.rules import looks_like_instruction, quoted_in
 from keeper_middleware.search import (
@@ -110,6 +121,7 @@ from keeper_middleware.search import (
     render_results,
 )
 from keeper_middleware.search_args import ReadArgs, Refusal, parse_search_args
+from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
 MOVED_KEYS = "notes_moved_keys"
@@ -206,10 +218,17 @@ class Keeper:
         self.config = config or KeeperConfig()
         self.archive = open_archive(archive)
         index_dir = None
-        if isinstance(archive, str | Path) and str(archive) != ":memory:":
+        database, schema = _database_of(self.archive)
+        if database is None and isinstance(archive, str | Path) and str(archive) != ":memory:":
             index_dir = Path(archive).with_suffix(".index")
-        self.namespace = namespace or archive_namespace(archive)
-        self.retriever = make_retriever(retriever, path=index_dir, namespace=self.namespace)
+        self.namespace = namespace or archive_namespace(self.archive if database else archive)
+        self.retriever = make_retriever(
+            retriever,
+            path=index_dir,
+            namespace=self.namespace,
+            database=database,
+            schema=schema,
+        )
         self.passages_retriever = (
             self.retriever
             if passages_retriever is None
@@ -217,8 +236,12 @@ class Keeper:
                 passages_retriever,
                 path=index_dir.with_suffix(".passages") if index_dir else None,
                 namespace=f"{self.namespace}-passages",
+                database=database,
+                schema=schema,
             )
         )
+        shared = self.archive if isinstance(self.archive, SessionLockBackend) else None
+        self.locks = SessionLocks(shared)
         self.tokens = resolve_token_counter(token_counter)
         self.checks = (
             tuple(checks) if checks is not None else default_checks(self.config.tracked_names)
@@ -232,6 +255,28 @@ class Keeper:
         self._caps: dict[str, int] = {}
 
     # ----------------------------------------------------------------- state and counters
+
+    @contextmanager
+    def session(self, session: str) -> Iterator[None]:
+        """Hold a session: its steps, searches and counters run one at a time, across every
+        thread, task and (on a shared store) process. Re-entrant within one flow of control."""
+        with self.locks.hold(session) as took:
+            if took:
+                self._forget(session)
+            yield
+
+    @asynccontextmanager
+    async def asession(self, session: str) -> AsyncIterator[None]:
+        """:meth:`session` for asyncio: waiting never blocks the event loop."""
+        async with self.locks.ahold(session) as took:
+            if took:
+                self._forget(session)
+            yield
+
+    def _forget(self, session: str) -> None:
+        """Drop what this process remembers of a session: another process may have moved it on."""
+        with self._lock:
+            self._counters.pop(session, None)
 
     def counters(self, session: str) -> Counters:
         with self._lock:
@@ -290,15 +335,16 @@ class Keeper:
         call: NoteCall,
     ) -> StepResult:
         """One keeper step before a model call (sync)."""
-        pending = self._prepare(session, messages, state, setup)
-        if pending.plan is None:
-            return self._finish_without_cut(pending, messages)
-        outcome = self._reuse_committed(pending)
-        if outcome is None:
-            pending.request = self._note_request(pending, setup)
-            pending.tool_schemas = setup.tool_schemas
-            outcome = self._take_notes(pending, call)
-        return self._finish_cut(pending, outcome, setup)
+        with self.session(session):
+            pending = self._prepare(session, messages, state, setup)
+            if pending.plan is None:
+                return self._finish_without_cut(pending, messages)
+            outcome = self._reuse_committed(pending)
+            if outcome is None:
+                pending.request = self._note_request(pending, setup)
+                pending.tool_schemas = setup.tool_schemas
+                outcome = self._take_notes(pending, call)
+            return self._finish_cut(pending, outcome, setup)
 
     async def astep(
         self,
@@ -311,16 +357,18 @@ class Keeper:
         """One keeper step before a model call (async); same decisions as :meth:`step`.
 
         The archive and index work runs in a worker thread, never on the event loop; only the
-        model calls are awaited here."""
-        pending = await asyncio.to_thread(self._prepare, session, messages, state, setup)
-        if pending.plan is None:
-            return await asyncio.to_thread(self._finish_without_cut, pending, messages)
-        outcome = await asyncio.to_thread(self._reuse_committed, pending)
-        if outcome is None:
-            pending.request = self._note_request(pending, setup)
-            pending.tool_schemas = setup.tool_schemas
-            outcome = await self._atake_notes(pending, call)
-        return await asyncio.to_thread(self._finish_cut, pending, outcome, setup)
+        model calls are awaited here. The session is held throughout (the threads run in this
+        task's context, so they count as holding it)."""
+        async with self.asession(session):
+            pending = await asyncio.to_thread(self._prepare, session, messages, state, setup)
+            if pending.plan is None:
+                return await asyncio.to_thread(self._finish_without_cut, pending, messages)
+            outcome = await asyncio.to_thread(self._reuse_committed, pending)
+            if outcome is None:
+                pending.request = self._note_request(pending, setup)
+                pending.tool_schemas = setup.tool_schemas
+                outcome = await self._atake_notes(pending, call)
+            return await asyncio.to_thread(self._finish_cut, pending, outcome, setup)
 
     # ----------------------------------------------------------------- arrivals
 
@@ -1124,24 +1172,10 @@ class Keeper:
 
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retriever has not seen yet (also after a crash)."""
-        done = int(self.archive.get_value(session, "indexed_seq") or -1)
-        position = int(self.archive.get_value(session, "next_position") or 0)
-        batch = []
-        for turn in self.archive.turns(session, after_seq=done):
-            # search results are archived (every turn is) but never indexed: a search must not
-            # find the results of earlier searches
-            if turn.content.strip() and turn.name != SEARCH_TOOL_NAME:
-                passages = passages_of(
-                    self.config.passages, session, turn.item or 0, turn.content, position
-                )
-                position += len(passages)
-                batch.extend(passages)
-            done = turn.seq
-        if batch:
-            self.retriever.add(batch)
-            if self.passages_retriever is not self.retriever:
-                self.passages_retriever.add(batch)
-        put_values(self.archive, session, {"indexed_seq": done, "next_position": position})
+        retrievers: tuple[Retriever, ...] = (self.retriever,)
+        if self.passages_retriever is not self.retriever:
+            retrievers = (self.retriever, self.passages_retriever)
+        catch_up(self.archive, session, retrievers, unit=self.config.passages)
 
     # ----------------------------------------------------------------- the model's side
 
@@ -1154,7 +1188,7 @@ class Keeper:
         layout = self._layout(messages)
         open_at = open_question_index(messages, self.detector, start=layout.head_end)
         kwargs = self._note_kwargs(thinking=open_at is not None)
-        with self._lock:
+        with self.session(session):
             guard = self._guard(session)
             if guard.sample_next:
                 kwargs.update(self.config.thinking.sample_after_stop)
@@ -1163,10 +1197,11 @@ class Keeper:
 
     def record_reply(self, session: str, reply: AIMessage) -> AIMessage:
         """Count a work reply and strip its reasoning before it is stored."""
-        counters = self.counters(session)
-        counters.model_calls += 1
-        counters.add_usage(reply, management=False)
-        self._save_counters(session)
+        with self.session(session):
+            counters = self.counters(session)
+            counters.model_calls += 1
+            counters.add_usage(reply, management=False)
+            self._save_counters(session)
         return with_storable_calls(strip_reasoning(reply))
 
     def retry_kwargs(
@@ -1179,17 +1214,22 @@ class Keeper:
         (node, middleware, proxy) asks here, so they retry alike.
         """
         policy = self.config.thinking
-        counters = self.counters(session)
         if thought_to_limit(reply):
             if not policy.retry_empty_without_thinking:
                 return None
-            counters.thinking_retries += 1
+            self._count_retry(session, "thinking_retries")
             cleaned = {k: v for k, v in kwargs.items() if k not in policy.on}
             return {**cleaned, **policy.off}
         if is_empty_reply(reply) and policy.retry_empty:
-            counters.empty_retries += 1
+            self._count_retry(session, "empty_retries")
             return {**kwargs, **policy.sample_after_stop}
         return None
+
+    def _count_retry(self, session: str, field: str) -> None:
+        with self.session(session):
+            counters = self.counters(session)
+            setattr(counters, field, getattr(counters, field) + 1)
+            self._save_counters(session)
 
     def search(
         self,
@@ -1216,11 +1256,10 @@ class Keeper:
         reply is sized to the room a message has in view.
         """
         parsed = parse_search_args(args)
-        counters = self.counters(session)
         if isinstance(parsed, Refusal):
             log.info("search refused session=%s: %s", session, parsed.text)
-            with self._lock:
-                counters.search_refusals += 1
+            with self.session(session):
+                self.counters(session).search_refusals += 1
                 self._save_counters(session)
             return parsed.text
         if isinstance(parsed, ReadArgs):
@@ -1229,7 +1268,8 @@ class Keeper:
             command = SearchCommand(
                 query=parsed.query, from_item=parsed.from_item, to_item=parsed.to_item
             )
-        with self._lock:
+        with self.session(session):
+            counters = self.counters(session)
             decision = decide(self._guard(session), command, budget=self.config.search_budget)
             self._set_guard(session, decision.state)
             if decision.verdict != "run":
@@ -1244,7 +1284,8 @@ class Keeper:
             else:
                 counters.searches += 1
             self._save_counters(session)
-            room = self._caps.get(session, self.config.message_tokens)
+            with self._lock:
+                room = self._caps.get(session, self.config.message_tokens)
         if decision.verdict != "run":
             return decision.message
         if isinstance(parsed, ReadArgs):
@@ -1267,7 +1308,7 @@ class Keeper:
 
     def forget(self, session: str) -> None:
         """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""
-        with self._lock:
+        with self.session(session), self._lock:
             self.archive.delete_session(session)
             self.retriever.delete_session(session)
             if self.passages_retriever is not self.retriever:
@@ -1314,7 +1355,12 @@ def _first_line(text: str) -> str:
 
 def archive_namespace(archive: ArchiveStore | str | Path) -> str:
     """A server collection name of one archive: the file's absolute path hashed (the same file
-    reopened finds its passages again); an in-memory archive gets a name of its own."""
+    reopened finds its passages again); an in-memory archive gets a name of its own; a
+    PostgreSQL archive its server, database and schema hashed (without the password), so every
+    replica of one archive shares its collection."""
+    if isinstance(archive, PostgresArchive):
+        where_db = f"{redact_url(archive.url)}#{archive.schema}"
+        return f"keeper-{hashlib.sha256(where_db.encode()).hexdigest()[:16]}"
     where = archive if isinstance(archive, str | Path) else getattr(archive, "path", None)
     if where is None or str(where) == ":memory:":
         return f"keeper-{uuid.uuid4().hex[:16]}"
@@ -1392,6 +1438,13 @@ def _is_fresh(message: BaseMessage, seen: set[str]) -> bool:
 def _instruction_from(source: str) -> Callable[[str], bool]:
     """Whether a rule is an instruction quoted from ``source`` (what the user and system said)."""
     return lambda rule: looks_like_instruction(rule) and quoted_in(rule, source)
+
+
+def _database_of(archive: ArchiveStore) -> tuple[str | None, str]:
+    """(URL, schema) of an archive kept in a database, so its keyword index can live beside it."""
+    if isinstance(archive, PostgresArchive):
+        return archive.url, archive.schema
+    return None, "keeper"
 
 
 def _with_id(message: BaseMessage) -> BaseMessage:

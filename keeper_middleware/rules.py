@@ -74,8 +74,8 @@ def looks_like_instruction(text: str) -> bool:
     """
     stripped = text.strip().strip("\"'“”‘’ ")
     words = _WORD.findall(stripped)
-    if len(words) < 3 or len(stripped) > MAX_RULE_CHARS:
-        return False
+    if len(words) < 2 or len(stripped) > MAX_RULE_CHARS:
+        return False  # "the" is no rule; "Never round." is
     label = _LABEL.match(stripped)
     if label is not None:
         label_words = {w.casefold() for w in _WORD.findall(label.group("label"))}

@@ -19,6 +19,7 @@ from keeper_middleware.archive import (
     CutRecord,
     NotesDraft,
     NotesVersion,
+    _distinct_turns,
     _require_session,
 )
 from keeper_middleware.errors import ArchiveError, ConfigurationError
@@ -93,23 +94,6 @@ def _notes(row: sqlite3.Row) -> NotesVersion:
 
 def _cut(row: sqlite3.Row) -> CutRecord:
     return CutRecord(**dict(row))
-
-
-def _distinct_turns(session: str, turns: Sequence[ArchivedTurn]) -> list[ArchivedTurn]:
-    """Turns in order, each msg_id once; two different turns under one id is a caller bug."""
-    seen: dict[str, ArchivedTurn] = {}
-    for turn in turns:
-        if turn.session != session:
-            raise ValueError(
-                f"turn {turn.msg_id!r} is for session {turn.session!r}, not {session!r}"
-            )
-        first = seen.setdefault(turn.msg_id, turn)
-        if first != turn:
-            raise ValueError(
-                f"two different turns share msg_id {turn.msg_id!r} in one cut; "
-                "give every message its own id"
-            )
-    return list(seen.values())
 
 
 def _check_archive_path(path: Path) -> None:

@@ -27,6 +27,8 @@ def make_retriever(
     path: str | PathLike[str] | None = None,
     embedder: Embedder | None = None,
     namespace: str | None = None,
+    database: str | None = None,
+    schema: str = "keeper",
 ) -> Retriever:
     """A retriever from a spec: a retriever passes through, a LangChain ``VectorStore`` is
     adapted (:class:`VectorStoreRetriever`); "keyword" (the default, also for None),
@@ -36,6 +38,9 @@ def make_retriever(
     ``namespace`` names the server's collection, so apps and tenants sharing one Chroma server
     never read each other's passages (the keeper passes one per archive); without it the shared
     default collection is used.
+    With ``database`` (a ``postgresql://`` URL) the keyword side lives in that database, in
+    ``schema``, instead of a file: "keyword" and "hybrid" then need no local files ("hybrid"
+    with a Chroma server).
     """
     if spec is None:
         spec = "keyword"
@@ -56,8 +61,16 @@ def make_retriever(
             "'embedding+http://host:port' or 'hybrid+http://host:port'."
         )
     folder = Path(path) if path is not None else None
-    if backend == "keyword":
+
+    def keyword() -> Retriever:
+        if database is not None:
+            from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
+
+            return PostgresKeywordRetriever(database, schema=schema)
         return KeywordRetriever(folder / KEYWORD_FILE if folder else ":memory:")
+
+    if backend == "keyword":
+        return keyword()
     embedding = EmbeddingRetriever(
         None if server or folder is None else folder / EMBEDDING_FOLDER,
         server=server or None,
@@ -66,5 +79,4 @@ def make_retriever(
     )
     if backend == "embedding":
         return embedding
-    keyword = KeywordRetriever(folder / KEYWORD_FILE if folder else ":memory:")
-    return HybridRetriever(keyword, embedding)
+    return HybridRetriever(keyword(), embedding)

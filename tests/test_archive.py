@@ -11,7 +11,6 @@ import sys
 import textwrap
 import threading
 import tracemalloc
-from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -74,9 +73,28 @@ def audit(store: ArchiveStore, session: str) -> dict[int, int]:
     return per_cut
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def spec(request, tmp_path) -> str:
+    """Where a store lives, as a string a child process can open too."""
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'deep' / 'er' / 'keeper.sqlite'}"
+    url = request.getfixturevalue("postgres_url")
+    return f"postgres:{request.getfixturevalue('pg_schema')}:{url}"
+
+
+def open_store(spec: str) -> ArchiveStore:
+    kind, _, where = spec.partition(":")
+    if kind == "sqlite":
+        return SQLiteArchive(where)
+    from keeper_middleware.postgres import PostgresArchive
+
+    schema, _, url = where.partition(":")
+    return PostgresArchive(url, schema=schema)
+
+
 @pytest.fixture
-def store():
-    with SQLiteArchive(":memory:") as archive:
+def store(spec):
+    with open_store(spec) as archive:
         yield archive
 
 
@@ -144,12 +162,10 @@ def test_turns_filter_by_inclusive_item_range_and_after_seq(store):
     assert next(store.turns("s")).item is None
 
 
-def test_reopening_continues_seq_and_notes_versions(tmp_path):
-    path = tmp_path / "deep" / "er" / "keeper.sqlite"
-    with SQLiteArchive(path) as first:
+def test_reopening_continues_seq_and_notes_versions(spec):
+    with open_store(spec) as first:
         first.commit_cut("s", cut_key="cut-1", turns=make_turns("s", 1), notes=notes_for(1))
-    assert path.exists(), "the parent folder is created"
-    with SQLiteArchive(path) as second:
+    with open_store(spec) as second:
         record = second.commit_cut(
             "s", cut_key="cut-2", turns=make_turns("s", 2), notes=notes_for(2)
         )
@@ -168,8 +184,14 @@ def test_the_file_is_in_wal_mode(tmp_path):
         SQLiteArchive(path, synchronous="OFF")  # type: ignore[arg-type]
 
 
-def test_notes_versions_stream_instead_of_loading_every_version(tmp_path):
-    with SQLiteArchive(tmp_path / "a.sqlite") as archive:
+def test_the_parent_folder_of_a_new_file_is_created(tmp_path):
+    path = tmp_path / "deep" / "er" / "keeper.sqlite"
+    SQLiteArchive(path).close()
+    assert path.exists()
+
+
+def test_notes_versions_stream_instead_of_loading_every_version(spec):
+    with open_store(spec) as archive:
         big = "n" * 1_000_000
         for cut in range(40):
             draft = NotesDraft(first_item=0, last_item=cut, text=f"{cut} {big}")
@@ -277,8 +299,8 @@ def test_a_file_that_is_not_an_archive_is_refused(tmp_path):
     assert path.read_bytes() == b"this is not a database, " * 100
 
 
-def test_a_closed_archive_says_so(tmp_path):
-    archive = SQLiteArchive(tmp_path / "a.sqlite")
+def test_a_closed_archive_says_so(spec):
+    archive = open_store(spec)
     archive.close()
     archive.close()
     with pytest.raises(ArchiveError, match="closed"):
@@ -292,7 +314,7 @@ def test_open_archive_takes_a_path_or_a_store(tmp_path, store):
     opened = open_archive(tmp_path / "x.sqlite")
     assert isinstance(opened, SQLiteArchive)
     opened.close()
-    with pytest.raises(TypeError, match="file path or an ArchiveStore"):
+    with pytest.raises(TypeError, match="file path, a postgresql:// URL or an ArchiveStore"):
         open_archive(42)  # type: ignore[arg-type]
 
 
@@ -371,14 +393,14 @@ def test_a_failure_inside_a_cut_leaves_no_part_of_it(store, monkeypatch):
 
 WRITER_IMPORTS = """
 import json, os, signal, sys
-from keeper_middleware.archive import ArchivedTurn, NotesDraft
+from keeper_middleware.archive import ArchiveStore, ArchivedTurn, NotesDraft
 from keeper_middleware.sqlite_archive import SQLiteArchive
 """
 WRITER = textwrap.dedent(
     """
-    path, session = sys.argv[1], sys.argv[2]
+    spec, session = sys.argv[1], sys.argv[2]
     cuts, die_at, size, first = (int(arg) for arg in sys.argv[3:])
-    archive = SQLiteArchive(path)
+    archive = open_store(spec)
     if die_at >= 0:
         def die(s, key):
             if key == f"cut-{die_at}":
@@ -393,11 +415,12 @@ WRITER = textwrap.dedent(
 
 
 def writer(
-    path: Path, session: str, cuts: int, *, die_at: int = -1, size: int = 20, first: int = 0
+    spec: str, session: str, cuts: int, *, die_at: int = -1, size: int = 20, first: int = 0
 ) -> subprocess.Popen[str]:
-    """A separate Python process committing ``cuts`` cuts to ``path``, printing each cut done."""
-    args = [str(path), session, str(cuts), str(die_at), str(size), str(first)]
-    script = WRITER_IMPORTS + inspect.getsource(make_turns) + inspect.getsource(notes_for) + WRITER
+    """A separate Python process committing ``cuts`` cuts to the store, printing each cut done."""
+    args = [spec, session, str(cuts), str(die_at), str(size), str(first)]
+    helpers = [make_turns, notes_for, open_store]
+    script = WRITER_IMPORTS + "".join(inspect.getsource(f) for f in helpers) + WRITER
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
         stdout=subprocess.PIPE,
@@ -405,12 +428,11 @@ def writer(
     )
 
 
-def test_a_process_killed_in_the_middle_of_a_cut_leaves_the_cut_out_whole(tmp_path):
-    path = tmp_path / "a.sqlite"
-    child = writer(path, "s", cuts=10, die_at=6)
+def test_a_process_killed_in_the_middle_of_a_cut_leaves_the_cut_out_whole(spec):
+    child = writer(spec, "s", cuts=10, die_at=6)
     child.communicate(timeout=60)
     assert child.returncode == -signal.SIGKILL
-    with SQLiteArchive(path) as archive:
+    with open_store(spec) as archive:
         assert audit(archive, "s") == {cut: 5 for cut in range(6)}
         for cut in range(10):  # replaying every cut after the crash completes the archive once
             archive.commit_cut(
@@ -419,26 +441,24 @@ def test_a_process_killed_in_the_middle_of_a_cut_leaves_the_cut_out_whole(tmp_pa
         assert audit(archive, "s") == {cut: 5 for cut in range(10)}
 
 
-def test_a_process_killed_at_an_arbitrary_moment_never_splits_a_cut(tmp_path):
-    path = tmp_path / "a.sqlite"
-    child = writer(path, "s", cuts=10_000, size=20_000)
+def test_a_process_killed_at_an_arbitrary_moment_never_splits_a_cut(spec):
+    child = writer(spec, "s", cuts=10_000, size=20_000)
     assert child.stdout is not None
     for _ in range(5):
         child.stdout.readline()
     child.kill()
     child.wait(timeout=60)
-    with SQLiteArchive(path) as archive:
+    with open_store(spec) as archive:
         done = audit(archive, "s")
         assert len(done) >= 5
         assert set(done) == set(range(len(done)))
 
 
-def test_two_threads_sharing_one_archive_keep_seq_gap_free(tmp_path):
-    path = tmp_path / "a.sqlite"
-    shared = SQLiteArchive(path)
-    own = SQLiteArchive(path)
+def test_two_threads_sharing_one_archive_keep_seq_gap_free(spec):
+    shared = open_store(spec)
+    own = open_store(spec)
 
-    def write(archive: SQLiteArchive, first: int) -> None:
+    def write(archive: ArchiveStore, first: int) -> None:
         for cut in range(first, first + 20):
             archive.commit_cut(
                 "s", cut_key=f"cut-{cut}", turns=make_turns("s", cut), notes=notes_for(cut)
@@ -458,15 +478,15 @@ def test_two_threads_sharing_one_archive_keep_seq_gap_free(tmp_path):
     own.close()
 
 
-def test_two_processes_writing_one_file_do_not_corrupt_it(tmp_path):
-    path = tmp_path / "a.sqlite"
-    SQLiteArchive(path).close()
-    children = [writer(path, "s", cuts=25, first=first) for first in (0, 100)]
+def test_two_processes_writing_one_store_do_not_corrupt_it(spec):
+    open_store(spec).close()
+    children = [writer(spec, "s", cuts=25, first=first) for first in (0, 100)]
     for child in children:
         child.communicate(timeout=120)
         assert child.returncode == 0
-    with SQLiteArchive(path) as archive:
+    with open_store(spec) as archive:
         expected = {cut: 5 for cut in [*range(25), *range(100, 125)]}
         assert audit(archive, "s") == expected
-        with sqlite3.connect(path) as raw:
+    if spec.startswith("sqlite:"):
+        with sqlite3.connect(spec.partition(":")[2]) as raw:
             assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

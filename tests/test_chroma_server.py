@@ -143,3 +143,49 @@ def test_each_keeper_archive_gets_its_own_collection_on_a_shared_server(chroma_u
     assert explicit.namespace == "tenant-7" and explicit.retriever.count("t") == 0
     for keeper in (second, reopened, explicit):
         keeper.close()
+
+
+@pytest.mark.postgres
+def test_archives_on_one_database_get_their_own_collection_on_one_chroma_server(
+    chroma_url, postgres_url
+):
+    import uuid
+
+    import psycopg
+
+    from keeper_middleware.keeper import archive_namespace
+    from keeper_middleware.postgres import PostgresArchive
+
+    schemas = [f"t_{uuid.uuid4().hex[:10]}" for _ in range(2)]
+
+    def retriever_of(schema: str):
+        """What a keeper on this archive builds (any replica: the name depends on the archive)."""
+        with PostgresArchive(postgres_url, schema=schema) as archive:
+            namespace = archive_namespace(archive)
+        return make_retriever(
+            f"hybrid+{chroma_url}",
+            database=postgres_url,
+            schema=schema,
+            namespace=namespace,
+            embedder=HASHING,
+        )
+
+    made = [retriever_of(s) for s in schemas]
+    try:
+        for retriever, word in zip(made, ("alder", "birch"), strict=True):
+            retriever.add([Passage(session="s", item=1, position=0, text=f"The {word} grew.")])
+        assert [h.passage.text for h in made[0].search("alder birch", session="s")] == [
+            "The alder grew."
+        ]
+        assert [h.passage.text for h in made[1].search("alder birch", session="s")] == [
+            "The birch grew."
+        ]
+        replica = retriever_of(schemas[0])
+        assert [h.passage.text for h in replica.search("alder", session="s")] == ["The alder grew."]
+        replica.close()
+    finally:
+        for retriever in made:
+            retriever.close()
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            for schema in schemas:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

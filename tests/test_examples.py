@@ -45,3 +45,31 @@ def test_an_example_runs_as_a_plain_script():
     )
     assert done.returncode == 0, done.stderr
     assert "cuts: 5" in done.stdout
+
+
+@pytest.mark.postgres
+def test_the_postgres_example_shares_one_database_between_workers(postgres_url):
+    import uuid
+
+    import psycopg
+
+    name = f"example_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    env = {k: v for k, v in os.environ.items() if k != "KEEPER_BASE_URL"}
+    try:
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLES / "postgres_agent.py")],
+            capture_output=True,
+            text=True,
+            env={**env, "HF_HUB_OFFLINE": "1", "KEEPER_DATABASE_URL": url},
+            timeout=300,
+            check=False,
+        )
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    assert done.returncode == 0, done.stderr
+    assert "worker 2: 1. What was r1 recorded at? -> 1. 7" in done.stdout
+    assert "notes versions: 3" in done.stdout

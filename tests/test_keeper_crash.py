@@ -7,6 +7,8 @@ once and the NOTES match the archive.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -35,10 +37,20 @@ def crashing_once(fn, when=lambda *a, **k: True):
     return wrapper
 
 
-def run_until_crash_and_recover(tmp_path, inject) -> Keeper:
-    archive_path = tmp_path / "archive.sqlite3"
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def archive_at(request, tmp_path):
+    """Opens the same archive again each call, as a restarted process would."""
+    if request.param == "sqlite":
+        return lambda: tmp_path / "archive.sqlite3"
+    from keeper_middleware.postgres import PostgresArchive
+
+    url, schema = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema")
+    return lambda: PostgresArchive(url, schema=schema)
+
+
+def run_until_crash_and_recover(archive_at, inject) -> Keeper:
     saver = InMemorySaver()
-    keeper = Keeper(CONFIG, archive=archive_path)
+    keeper = Keeper(CONFIG, archive=archive_at())
     model = ScriptedChatModel(default=StoryModel())
     agent = create_keeper_agent(model, keeper=keeper, checkpointer=saver)
     agent.invoke({"messages": [HumanMessage("Task: read. Rule: keep it exact.")]}, THREAD)
@@ -51,7 +63,7 @@ def run_until_crash_and_recover(tmp_path, inject) -> Keeper:
         agent.invoke({"messages": [HumanMessage(batch(3, "Today we set c3 to 9."))]}, THREAD)
     keeper.close()
     # the process "restarts": a new keeper on the same files; the run resumes from the checkpoint
-    reopened = Keeper(CONFIG, archive=archive_path)
+    reopened = Keeper(CONFIG, archive=archive_at())
     agent = create_keeper_agent(
         ScriptedChatModel(default=StoryModel()), keeper=reopened, checkpointer=saver
     )
@@ -85,55 +97,54 @@ def assert_consistent(keeper: Keeper) -> None:
     assert len({h.passage.position for h in hits}) == len(hits)
 
 
-def test_crash_during_the_note_call(tmp_path):
+def test_crash_during_the_note_call(archive_at):
     def inject(keeper, model):
         model.default.hook = crashing_once(
             lambda messages: None, lambda messages: "[NOTES REQUEST]" in str(messages[-1].content)
         )
 
-    assert_consistent(run_until_crash_and_recover(tmp_path, inject))
+    assert_consistent(run_until_crash_and_recover(archive_at, inject))
 
 
-def test_crash_during_the_reask(tmp_path):
+def test_crash_during_the_reask(archive_at):
     def inject(keeper, model):
         model.default.invent_working_first = True
         model.default.hook = crashing_once(
             lambda messages: None, lambda messages: "[NOTES CHECK]" in str(messages[-1].content)
         )
 
-    assert_consistent(run_until_crash_and_recover(tmp_path, inject))
+    assert_consistent(run_until_crash_and_recover(archive_at, inject))
 
 
-def test_crash_inside_the_archive_transaction(tmp_path):
+def test_crash_inside_the_archive_transaction(archive_at):
     def inject(keeper, model):
         keeper.archive._before_commit = crashing_once(keeper.archive._before_commit)
 
-    keeper = run_until_crash_and_recover(tmp_path, inject)
+    keeper = run_until_crash_and_recover(archive_at, inject)
     assert_consistent(keeper)
 
 
-def test_crash_after_the_archive_commit_before_the_state_is_saved(tmp_path):
+def test_crash_after_the_archive_commit_before_the_state_is_saved(archive_at):
     def inject(keeper, model):
         keeper._sync_index = crashing_once(keeper._sync_index)
 
-    keeper = run_until_crash_and_recover(tmp_path, inject)
+    keeper = run_until_crash_and_recover(archive_at, inject)
     assert_consistent(keeper)
     versions = list(keeper.archive.notes_versions("t1"))
     assert len({v.cut_key for v in versions}) == len(versions), "a cut was committed twice"
 
 
-def test_crash_while_indexing_is_caught_up_later(tmp_path):
+def test_crash_while_indexing_is_caught_up_later(archive_at):
     def inject(keeper, model):
         keeper.retriever.add = crashing_once(keeper.retriever.add)
 
-    keeper = run_until_crash_and_recover(tmp_path, inject)
+    keeper = run_until_crash_and_recover(archive_at, inject)
     assert_consistent(keeper)
     assert "item 1:" in keeper.search("t1", "c1")
 
 
-def test_reopened_archive_continues_the_same_session(tmp_path):
-    path = tmp_path / "a.sqlite3"
-    keeper = Keeper(CONFIG, archive=path)
+def test_reopened_archive_continues_the_same_session(archive_at):
+    keeper = Keeper(CONFIG, archive=archive_at())
     agent = create_keeper_agent(
         ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
     )
@@ -145,9 +156,10 @@ def test_reopened_archive_continues_the_same_session(tmp_path):
     before = keeper.archive.turn_count("t1")
     notes = keeper.notes("t1")
     keeper.close()
-    with SQLiteArchive(path) as archive:
+    location = archive_at()
+    with location if not isinstance(location, Path) else SQLiteArchive(location) as archive:
         assert archive.turn_count("t1") == before
-    reopened = Keeper(CONFIG, archive=path)
+    reopened = Keeper(CONFIG, archive=archive_at())
     assert reopened.notes("t1") == notes
     assert reopened.counters("t1").cuts == 2
     assert reopened.search("t1", "c2").startswith("Found")

@@ -20,6 +20,7 @@ from keeper_middleware.retrievers.embedding import EmbeddingRetriever
 from keeper_middleware.retrievers.factory import make_retriever
 from keeper_middleware.retrievers.hybrid import HybridRetriever
 from keeper_middleware.retrievers.keyword import KeywordRetriever
+from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
 from keeper_middleware.retrievers.sentences import passages_from_text
 from keeper_middleware.retrievers.vectorstore import VectorStoreRetriever
 
@@ -80,6 +81,21 @@ BACKENDS = [
     pytest.param(
         (lambda d: VectorStoreRetriever(langchain_chroma(d)), True), id="langchain-chroma"
     ),
+    pytest.param(
+        (lambda d, url, schema: PostgresKeywordRetriever(url, schema=schema), True),
+        id="keyword-postgres",
+        marks=pytest.mark.postgres,
+    ),
+    pytest.param(
+        (
+            lambda d, url, schema: make_retriever(
+                "hybrid", embedder=HASHING, database=url, schema=schema
+            ),
+            False,
+        ),
+        id="hybrid-postgres",
+        marks=pytest.mark.postgres,
+    ),
 ]
 
 STORY = (
@@ -94,8 +110,17 @@ def backend(request, tmp_path):
     factory, persistent = request.param
     made: list[Retriever] = []
 
+    on_postgres = "postgres" in request.node.callspec.id
+
     def build() -> Retriever:
-        retriever = factory(tmp_path)
+        if on_postgres:
+            url, schema = (
+                request.getfixturevalue("postgres_url"),
+                request.getfixturevalue("pg_schema"),
+            )
+            retriever = factory(tmp_path, url, schema)
+        else:
+            retriever = factory(tmp_path)
         made.append(retriever)
         return retriever
 

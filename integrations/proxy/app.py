@@ -133,7 +133,8 @@ def create_proxy_app(
     upstream_url: str,
     *,
     window: int,
-    archive_dir: str | Path,
+    archive_dir: str | Path | None = None,
+    archive_url: str | None = None,
     api_key: str | None = None,
     tenants: Tenants | None = None,
     require_session: bool = False,
@@ -158,18 +159,25 @@ def create_proxy_app(
     ``user``. ``config`` overrides the keeper's settings (its ``window`` is replaced by
     ``window``; without it the reply reserve is 4096 tokens or a quarter of a smaller window);
     ``store`` replaces where session records live; ``transport`` replaces the network (tests
-    pass ``httpx.MockTransport``).
+    pass ``httpx.MockTransport``). Everything is kept in ``archive_dir`` (SQLite, one process),
+    or with ``archive_url`` (``postgresql://…``) in that database, where any number of replicas
+    can serve any session: requests of one session take turns across replicas.
     """
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be a positive number of bytes")
     if tenants is not None and api_key is not None:
         raise ValueError("give api_key or tenants, not both (a Tenants can hold that key)")
     callers = tenants or Tenants({api_key: "default"} if api_key else None)
-    folder = Path(archive_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    if (archive_dir is None) == (archive_url is None):
+        raise ValueError(
+            "give archive_dir (a folder, SQLite) or archive_url (postgresql://…), exactly one"
+        )
+    if archive_url is None:
+        folder = Path(str(archive_dir))
+        folder.mkdir(parents=True, exist_ok=True)
     keeper = Keeper(
         _keeper_config(window, config, reasoning_effort),
-        archive=folder / ARCHIVE_FILE,
+        archive=folder / ARCHIVE_FILE if archive_url is None else archive_url,
         retriever=retriever,
         token_counter=token_counter,
     )

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for the archive, notes and sessions (default ./keeper-proxy-data)",
     )
     parser.add_argument(
+        "--archive-url",
+        default=os.environ.get("KEEPER_ARCHIVE_URL"),
+        help="keep everything in PostgreSQL instead (postgresql://user:password@host/db, env "
+        "KEEPER_ARCHIVE_URL): any number of replicas on one database serve any session",
+    )
+    parser.add_argument(
         "--api-key",
         default=os.environ.get("KEEPER_PROXY_API_KEY"),
         help="one key, for tenant 'default' (env KEEPER_PROXY_API_KEY)",
@@ -191,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         app = create_proxy_app(
             args.upstream,
             window=args.window,
-            archive_dir=Path(args.archive_dir),
+            archive_dir=None if args.archive_url else Path(args.archive_dir),
+            archive_url=args.archive_url,
             tenants=tenants,
             require_session=args.require_session,
             metrics_per_session=args.metrics_per_session,

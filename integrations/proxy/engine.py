@@ -8,16 +8,21 @@ mixes searches with the agent's own tool calls, the searches are answered (their
 the window) and the agent gets its own calls.
 
 Everything that touches SQLite or walks the whole history runs in worker threads, so the event
-loop only moves bytes; two requests of one session never run at once (the second waits).
+loop only moves bytes; two requests of one session never run at once (the second waits), also
+across replicas on one PostgreSQL archive: the session is held in the database for the whole
+request (:meth:`Keeper.asession`), and what this process remembers of it is read again first, so
+any replica can serve any request of any session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
@@ -146,7 +151,6 @@ class KeeperProxy:
         self.max_upstream_calls = max_upstream_calls
         self.store: SessionStore = store or ArchiveSessionStore(keeper.archive)
         self.tenant_quota_bytes = tenant_quota_bytes
-        self._locks: dict[str, asyncio.Lock] = {}
         self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
         self._rendered: dict[str, MessageMemo] = {}
         self._tenant_bytes: dict[str, int] = {}
@@ -158,11 +162,23 @@ class KeeperProxy:
 
     async def _off_loop(self, func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run blocking work (SQLite, whole-history passes) in a worker thread (``workers=0``:
-        on the loop, for profiling)."""
+        on the loop, for profiling). The thread runs in a copy of this task's context, so it
+        counts as holding the sessions the request holds."""
         if self._pool is None:
             return func(*args, **kwargs)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, partial(func, *args, **kwargs))
+        context = contextvars.copy_context()
+        return await loop.run_in_executor(
+            self._pool, partial(context.run, partial(func, *args, **kwargs))
+        )
+
+    @asynccontextmanager
+    async def _holding(self, session: str) -> AsyncIterator[None]:
+        """Hold the session (in this process and, on a shared archive, in the database) and
+        read again what another replica may have changed since this one last served it."""
+        async with self.keeper.asession(session):
+            await self._off_loop(self.store.refresh, session)
+            yield
 
     # ---------------------------------------------------------------- per-session state
 
@@ -185,7 +201,7 @@ class KeeperProxy:
 
     async def forget(self, session: str) -> bool:
         """Erase a session: its archive, NOTES, index and record. False if there was none."""
-        async with self._locks.setdefault(session, asyncio.Lock()):
+        async with self._holding(session):
             return await self._off_loop(self._forget, session)
 
     def _forget(self, session: str) -> bool:
@@ -210,8 +226,7 @@ class KeeperProxy:
         forward: Forward | None = None,
     ) -> Answer:
         """Answer one chat request; with ``forward``, plain text is streamed to it as it comes."""
-        lock = self._locks.setdefault(session, asyncio.Lock())
-        async with lock:
+        async with self._holding(session):
             turn = self._turn(session, request, auth, forward)
             try:
                 return await self._answer(turn, request)

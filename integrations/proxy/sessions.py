@@ -21,6 +21,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 
 from keeper_middleware.archive import ArchiveStore, put_values
 from keeper_middleware.integrations.proxy.metrics import ProxyStats
+from keeper_middleware.session_locks import SessionLockBackend
 
 __all__ = [
     "RECORD_KEY",
@@ -175,6 +176,11 @@ class SessionStore(Protocol):
         """Drop the session's record and counters from memory and storage."""
         ...
 
+    def refresh(self, session: str) -> None:
+        """Called when a request takes the session: forget what is remembered of it if another
+        process (a replica on the same database) may have changed it since."""
+        ...
+
 
 class MessageMemo:
     """One conversion of each window message (to its stored form, to what the upstream reads),
@@ -202,13 +208,32 @@ class MessageMemo:
 
 
 class ArchiveSessionStore:
-    """Records and counters as per-session values in the keeper's archive (the default)."""
+    """Records and counters as per-session values in the keeper's archive (the default).
+
+    On an archive shared between processes (PostgreSQL) a request first reads the record's
+    head again: when its generation is the one remembered, the remembered fingerprints are
+    still right (saves of one session never overlap); otherwise the record is read whole.
+    Counters are always read again there.
+    """
 
     def __init__(self, archive: ArchiveStore) -> None:
         self.archive = archive
+        self.shared = isinstance(archive, SessionLockBackend)
         self._records: dict[str, StoredRecord] = {}
         self._stats: dict[str, ProxyStats] = {}
         self._dicts: dict[str, MessageMemo] = {}
+
+    def refresh(self, session: str) -> None:
+        if not self.shared:
+            return  # this process is the only writer
+        self._stats.pop(session, None)
+        known = self._records.get(session)
+        if known is None:
+            return
+        head = self.archive.get_value(session, RECORD_KEY)
+        generation = head.get("generation") if isinstance(head, dict) else None
+        if generation != known.generation or head is None:
+            self._records.pop(session, None)
 
     def _stored(self, session: str) -> StoredRecord:
         if session not in self._records:

@@ -1,0 +1,503 @@
+"""The PostgreSQL archive backend: many processes, one database (see ``archive`` for the contract).
+
+A cut is one transaction, as in SQLite: the session's row is locked (``FOR UPDATE``) first, so
+two processes committing cuts of one session take turns, ``seq`` stays gap-free and notes
+versions count up by one; the cut record, the notes version and the turns commit together or
+not at all. A process killed at any point leaves either the whole cut or none of it (the server
+rolls back a transaction whose connection is gone), and committing the same ``cut_key`` again
+returns the first record.
+
+Beyond the contract it implements ``SessionLockBackend``: a session-level advisory lock per
+session, taken with ``pg_try_advisory_lock`` on one connection per process, so any number of
+sessions can be held at once without a connection each, and a process that dies releases its
+locks with its connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from keeper_middleware.archive import (
+    ArchivedTurn,
+    CutRecord,
+    NotesDraft,
+    NotesVersion,
+    _distinct_turns,
+    _require_session,
+)
+from keeper_middleware.errors import ArchiveError
+from keeper_middleware.postgres.connect import (
+    check_schema_name,
+    connect,
+    is_postgres_url,
+    redact_url,
+    require_psycopg,
+    split_schema,
+    translated_errors,
+)
+from keeper_middleware.postgres.schema import setup
+
+_T = TypeVar("_T")
+_TURN_COLUMNS = (
+    "session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, reasoning, seq"
+)
+_NOTES_COLUMNS = "session, version, first_item, last_item, text, data_json, cut_key, created"
+_CUT_COLUMNS = "session, cut_key, turns_archived, notes_version, created"
+_TURN_PAGE = 256
+_NOTES_PAGE = 8
+_LOCK_CLASS = 0x6B707273  # the advisory key space of session locks: (class, hash of session)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _text(data: bytes | memoryview) -> str:
+    return bytes(data).decode("utf-8", "surrogatepass")
+
+
+def _no_nul(value: str | None, field: str) -> None:
+    if value is not None and "\x00" in value:
+        raise ValueError(f"{field} {value!r:.60} holds a NUL character; use an id without one")
+
+
+def _turn(row: Sequence[Any]) -> ArchivedTurn:
+    session, msg_id, item, role, content, calls, call_id, name, reasoning, seq = row
+    return ArchivedTurn(
+        session=session,
+        msg_id=msg_id,
+        item=item,
+        role=role,
+        content=_text(content),
+        tool_calls_json=calls,
+        tool_call_id=call_id,
+        name=name,
+        reasoning=_text(reasoning),
+        seq=seq,
+    )
+
+
+def _notes(row: Sequence[Any]) -> NotesVersion:
+    session, version, first, last, text, data_json, key, created = row
+    return NotesVersion(
+        session=session,
+        version=version,
+        first_item=first,
+        last_item=last,
+        text=_text(text),
+        data_json=data_json,
+        cut_key=key,
+        created=created,
+    )
+
+
+def _cut(row: Sequence[Any]) -> CutRecord:
+    session, key, archived, version, created = row
+    return CutRecord(
+        session=session,
+        cut_key=key,
+        turns_archived=archived,
+        notes_version=version,
+        created=created,
+    )
+
+
+def session_lock_key(schema: str, session: str) -> int:
+    """The advisory lock key of a session: a signed 32-bit hash of the schema and the session.
+
+    Two sessions that share a key only wait for each other; they never run at once wrongly.
+    """
+    digest = hashlib.blake2b(f"{schema}\x00{session}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class PostgresArchive:
+    """``ArchiveStore`` on PostgreSQL, shared by every worker and replica that opens the URL.
+
+    ``schema`` (default ``keeper``; also ``?schema=name`` in the URL) holds the tables (created on
+    first use, migrated forward on open), so one database can hold several archives (tenants)
+    and LangGraph's checkpoint tables beside them. Each call
+    takes a connection from a ``psycopg_pool.ConnectionPool`` of ``min_size``..``max_size``
+    connections; ``timeout`` bounds connecting and waiting for a free connection. Errors are
+    ``ArchiveError``s naming the server without its password.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        if not is_postgres_url(url):
+            raise ValueError(
+                f"url must start with postgresql:// (or postgres://), got {redact_url(url)!r}: "
+                "e.g. postgresql://user:password@host:5432/dbname"
+            )
+        if min_size < 1 or max_size < min_size:
+            raise ValueError(
+                f"pool sizes must satisfy 1 <= min_size <= max_size, got {min_size}, {max_size}"
+            )
+        require_psycopg()
+        from psycopg_pool import ConnectionPool
+
+        url, in_url = split_schema(url)
+        if schema is not None and in_url is not None and schema != in_url:
+            raise ValueError(f"the URL says schema={in_url!r} but schema={schema!r} was passed")
+        self.url = url
+        self.schema = check_schema_name(schema or in_url or "keeper")
+        self.timeout = timeout
+        with connect(url, timeout=timeout) as first, self._errors("creating the tables"):
+            self.migration = setup(first, self.schema, url)
+        self._pool: ConnectionPool[Any] | None = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"keeper-archive-{self.schema}",
+        )
+        with self._errors("opening the connection pool"):
+            self._pool.open(wait=True, timeout=timeout)
+        self._lock_conn: Any = None
+        self._lock_mutex = threading.Lock()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _errors(self, doing: str) -> Any:
+        return translated_errors(self.url, doing)
+
+    def _live_pool(self) -> Any:
+        if self._pool is None:
+            raise ArchiveError(
+                f"the archive at {redact_url(self.url)} is closed; open a new PostgresArchive"
+            )
+        return self._pool
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+            return rows
+
+    def _before_commit(self, session: str, cut_key: str) -> None:
+        """Runs inside the cut's transaction just before COMMIT (a seam for crash tests)."""
+
+    # ------------------------------------------------------------------ writing
+
+    def commit_cut(
+        self,
+        session: str,
+        *,
+        cut_key: str,
+        turns: Sequence[ArchivedTurn],
+        notes: NotesDraft | None,
+    ) -> CutRecord:
+        return self.import_cut(session, cut_key=cut_key, turns=turns, notes=notes)
+
+    def import_cut(
+        self,
+        session: str,
+        *,
+        cut_key: str,
+        turns: Sequence[ArchivedTurn],
+        notes: NotesDraft | None,
+        created: float | None = None,
+    ) -> CutRecord:
+        """``commit_cut`` keeping the time the cut was first made (for migrations)."""
+        _require_session(session)
+        _no_nul(session, "session")
+        if not isinstance(cut_key, str) or not cut_key:
+            raise ValueError(f"cut_key must be a non-empty string, got {cut_key!r}")
+        _no_nul(cut_key, "cut_key")
+        pending = _distinct_turns(session, turns)
+        for turn in pending:
+            _no_nul(turn.msg_id, "msg_id")
+            _no_nul(turn.name, "name")
+            _no_nul(turn.tool_call_id, "tool_call_id")
+        s = self.schema
+        with (
+            self._errors("committing a cut"),
+            self._live_pool().connection() as conn,
+            conn.transaction(),
+        ):
+            conn.execute(
+                f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
+                (session,),
+            )
+            next_seq, next_version = conn.execute(
+                f"SELECT next_seq, next_version FROM {s}.sessions WHERE session = %s FOR UPDATE",
+                (session,),
+            ).fetchone()
+            row = conn.execute(
+                f"SELECT {_CUT_COLUMNS} FROM {s}.cuts WHERE session = %s AND cut_key = %s",
+                (session, cut_key),
+            ).fetchone()
+            if row is not None:
+                return _cut(row)
+            already = self._archived_ids(conn, session, [t.msg_id for t in pending])
+            new = [t for t in pending if t.msg_id not in already]
+            record = CutRecord(
+                session=session,
+                cut_key=cut_key,
+                turns_archived=len(new),
+                notes_version=None if notes is None else next_version,
+                created=time.time() if created is None else created,
+            )
+            conn.execute(
+                f"INSERT INTO {s}.cuts ({_CUT_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
+                (session, cut_key, record.turns_archived, record.notes_version, record.created),
+            )
+            if notes is not None:
+                conn.execute(
+                    f"INSERT INTO {s}.notes ({_NOTES_COLUMNS}) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    (
+                        session,
+                        record.notes_version,
+                        notes.first_item,
+                        notes.last_item,
+                        _utf8(notes.text),
+                        notes.data_json,
+                        cut_key,
+                        record.created,
+                    ),
+                )
+            if new:
+                with conn.cursor() as cursor:
+                    cursor.executemany(
+                        f"INSERT INTO {s}.turns ({_TURN_COLUMNS}, cut_key) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        [
+                            (
+                                session,
+                                t.msg_id,
+                                t.item,
+                                t.role,
+                                _utf8(t.content),
+                                t.tool_calls_json,
+                                t.tool_call_id,
+                                t.name,
+                                _utf8(t.reasoning),
+                                next_seq + i,
+                                cut_key,
+                            )
+                            for i, t in enumerate(new)
+                        ],
+                    )
+            conn.execute(
+                f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s WHERE session = %s",
+                (next_seq + len(new), next_version + (notes is not None), session),
+            )
+            self._before_commit(session, cut_key)
+        return record
+
+    def _archived_ids(self, conn: Any, session: str, msg_ids: list[str]) -> set[str]:
+        if not msg_ids:
+            return set()
+        rows = conn.execute(
+            f"SELECT msg_id FROM {self.schema}.turns WHERE session = %s AND msg_id = ANY(%s)",
+            (session, msg_ids),
+        )
+        return {row[0] for row in rows}
+
+    def put_value(self, session: str, key: str, value: Any) -> None:
+        self.put_values(session, {key: value})
+
+    def put_values(self, session: str, values: Mapping[str, Any]) -> None:
+        """Upsert several values in one transaction (in the mapping's order): all or none."""
+        _require_session(session)
+        _no_nul(session, "session")
+        rows = []
+        for key, value in values.items():
+            _no_nul(key, "key")
+            try:
+                value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(
+                    f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "
+                    f"{exc}"
+                ) from exc
+            rows.append((session, key, value_json))
+        if not rows:
+            return
+        s = self.schema
+        with (
+            self._errors("saving values"),
+            self._live_pool().connection() as conn,
+            conn.transaction(),
+        ):
+            conn.execute(
+                f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
+                (session,),
+            )
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    f"INSERT INTO {s}.kv (session, key, value_json) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
+                    rows,
+                )
+
+    def delete_session(self, session: str) -> None:
+        """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
+        with self._errors("deleting a session"), self._live_pool().connection() as conn:
+            conn.execute(f"DELETE FROM {self.schema}.sessions WHERE session = %s", (session,))
+
+    # ------------------------------------------------------------------ reading
+
+    def find_cut(self, session: str, cut_key: str) -> CutRecord | None:
+        rows = self._query(
+            f"SELECT {_CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND cut_key = %s",
+            (session, cut_key),
+        )
+        return _cut(rows[0]) if rows else None
+
+    def turns(
+        self,
+        session: str,
+        *,
+        from_item: int | None = None,
+        to_item: int | None = None,
+        after_seq: int = -1,
+    ) -> Iterator[ArchivedTurn]:
+        """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
+        _require_session(session)
+        where = "session = %s AND seq > %s"
+        bounds: list[int] = []
+        if from_item is not None:
+            where, bounds = where + " AND item >= %s", [*bounds, from_item]
+        if to_item is not None:
+            where, bounds = where + " AND item <= %s", [*bounds, to_item]
+        sql = (
+            f"SELECT {_TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
+            f"ORDER BY seq LIMIT {_TURN_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last, *bounds), after_seq, 9, _turn)
+
+    def _pages(
+        self,
+        sql: str,
+        params: Callable[[int], Sequence[Any]],
+        start: int,
+        key: int,
+        make: Callable[[Sequence[Any]], _T],
+    ) -> Iterator[_T]:
+        """Keyset paging: no cursor or connection is held between pages."""
+        self._live_pool()
+        last = start
+        while rows := self._query(sql, params(last)):
+            yield from map(make, rows)
+            last = rows[-1][key]
+
+    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
+        rows = self._query(
+            f"SELECT {_TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s",
+            (session, msg_id),
+        )
+        return _turn(rows[0]) if rows else None
+
+    def turn_count(self, session: str) -> int:
+        rows = self._query(
+            f"SELECT next_seq FROM {self.schema}.sessions WHERE session = %s", (session,)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def archived_ids(self, session: str, msg_ids: Iterable[str]) -> set[str]:
+        wanted = list(dict.fromkeys(msg_ids))
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return self._archived_ids(conn, session, wanted)
+
+    def latest_notes(self, session: str) -> NotesVersion | None:
+        rows = self._query(
+            f"SELECT {_NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
+            "ORDER BY version DESC LIMIT 1",
+            (session,),
+        )
+        return _notes(rows[0]) if rows else None
+
+    def notes_versions(self, session: str) -> Iterator[NotesVersion]:
+        """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
+        sql = (
+            f"SELECT {_NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
+            f"AND version > %s ORDER BY version LIMIT {_NOTES_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last), 0, 1, _notes)
+
+    def get_value(self, session: str, key: str) -> Any | None:
+        rows = self._query(
+            f"SELECT value_json FROM {self.schema}.kv WHERE session = %s AND key = %s",
+            (session, key),
+        )
+        return json.loads(rows[0][0]) if rows else None
+
+    def sessions(self) -> list[str]:
+        rows = self._query(f"SELECT session FROM {self.schema}.sessions ORDER BY session", ())
+        return [row[0] for row in rows]
+
+    def size_bytes(self) -> int:
+        """Bytes the archive's tables and indexes take on the server."""
+        rows = self._query(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'm')",
+            (self.schema,),
+        )
+        return int(rows[0][0])
+
+    # ------------------------------------------------------------------ session locks
+
+    def try_lock_session(self, session: str) -> bool:
+        key = session_lock_key(self.schema, session)
+        with self._lock_mutex, self._errors("locking a session"):
+            if self._lock_conn is None or self._lock_conn.closed:
+                self._live_pool()
+                self._lock_conn = connect(self.url, timeout=self.timeout)
+            row = self._lock_conn.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_CLASS, key)
+            ).fetchone()
+            return bool(row[0])
+
+    def unlock_session(self, session: str) -> None:
+        key = session_lock_key(self.schema, session)
+        with self._lock_mutex:
+            conn = self._lock_conn
+            if conn is None or conn.closed:
+                return  # the server released every lock of that connection when it went
+            psycopg = require_psycopg()
+            try:
+                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_CLASS, key))
+            except psycopg.OperationalError:
+                conn.close()
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        with self._lock_mutex:
+            if self._lock_conn is not None:
+                self._lock_conn.close()
+                self._lock_conn = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresArchive({redact_url(self.url)!r}, schema={self.schema!r})"

@@ -1,0 +1,112 @@
+"""The archive's tables in PostgreSQL, as numbered migrations.
+
+Like LangGraph's ``PostgresSaver``: ``MIGRATIONS`` is a list of statements, the database records
+the highest one applied (``keeper_migrations``), and ``setup`` runs the rest in order, each with
+its record in one transaction. Two replicas starting at once serialise on an advisory lock, so a
+statement never runs twice. A database that has run a newer list than this version knows is
+refused (an older keeper must not write to tables it does not understand); a schema that holds
+tables but no migration record is someone else's and is refused too.
+
+Text that is archived word for word (contents, reasoning, NOTES) is stored as UTF-8 ``bytea``:
+PostgreSQL's ``text`` cannot hold the NUL character, and an archive keeps any message as sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keeper_middleware.archive import ArchiveSchemaError
+from keeper_middleware.postgres.connect import redact_url
+
+MIGRATIONS: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS {schema}.keeper_migrations (v INTEGER PRIMARY KEY)""",
+    """CREATE TABLE {schema}.sessions (
+        session TEXT PRIMARY KEY,
+        next_seq BIGINT NOT NULL DEFAULT 0,
+        next_version INTEGER NOT NULL DEFAULT 1
+    )""",
+    """CREATE TABLE {schema}.cuts (
+        session TEXT NOT NULL REFERENCES {schema}.sessions (session) ON DELETE CASCADE,
+        cut_key TEXT NOT NULL,
+        turns_archived INTEGER NOT NULL,
+        notes_version INTEGER,
+        created DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (session, cut_key)
+    )""",
+    """CREATE TABLE {schema}.turns (
+        session TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        msg_id TEXT NOT NULL,
+        item BIGINT,
+        role TEXT NOT NULL,
+        content BYTEA NOT NULL,
+        tool_calls_json TEXT NOT NULL,
+        tool_call_id TEXT,
+        name TEXT,
+        reasoning BYTEA NOT NULL,
+        cut_key TEXT NOT NULL,
+        PRIMARY KEY (session, seq),
+        UNIQUE (session, msg_id),
+        FOREIGN KEY (session, cut_key) REFERENCES {schema}.cuts (session, cut_key)
+            ON DELETE CASCADE
+    )""",
+    """CREATE INDEX turns_by_item ON {schema}.turns (session, item, seq)""",
+    """CREATE TABLE {schema}.notes (
+        session TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        first_item BIGINT,
+        last_item BIGINT,
+        text BYTEA NOT NULL,
+        data_json TEXT NOT NULL,
+        cut_key TEXT NOT NULL,
+        created DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (session, version),
+        FOREIGN KEY (session, cut_key) REFERENCES {schema}.cuts (session, cut_key)
+            ON DELETE CASCADE
+    )""",
+    """CREATE TABLE {schema}.kv (
+        session TEXT NOT NULL REFERENCES {schema}.sessions (session) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        value_json TEXT NOT NULL,
+        PRIMARY KEY (session, key)
+    )""",
+)
+"""Append only: a released statement is never edited, a change is a new statement."""
+
+SETUP_LOCK = 0x6B656570  # "keep": serialises setup across processes (two-int advisory key)
+
+
+def setup(conn: Any, schema: str, url: str) -> int:
+    """Bring ``schema`` up to the newest migration; returns the version it is at.
+
+    ``conn`` is an autocommit psycopg connection.
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (SETUP_LOCK, schema))
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        tables = {
+            row[0]
+            for row in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+        }
+        if tables and "keeper_migrations" not in tables:
+            raise ArchiveSchemaError(
+                f"the schema {schema!r} at {redact_url(url)} holds tables that are not a keeper "
+                f"archive ({', '.join(sorted(tables)[:5])}): pass another schema=, e.g. 'keeper'"
+            )
+        conn.execute(MIGRATIONS[0].format(schema=schema))
+        row = conn.execute(f"SELECT MAX(v) FROM {schema}.keeper_migrations").fetchone()
+        applied = -1 if row[0] is None else int(row[0])
+        newest = len(MIGRATIONS) - 1
+        if applied > newest:
+            raise ArchiveSchemaError(
+                f"the archive in schema {schema!r} at {redact_url(url)} is at migration "
+                f"{applied}, but this keeper-middleware knows up to {newest}: upgrade "
+                "keeper-middleware or use another schema"
+            )
+        for version in range(applied + 1, len(MIGRATIONS)):
+            conn.execute(MIGRATIONS[version].format(schema=schema))
+            conn.execute(f"INSERT INTO {schema}.keeper_migrations (v) VALUES (%s)", (version,))
+        return newest

@@ -413,7 +413,8 @@ class Keeper:
             shrunk = True
             plan, request_tokens = self._plan(messages, kstate, setup, notes)
         counters = self.counters(session)
-        counters.peak_window = max(counters.peak_window, request_tokens)
+        if plan is None:  # sent as it is; a cut records the window it leaves (``_finish_cut``)
+            counters.peak_window = max(counters.peak_window, request_tokens)
         log.debug(
             "step session=%s messages=%d request_tokens=%d notes_at=%d budget=%d",
             session,

@@ -233,6 +233,10 @@ class ArchiveStore(Protocol):
         """Turns in seq order; item bounds are inclusive and leave out turns with no item."""
         ...
 
+    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
+        """One archived turn by its message id (how an excerpt's pointer is followed)."""
+        ...
+
     def turn_count(self, session: str) -> int: ...
 
     def archived_ids(self, session: str, msg_ids: Iterable[str]) -> set[str]:

@@ -107,6 +107,14 @@ class KeeperConfig:
     """How many matches the archive search shows at most."""
     search_scan: int = 200
     """How many matches the search looks at to report how many there are."""
+    search_budget: int | None = 10
+    """How many searches may run between two new inputs; after that each search is refused and
+    the model told to answer (a model that searches with a new query every time is caught by no
+    repeat guard). None: no budget."""
+    message_limit: Size = ("fraction", 0.25)
+    """The most one message may take in view (tokens, or a fraction of window - reserve). A bigger
+    message, or one too big for the room left beside the fixed part, is archived word for word
+    and stands in view as an excerpt (head and tail) with a pointer to read it page by page."""
     thinking: ThinkingPolicy = field(default_factory=ThinkingPolicy)
 
     def __post_init__(self) -> None:
@@ -162,6 +170,13 @@ class KeeperConfig:
             raise ConfigurationError(
                 f"thinking={self.thinking!r}; give a ThinkingPolicy(on=..., off=...)"
             )
+        if self.search_budget is not None:
+            _check_int("search_budget", self.search_budget, minimum=1, fix="(or None)")
+        if self.message_tokens < 128:
+            raise ConfigurationError(
+                f"message_limit={self.message_limit!r} allows {self.message_tokens} tokens a "
+                "message; allow at least 128 (raise it or the window)"
+            )
         budget = self.notes_threshold  # validates notes_at
         if budget <= 0:
             raise ConfigurationError("notes_at leaves no room; raise it or the window")
@@ -192,6 +207,16 @@ class KeeperConfig:
     def budget(self) -> int:
         """The largest request the keeper lets through."""
         return self.window - self.reserve
+
+    @property
+    def message_tokens(self) -> int:
+        """The most one message may take in view, in tokens (``message_limit`` resolved)."""
+        return resolve_size(self.message_limit, self.budget, name="message_limit")
+
+    @property
+    def page_tokens(self) -> int:
+        """The size of one page when an archived message is read back."""
+        return self.message_tokens // 2
 
     @property
     def notes_tokens(self) -> int:

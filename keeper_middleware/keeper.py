@@ -62,6 +62,14 @@ from keeper_middleware.cut import (
     plan_cut,
 )
 from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
+from keeper_middleware.excerpts import (
+    MIN_EXCERPT_TOKENS,
+    archived_text,
+    excerpt_ref,
+    pointer_cost,
+    read_page,
+    shrink_message,
+)
 from keeper_middleware.indexing import catch_up
 from keeper_middleware.injection import (
     merge_hits,
@@ -70,15 +78,19 @@ from keeper_middleware.injection import (
     render_rules_block,
 )
 from keeper_middleware.items import ItemNumbering
+from keeper_middleware.marks import SECRET_KEY, new_secret, signed, verified
 from keeper_middleware.messages import (
+    close_unanswered_calls,
     is_empty_reply,
     keeper_kind,
     keeper_message,
     reasoning_of,
     role_of,
+    storable_text,
     strip_reasoning,
     text_of,
     thought_to_limit,
+    with_storable_calls,
 )
 from keeper_middleware.note_taking import Ask, Done, NoteOutcome, NoteTaking, notes_request_text
 from keeper_middleware.notes import (
@@ -108,11 +120,14 @@ from keeper_middleware.search import (
     decide,
     render_results,
 )
+from keeper_middleware.search_args import ReadArgs, Refusal, parse_search_args
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
 MOVED_KEYS = "notes_moved_keys"
 """Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
+NOTES_FRAME_TOKENS = 64
+"""What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
 NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
 AsyncNoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], Awaitable[AIMessage]]
 Tool = BaseTool | Callable[..., Any] | dict[str, Any]
@@ -168,6 +183,8 @@ class _Pending:
     request: list[BaseMessage] = field(default_factory=list)
     key: str = ""
     tool_schemas: list[dict[str, Any]] = field(default_factory=list)
+    replaced: bool = False
+    """A message was replaced under its own id (an excerpt, a forged tag removed)."""
     archived_keys: frozenset[str] = frozenset()
     """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
 
@@ -234,6 +251,8 @@ class Keeper:
         self._lock = threading.RLock()
         self._counters: dict[str, Counters] = {}
         self._saved_counters: dict[str, dict[str, Any]] = {}
+        self._secrets: dict[str, str] = {}
+        self._caps: dict[str, int] = {}
 
     # ----------------------------------------------------------------- state and counters
 
@@ -282,6 +301,22 @@ class Keeper:
         if latest is None:
             return Notes()
         return notes_from_json(latest.data_json)
+
+    def _secret(self, session: str) -> str:
+        """The session's secret for marking the keeper's own messages (kept in the archive, so
+        a restarted keeper still recognises them; never sent to a model)."""
+        with self._lock:
+            if session not in self._secrets:
+                stored = self.archive.get_value(session, SECRET_KEY)
+                if not isinstance(stored, str) or not stored:
+                    stored = new_secret()
+                    self.archive.put_value(session, SECRET_KEY, stored)
+                self._secrets[session] = stored
+            return self._secrets[session]
+
+    def _own(self, session: str, text: str, kind: str, msg_id: str) -> BaseMessage:
+        """A keeper message, marked so that no one else's message passes for it."""
+        return signed(keeper_message(text, kind, msg_id=msg_id), self._secret(session))
 
     def _guard(self, session: str) -> GuardState:
         return GuardState.from_json(self.archive.get_value(session, "search_guard"))
@@ -348,12 +383,38 @@ class Keeper:
         if not kstate:
             self._warn_if_archive_outlived_state(session)
         messages = [_with_id(m) for m in given]
-        messages = self._observe(session, messages, kstate)
+        # where messages enter: a forged keeper tag is ordinary content from here on, and a
+        # tool call left without its result (a recursion limit, a crash) is closed
+        messages, forged = verified(messages, lambda: self._secret(session))
+        messages, _closed = close_unanswered_calls(messages)
+        messages, shrunk = self._observe(session, messages, kstate, setup)
         notes = self.notes(session)
-        layout = self._layout(messages)
+        plan, request_tokens = self._plan(messages, kstate, setup, notes)
+        if plan is None and request_tokens > self.config.budget:
+            # what was kept in view as already noted may leave with the next cut instead
+            messages, unkept = _unkeep(messages)
+            if unkept:
+                shrunk = True
+                plan, request_tokens = self._plan(messages, kstate, setup, notes)
+        for _ in range(8):
+            if plan is not None or request_tokens <= self.config.budget:
+                break
+            messages, more = self._shrink_in_view(session, messages, kstate, setup)
+            if not more:
+                break
+            shrunk = True
+            plan, request_tokens = self._plan(messages, kstate, setup, notes)
+        if plan is None and request_tokens > self.config.budget:
+            # the last resort: excerpt the biggest messages in view, wherever they are
+            layout = self._layout(messages)
+            messages = self._shrink_largest(
+                session, messages, kstate.get("items", {}), setup, start=layout.head_end
+            )
+            shrunk = True
+            plan, request_tokens = self._plan(messages, kstate, setup, notes)
         counters = self.counters(session)
-        request_tokens = self._count(setup, messages)
-        counters.peak_window = max(counters.peak_window, request_tokens)
+        if plan is None:  # sent as it is; a cut records the window it leaves (``_finish_cut``)
+            counters.peak_window = max(counters.peak_window, request_tokens)
         log.debug(
             "step session=%s messages=%d request_tokens=%d notes_at=%d budget=%d",
             session,
@@ -362,11 +423,42 @@ class Keeper:
             self.config.notes_threshold,
             self.config.budget,
         )
+        if plan is None and request_tokens > self.config.budget:
+            parts = self._fixed_parts(messages, setup)
+            listed = " + ".join(f"{name} {size}" for name, size in parts.items() if size)
+            raise WindowTooSmallError(
+                f"the request is {request_tokens} tokens, over the budget of "
+                f"{self.config.budget} (window {self.config.window} - reply reserve "
+                f"{self.config.reserve}) by {request_tokens - self.config.budget}, and "
+                f"nothing more can be cut or excerpted. Its fixed part: {listed} = "
+                f"{sum(parts.values())} tokens. Raise the window, lower reply_reserve, or "
+                "shorten the largest part."
+            )
+        moved = self.archive.get_value(session, MOVED_KEYS) if plan is not None else None
+        return _Pending(
+            session,
+            messages,
+            kstate,
+            plan,
+            notes,
+            replaced=bool(forged or shrunk),
+            archived_keys=frozenset(moved or ()),
+        )
+
+    def _plan(
+        self,
+        messages: list[BaseMessage],
+        kstate: Mapping[str, Any],
+        setup: ModelSetup,
+        notes: Notes,
+    ) -> tuple[CutPlan | None, int]:
+        """The cut to make now (None: none), and the request's size as it stands."""
+        layout = self._layout(messages)
+        request_tokens = self._count(setup, messages)
         plan = None
         if self._notes_due(kstate, request_tokens, layout, messages):
             open_at = open_question_index(messages, self.detector, start=layout.head_end)
-            note_request = keeper_message(notes_request_text(0), "notes_request")
-            request_cost = self.tokens.count_messages([note_request])
+            request_cost = self._request_cost()
 
             def fits(boundary: int) -> bool:
                 size = self._count(setup, messages[:boundary]) + request_cost
@@ -381,18 +473,79 @@ class Keeper:
                 passing = plan_cut(messages, layout, open_question=None, notes_call_fits=fits)
                 if passing is not None:
                     plan = pin_open_question(messages, passing, open_at)
-        if plan is None and request_tokens > self.config.budget:
-            raise WindowTooSmallError(
-                f"the request is {request_tokens} tokens, over the budget of "
-                f"{self.config.budget} (window {self.config.window} - reply reserve "
-                f"{self.config.reserve}), and nothing can be cut: what must stay in view "
-                "(system prompt, tools, task, NOTES and any open question with its work) does "
-                "not fit. Raise the window, lower reply_reserve, or send smaller inputs."
-            )
-        moved = self.archive.get_value(session, MOVED_KEYS) if plan is not None else None
-        return _Pending(
-            session, messages, kstate, plan, notes, archived_keys=frozenset(moved or ())
-        )
+        return plan, request_tokens
+
+    def _shrink_in_view(
+        self,
+        session: str,
+        messages: list[BaseMessage],
+        kstate: Mapping[str, Any],
+        setup: ModelSetup,
+    ) -> tuple[list[BaseMessage], bool]:
+        """Excerpt the messages kept in view beside the NOTES and the first unit not yet noted
+        (a message, or a tool call with its results) until a note request fits after them
+        again; each is archived whole first.
+
+        Used when nothing can be cut: what is in view outgrew the window after the messages
+        were taken in (the NOTES or the kept exchange grew, an open question's work piled up).
+        """
+        layout = self._layout(messages)
+        items: Mapping[str, int] = kstate.get("items", {})
+        open_at = open_question_index(messages, self.detector, start=layout.head_end)
+        first = layout.head_end if layout.notes_index is None else layout.notes_index + 1
+        end = layout.noted_start
+        while end < len(messages) and (end == open_at or keeper_kind(messages[end]) is not None):
+            end += 1
+        end += 1
+        while end < len(messages) and isinstance(messages[end], ToolMessage):
+            end += 1
+        end = min(end, len(messages))
+        # the kept messages and the first unit not yet noted; never the question itself
+        shrinkable = [
+            i for i in range(first, end) if i != open_at and keeper_kind(messages[i]) is None
+        ]
+        if not shrinkable:
+            return messages, False
+        fixed = [m for i, m in enumerate(messages[:end]) if i not in shrinkable]
+        room = self.config.budget - self._request_cost() - self._count(setup, fixed)
+        sizes = [self.tokens.count_messages([messages[i]]) for i in shrinkable]
+        level = _water_level(sizes, room, self.config.message_tokens)
+        result = list(messages)
+        changed = False
+        for index, size in zip(shrinkable, sizes, strict=True):
+            if size > level:
+                message = messages[index]
+                shrunk = self._archive_whole(session, message, items.get(str(message.id)), level)
+                changed = changed or shrunk is not message
+                result[index] = shrunk
+        return result, changed
+
+    def _shrink_largest(
+        self,
+        session: str,
+        messages: list[BaseMessage],
+        items: Mapping[str, int],
+        setup: ModelSetup,
+        *,
+        start: int,
+    ) -> list[BaseMessage]:
+        """Excerpt the biggest messages from ``start`` on (not the keeper's own) until the
+        request and a note request fit the budget; each is archived whole first."""
+        target = self.config.budget - self._request_cost()
+        result = list(messages)
+        sizes = {
+            i: self.tokens.count_messages([m])
+            for i, m in enumerate(messages)
+            if i >= start and keeper_kind(m) is None and not isinstance(m, SystemMessage)
+        }
+        for index in sorted(sizes, key=lambda i: -sizes[i]):
+            excess = self._count(setup, result) - target
+            if excess <= 0:
+                break
+            message = result[index]
+            cap = max(MIN_EXCERPT_TOKENS, sizes[index] - excess)
+            result[index] = self._archive_whole(session, message, items.get(str(message.id)), cap)
+        return result
 
     def _leaves_room(
         self,
@@ -412,7 +565,9 @@ class Keeper:
         return self._count(setup, window) + self._notes_estimate(notes) <= self.config.budget
 
     def _notes_estimate(self, notes: Notes) -> int:
-        return self.tokens.count_text(render_notes(notes)) * 5 // 4 + 256
+        """The NOTES' size after the next cut: grown by what it notes, fitted to their budget."""
+        grown = self.tokens.count_text(render_notes(notes)) * 5 // 4 + 256
+        return min(grown, self.config.notes_tokens + NOTES_FRAME_TOKENS)
 
     def _drop_kept_if_too_big(
         self, plan: CutPlan, messages: Sequence[BaseMessage], notes: Notes, setup: ModelSetup
@@ -425,22 +580,28 @@ class Keeper:
         return replace(plan, keep_from=plan.boundary)
 
     def _observe(
-        self, session: str, messages: list[BaseMessage], kstate: dict[str, Any]
-    ) -> list[BaseMessage]:
-        """Number new inputs and place the RULES (and retrieved sentences) after new questions."""
+        self,
+        session: str,
+        messages: list[BaseMessage],
+        kstate: dict[str, Any],
+        setup: ModelSetup,
+    ) -> tuple[list[BaseMessage], bool]:
+        """Number new inputs, fit each new message to the room it needs, and place the RULES
+        (and retrieved sentences) after new questions. True when a message was excerpted."""
         seen = set(kstate.get("seen", []))
         items: dict[str, int] = dict(kstate.get("items", {}))
         last_item = int(kstate.get("last_item", 0))
         numbered = bool(kstate.get("numbered", False))
         rules = self.notes(session).rules
         counters = self.counters(session)
+        caps = self._message_caps(session, messages, seen, setup)
         result: list[BaseMessage] = []
-        new_input = False
+        new_input = shrunk = False
         for message in messages:
-            result.append(message)
             msg_id = str(message.id)
-            if msg_id in seen or keeper_kind(message) is not None:
+            if not _is_fresh(message, seen):
                 seen.add(msg_id)
+                result.append(message)
                 continue
             seen.add(msg_id)
             self._log_if_oversized(session, message)
@@ -453,6 +614,11 @@ class Keeper:
                 elif not (numbered and is_question):
                     last_item += 1
             items[msg_id] = last_item
+            cap = caps[msg_id]
+            if self.tokens.count_messages([message]) > cap:
+                message = self._archive_whole(session, message, last_item, cap)
+                shrunk = True
+            result.append(message)
             if is_question:
                 extra = self._beside_question(session, message, rules)
                 for added in extra:
@@ -460,14 +626,142 @@ class Keeper:
                     result.append(added)
                 counters.rules_injected += sum(1 for m in extra if keeper_kind(m) == "rules")
         if new_input:
-            self._set_guard(session, after_new_input(self._guard(session)))
+            with self._lock:
+                self._set_guard(session, after_new_input(self._guard(session)))
         live_ids = {str(m.id) for m in result}
         kstate["seen"] = [i for i in seen if i in live_ids]
         kstate["items"] = {k: v for k, v in items.items() if k in live_ids}
         kstate["last_item"] = last_item
         kstate["numbered"] = numbered
         kstate.setdefault("notes_item", 0)
-        return result
+        return result, shrunk
+
+    def _message_caps(
+        self,
+        session: str,
+        messages: Sequence[BaseMessage],
+        seen: set[str],
+        setup: ModelSetup,
+    ) -> dict[str, int]:
+        """The most each new message may take in view, by id.
+
+        A cut can pass any message but never splits a tool call from its results, so each such
+        unit (one message, or a call with its results) must fit a note request beside the fixed
+        part: system prompt and tools, the pinned task, the NOTES, the note request and what is
+        repeated beside a question. Within a unit the room is shared so that small messages stay
+        whole and only the big ones are cut down, none beyond the message limit.
+        """
+        layout = self._layout(messages)
+        parts = self._fixed_parts(messages, setup, seen)
+        # what was kept in view beside the NOTES is in every note request too, but it is not
+        # fixed: when it leaves no room it is excerpted (_shrink_in_view), never refused
+        kept = sum(
+            self.tokens.count_messages([m])
+            for m in messages[layout.head_end : layout.noted_start]
+            if keeper_kind(m) != "notes" and not _is_fresh(m, seen)
+        )
+        beside = self._beside_cost(self.notes(session))
+        room = self.config.budget - sum(parts.values())
+        caps: dict[str, int] = {}
+        for unit in _units(messages):
+            fresh = [m for m in unit if _is_fresh(m, seen)]
+            if not fresh:
+                continue
+            fixed = sum(self.tokens.count_messages([m]) for m in unit if not _is_fresh(m, seen))
+            if any(self.detector.is_question(m) for m in fresh):
+                fixed += beside
+            sizes = [self.tokens.count_messages([m]) for m in fresh]
+            share = _water_level(sizes, room - fixed - kept, self.config.message_tokens)
+            if share < MIN_EXCERPT_TOKENS and kept:
+                share = _water_level(sizes, room - fixed, self.config.message_tokens)
+            floor = MIN_EXCERPT_TOKENS + pointer_cost(
+                excerpt_ref(session, "x"), self.tokens.count_text
+            )
+            least = sum(min(size, floor) for size in sizes)
+            if room < least:
+                need = sum(parts.values()) + least
+                listed = " + ".join(f"{name} {size}" for name, size in parts.items() if size)
+                raise WindowTooSmallError(
+                    f"the fixed part of a request does not fit: {listed} + the new input's "
+                    f"excerpt (at least {floor} tokens a message) = {need} tokens, "
+                    f"over the budget of {self.config.budget} (window {self.config.window} - "
+                    f"reply reserve {self.config.reserve}) by "
+                    f"{need - self.config.budget}. Raise the window, lower reply_reserve, or "
+                    "shorten the largest part."
+                )
+            caps.update((str(m.id), max(share, floor)) for m in fresh)
+        with self._lock:
+            self._caps[session] = max(MIN_EXCERPT_TOKENS, min(room, self.config.message_tokens))
+        return caps
+
+    def _fixed_parts(
+        self, messages: Sequence[BaseMessage], setup: ModelSetup, seen: set[str] | None = None
+    ) -> dict[str, int]:
+        """What every note request carries whatever is cut, by part, in tokens (the pinned
+        task counted only once taken in, when ``seen`` is given)."""
+        layout = self._layout(messages)
+        head = [m for m in messages[: layout.head_end] if seen is None or not _is_fresh(m, seen)]
+        tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
+        system_and_tools = self._count(setup, [m for m in head if isinstance(m, SystemMessage)])
+        return {
+            "system prompt": system_and_tools - tools,
+            "tools": tools,
+            "pinned task": self._count(setup, head) - system_and_tools,
+            # the note request that notes a unit carries the NOTES: as they are in view now,
+            # and as a later cut may grow them, up to their budget
+            "NOTES": max(
+                self.config.notes_tokens + NOTES_FRAME_TOKENS,
+                sum(self.tokens.count_messages([m]) for m in messages if keeper_kind(m) == "notes"),
+            ),
+            "note request": self._request_cost(),
+        }
+
+    def _request_cost(self) -> int:
+        rewrite = self.config.notes_mode == "rewrite"
+        text = REWRITE_REQUEST_TEXT if rewrite else notes_request_text(0)
+        return self.tokens.count_messages([keeper_message(text, "notes_request")])
+
+    def _beside_cost(self, notes: Notes) -> int:
+        cost = 0
+        if self.config.rules_next_to_questions and notes.rules:
+            cost += self.tokens.count_text(render_rules_block(notes.rules)) + 8
+        if self.config.show_retrieved > 0:
+            cost += self.config.budget // 4
+        return cost
+
+    def _archive_whole(
+        self, session: str, message: BaseMessage, item: int | None, cap: int
+    ) -> BaseMessage:
+        """Archive ``message`` word for word now, and return its excerpt (same id) for the view.
+
+        A later cut archives the excerpt's id again, which the archive skips: the turn is in it
+        exactly once, whole.
+        """
+        msg_id = str(message.id)
+        ref = excerpt_ref(session, msg_id)
+        size = self.tokens.count_messages([message])
+        cap = max(cap, pointer_cost(ref, self.tokens.count_text) + MIN_EXCERPT_TOKENS)
+        if size <= cap:
+            return message  # an excerpt would be no smaller than the message itself
+        turn = _archived_turn(session, message, item)
+        self.archive.commit_cut(
+            session, cut_key=f"whole-{cut_key(session, [], msg_id)}", turns=[turn], notes=None
+        )
+        self.archive.put_value(session, f"ref:{ref}", msg_id)
+        self._sync_index(session)
+        target = max(MIN_EXCERPT_TOKENS, cap // 2)
+        while True:
+            excerpt = shrink_message(
+                message,
+                tokens=target,
+                ref=ref,
+                page_tokens=self.config.page_tokens,
+                count=self.tokens.count_text,
+            )
+            size = self.tokens.count_messages([excerpt])
+            if size <= cap or target <= MIN_EXCERPT_TOKENS:
+                return excerpt
+            target = max(MIN_EXCERPT_TOKENS, target - (size - cap) - 8)
 
     def _warn_if_archive_outlived_state(self, session: str) -> None:
         archived = self.archive.turn_count(session)
@@ -499,7 +793,7 @@ class Keeper:
         added: list[BaseMessage] = []
         qid = str(question.id)
         if self.config.rules_next_to_questions and rules:
-            added.append(keeper_message(render_rules_block(rules), "rules", msg_id=f"rules-{qid}"))
+            added.append(self._own(session, render_rules_block(rules), "rules", f"rules-{qid}"))
         if self.config.show_retrieved > 0:
             per_query = [
                 self.passages_retriever.search(q, session=session, k=self.config.show_retrieved)
@@ -512,7 +806,7 @@ class Keeper:
             while hits and self.tokens.count_text(block) > self.config.budget // 4:
                 hits = hits[: len(hits) * 3 // 4]
                 block = render_retrieved_block(hits)
-            added.append(keeper_message(block, "retrieved", msg_id=f"retrieved-{qid}"))
+            added.append(self._own(session, block, "retrieved", f"retrieved-{qid}"))
         return added
 
     def _layout(self, messages: Sequence[BaseMessage]) -> Layout:
@@ -622,17 +916,14 @@ class Keeper:
         last_text = ""
         while isinstance(step, Ask):
             if step.text is not None:
-                step_text = step.text
-                convo = [
-                    *convo,
-                    AIMessage(content=last_text),
-                    keeper_message(step_text, "notes_reask"),
-                ]
-                if self.tokens.count_messages(convo, pending.tool_schemas) > self.config.budget:
+                convo = [*convo, AIMessage(content=last_text)]
+                text = self._fit_reask(step.text, convo, pending.tool_schemas)
+                if text is None:
                     log.info("reask skipped session=%s: it does not fit", pending.session)
                     step = taking.give_up()  # a re-ask that does not fit is not sent
                     break
-                log.info("reask session=%s: %s", pending.session, _first_line(step_text))
+                convo.append(keeper_message(text, "notes_reask"))
+                log.info("reask session=%s: %s", pending.session, _first_line(text))
             reply = yield from self._ask_once(pending.session, convo, thinking_on)
             last_text = text_of(reply)
             step = taking.receive(last_text)
@@ -652,6 +943,31 @@ class Keeper:
                 outcome.reasks,
             )
         return outcome
+
+    def _fit_reask(
+        self, text: str, convo: Sequence[BaseMessage], schemas: list[dict[str, Any]]
+    ) -> str | None:
+        """The re-ask, shortened to its first lines when all of them do not fit after
+        ``convo``; None when not even the header and one questioned line fit."""
+        room = self.config.budget - self.tokens.count_messages(convo, schemas)
+        lines = text.split("\n")
+
+        def cost(kept: int) -> int:
+            shown = "\n".join(lines[:kept])
+            return self.tokens.count_messages([keeper_message(shown, "notes_reask")])
+
+        if cost(len(lines)) <= room:
+            return text
+        low, high = 0, len(lines)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if cost(middle) + 16 <= room:
+                low = middle
+            else:
+                high = middle - 1
+        if low < 2:
+            return None
+        return "\n".join([*lines[:low], f"(and {len(lines) - low} more lines like these)"])
 
     def _instruction_text(self, pending: _Pending) -> str:
         """What the user and the system prompt said in the request: the only text a RULE may
@@ -728,8 +1044,8 @@ class Keeper:
         self._save_counters(pending.session)
         given_ids = [m.id for m in given]
         ids = [m.id for m in pending.messages]
-        changed = ids != given_ids
-        rewritten = changed and ids[: len(given_ids)] != given_ids
+        changed = ids != given_ids or pending.replaced
+        rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(pending.messages, pending.state, changed, rewritten)
 
     def _finish_cut(
@@ -749,6 +1065,36 @@ class Keeper:
             notes, budget=self.config.notes_tokens, count_text=self.tokens.count_text
         )
         notes = fitted.notes
+        rendered = render_notes(notes)
+        for keep_kept in (True, False):
+            if not keep_kept:
+                # the newest exchange kept in view does not fit beside the new NOTES: it leaves
+                plan = replace(plan, keep_from=plan.boundary)
+            notes_message = self._own(
+                session, render_notes(notes, kept=plan.kept_count), "notes", f"notes-{pending.key}"
+            )
+            window = [
+                *messages[: plan.layout.head_end],
+                notes_message,
+                *(messages[i] for i in plan.pinned),
+                *messages[plan.keep_from :],
+            ]
+            size = self._count(setup, window)
+            if size <= self.config.budget or plan.keep_from == plan.boundary:
+                break
+        if size > self.config.budget:
+            window = self._shrink_largest(
+                session, window, items, setup, start=plan.layout.head_end + 1
+            )
+            size = self._count(setup, window)
+        if size > self.config.budget:
+            raise WindowTooSmallError(
+                f"after a cut the request is still {size} tokens, over the budget of "
+                f"{self.config.budget} (window {self.config.window} - reply reserve "
+                f"{self.config.reserve}): what must stay in view (system prompt, task, "
+                "NOTES within notes_budget, any open question) does not fit. Raise the "
+                "window, lower reply_reserve or notes_budget, or shorten the system prompt."
+            )
         leaving = [*messages[: plan.layout.head_end], *(messages[i] for i in plan.leaving)]
         turns = [
             _archived_turn(session, m, items.get(str(m.id)))
@@ -766,25 +1112,6 @@ class Keeper:
                     content=moved_text(fitted, notes.last_item),
                     name=MOVED_TURN_NAME,
                 )
-            )
-        rendered = render_notes(notes)
-        notes_message = keeper_message(
-            render_notes(notes, kept=plan.kept_count), "notes", msg_id=f"notes-{pending.key}"
-        )
-        window = [
-            *messages[: plan.layout.head_end],
-            notes_message,
-            *(messages[i] for i in plan.pinned),
-            *messages[plan.keep_from :],
-        ]
-        size = self._count(setup, window)
-        if size > self.config.budget:
-            raise WindowTooSmallError(
-                f"after a cut the request is still {size} tokens, over the budget of "
-                f"{self.config.budget} (window {self.config.window} - reply reserve "
-                f"{self.config.reserve}): what must stay in view (system prompt, task, "
-                "NOTES, the newest exchange and any open question) does not fit. Raise the "
-                "window, lower reply_reserve, or send smaller inputs."
             )
         record = self.archive.commit_cut(
             session,
@@ -876,7 +1203,7 @@ class Keeper:
             counters.model_calls += 1
             counters.add_usage(reply, management=False)
             self._save_counters(session)
-        return strip_reasoning(reply)
+        return with_storable_calls(strip_reasoning(reply))
 
     def retry_kwargs(
         self, session: str, kwargs: Mapping[str, Any], reply: BaseMessage
@@ -906,39 +1233,78 @@ class Keeper:
             self._save_counters(session)
 
     def search(
-        self, session: str, query: str, from_item: int | None = None, to_item: int | None = None
+        self,
+        session: str,
+        query: object = None,
+        from_item: object = None,
+        to_item: object = None,
+        *,
+        read: object = None,
+        page: object = None,
     ) -> str:
-        """The archive search tool's body, guards included."""
-        if not query or not query.strip():
-            log.info("search refused session=%s: no query", session)
-            return "Refused: give a few keywords to search for (for example a name)."
-        command = SearchCommand(query=query, from_item=from_item, to_item=to_item)
+        """The archive search tool's body, guards included; see :meth:`run_search_tool`."""
+        args = {"query": query, "from_item": from_item, "to_item": to_item}
+        if read is not None:
+            args.update(read=read, page=page)
+        return self.run_search_tool(session, args)
+
+    def run_search_tool(self, session: str, args: object) -> str:
+        """Answer one ``search_archive`` call from the model's raw arguments.
+
+        Never raises for anything the model can send: bad arguments get a "Refused: …" text
+        (:func:`~keeper_middleware.search_args.parse_search_args`). The guards' state is read,
+        decided and written under one lock, so parallel searches cannot race past them. The
+        reply is sized to the room a message has in view.
+        """
+        parsed = parse_search_args(args)
+        if isinstance(parsed, Refusal):
+            log.info("search refused session=%s: %s", session, parsed.text)
+            with self.session(session):
+                self.counters(session).search_refusals += 1
+                self._save_counters(session)
+            return parsed.text
+        if isinstance(parsed, ReadArgs):
+            command = SearchCommand(query="", read=parsed.ref, page=parsed.page)
+        else:
+            command = SearchCommand(
+                query=parsed.query, from_item=parsed.from_item, to_item=parsed.to_item
+            )
         with self.session(session):
             counters = self.counters(session)
-            decision = decide(self._guard(session), command)
+            decision = decide(self._guard(session), command, budget=self.config.search_budget)
             self._set_guard(session, decision.state)
             if decision.verdict != "run":
                 log.info(
-                    "search %s session=%s query=%r",
+                    "search %s session=%s key=%r",
                     "stopped" if decision.verdict == "stop" else "refused",
                     session,
-                    query,
+                    command.key[:200],
                 )
                 counters.search_refusals += 1
                 counters.search_stops += decision.verdict == "stop"
-                self._save_counters(session)
-                return decision.message
-            counters.searches += 1
+            else:
+                counters.searches += 1
             self._save_counters(session)
+            with self._lock:
+                room = self._caps.get(session, self.config.message_tokens)
+        if decision.verdict != "run":
+            return decision.message
+        if isinstance(parsed, ReadArgs):
+            return self._read(session, parsed, room)
         hits = self.retriever.search(
-            query,
+            parsed.query,
             session=session,
             k=self.config.search_scan,
-            from_item=from_item,
-            to_item=to_item,
+            from_item=parsed.from_item,
+            to_item=parsed.to_item,
         )
         return render_results(
-            command, hits, shown=self.config.search_results, scanned=self.config.search_scan
+            command,
+            hits,
+            shown=self.config.search_results,
+            scanned=self.config.search_scan,
+            max_tokens=max(MIN_EXCERPT_TOKENS, room - 16),
+            count=self.tokens.count_text,
         )
 
     def forget(self, session: str) -> None:
@@ -950,6 +1316,31 @@ class Keeper:
                 self.passages_retriever.delete_session(session)
             self._counters.pop(session, None)
             self._saved_counters.pop(session, None)
+            self._secrets.pop(session, None)
+            self._caps.pop(session, None)
+
+    def _read(self, session: str, args: ReadArgs, room: int) -> str:
+        """One page of an archived message (what an excerpt's pointer leads to)."""
+        msg_id = self.archive.get_value(session, f"ref:{args.ref}")
+        turn = self.archive.turn(session, msg_id if isinstance(msg_id, str) else args.ref)
+        if turn is None:
+            return (
+                f'Refused: no archived message has the reference "{args.ref[:80]}"; copy it '
+                "from an excerpt's pointer line."
+            )
+        text = archived_text(turn.content, turn.tool_calls_json)
+        page_tokens = max(MIN_EXCERPT_TOKENS, min(self.config.page_tokens, room - 64))
+        chunk, pages = read_page(text, args.page, page_tokens, self.tokens.count_text)
+        if not chunk:
+            return f"Refused: page {args.page} does not exist; the message has {pages} page(s)."
+        where = f" (item {turn.item})" if turn.item is not None else ""
+        head = f'[READ "{args.ref}"] page {args.page} of {pages}{where}, {turn.role} message:'
+        tail = (
+            f'\n[next: search_archive(read="{args.ref}", page={args.page + 1})]'
+            if args.page < pages
+            else "\n[end of the message]"
+        )
+        return f"{head}\n{chunk}{tail}"
 
     def close(self) -> None:
         if self.passages_retriever is not self.retriever:
@@ -986,11 +1377,62 @@ def _archived_turn(session: str, message: BaseMessage, item: int | None) -> Arch
         msg_id=str(message.id),
         item=item,
         role=role_of(message),
-        content=content,
-        tool_calls_json=json.dumps(tool_calls, ensure_ascii=False, default=str),
+        content=storable_text(content),
+        tool_calls_json=storable_text(json.dumps(tool_calls, ensure_ascii=False, default=str)),
         tool_call_id=message.tool_call_id if isinstance(message, ToolMessage) else None,
-        name=message.name,
-        reasoning=reasoning_of(message),
+        name=storable_text(message.name) if message.name else message.name,
+        reasoning=storable_text(reasoning_of(message)),
+    )
+
+
+def _unkeep(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], bool]:
+    """The messages with the NOTES no longer counting any message as kept in view: those are
+    noted again by the next cut (a repeat the checks accept) and may leave the window with it."""
+    result = list(messages)
+    for index, message in enumerate(result):
+        if keeper_kind(message) == "notes":
+            notes, kept = parse_notes(text_of(message))
+            if not kept:
+                return result, False
+            text = render_notes(notes, kept=0)
+            result[index] = message.model_copy(update={"content": text})
+            return result, True
+    return result, False
+
+
+def _units(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
+    """The messages in the groups a cut never splits: a tool call with its results, or one."""
+    units: list[list[BaseMessage]] = []
+    for message in messages:
+        if isinstance(message, ToolMessage) and units:
+            units[-1].append(message)
+        else:
+            units.append([message])
+    return units
+
+
+def _water_level(sizes: Sequence[int], room: int, limit: int) -> int:
+    """The largest cap ``c <= limit`` with ``sum(min(size, c)) <= room``: the small messages
+    keep their size and the big ones share what is left alike."""
+    if sum(sizes) <= room and max(sizes) <= limit:
+        return limit
+    low, high = 0, min(limit, max(sizes))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if sum(min(size, middle) for size in sizes) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _is_fresh(message: BaseMessage, seen: set[str]) -> bool:
+    """A message this keeper has not taken in yet (its own messages and the system prompt are
+    never new inputs)."""
+    return (
+        str(message.id) not in seen
+        and keeper_kind(message) is None
+        and not isinstance(message, SystemMessage)
     )
 
 

@@ -6,6 +6,7 @@ never has to sniff their text.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -158,3 +159,98 @@ def safe_boundary(messages: Sequence[BaseMessage], index: int) -> int:
 def system_of(messages: Sequence[BaseMessage]) -> SystemMessage | None:
     """The system message at the head of a conversation, if it has one."""
     return messages[0] if messages and isinstance(messages[0], SystemMessage) else None
+
+
+UNANSWERED_CALL_TEXT = (
+    "Not run: this tool call got no result (the run stopped before the tool ran, or its result "
+    "was lost). Call the tool again if you still need it."
+)
+
+
+def close_unanswered_calls(
+    messages: Sequence[BaseMessage],
+) -> tuple[list[BaseMessage], int]:
+    """The messages with a synthetic result after every tool call that has none, and how many.
+
+    Providers answer 400 to a request that carries a tool call without its result, and a graph
+    stopped by its recursion limit (or a crash, or a user's own graph) leaves exactly that. The
+    result is placed right after the call's other results, so the pair is whole again.
+    """
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    result: list[BaseMessage] = []
+    added = 0
+    pending: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        nonlocal added
+        for call_id, name in pending:
+            result.append(
+                ToolMessage(
+                    content=UNANSWERED_CALL_TEXT,
+                    tool_call_id=call_id,
+                    name=name,
+                    id=f"unanswered-{call_id}",
+                    status="error",
+                )
+            )
+            added += 1
+        pending.clear()
+
+    for message in messages:
+        if pending and not isinstance(message, ToolMessage):
+            flush()
+        result.append(message)
+        if isinstance(message, AIMessage):
+            # a call whose arguments did not parse is sent to the provider all the same
+            calls = [*message.tool_calls, *message.invalid_tool_calls]
+            pending.extend(
+                (str(call["id"]), str(call.get("name") or ""))
+                for call in calls
+                if call.get("id") and call["id"] not in answered
+            )
+    flush()
+    return result, added
+
+
+_SAFE_INT = 2**63 - 1
+
+
+def storable_args(value: Any) -> Any:
+    """Tool-call arguments a checkpointer can store: a whole number beyond 64 bits and a float
+    that is not finite become their text, a lone surrogate its escape (msgpack refuses them,
+    and a graph whose checkpoint cannot be written loses the whole step); the tool then
+    refuses a bad number by name."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -_SAFE_INT <= value <= _SAFE_INT else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): storable_args(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable_args(v) for v in value]
+    return value
+
+
+def with_storable_calls(message: AIMessage) -> AIMessage:
+    """``message`` with every tool call's arguments made storable (the same object if they were)."""
+    calls = [{**call, "args": storable_args(call["args"])} for call in message.tool_calls]
+    if calls == list(message.tool_calls):
+        return message
+    return message.model_copy(update={"tool_calls": calls})
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """``text`` as UTF-8 can store it: a lone surrogate (not a character of any script, but
+    models and clients send them) is written as its escape, ``\\udXXX``; all else is kept."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text

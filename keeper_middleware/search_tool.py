@@ -5,12 +5,14 @@ another's archive.
 """
 
 import asyncio
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.search import SEARCH_TOOL_DESCRIPTION, SEARCH_TOOL_NAME
+from keeper_middleware.search_args import SEARCH_TOOL_PARAMETERS
 
 DEFAULT_SESSION = "default"
 
@@ -23,27 +25,24 @@ def session_of(config: RunnableConfig | None) -> str:
 
 
 def archive_search_tool(keeper: Keeper) -> StructuredTool:
-    """A ``search_archive(query, from_item=None, to_item=None)`` tool over ``keeper``'s archive."""
+    """A ``search_archive`` tool over ``keeper``'s archive: a search (``query``, ``from_item``,
+    ``to_item``) or a read of an excerpted message (``read``, ``page``).
 
-    def search_archive(
-        query: str,
-        config: RunnableConfig,
-        from_item: int | None = None,
-        to_item: int | None = None,
-    ) -> str:
-        return keeper.search(session_of(config), query, from_item, to_item)
+    The arguments are passed on as the model wrote them (the schema is plain JSON, so no
+    validation error escapes into the graph): :meth:`Keeper.run_search_tool` checks each one
+    and answers a bad one with a "Refused: …" text.
+    """
 
-    async def asearch_archive(
-        query: str,
-        config: RunnableConfig,
-        from_item: int | None = None,
-        to_item: int | None = None,
-    ) -> str:
-        return await asyncio.to_thread(keeper.search, session_of(config), query, from_item, to_item)
+    def search_archive(config: RunnableConfig, **args: Any) -> str:
+        return keeper.run_search_tool(session_of(config), args)
 
-    return StructuredTool.from_function(
-        func=search_archive,
-        coroutine=asearch_archive,
+    async def asearch_archive(config: RunnableConfig, **args: Any) -> str:
+        return await asyncio.to_thread(keeper.run_search_tool, session_of(config), args)
+
+    return StructuredTool(
         name=SEARCH_TOOL_NAME,
         description=SEARCH_TOOL_DESCRIPTION,
+        args_schema=SEARCH_TOOL_PARAMETERS,
+        func=search_archive,
+        coroutine=asearch_archive,
     )

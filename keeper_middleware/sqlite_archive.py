@@ -23,6 +23,7 @@ from keeper_middleware.archive import (
     _require_session,
 )
 from keeper_middleware.errors import ArchiveError, ConfigurationError
+from keeper_middleware.messages import storable_text
 
 _T = TypeVar("_T")
 
@@ -369,6 +370,12 @@ class SQLiteArchive:
             yield from map(make, rows)
             last = rows[-1][key]
 
+    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
+        rows = self._query(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ?", (session, msg_id)
+        )
+        return _turn(rows[0]) if rows else None
+
     def turn_count(self, session: str) -> int:
         rows = self._query("SELECT COUNT(*) FROM turns WHERE session = ?", (session,))
         return int(rows[0][0])
@@ -409,7 +416,8 @@ class SQLiteArchive:
         rows = []
         for key, value in values.items():
             try:
-                value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
+                # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
+                value_json = storable_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
             except (TypeError, ValueError) as exc:
                 raise TypeError(
                     f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "

@@ -190,13 +190,13 @@ def test_lesson_8_search_results_of_a_turn_that_ended_empty_are_still_in_view():
         return "ok"
 
     model = ScriptedChatModel(default=reply)
-    keeper = Keeper(SMALL)
+    keeper = Keeper(KeeperConfig(window=4096, reply_reserve=256, notes_every_items=5))
     agent = create_keeper_agent(model, keeper=keeper, checkpointer=InMemorySaver())
     start(agent)
     feed(agent, 1, 9)
     agent.invoke({"messages": [HumanMessage("Questions: what was c1?")]}, THREAD)
     cuts = keeper.counters("t1").cuts
-    feed(agent, 10, 10)  # the next input brings a cut
+    feed(agent, 10, 10)  # the next input brings a cut (every 5 items; the window has room)
     assert keeper.counters("t1").cuts == cuts + 1
     nxt = model.received[-1].messages
     assert any(keeper_kind(m) == "notes" for m in nxt)

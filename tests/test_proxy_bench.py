@@ -30,6 +30,7 @@ from keeper_middleware.integrations.proxy.sessions import (
     SessionRecord,
     StoredRecord,
 )
+from keeper_middleware.tokens import ApproximateTokenCounter
 
 WINDOW = 4096
 
@@ -87,10 +88,12 @@ def test_the_meter_counts_what_it_can_read_and_passes_on_the_rest() -> None:
         return None
 
     meter = UpstreamMeter(app=nothing)
-    meter.measure(json.dumps({"messages": [{"role": "user", "content": "x" * 400}]}).encode())
+    text = "word " * 80
+    meter.measure(json.dumps({"messages": [{"role": "user", "content": text}]}).encode())
     meter.measure(b"not json")
     assert meter.requests == 2
-    assert meter.largest_tokens == 105  # ("user" + 400 characters) / 4, + 4 for the message
+    expected = ApproximateTokenCounter().count_messages([HumanMessage(text)])
+    assert meter.largest_tokens == expected
     assert meter.largest_bytes == len(b'{"messages": [{"role": "user", "content": "') + 400 + 4
 
 

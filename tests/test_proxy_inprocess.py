@@ -483,7 +483,7 @@ async def test_the_upstream_never_gets_more_than_the_window(upstream, tmp_path):
 async def test_note_calls_render_like_main_calls_and_extend_what_the_server_read(
     upstream, tmp_path
 ):
-    app = make_app(upstream, tmp_path, window=2048)
+    app = make_app(upstream, tmp_path, window=3072)
     async with client_for(app) as client:
         await run_items(
             client,

@@ -154,7 +154,8 @@ def test_keys_come_from_a_file_and_the_environment_and_are_never_shown(tmp_path)
 
 async def test_a_request_refused_for_its_size_stores_nothing(upstream, tmp_path):
     app = make_app(upstream, tmp_path, window=2048)
-    huge = convo("Task " + "word " * 5000)
+    # a long input is excerpted, not refused: only a fixed part that cannot fit is refused
+    huge = [{"role": "system", "content": "Rule " * 5000}, {"role": "user", "content": "Task."}]
     async with client_for(app) as client:
         for _ in range(3):
             response = await client.post("/v1/chat/completions", json=chat(huge))

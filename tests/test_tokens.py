@@ -51,11 +51,11 @@ def conversation() -> list[Any]:
     ]
 
 
-def test_plain_text_counts_are_in_the_same_ballpark_as_langchains_approximation():
+def test_english_prose_is_counted_a_little_above_langchains_approximation():
     messages = conversation()
     ours = ApproximateTokenCounter().count_messages(messages)
     naive = count_tokens_approximately(messages)
-    assert 0.9 * naive <= ours <= 1.1 * naive
+    assert naive <= ours <= 1.4 * naive
 
 
 def test_tool_schemas_are_counted_where_a_text_only_count_misses_them():
@@ -96,8 +96,8 @@ def test_an_image_costs_a_fixed_amount_not_its_base64_length():
 def test_a_message_replaced_under_the_same_id_is_counted_afresh():
     counter = ApproximateTokenCounter()
     short = counter.count_messages([HumanMessage("short", id="same")])
-    long = counter.count_messages([HumanMessage("long " * 500, id="same")])
-    assert long > short + 500
+    long = counter.count_messages([HumanMessage("long " * 5000, id="same")])
+    assert long > short + 4000
 
 
 def test_bad_approximate_settings_say_the_fix():

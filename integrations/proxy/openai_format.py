@@ -34,6 +34,7 @@ from langchain_core.messages import (
 
 from keeper_middleware.messages import text_of
 from keeper_middleware.search import SEARCH_TOOL_DESCRIPTION, SEARCH_TOOL_NAME
+from keeper_middleware.search_args import SEARCH_TOOL_PARAMETERS
 
 __all__ = [
     "SEARCH_TOOL_SCHEMA",
@@ -57,15 +58,7 @@ SEARCH_TOOL_SCHEMA: dict[str, Any] = {
     "function": {
         "name": SEARCH_TOOL_NAME,
         "description": SEARCH_TOOL_DESCRIPTION,
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "A few keywords, e.g. a name."},
-                "from_item": {"type": "integer", "description": "First item to search (optional)."},
-                "to_item": {"type": "integer", "description": "Last item to search (optional)."},
-            },
-            "required": ["query"],
-        },
+        "parameters": SEARCH_TOOL_PARAMETERS,
     },
 }
 _SYSTEM_ROLES = ("system", "developer")

@@ -397,6 +397,13 @@ class PostgresArchive:
             yield from map(make, rows)
             last = rows[-1][key]
 
+    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
+        rows = self._query(
+            f"SELECT {_TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s",
+            (session, msg_id),
+        )
+        return _turn(rows[0]) if rows else None
+
     def turn_count(self, session: str) -> int:
         rows = self._query(
             f"SELECT next_seq FROM {self.schema}.sessions WHERE session = %s", (session,)

@@ -114,7 +114,7 @@ def create_model_app(model: BaseChatModel, name: str) -> Starlette:
 @contextmanager
 def serve_model(model: BaseChatModel, name: str) -> Iterator[str]:
     """Serve ``model`` on a free loopback port; yields its ``/v1`` base URL."""
-    from keeper_middleware.integrations.proxy_cli import serve_in_thread
+    from keeper_middleware.integrations.proxy.cli import serve_in_thread
 
     with serve_in_thread(create_model_app(model, name)) as url:
         yield url

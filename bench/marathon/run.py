@@ -203,7 +203,7 @@ def _agent(
     # proxy
     from keeper_middleware.bench.marathon.model_server import serve_model
     from keeper_middleware.integrations.proxy import create_proxy_app
-    from keeper_middleware.integrations.proxy_cli import serve_in_thread
+    from keeper_middleware.integrations.proxy.cli import serve_in_thread
 
     with ExitStack() as stack:
         if options.model == "scripted":
@@ -217,10 +217,12 @@ def _agent(
             config=keeper_config(options.window),
         )
         proxy_url = stack.enter_context(serve_in_thread(app))
-        name = "scripted-repair-agent" if options.model == "scripted" else options.model
-        client = _real_model(
-            f"openai:{proxy_url}:{name.rsplit(':', 1)[-1]}", options, base_url=proxy_url
+        name = (
+            "scripted-repair-agent"
+            if options.model == "scripted"
+            else parse_model(options.model)[1] or "default"
         )
+        client = _real_model(f"openai:{proxy_url}:{name}", options, base_url=proxy_url)
         yield create_agent(client, tools=[shell], system_prompt=SYSTEM_PROMPT), extra
         keeper = app.state.proxy.keeper
         extra["counters"] = {s: keeper.counters(s).to_json() for s in keeper.archive.sessions()}
@@ -228,7 +230,6 @@ def _agent(
     if archive_file is not None:
         with SQLiteArchive(archive_file) as archive:
             extra["notes_rules"] = _notes_rules(archive)
-            extra["counters"] = {s: archive.get_value(s, "counters") for s in archive.sessions()}
 
 
 def _last_text(messages: list[BaseMessage]) -> str:

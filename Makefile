@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	# torch first, the CPU build on disk; otherwise sentence-transformers pulls a multi-GB CUDA build
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[all,dev]'
+	# the repair marathon's pinned code base (library + tests), fetched once at install time
+	$(PY) -m keeper_middleware.bench.cli marathon-fetch
 	touch $(STAMP)
 
 # llama-cpp-python built without AMX (a default build crashes on these CPUs) + SmolLM2, for the

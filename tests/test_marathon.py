@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ast
-import re
 import os
+import re
 import shutil
 import textwrap
 

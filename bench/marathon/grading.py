@@ -49,7 +49,8 @@ class MarathonGrade:
     audit_answer: str | None
     audit_right: bool | None
     notices_kept: dict[str, bool] = field(default_factory=dict)
-    """Per notice: its instruction was in the RULES of every NOTES version after it (keeper ways)."""
+    """Per notice with a NOTES version after it: its instruction was in the RULES of every such
+    version (keeper ways)."""
 
     @property
     def fixed(self) -> int:
@@ -140,9 +141,10 @@ def grade_marathon(
                 continue
             later = [rules for at, rules in notes_rules if at >= given_at[ticket.notice.key]]
             instruction = ticket.notice.instruction
-            kept[ticket.notice.key] = bool(later) and all(
-                any(instruction in rule for rule in rules) for rules in later
-            )
+            if later:  # a notice after the last NOTES version has nothing to be kept in yet
+                kept[ticket.notice.key] = all(
+                    any(instruction in rule for rule in rules) for rules in later
+                )
     return MarathonGrade(
         tickets=tuple(grades),
         regressions=tuple(sorted(final_failed - start_failed)),

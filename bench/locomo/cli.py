@@ -32,7 +32,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="instead, the benchmark's own stream: a folder or a preset SIZE[:FAMILY+...] "
         "(e.g. small:varied), its batches as turns",
     )
-    recall.add_argument("--seed", type=int, default=0, help="seed of a preset --stream")
+    recall.add_argument(
+        "--seeds", default="0", help="comma-separated seeds of a preset --stream, one stream each"
+    )
     recall.add_argument(
         "--methods",
         default=",".join(DEFAULT_METHODS),
@@ -88,10 +90,16 @@ def _conversations(args: argparse.Namespace) -> tuple[list[Conversation], str]:
     from keeper_middleware.bench.locomo.streams import conversation_from_stream
     from keeper_middleware.bench.run_options import resolve_stream
 
+    seeds = [int(seed) for seed in str(args.seeds).split(",") if seed.strip()]
     folder = Path(tempfile.mkdtemp(prefix="keeper-stream-"))
-    stream = resolve_stream(args.stream, folder, seed=args.seed)
-    name = f"{args.stream} seed {args.seed}"
-    return [conversation_from_stream(stream, name=name)], name
+    conversations = [
+        conversation_from_stream(
+            resolve_stream(args.stream, folder / f"seed-{seed}", seed=seed),
+            name=f"{args.stream} seed {seed}",
+        )
+        for seed in seeds
+    ]
+    return conversations, f"{args.stream}, seeds {', '.join(map(str, seeds))}"
 
 
 def register_commands(register: Callable[[Command], None]) -> None:

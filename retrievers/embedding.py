@@ -153,7 +153,8 @@ class EmbeddingRetriever:
             for position, (_, meta, doc, _) in found.items()
         }
         following = self._following(session, list(passages.values()))
-        hits, marked = [], []
+        hits: list[Hit] = []
+        marked: list[Hit] = []
         for position, (distance, _, _, sentence) in found.items():
             score = 1.0 - float(distance)
             if self._min_score is not None and score < self._min_score:

@@ -52,6 +52,8 @@ _EMBED_BATCH = 64
 _OVERFETCH = 4
 _GROW = 4
 """How much more to ask for when the nearest vectors held fewer than k passages."""
+_MOST = 64
+"""The most vectors per hit wanted asked for unfiltered before the session filter is used."""
 _MIN, _MAX = -(2**63), 2**63 - 1
 
 
@@ -301,12 +303,19 @@ class EmbeddingRetriever:
         low = _MIN if from_item is None else from_item
         high = _MAX if to_item is None else to_item
         wanted = _OVERFETCH * k
-        rows, complete = self._query(vector, wanted, None)
-        best = _best_per_passage(
-            row
-            for row in rows
-            if row[1].get("session") == session and low <= int(row[1]["item"]) <= high
-        )
+        while True:
+            rows, complete = self._query(vector, wanted, None)
+            kept = [
+                row
+                for row in rows
+                if row[1].get("session") == session and low <= int(row[1]["item"]) <= high
+            ]
+            best = _best_per_passage(kept)
+            # several vectors of one passage (its sentences') took the places: ask for more
+            # unfiltered, as long as the filter is not what leaves too few
+            if len(best) >= k or complete or len(kept) < len(rows) or wanted >= _MOST * k:
+                break
+            wanted *= _GROW
         if len(best) < k and not complete:
             where = _where(session, from_item, to_item)
             while True:

@@ -245,3 +245,15 @@ def test_one_vector_per_passage_when_asked(tmp_path):
     retriever.flush()
     assert len(retriever._collection.get(include=[])["ids"]) == 1
     retriever.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_messages_of_many_sentences_still_give_k_distinct_hits(seed):
+    rng = random.Random(seed)
+    texts = [message(rng, 30, "vela44" if i % 2 else None, at=rng.randrange(30)) for i in range(12)]
+    retriever = EmbeddingRetriever(embedder=HASHING)
+    retriever.add([Passage(session="s", item=i, position=i, text=t) for i, t in enumerate(texts)])
+    hits = retriever.search("vela44", session="s", k=10)
+    assert len(hits) == 10 and len({h.passage.position for h in hits}) == 10
+    assert {h.passage.position for h in hits[:6]} == {1, 3, 5, 7, 9, 11}
+    retriever.close()

@@ -50,6 +50,7 @@ from keeper_middleware.archive import (
     NotesDraft,
     open_archive,
 )
+from keeper_middleware.cadence import items_due
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
@@ -829,7 +830,18 @@ class Keeper:
         if request_tokens >= self.config.notes_threshold:
             return True
         every = self.config.notes_every_items
-        return every is not None and int(kstate["last_item"]) - int(kstate["notes_item"]) >= every
+        if every is None:
+            return False
+        new_items = int(kstate["last_item"]) - int(kstate["notes_item"])
+        if new_items >= every or layout.notes_index is None:
+            return new_items >= every
+        due = items_due(
+            every=every,
+            notes_tokens=self.tokens.count_messages([messages[layout.notes_index]]),
+            new_tokens=self.tokens.count_messages(messages[layout.noted_start :]),
+            new_items=new_items,
+        )
+        return new_items >= due
 
     def _count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
         return self.tokens.count_messages(setup.render(messages), setup.tool_schemas)

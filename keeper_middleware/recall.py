@@ -28,18 +28,24 @@ RECALL_HEADER = (
     "(update them with SET or UNSET lines like the NOTES' own entries):"
 )
 """The first line of the recall block in a notes request (docs/formats.md §2)."""
+_WORD = re.compile(r"\w+")
 
 
 def named_in(moved: Mapping[str, str], text: str) -> list[str]:
     """The moved keys ``text`` names as whole words (any case), in the order they moved."""
     if not moved or not text:
         return []
-    words = {word.casefold() for word in re.findall(r"\w+", text)}
     folded_text = text.casefold()
+    words = set(_WORD.findall(folded_text))
     named = []
     for key in moved:
         folded = key.casefold()
-        parts = re.findall(r"\w+", folded)
+        if folded in words:  # the usual key, one word: no pattern to run
+            named.append(key)
+            continue
+        if _WORD.fullmatch(folded):
+            continue
+        parts = _WORD.findall(folded)
         if not parts or not all(part in words for part in parts):
             continue
         if len(parts) == 1 or _whole_words(folded, folded_text):
@@ -62,12 +68,17 @@ def recall_block(
         raise ValueError(f"room must be >= 0 tokens, got {room}")
     lines = [RECALL_HEADER]
     held: list[tuple[str, str]] = []
-    for key, value in entries:
+    total = count_text(RECALL_HEADER)
+    for key, value in entries:  # one count per line, then the whole block is counted again
         line = f"{ENTRY_PREFIX}{key}{STATE_SEPARATOR}{value}"
-        if count_text("\n".join([*lines, line])) > room:
+        total += count_text(line) + 1
+        if total > room:
             break
         lines.append(line)
         held.append((key, value))
+    while held and count_text("\n".join(lines)) > room:  # a counter that is not additive
+        lines.pop()
+        held.pop()
     if not held:
         return "", ()
     return "\n".join(lines), tuple(held)

@@ -4,6 +4,7 @@ is updated in place rather than skipped, left stale in the archive or added twic
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -49,7 +50,7 @@ def test_bigger_notes_call_for_notes_sooner_but_never_under_half_the_cadence(see
         for n in range(0, 20 * per_item, max(1, per_item // 7))
     ]
     assert due[0] == every
-    assert all(a >= b for a, b in zip(due, due[1:], strict=False))  # never later as NOTES grow
+    assert all(a >= b for a, b in itertools.pairwise(due))  # never later as NOTES grow
     assert min(due) == max(1, -(-every // 2))
 
 
@@ -81,7 +82,7 @@ def test_as_the_notes_fill_they_are_taken_sooner_and_never_under_half_the_cadenc
         )
         agent.invoke({"messages": [HumanMessage(batch(i, sets, filler=8))]}, THREAD)
     cuts = _cut_items(keeper)
-    gaps = [b - a for a, b in zip(cuts, cuts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(cuts)]
     assert cuts[0] == every  # empty NOTES: the plain cadence
     assert gaps and min(gaps) >= -(-every // 2)
     assert gaps[-1] < every  # big NOTES: sooner

@@ -16,6 +16,7 @@ Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -314,7 +315,7 @@ class Keeper:
         latest = self.archive.latest_notes(session)
         if latest is None:
             return Notes()
-        return notes_from_json(latest.data_json)
+        return _notes_of(latest.data_json)
 
     def _secret(self, session: str) -> str:
         """The session's secret for marking the keeper's own messages (kept in the archive, so
@@ -829,7 +830,7 @@ class Keeper:
         kept = 0
         for message in messages:
             if keeper_kind(message) == "notes":
-                kept = parse_notes(text_of(message))[1]
+                kept = _kept_of(text_of(message))
                 break
         return find_layout(messages, pinned_head=self.config.pinned_head, kept=kept)
 
@@ -1403,6 +1404,19 @@ class Keeper:
             self.passages_retriever.close()
         self.retriever.close()
         self.archive.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _notes_of(data_json: str) -> Notes:
+    """The notes a stored version holds, read once: every step reads the latest version, and
+    reading thousands of entries again each time made a step's cost grow with the NOTES."""
+    return notes_from_json(data_json)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_of(notes_text: str) -> int:
+    """How many messages after a NOTES message are already noted (read once per NOTES text)."""
+    return parse_notes(notes_text)[1]
 
 
 def _first_line(text: str) -> str:

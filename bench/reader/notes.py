@@ -97,10 +97,10 @@ def write_changes(messages: Sequence[BaseMessage], *, misread: int | None = None
         values.update({key: int_or_none(value) for key, value in notes.state})
         workings.update({key: value for key, value in notes.state})
     if end < len(messages):  # entries the request brings back from the archive
-        for key, value in parse_recall_block(text_of(messages[end])):
+        for key, recalled in parse_recall_block(text_of(messages[end])):
             if key not in values:
-                values[key] = int_or_none(value)
-                workings[key] = value
+                values[key] = int_or_none(recalled)
+                workings[key] = recalled
     changed: list[str] = []
     for event in (event for block in blocks for event in block.events):
         if event.name not in changed:

@@ -135,8 +135,9 @@ from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
 MOVED_KEYS = "notes_moved_keys"
-MOVED_ENTRIES = "notes_moved_entries"
 """Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
+MOVED_ENTRIES = "notes_moved_entries"
+"""Per-session value: those entries, key → value as last noted (a notes request recalls them)."""
 NOTES_FRAME_TOKENS = 64
 """What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
 NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]

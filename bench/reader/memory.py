@@ -1,0 +1,212 @@
+"""The simulated reader editing its own memory with tools (the self-editing arms).
+
+It learns the memory tools with the care its notes get: reading a batch, it works out each
+changed counter's value from its pinned state and the batch, and writes it with one edit per
+counter, as stated or worked out (a counter whose starting value its memory lacks is left out
+rather than guessed); it writes a stated rule down word for word where its memory has a place
+for one (a ``RULE:`` line, or a sentence of its free-text notes); it keeps within the memory's
+size limit by removing what it set least recently. Then it moves on. Prose notes hold one
+sentence per counter ("domo86 stood at 342."), changed in place with ``notes_replace``.
+
+The same faults reach these calls as every other: a misread set is written with the wrong sign,
+``drop_rules`` leaves a stated rule unwritten, ``invent_working`` adds working no text supports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from keeper_middleware.bench.reader.faults import INVENTED_AMOUNT, ReaderFaults
+from keeper_middleware.bench.reader.messages import (
+    NO_MORE_BATCHES,
+    READ_TOOL,
+    count_sets,
+    message_kind,
+    negate_set,
+    story_blocks,
+)
+from keeper_middleware.bench.reader.pinned import PinnedView, read_pinned
+from keeper_middleware.bench.reader.text import read_events, rule_sentences
+from keeper_middleware.messages import text_of
+
+SET_TOOL = "memory_set"
+DELETE_TOOL = "memory_delete"
+RULE_TOOL = "memory_rule"
+APPEND_TOOL = "notes_append"
+REPLACE_TOOL = "notes_replace"
+MEMORY_TOOLS = frozenset({SET_TOOL, DELETE_TOOL, RULE_TOOL, APPEND_TOOL, REPLACE_TOOL})
+Call = tuple[str, dict[str, Any]]
+
+
+def edits_memory(tools: frozenset[str]) -> bool:
+    """Whether the call can edit a pinned memory (its tools include a memory tool)."""
+    return bool(tools & MEMORY_TOOLS)
+
+
+def pinned_view(messages: Sequence[BaseMessage]) -> PinnedView | None:
+    for message in reversed(messages):
+        if message_kind(message) == "pinned":
+            return read_pinned(text_of(message))
+    return None
+
+
+def _tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+def _value_text(value: int, invent: bool) -> str:
+    return f"{value} (= {value + INVENTED_AMOUNT} - {INVENTED_AMOUNT})" if invent else str(value)
+
+
+def batch_values(
+    messages: Sequence[BaseMessage], memory: PinnedView, *, misread: int | None
+) -> tuple[list[str], dict[str, int | None]]:
+    """The counters the last message changes, in order, and each one's value after it (None:
+    its starting value is neither in memory nor set in the batch)."""
+    last = len(messages) - 1
+    blocks = [block for block in story_blocks(messages) if block.message_index == last]
+    if misread is not None:
+        blocks = negate_set(blocks, misread)
+    values: dict[str, int | None] = dict(memory.values())
+    changed: list[str] = []
+    for event in (event for block in blocks for event in block.events):
+        if event.name not in changed:
+            changed.append(event.name)
+        if event.kind == "set":
+            values[event.name] = event.amount
+            continue
+        amount = event.amount if event.source is None else values.get(event.source)
+        value = values.get(event.name)
+        if value is None or amount is None:
+            values[event.name] = None
+            continue
+        values[event.name] = value + amount if event.kind in ("add", "add_held") else value - amount
+    return changed, {name: values.get(name) for name in changed}
+
+
+def line_edits(
+    memory: PinnedView,
+    changed: Sequence[str],
+    values: dict[str, int | None],
+    rules: Sequence[str],
+    *,
+    with_rules: bool,
+    invent: bool,
+) -> list[Call]:
+    """``memory_set`` per counter (and ``memory_rule`` per new rule), after the deletions that
+    keep the state within its limit (the lines set least recently go first)."""
+    sets = [
+        (name, _value_text(value, invent))
+        for name in changed
+        if (value := values[name]) is not None
+    ]
+    new_rules = [rule for rule in rules if with_rules and rule not in memory.rules]
+    kept = {name: value for name, value in memory.lines}
+    kept.update(sets)
+    body = [*(f"RULE: {rule}" for rule in (*memory.rules, *new_rules))]
+    deletions: list[str] = []
+    order = [name for name, _ in memory.lines if name not in dict(sets)] + [n for n, _ in sets]
+
+    def size() -> int:
+        return _tokens("\n".join([*body, *(f"{n} {kept[n]}" for n in order)]))
+
+    while memory.budget and size() > memory.budget and order and order[0] not in dict(sets):
+        deletions.append(order.pop(0))
+    calls: list[Call] = [(DELETE_TOOL, {"name": name}) for name in deletions]
+    calls += [(RULE_TOOL, {"rule": rule}) for rule in new_rules]
+    calls += [(SET_TOOL, {"name": name, "value": value}) for name, value in sets]
+    return calls
+
+
+def prose_edits(
+    memory: PinnedView,
+    changed: Sequence[str],
+    values: dict[str, int | None],
+    rules: Sequence[str],
+    *,
+    invent: bool,
+) -> list[Call]:
+    """One sentence per counter, replaced in place when the notes already state its value,
+    and each new rule sentence appended; the oldest lines go first when over the limit."""
+    lines = list(memory.prose)
+    calls: list[Call] = []
+    for rule in rules:
+        if not any(rule in line for line in lines):
+            calls.append((APPEND_TOOL, {"text": rule}))
+            lines.append(rule)
+    for name in changed:
+        value = values[name]
+        if value is None:
+            continue
+        sentence = f"{name} stood at {_value_text(value, invent)}."
+        old = next((line for line in lines if _states_value_of(line, name)), None)
+        if old is None:
+            calls.append((APPEND_TOOL, {"text": sentence}))
+            lines.append(sentence)
+        elif old != sentence:
+            calls.append((REPLACE_TOOL, {"old": old, "new": sentence}))
+            lines[lines.index(old)] = sentence
+    trims: list[Call] = []
+    touched = {args.get("text") or args.get("new") for _, args in calls}
+    while memory.budget and _tokens("\n".join(lines)) > memory.budget and lines:
+        oldest = lines[0]
+        if oldest in touched:
+            break
+        trims.append((REPLACE_TOOL, {"old": oldest, "new": ""}))
+        lines.pop(0)
+    return trims + calls
+
+
+def _states_value_of(line: str, name: str) -> bool:
+    return any(event.kind == "set" and event.name == name for event in read_events(line))
+
+
+def memory_turn(
+    messages: Sequence[BaseMessage], tools: frozenset[str], faults: ReaderFaults, digest: str
+) -> tuple[tuple[Call, ...], str]:
+    """The reader's move in a story turn: memory edits for the batch just read, then (once the
+    edits are answered) the next batch or a short reply. Returns (tool calls, text)."""
+    last = messages[-1]
+    reading_next = READ_TOOL in tools
+    if isinstance(last, ToolMessage) and last.name in MEMORY_TOOLS:
+        return (((READ_TOOL, {}),), "") if reading_next else ((), _read_reply(messages))
+    if isinstance(last, ToolMessage) and NO_MORE_BATCHES in text_of(last):
+        return (), "Done reading."
+    memory = pinned_view(messages)
+    last_blocks = [b for b in story_blocks(messages) if b.message_index == len(messages) - 1]
+    rules = rule_sentences([text_of(last)])
+    if memory is None or (not any(b.events for b in last_blocks) and not rules):
+        return (((READ_TOOL, {}),), "") if reading_next else ((), _read_reply(messages))
+    misread = None
+    if faults.fires("misread", digest):
+        sets = count_sets(last_blocks)
+        misread = faults.pick("misread", digest, sets) if sets else None
+    changed, values = batch_values(messages, memory, misread=misread)
+    if faults.fires("drop_rules", digest):
+        rules = []
+    invent = faults.fires("invent_working", digest)
+    if APPEND_TOOL in tools:
+        calls = prose_edits(memory, changed, values, rules, invent=invent)
+    else:
+        calls = line_edits(
+            memory, changed, values, rules, with_rules=RULE_TOOL in tools, invent=invent
+        )
+    if not calls:
+        return (((READ_TOOL, {}),), "") if reading_next else ((), _read_reply(messages))
+    return tuple(calls), ""
+
+
+def _read_reply(messages: Sequence[BaseMessage]) -> str:
+    items = [block.item for block in story_blocks(messages) if block.item is not None]
+    return f"Read item {items[-1]}." if items else "OK."
+
+
+def answered_edits(messages: Sequence[BaseMessage]) -> bool:
+    """Whether the last model message made memory edits (for tests and traces)."""
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return any(call["name"] in MEMORY_TOOLS for call in message.tool_calls)
+    return False

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NotRequired
 
 from langchain_core.language_models import BaseChatModel
@@ -140,8 +140,7 @@ class ContextNode:
         fitted_ids = {str(m.id) for m in fitted}
         leaving += [m for m in kept if str(m.id) not in fitted_ids]
         if leaving:
-            items = book.get("items", {})
-            through = max((int(items.get(str(m.id), 0)) for m in leaving), default=0)
+            through = self._worked_through(leaving, book)
             pinned = PinnedState.from_json(
                 {**pinned.to_json(), "through_item": max(pinned.through_item, through)},
                 self.memory.style,
@@ -192,6 +191,16 @@ class ContextNode:
         if not starts:
             return 0
         return safe_boundary(rest, starts[-1])
+
+    def _worked_through(self, leaving: Sequence[BaseMessage], book: Mapping[str, Any]) -> int:
+        """The last item among the inputs leaving: the number a batch states (a message that
+        merely follows one, such as "no more batches", adds none), else the number given."""
+        inputs = [m for m in leaving if self.items.is_new_input(m)]
+        stated = [n for m in inputs if (n := self.items.stated_number(m)) is not None]
+        if stated or book.get("numbered"):
+            return max(stated, default=0)
+        items = book.get("items", {})
+        return max((int(items.get(str(m.id), 0)) for m in inputs), default=0)
 
     def _pinned_message(self, pinned: PinnedState) -> BaseMessage:
         return keeper_message(self.memory.render(pinned), PINNED_KIND, msg_id=PINNED_ID)

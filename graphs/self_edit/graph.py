@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NotRequired
 
 from langchain_core.language_models import BaseChatModel
@@ -55,7 +55,7 @@ from keeper_middleware.graphs.self_edit.memory import (
 from keeper_middleware.indexing import catch_up
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
-from keeper_middleware.messages import keeper_kind, keeper_message, safe_boundary
+from keeper_middleware.messages import is_input, keeper_kind, keeper_message, safe_boundary
 from keeper_middleware.questions import PatternQuestionDetector
 from keeper_middleware.search import GuardState, after_new_input
 from keeper_middleware.search_tool import archive_search_tool, session_of
@@ -103,7 +103,10 @@ class SelfEditMemory:
         )
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return [TOOL_SCHEMAS[name] for name in TOOLS_OF_STYLE[self.style]]
+        return [
+            {"type": "function", "function": TOOL_SCHEMAS[name]}
+            for name in TOOLS_OF_STYLE[self.style]
+        ]
 
 
 class ContextNode:
@@ -136,7 +139,7 @@ class ContextNode:
         leaving = rest[: self._newest_turn(rest)]
         kept = rest[len(leaving) :]
         frame = self._pinned_message(pinned)  # sized before the leaving turns are noted
-        fitted = drop_oldest([*head, frame, *kept], len(head) + 1, self.size.fits)
+        fitted = [*head, frame, *fit_turn(kept, len(head) + 1, self.size.fits, [*head, frame])]
         fitted_ids = {str(m.id) for m in fitted}
         leaving += [m for m in kept if str(m.id) not in fitted_ids]
         if leaving:
@@ -232,19 +235,49 @@ class ContextNode:
             if self.memory.archive
             else []
         )
-        first = book.get("first_item")
         through = pinned.through_item
-        draft = NotesDraft(
-            first_item=None if not through else min(int(first or 1), through),
-            last_item=through or None,
-            text=self.memory.render(pinned),
-            data_json=json.dumps(pinned.to_json()),
-        )
+        draft = None
+        if through:  # a version accounts for the batches worked through so far
+            first = min(int(book.get("first_item") or 1), through)
+            draft = NotesDraft(
+                first_item=first,
+                last_item=through,
+                text=self.memory.render(pinned),
+                data_json=json.dumps(pinned.to_json()),
+            )
+        if not turns and draft is None:
+            return
         ids = "|".join(str(m.id) for m in leaving)
         key = hashlib.sha256(f"{session}|{through}|{ids}".encode()).hexdigest()[:32]
         keeper.archive.commit_cut(session, cut_key=f"self-edit-{key}", turns=turns, notes=draft)
         if turns:
             catch_up(keeper.archive, session, (keeper.retriever,), unit=keeper.config.passages)
+
+
+def fit_turn(
+    turn: Sequence[BaseMessage],
+    start: int,
+    fits: Callable[[Sequence[BaseMessage]], bool],
+    fixed: Sequence[BaseMessage],
+) -> list[BaseMessage]:
+    """The newest turn cut to fit after ``fixed``: its input (a question stays in view until it
+    is answered) and the newest work on it, the oldest work going first; a tool call never
+    parts from its results. When even the input alone does not fit, window-drop's cut decides
+    (and says the window is too small when nothing fits)."""
+    whole = list(turn)
+    if fits([*fixed, *whole]):
+        return whole
+    first = next((i for i, m in enumerate(whole) if is_input(m) or isinstance(m, ToolMessage)), 0)
+    end = first + 1
+    while end < len(whole) and safe_boundary(whole, end) != end:
+        end += 1
+    for cut in range(end, len(whole) + 1):
+        if safe_boundary(whole, cut) != cut:
+            continue
+        kept = [*whole[:end], *whole[cut:]]
+        if fits([*fixed, *kept]):
+            return kept
+    return drop_oldest([*fixed, *whole], start, fits)[len(fixed) :]
 
 
 class ToolsNode:

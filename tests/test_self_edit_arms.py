@@ -390,3 +390,22 @@ def test_a_misread_is_written_into_the_pinned_state_as_read(rule_stream):
     values = read_pinned(pinned_of(out["messages"])).values()
     truth = read_pinned(pinned_of(clean["messages"])).values()
     assert values.keys() == truth.keys() and values != truth
+
+
+@pytest.mark.parametrize("window", [2048, 4096])
+def test_a_reader_out_of_room_removes_what_it_set_least_recently_and_keeps_the_newest(window):
+    """Many counters in a small state: the newest values are kept, the oldest make room."""
+    arm = build_arm("self_edit", SimulatedReader(), window=window)
+    config = thread(f"room-{window}")
+    arm.graph.invoke({"messages": [HumanMessage(TASK)]}, config)
+    for item in range(1, 41):
+        sentences = " ".join(
+            f"Mira Holt recorded qa{'wxyz'[n]}{item:02d} at {item * 10 + n}."
+            for n in range(4)
+        )
+        out = arm.graph.invoke({"messages": [HumanMessage(f"Item {item}.\n{sentences}")]}, config)
+    view = read_pinned(pinned_of(out["messages"]))
+    assert 0 < view.used <= view.budget
+    assert view.lines[-1] == ("qaz40", "403")
+    assert ("qaw01", "10") not in view.lines  # the oldest made room
+    arm.close()

@@ -172,6 +172,9 @@ def memory_turn(
     last = messages[-1]
     reading_next = READ_TOOL in tools
     if isinstance(last, ToolMessage) and last.name in MEMORY_TOOLS:
+        retry = _retry_for_room(messages)
+        if retry:
+            return retry, ""
         return (((READ_TOOL, {}),), "") if reading_next else ((), _read_reply(messages))
     if isinstance(last, ToolMessage) and NO_MORE_BATCHES in text_of(last):
         return (), "Done reading."
@@ -199,14 +202,51 @@ def memory_turn(
     return tuple(calls), ""
 
 
+def _retry_for_room(messages: Sequence[BaseMessage]) -> tuple[Call, ...]:
+    """Edits refused for lack of room, sent again after removing as many of the lines set least
+    recently (never one being set now); nothing when none was refused, or it already tried."""
+    results = {
+        m.tool_call_id: text_of(m)
+        for m in messages
+        if isinstance(m, ToolMessage) and m.name in MEMORY_TOOLS
+    }
+    asked = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    if asked is None:
+        return ()
+    refused = [
+        (call["name"], dict(call["args"]))
+        for call in asked.tool_calls
+        if "over its" in results.get(call.get("id") or "", "")
+    ]
+    editing = [
+        m
+        for m in messages
+        if isinstance(m, AIMessage) and any(c["name"] in MEMORY_TOOLS for c in m.tool_calls)
+    ]
+    tried_before = (
+        len(editing) >= 2 and editing[-2] is not asked and _same_turn(messages, editing[-2])
+    )
+    memory = pinned_view(messages)
+    if not refused or memory is None or tried_before:
+        return ()
+    setting = {str(args.get("name")) for _, args in refused}
+    if APPEND_TOOL in {name for name, _ in refused} or REPLACE_TOOL in {n for n, _ in refused}:
+        frees = [(REPLACE_TOOL, {"old": line, "new": ""}) for line in memory.prose[: len(refused)]]
+    else:
+        oldest = [name for name, _ in memory.lines if name not in setting][: len(refused)]
+        frees = [(DELETE_TOOL, {"name": name}) for name in oldest]
+    return (*frees, *refused) if frees else ()
+
+
+def _same_turn(messages: Sequence[BaseMessage], earlier: BaseMessage) -> bool:
+    """Whether no new input came between ``earlier`` and the end (one batch's edits)."""
+    position = next(i for i, m in enumerate(messages) if m is earlier)
+    return not any(
+        message_kind(m) == "input" and not (isinstance(m, ToolMessage) and m.name in MEMORY_TOOLS)
+        for m in messages[position + 1 :]
+    )
+
+
 def _read_reply(messages: Sequence[BaseMessage]) -> str:
     items = [block.item for block in story_blocks(messages) if block.item is not None]
     return f"Read item {items[-1]}." if items else "OK."
-
-
-def answered_edits(messages: Sequence[BaseMessage]) -> bool:
-    """Whether the last model message made memory edits (for tests and traces)."""
-    for message in reversed(messages):
-        if isinstance(message, AIMessage):
-            return any(call["name"] in MEMORY_TOOLS for call in message.tool_calls)
-    return False

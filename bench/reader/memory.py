@@ -26,10 +26,11 @@ from keeper_middleware.bench.reader.messages import (
     count_sets,
     message_kind,
     negate_set,
+    read_blocks,
     story_blocks,
 )
 from keeper_middleware.bench.reader.pinned import PinnedView, read_pinned
-from keeper_middleware.bench.reader.text import read_events, rule_sentences
+from keeper_middleware.bench.reader.text import Recount, read_events, rule_sentences
 from keeper_middleware.messages import text_of
 
 SET_TOOL = "memory_set"
@@ -160,6 +161,26 @@ def prose_edits(
     return trims + calls
 
 
+RECOUNT_LINE = "recount"
+"""The name of the line that keeps a recount begun and not yet finished (its result comes with
+the next batch, which needs it: the notes keep it OPEN the same way)."""
+
+
+def recount_edits(memory: PinnedView, still_open: Recount | None, *, prose: bool) -> list[Call]:
+    """Keep a recount begun in this batch until the batch that finishes it; then remove it."""
+    noted = memory.open_recounts()
+    wanted = [still_open.sentence()] if still_open is not None else []
+    if noted == wanted:
+        return []
+    if prose:
+        written = memory.recount_lines()
+        calls: list[Call] = [(REPLACE_TOOL, {"old": line, "new": ""}) for line in written]
+        return calls + [(APPEND_TOOL, {"text": line}) for line in wanted]
+    if wanted:
+        return [(SET_TOOL, {"name": RECOUNT_LINE, "value": wanted[0]})]
+    return [(DELETE_TOOL, {"name": RECOUNT_LINE})]
+
+
 def _states_value_of(line: str, name: str) -> bool:
     return any(event.kind == "set" and event.name == name for event in read_events(line))
 
@@ -181,7 +202,12 @@ def memory_turn(
     memory = pinned_view(messages)
     last_blocks = [b for b in story_blocks(messages) if b.message_index == len(messages) - 1]
     rules = rule_sentences([text_of(last)])
-    if memory is None or (not any(b.events for b in last_blocks) and not rules):
+    still_open = read_blocks(messages)[1]
+    if memory is None or (
+        not any(b.events for b in last_blocks)
+        and not rules
+        and ([] if still_open is None else [still_open.sentence()]) == memory.open_recounts()
+    ):
         return (((READ_TOOL, {}),), "") if reading_next else ((), _read_reply(messages))
     misread = None
     if faults.fires("misread", digest):
@@ -197,6 +223,7 @@ def memory_turn(
         calls = line_edits(
             memory, changed, values, rules, with_rules=RULE_TOOL in tools, invent=invent
         )
+    calls += recount_edits(memory, read_blocks(messages)[1], prose=APPEND_TOOL in tools)
     if not calls:
         return (((READ_TOOL, {}),), "") if reading_next else ((), _read_reply(messages))
     return tuple(calls), ""

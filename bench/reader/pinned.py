@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from keeper_middleware.bench.reader.text import read_events
+from keeper_middleware.bench.reader.text import open_recount, read_events
 from keeper_middleware.notes import Notes
 
 PINNED_TAG = "[PINNED STATE]"
@@ -36,6 +36,15 @@ class PinnedView:
     reads_rules: bool
     """The instructions say to read the RULE: lines before answering."""
 
+    def recount_lines(self) -> list[str]:
+        """The lines, as written, that keep a recount begun and not yet finished."""
+        return _recount_lines(self)
+
+    def open_recounts(self) -> list[str]:
+        """Each recount those lines keep open, as a sentence (its result comes next item)."""
+        found = (open_recount(line) for line in _recount_lines(self))
+        return list(dict.fromkeys(recount.sentence() for recount in found if recount))
+
     def values(self) -> dict[str, int]:
         """Each counter's value: from its ``name value`` line, or the last prose sentence that
         states one (read with the story parser)."""
@@ -49,6 +58,11 @@ class PinnedView:
                 if event.kind == "set" and event.amount is not None:
                     found[event.name] = event.amount
         return found
+
+
+def _recount_lines(view: PinnedView) -> list[str]:
+    texts = [value for _, value in view.lines] + list(view.prose)
+    return [text for text in texts if open_recount(text) is not None]
 
 
 def is_pinned_text(text: str) -> bool:
@@ -90,10 +104,20 @@ def pinned_notes(text: str) -> Notes:
     view = read_pinned(text)
     through = view.through_item
     state = tuple((name, str(value)) for name, value in view.values().items())
+    still_open = tuple(view.open_recounts())
     try:
         rules = tuple(dict.fromkeys(view.rules))
         return Notes(
-            rules=rules, state=state, first_item=1 if through else None, last_item=through or None
+            rules=rules,
+            state=state,
+            open=still_open,
+            first_item=1 if through else None,
+            last_item=through or None,
         )
     except ValueError:  # a rule line the NOTES could not hold: its text is still read for rules
-        return Notes(state=state, first_item=1 if through else None, last_item=through or None)
+        return Notes(
+            state=state,
+            open=still_open,
+            first_item=1 if through else None,
+            last_item=through or None,
+        )

@@ -16,6 +16,7 @@ from keeper_middleware.bench.grader import SIMULATED_READER, grade
 from keeper_middleware.bench.reader import ReaderFaults, SimulatedReader
 from keeper_middleware.bench.reader.pinned import RULES_READ_SENTENCE, read_pinned
 from keeper_middleware.bench.streams import (
+    StreamSpec,
     generate_stream,
     preset_spec,
     question_sets,
@@ -335,7 +336,7 @@ def drive(name: str, folder, window: int, reader: SimulatedReader | None = None)
     return result, out
 
 
-@pytest.fixture(scope="module", params=[("tiny", 0, 4096), ("tiny", 1, 4096), ("small", 2, 8192)])
+@pytest.fixture(scope="module", params=[("tiny", 0, 4096), ("tiny", 1, 4096), ("tiny", 2, 6144)])
 def rule_stream(request, tmp_path_factory):
     size, seed, window = request.param
     folder = tmp_path_factory.mktemp(f"{size}-{seed}")
@@ -409,3 +410,21 @@ def test_a_reader_out_of_room_removes_what_it_set_least_recently_and_keeps_the_n
     assert view.lines[-1] == ("qaz40", "403")
     assert ("qaw01", "10") not in view.lines  # the oldest made room
     arm.close()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_pinned_state_keeps_current_values_through_text_that_spans_two_batches(
+    seed, tmp_path
+):
+    """The varied stream's recounts begin in one batch and finish in the next: the reader keeps
+    the open recount in its pinned state, as its notes keep it OPEN."""
+    spec = StreamSpec(
+        seed=seed,
+        target_tokens=15_000,
+        families=frozenset({"varied"}),
+        question_every=6,
+        filler_sentences=(4, 10),
+    )
+    generate_stream(spec, tmp_path)
+    result, _ = drive("self_edit", tmp_path, 6144)
+    assert result.by_category["current"][0] == result.by_category["current"][1], result.markdown()

@@ -401,8 +401,7 @@ def test_a_reader_out_of_room_removes_what_it_set_least_recently_and_keeps_the_n
     arm.graph.invoke({"messages": [HumanMessage(TASK)]}, config)
     for item in range(1, 41):
         sentences = " ".join(
-            f"Mira Holt recorded qa{'wxyz'[n]}{item:02d} at {item * 10 + n}."
-            for n in range(4)
+            f"Mira Holt recorded qa{'wxyz'[n]}{item:02d} at {item * 10 + n}." for n in range(4)
         )
         out = arm.graph.invoke({"messages": [HumanMessage(f"Item {item}.\n{sentences}")]}, config)
     view = read_pinned(pinned_of(out["messages"]))
@@ -413,9 +412,7 @@ def test_a_reader_out_of_room_removes_what_it_set_least_recently_and_keeps_the_n
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_pinned_state_keeps_current_values_through_text_that_spans_two_batches(
-    seed, tmp_path
-):
+def test_the_pinned_state_keeps_current_values_through_text_that_spans_two_batches(seed, tmp_path):
     """The varied stream's recounts begin in one batch and finish in the next: the reader keeps
     the open recount in its pinned state, as its notes keep it OPEN."""
     spec = StreamSpec(

@@ -425,3 +425,28 @@ def test_the_pinned_state_keeps_current_values_through_text_that_spans_two_batch
     generate_stream(spec, tmp_path)
     result, _ = drive("self_edit", tmp_path, 6144)
     assert result.by_category["current"][0] == result.by_category["current"][1], result.markdown()
+
+
+def test_the_archive_search_budget_starts_over_when_a_new_batch_arrives():
+    """The keeper's loop guards serve the self-editing arms too: past the search budget every
+    search is stopped, until new input may have changed the archive."""
+    searches = [
+        AIMessage("", tool_calls=[call("search_archive", {"query": f"domo{n:02d}"}, n)])
+        for n in range(12)
+    ]
+    model = ScriptedChatModel(script=["OK.", "Read 1.", "Read 2.", *searches, "1. unknown"])
+    arm = build_arm("self_edit_archive", model, window=4096)
+    config = thread("guards")
+    arm.graph.invoke({"messages": [HumanMessage(TASK, id="task")]}, config)
+    for item in (1, 2):
+        arm.graph.invoke({"messages": [HumanMessage(batch(item), id=f"b{item}")]}, config)
+    asked = HumanMessage("Questions about the stories so far.\n1. What value does domo01 hold now?")
+    out = arm.graph.invoke({"messages": [asked]}, config)
+    replies = [text_of(m) for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert replies[-1].startswith("Refused:") and "Stop searching" in replies[-1]
+    model.script.append(AIMessage("", tool_calls=[call("search_archive", {"query": "domo01"}, 99)]))
+    model.script.append(AIMessage("Read."))
+    out = arm.graph.invoke({"messages": [HumanMessage(batch(3), id="b3")]}, config)
+    after = [text_of(m) for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert after[-1].startswith("Found"), after[-1]
+    arm.close()

@@ -5,7 +5,8 @@ as long as the upstream's ``Retry-After`` asks; when the tries or the time budge
 agent gets OpenAI's error shape with a status that says what happened: 504 (the upstream timed
 out), 502 (unreachable, or it failed), 503 (overloaded, with a ``Retry-After``). A 4xx from the
 upstream is not retried and is passed on with the upstream's own message. Every try, failure and
-retry is counted in the :class:`CallTally` the caller passes.
+retry is counted in the :class:`CallTally` the caller passes. The HTTP client underneath is
+aiohttp where installed, else httpx (:mod:`.http_clients`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ import httpx
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from keeper_middleware.integrations.proxy.http_clients import (
+    HttpClient,
+    HttpReply,
+    TransportError,
+    default_client,
+)
 from keeper_middleware.integrations.proxy.openai_format import ai_from_completion
 from keeper_middleware.integrations.proxy.streaming import StreamAssembler
 
@@ -95,7 +102,8 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 class Upstream:
-    """The model server, called with retries and backoff within a budget."""
+    """The model server, called with retries and backoff within a budget. ``transport``
+    replaces the network with an httpx transport (tests pass ``httpx.MockTransport``)."""
 
     def __init__(
         self,
@@ -110,8 +118,9 @@ class Upstream:
         self.api_key = api_key
         self.forward_auth = forward_auth
         self.retry = retry
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        self.client = httpx.AsyncClient(timeout=retry.timeout, transport=transport, limits=limits)
+        self.client: HttpClient = default_client(
+            self.base_url, timeout=retry.timeout, transport=transport
+        )
 
     def _headers(self, auth: str | None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -171,11 +180,11 @@ class Upstream:
     async def _chat_once(self, content: bytes, auth: str | None) -> dict[str, Any]:
         url = f"{self.base_url}/chat/completions"
         try:
-            response = await self.client.post(url, content=content, headers=self._headers(auth))
-        except httpx.TransportError as exc:
+            reply = await self.client.post(url, content, self._headers(auth))
+        except TransportError as exc:
             raise self._transport_error(exc) from exc
-        _raise_for_status(response)
-        return _completion(response.content)
+        _raise_for_status(reply)
+        return _completion(reply.body)
 
     async def _stream_once(
         self, content: bytes, auth: str | None, forward: Forward
@@ -183,15 +192,15 @@ class Upstream:
         url = f"{self.base_url}/chat/completions"
         assembler = StreamAssembler()
         try:
-            async with self.client.stream(
-                "POST", url, content=content, headers=self._headers(auth)
-            ) as response:
-                if response.status_code >= 400:
-                    await response.aread()
-                    _raise_for_status(response)
+            async with self.client.stream(url, content, self._headers(auth)) as response:
+                if response.status >= 400:
+                    body = await response.read()
+                    _raise_for_status(
+                        HttpReply(response.status, response.reason, response.headers, body)
+                    )
                 if "text/event-stream" not in response.headers.get("content-type", ""):
-                    return _completion(await response.aread())
-                async for line in response.aiter_lines():
+                    return _completion(await response.read())
+                async for line in response.lines():
                     if not line.startswith("data:"):
                         continue
                     payload = line[5:].strip()
@@ -207,7 +216,7 @@ class Upstream:
                     delta = assembler.feed(chunk) if isinstance(chunk, dict) else {}
                     if delta:
                         await forward(delta)
-        except httpx.TransportError as exc:
+        except TransportError as exc:
             error = self._transport_error(exc)
             error.retry = error.retry and not assembler.forwarded
             raise error from exc
@@ -218,29 +227,29 @@ class Upstream:
             raise _bad_reply(str(exc), retry=not assembler.forwarded) from exc
         return data
 
-    def _transport_error(self, exc: httpx.TransportError) -> UpstreamError:
-        if isinstance(exc, httpx.TimeoutException):
+    def _transport_error(self, exc: TransportError) -> UpstreamError:
+        if exc.timed_out:
             return UpstreamError(
                 504,
                 "upstream_timeout",
                 f"The model server at {self.base_url} did not answer in time "
-                f"({type(exc).__name__}, timeout {self.retry.timeout:g} s); try again later.",
+                f"({exc.detail}, timeout {self.retry.timeout:g} s); try again later.",
                 retry=True,
             )
         return UpstreamError(
             502,
             "upstream_unavailable",
-            f"The model server at {self.base_url} cannot be reached ({exc!r}); check that it "
-            "is running.",
+            f"The model server at {self.base_url} cannot be reached ({exc.detail}); check that "
+            "it is running.",
             retry=True,
         )
 
     async def get(self, path: str, *, auth: str | None) -> tuple[int, bytes]:
         try:
-            response = await self.client.get(f"{self.base_url}{path}", headers=self._headers(auth))
-        except httpx.TransportError as exc:
+            reply = await self.client.get(f"{self.base_url}{path}", self._headers(auth))
+        except TransportError as exc:
             raise self._transport_error(exc) from exc
-        return response.status_code, response.content
+        return reply.status, reply.body
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -270,8 +279,8 @@ def _completion(content: bytes) -> dict[str, Any]:
     return data
 
 
-def _raise_for_status(response: httpx.Response) -> None:
-    status = response.status_code
+def _raise_for_status(response: HttpReply) -> None:
+    status = response.status
     if status < 400:
         return
     asked = retry_after_seconds(response.headers.get("retry-after"))
@@ -299,14 +308,14 @@ def _raise_for_status(response: httpx.Response) -> None:
     )
 
 
-def _upstream_message(response: httpx.Response) -> str:
+def _upstream_message(response: HttpReply) -> str:
     try:
-        error = orjson.loads(response.content).get("error")
+        error = orjson.loads(response.body).get("error")
         if isinstance(error, dict) and error.get("message"):
             return str(error["message"])
     except (ValueError, AttributeError):
         pass
-    return response.text[:500] or response.reason_phrase
+    return response.body[:2000].decode("utf-8", errors="replace")[:500] or response.reason
 
 
 def retry_after_header(error: UpstreamError, policy: RetryPolicy) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The keeper proxy's upstream: the model server, called with retries and backoff in a budget.
 
-Errors, 429s and timeouts are tried again with exponential backoff (tenacity), waiting at least
+Errors, 429s and timeouts are tried again with exponential backoff, waiting at least
 as long as the upstream's ``Retry-After`` asks; when the tries or the time budget run out the
 agent gets OpenAI's error shape with a status that says what happened: 504 (the upstream timed
 out), 502 (unreachable, or it failed), 503 (overloaded, with a ``Retry-After``). A 4xx from the
@@ -11,6 +11,7 @@ aiohttp where installed, else httpx (:mod:`.http_clients`).
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import math
 import time
@@ -20,7 +21,6 @@ from typing import Any
 
 import httpx
 import orjson
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from keeper_middleware.integrations.proxy.http_clients import (
     HttpClient,
@@ -130,16 +130,10 @@ class Upstream:
             headers["authorization"] = auth
         return headers
 
-    def _wait(self, state: RetryCallState) -> float:
-        backoff = min(self.retry.max_wait, self.retry.first_wait * 2 ** (state.attempt_number - 1))
-        error = state.outcome.exception() if state.outcome else None
-        asked = error.retry_after if isinstance(error, UpstreamError) else None
-        return float(max(backoff, asked or 0.0))
-
-    def _stop(self, state: RetryCallState) -> bool:
-        if stop_after_attempt(self.retry.attempts)(state):
-            return True
-        return (state.seconds_since_start or 0.0) + self._wait(state) > self.retry.budget
+    def _wait(self, attempt: int, error: UpstreamError) -> float:
+        """Seconds before try ``attempt + 1``: the backoff, or longer if the upstream asks."""
+        backoff = min(self.retry.max_wait, self.retry.first_wait * 2 ** (attempt - 1))
+        return float(max(backoff, error.retry_after or 0.0))
 
     async def chat(
         self,
@@ -151,31 +145,30 @@ class Upstream:
     ) -> dict[str, Any]:
         """The upstream's completion. With ``forward``, the upstream is asked for a stream and
         its text deltas are passed to ``forward`` until a tool call begins; a try that already
-        passed text on is not repeated."""
-        retrying = AsyncRetrying(
-            stop=self._stop,
-            wait=self._wait,
-            retry=retry_if_exception(lambda e: isinstance(e, UpstreamError) and e.retry),
-            reraise=True,
-        )
+        passed text on is not repeated.
+
+        A failed try is repeated while tries are left and the next one would start within the
+        budget (counted from the first try); the last error is raised."""
         content = orjson.dumps(body if forward is None else _streaming(body))
-        tries = 0
-        async for attempt in retrying:
-            with attempt:
-                tally.retries += tries > 0
-                tries += 1
-                tally.calls += 1
-                started = time.perf_counter()
-                try:
-                    if forward is None:
-                        return await self._chat_once(content, auth)
-                    return await self._stream_once(content, auth, forward)
-                except UpstreamError:
-                    tally.failures += 1
+        first = time.monotonic()
+        for attempt in range(1, self.retry.attempts + 1):
+            tally.retries += attempt > 1
+            tally.calls += 1
+            started = time.perf_counter()
+            try:
+                if forward is None:
+                    return await self._chat_once(content, auth)
+                return await self._stream_once(content, auth, forward)
+            except UpstreamError as error:
+                tally.failures += 1
+                wait = self._wait(attempt, error)
+                late = time.monotonic() - first + wait > self.retry.budget
+                if not error.retry or attempt == self.retry.attempts or late:
                     raise
-                finally:
-                    tally.seconds += time.perf_counter() - started
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+            finally:
+                tally.seconds += time.perf_counter() - started
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable: the last try returns or raises")
 
     async def _chat_once(self, content: bytes, auth: str | None) -> dict[str, Any]:
         url = f"{self.base_url}/chat/completions"

@@ -266,9 +266,17 @@ class AiohttpClient:
         return await self._whole("GET", url, None, headers)
 
     async def aclose(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
+        """Close the pool (one made in another event loop can only be dropped)."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed and self._loop is _running_loop():
+            await session.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def default_client(

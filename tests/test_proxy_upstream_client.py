@@ -178,14 +178,10 @@ async def test_the_last_failure_reaches_the_agent_when_tries_run_out(client_kind
     assert (tally.calls, tally.failures, tally.retries) == (3, 3, 2)
 
 
-@pytest.mark.parametrize(
-    "retry_after",
-    ["600", email.utils.formatdate(time.time() + 600, usegmt=True)],
-    ids=["seconds", "http-date"],
-)
-async def test_a_retry_after_past_the_budget_ends_the_tries_and_is_passed_on(
-    client_kind, retry_after
-):
+@pytest.mark.parametrize("form", ["seconds", "http-date"])
+async def test_a_retry_after_past_the_budget_ends_the_tries_and_is_passed_on(client_kind, form):
+    later = time.time() + 3600
+    retry_after = "3600" if form == "seconds" else email.utils.formatdate(later, usegmt=True)
     server = ScriptedServer(status(429, {"retry-after": retry_after}), answer("too late"))
     policy = RetryPolicy(attempts=4, first_wait=0, max_wait=0, budget=60)
     with serving(server) as url:
@@ -194,7 +190,7 @@ async def test_a_retry_after_past_the_budget_ends_the_tries_and_is_passed_on(
             await upstream.chat(BODY, auth=None, tally=CallTally())
         await upstream.aclose()
     assert (failed.value.status, failed.value.code) == (503, "upstream_overloaded")
-    assert failed.value.retry_after is not None and failed.value.retry_after > 500
+    assert failed.value.retry_after is not None and failed.value.retry_after > 3000
     assert len(server.requests) == 1  # waiting as asked would pass the 60 s budget
 
 

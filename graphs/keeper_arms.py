@@ -53,6 +53,9 @@ def keeper_arm_config(
         "notes_mode": "rewrite" if arm == "notes_rewrite" else "in_place",
         "show_retrieved": retrieved_per_question if arm == "notes_retrieval" else 0,
     }
+    if config.notes_budget is None:
+        # Every memory in a comparison gets one size: the NOTES take what a summary is given.
+        changes["notes_budget"] = ("tokens", resolve_size(NOTES_SHARE, window, name="notes_budget"))
     if reply_reserve is not None:
         changes["reply_reserve"] = reply_reserve
     elif base is None:
@@ -65,8 +68,10 @@ def keeper_arm_config(
 
 
 NOTES_SHARE = SUMMARY_BUDGET
-"""Without a NOTES budget of its own in the config, the NOTES are given what a summary is given:
-an eighth of the window (4K tokens at a 32K window)."""
+"""Without a NOTES budget of its own in the config, a keeper arm's NOTES are given what a summary
+is given: an eighth of the window (4K tokens at a 32K window). The library's own default is
+smaller (10% of window - reserve: 2,867 tokens at 32K); a comparison at unequal sizes would
+measure the setting, not the method."""
 
 
 def notes_budget(config: KeeperConfig) -> int:

@@ -9,6 +9,7 @@ and written while the session is held, so parallel searches cannot race past the
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from keeper_middleware.archive import ArchivedTurn
 from keeper_middleware.config import KeeperConfig
@@ -22,20 +23,14 @@ from keeper_middleware.tokens import TokenCounter
 log = logging.getLogger("keeper_middleware")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ArchiveSearch:
     """Answers ``search_archive`` calls for one keeper's sessions."""
 
-    def __init__(
-        self,
-        sessions: SessionState,
-        retriever: Retriever,
-        config: KeeperConfig,
-        tokens: TokenCounter,
-    ) -> None:
-        self.sessions = sessions
-        self.retriever = retriever
-        self.config = config
-        self.tokens = tokens
+    sessions: SessionState
+    retriever: Retriever
+    config: KeeperConfig
+    tokens: TokenCounter
 
     def run(self, session: str, args: object) -> str:
         """Answer one call from the model's raw arguments."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -39,29 +40,19 @@ ArchiveWhole = Callable[[str, BaseMessage, int | None, int], BaseMessage]
 item, cap): the engine's I/O, handed in."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Arrivals:
     """Takes new messages into one keeper's sessions."""
 
-    def __init__(
-        self,
-        *,
-        config: KeeperConfig,
-        tokens: TokenCounter,
-        detector: QuestionDetector,
-        items: ItemNumbering,
-        window: WindowPolicy,
-        sessions: SessionState,
-        passages: Retriever,
-        archive_whole: ArchiveWhole,
-    ) -> None:
-        self.config = config
-        self.tokens = tokens
-        self.detector = detector
-        self.items = items
-        self.window = window
-        self.sessions = sessions
-        self.passages = passages
-        self.archive_whole = archive_whole
+    config: KeeperConfig
+    tokens: TokenCounter
+    detector: QuestionDetector
+    items: ItemNumbering
+    window: WindowPolicy
+    sessions: SessionState
+    passages: Retriever
+    """Serves the sentences shown beside a new question (``show_retrieved``)."""
+    archive_whole: ArchiveWhole
 
     def observe(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesDraft
 from keeper_middleware.config import KeeperConfig
@@ -26,29 +27,19 @@ from keeper_middleware.window import Excerpt, WindowPolicy
 log = logging.getLogger("keeper_middleware")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CutCommit:
     """Finishes the cuts of one keeper's sessions."""
 
-    def __init__(
-        self,
-        *,
-        config: KeeperConfig,
-        tokens: TokenCounter,
-        window: WindowPolicy,
-        sessions: SessionState,
-        archive: ArchiveStore,
-        excerpter: Callable[[str, Mapping[str, int]], Excerpt],
-        sync_index: Callable[[str], None],
-    ) -> None:
-        self.config = config
-        self.tokens = tokens
-        self.window = window
-        self.sessions = sessions
-        self.archive = archive
-        self.excerpter = excerpter
-        """Archives a message whole and excerpts it (for a window still too big after a cut)."""
-        self.sync_index = sync_index
-        """Indexes what was archived (after the transaction: a crash there is caught up)."""
+    config: KeeperConfig
+    tokens: TokenCounter
+    window: WindowPolicy
+    sessions: SessionState
+    archive: ArchiveStore
+    excerpter: Callable[[str, Mapping[str, int]], Excerpt]
+    """Archives a message whole and excerpts it (for a window still too big after a cut)."""
+    sync_index: Callable[[str], None]
+    """Indexes what was archived (after the transaction: a crash there is caught up)."""
 
     def reuse_committed(self, pending: Pending) -> NoteOutcome | Notes | None:
         """A cut committed before a crash is finished from the archive, not asked again."""

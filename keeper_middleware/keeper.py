@@ -152,7 +152,9 @@ class Keeper:
         self.sessions = SessionState(self.archive, self.locks)
         self.window = WindowPolicy(self.config, self.tokens, self.detector)
         self.dialogue = NoteDialogue(self.config, self.tokens, self.checks, self.detector)
-        self.searcher = ArchiveSearch(self.sessions, self.retriever, self.config, self.tokens)
+        self.searcher = ArchiveSearch(
+            sessions=self.sessions, retriever=self.retriever, config=self.config, tokens=self.tokens
+        )
         self.commit = CutCommit(
             config=self.config,
             tokens=self.tokens,

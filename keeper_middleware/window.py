@@ -215,9 +215,8 @@ class WindowPolicy:
             least = sum(min(size, floor) for size in sizes)
             if room < least:
                 need = sum(parts.values()) + least
-                listed = " + ".join(f"{name} {size}" for name, size in parts.items() if size)
                 raise WindowTooSmallError(
-                    f"the fixed part of a request does not fit: {listed} + the new input's "
+                    f"the fixed part of a request does not fit: {_listed(parts)} + the new input's "
                     f"excerpt (at least {floor} tokens a message) = {need} tokens, "
                     f"over the budget of {self.config.budget} (window {self.config.window} - "
                     f"reply reserve {self.config.reserve}) by "
@@ -290,12 +289,11 @@ class WindowPolicy:
     ) -> WindowTooSmallError:
         """The refusal of a request nothing more can be cut from or excerpted in."""
         parts = self.fixed_parts(messages, setup)
-        listed = " + ".join(f"{name} {size}" for name, size in parts.items() if size)
         return WindowTooSmallError(
             f"the request is {request_tokens} tokens, over the budget of "
             f"{self.config.budget} (window {self.config.window} - reply reserve "
             f"{self.config.reserve}) by {request_tokens - self.config.budget}, and "
-            f"nothing more can be cut or excerpted. Its fixed part: {listed} = "
+            f"nothing more can be cut or excerpted. Its fixed part: {_listed(parts)} = "
             f"{sum(parts.values())} tokens. Raise the window, lower reply_reserve, or "
             "shorten the largest part."
         )
@@ -333,3 +331,8 @@ class WindowPolicy:
             "NOTES within notes_budget, any open question) does not fit. Raise the "
             "window, lower reply_reserve or notes_budget, or shorten the system prompt."
         )
+
+
+def _listed(parts: Mapping[str, int]) -> str:
+    """The fixed parts as an error names them: "system prompt 24 + tools 400 + ..."."""
+    return " + ".join(f"{name} {size}" for name, size in parts.items() if size)

@@ -16,6 +16,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from keeper_middleware.config import KeeperConfig
+from keeper_middleware.entries import Entry
 from keeper_middleware.injection import (
     merge_hits,
     question_queries,
@@ -27,7 +28,6 @@ from keeper_middleware.messages import keeper_kind, role_of
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.questions import QuestionDetector
 from keeper_middleware.retrievers.base import Retriever
-from keeper_middleware.room import is_fresh
 from keeper_middleware.search import after_new_input
 from keeper_middleware.sessions import SessionState
 from keeper_middleware.tokens import TokenCounter
@@ -57,7 +57,7 @@ class Arrivals:
     def observe(
         self,
         session: str,
-        messages: list[BaseMessage],
+        entries: Sequence[Entry],
         kstate: dict[str, Any],
         setup: ModelSetup,
     ) -> tuple[list[BaseMessage], bool]:
@@ -69,19 +69,19 @@ class Arrivals:
         numbered = bool(kstate.get("numbered", False))
         notes = self.sessions.notes(session)
         counters = self.sessions.counters(session)
-        caps, room = self.window.message_caps(session, messages, seen, setup, notes)
+        caps, room = self.window.message_caps(session, entries, seen, setup, notes)
         self.sessions.set_room(session, room)
         result: list[BaseMessage] = []
         new_input = shrunk = False
-        for message in messages:
-            msg_id = str(message.id)
-            if not is_fresh(message, seen):
+        for entry in entries:
+            message, msg_id = entry.message, entry.id
+            if not entry.fresh(seen):
                 seen.add(msg_id)
                 result.append(message)
                 continue
             seen.add(msg_id)
-            self._log_if_oversized(session, message)
-            is_question = self.detector.is_question(message)
+            self._log_if_oversized(session, entry)
+            is_question = entry.question
             if self.items.is_new_input(message):
                 new_input = True
                 stated = self.items.stated_number(message)
@@ -91,7 +91,7 @@ class Arrivals:
                     last_item += 1
             items[msg_id] = last_item
             cap = caps[msg_id]
-            if self.tokens.count_messages([message]) > cap:
+            if entry.tokens > cap:
                 message = self.archive_whole(session, message, last_item, cap)
                 shrunk = True
             result.append(message)
@@ -137,15 +137,15 @@ class Arrivals:
             added.append(own(session, block, "retrieved", f"retrieved-{qid}"))
         return added
 
-    def _log_if_oversized(self, session: str, message: BaseMessage) -> None:
-        size = self.tokens.count_messages([message])
+    def _log_if_oversized(self, session: str, entry: Entry) -> None:
+        size = entry.tokens
         if size > self.config.budget // 2:
             log.warning(
                 "oversized message session=%s id=%s role=%s tokens=%d budget=%d: it alone takes "
                 "over half the budget",
                 session,
-                message.id,
-                role_of(message),
+                entry.message.id,
+                role_of(entry.message),
                 size,
                 self.config.budget,
             )

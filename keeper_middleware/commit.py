@@ -80,12 +80,15 @@ class CutCommit:
         )
         if size > self.config.budget:
             window = self.window.shrink_largest(
-                window, setup, self.excerpter(session, items), start=plan.layout.head_end + 1
+                self.window.classify(window, pending.entries),
+                setup,
+                self.excerpter(session, items),
+                start=plan.layout.head_end + 1,
             )
             size = self.window.count(setup, window)
         if size > self.config.budget:
             raise self.window.after_cut_error(size)
-        turns = leaving_turns(session, messages, plan, items)
+        turns = leaving_turns(session, pending.entries, plan, items)
         if fitted.moved_any:
             # what left the NOTES is archived word for word with the cut, where search finds it
             turns.append(

@@ -42,6 +42,7 @@ from keeper_middleware.commit import CutCommit
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
 from keeper_middleware.cut import cut_key
+from keeper_middleware.entries import Entry, messages_of
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, excerpt_within, pointer_cost
 from keeper_middleware.indexing import catch_up
@@ -270,33 +271,40 @@ class Keeper:
         # tool call left without its result (a recursion limit, a crash) is closed
         messages, forged = verified(messages, lambda: self.sessions.secret(session))
         messages, _closed = close_unanswered_calls(messages)
-        messages, shrunk = self.arrivals.observe(session, messages, kstate, setup)
+        # each message is classified once per step (kind, text, size, question), here where
+        # it enters; a message replaced on the way (an excerpt) is classified anew
+        entries = window.classify(messages)
+        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup)
+        entries = window.classify(messages, entries)
         notes = self.notes(session)
         plan, request_tokens = window.plan(messages, kstate, setup, notes)
         if plan is None and request_tokens > budget:
             # what was kept in view as already noted may leave with the next cut instead
-            messages, unkept = unkeep(messages)
+            messages, unkept = unkeep(entries)
             if unkept:
                 shrunk = True
+                entries = window.classify(messages, entries)
                 plan, request_tokens = window.plan(messages, kstate, setup, notes)
         for _ in range(8):
             if plan is not None or request_tokens <= budget:
                 break
-            messages, more = self._shrink_in_view(session, messages, kstate, setup)
+            messages, more = self._shrink_in_view(session, entries, kstate, setup)
             if not more:
                 break
             shrunk = True
+            entries = window.classify(messages, entries)
             plan, request_tokens = window.plan(messages, kstate, setup, notes)
         if plan is None and request_tokens > budget:
             # the last resort: excerpt the biggest messages in view, wherever they are
             layout = window.layout(messages)
             messages = window.shrink_largest(
-                messages,
+                entries,
                 setup,
                 self._excerpter(session, kstate.get("items", {})),
                 start=layout.head_end,
             )
             shrunk = True
+            entries = window.classify(messages, entries)
             plan, request_tokens = window.plan(messages, kstate, setup, notes)
         counters = self.counters(session)
         if plan is None:  # sent as it is; a cut records the window it leaves (``CutCommit.finish``)
@@ -310,7 +318,7 @@ class Keeper:
             budget,
         )
         if plan is None and request_tokens > budget:
-            raise window.too_big_error(request_tokens, messages, setup)
+            raise window.too_big_error(request_tokens, entries, setup)
         moved = self.sessions.moved_keys(session) if plan is not None else frozenset()
         return Pending(
             session,
@@ -320,22 +328,23 @@ class Keeper:
             notes,
             replaced=bool(forged or shrunk),
             archived_keys=moved,
+            entries=entries,
         )
 
     def _shrink_in_view(
         self,
         session: str,
-        messages: list[BaseMessage],
+        entries: Sequence[Entry],
         kstate: Mapping[str, Any],
         setup: ModelSetup,
     ) -> tuple[list[BaseMessage], bool]:
         """Excerpt what :meth:`WindowPolicy.in_view_excess` names; each is archived whole."""
-        over, level = self.window.in_view_excess(messages, setup)
+        over, level = self.window.in_view_excess(entries, setup)
         items: Mapping[str, int] = kstate.get("items", {})
-        result = list(messages)
+        result = messages_of(entries)
         changed = False
         for index in over:
-            message = messages[index]
+            message = entries[index].message
             shrunk = self._archive_whole(session, message, items.get(str(message.id)), level)
             changed = changed or shrunk is not message
             result[index] = shrunk

@@ -13,13 +13,12 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
 from keeper_middleware.checks import NoteCheck
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
 from keeper_middleware.messages import (
-    keeper_kind,
     keeper_message,
     strip_reasoning,
     text_of,
@@ -104,12 +103,12 @@ class NoteDialogue:
         # the pinned task is in view in every request, so it is a source notes may quote too
         sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
         noted_text = "\n".join(
-            text_of(message)
-            for message in (pending.messages[i] for i in sources)
-            if keeper_kind(message) is None
-            and not isinstance(message, SystemMessage)
-            and not self.detector.is_question(message)
-            and not (isinstance(message, ToolMessage) and message.name == SEARCH_TOOL_NAME)
+            entry.text
+            for entry in (pending.entries[i] for i in sources)
+            if entry.kind is None
+            and not entry.is_system
+            and not entry.question
+            and not (entry.is_tool_result and entry.message.name == SEARCH_TOOL_NAME)
         )
         taking = NoteTaking(
             notes=pending.notes,
@@ -184,13 +183,14 @@ class NoteDialogue:
         model replies never count."""
         assert pending.plan is not None
         sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
+        # the request as rendered carries the system prompt even when the messages do not
         texts = [text_of(m) for m in pending.request if isinstance(m, SystemMessage)]
-        for message in (pending.messages[i] for i in sources):
-            if keeper_kind(message) is not None or isinstance(message, SystemMessage | AIMessage):
+        for entry in (pending.entries[i] for i in sources):
+            if entry.kind is not None or entry.is_system or isinstance(entry.message, AIMessage):
                 continue
-            if isinstance(message, ToolMessage) and message.name not in self.config.item_tools:
+            if entry.is_tool_result and entry.message.name not in self.config.item_tools:
                 continue
-            texts.append(text_of(message))
+            texts.append(entry.text)
         return "\n".join(texts)
 
     def _rewrite(

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import BaseMessage
 
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.entries import Entry
 from keeper_middleware.notes import parse_notes, render_notes
 
 
-def units(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
+def units(entries: Sequence[Entry]) -> list[list[Entry]]:
     """The messages in the groups a cut never splits: a tool call with its results, or one."""
-    grouped: list[list[BaseMessage]] = []
-    for message in messages:
-        if isinstance(message, ToolMessage) and grouped:
-            grouped[-1].append(message)
+    grouped: list[list[Entry]] = []
+    for entry in entries:
+        if entry.is_tool_result and grouped:
+            grouped[-1].append(entry)
         else:
-            grouped.append([message])
+            grouped.append([entry])
     return grouped
 
 
@@ -41,26 +41,16 @@ def water_level(sizes: Sequence[int], room: int, limit: int) -> int:
     return low
 
 
-def is_fresh(message: BaseMessage, seen: set[str]) -> bool:
-    """A message this keeper has not taken in yet (its own messages and the system prompt are
-    never new inputs)."""
-    return (
-        str(message.id) not in seen
-        and keeper_kind(message) is None
-        and not isinstance(message, SystemMessage)
-    )
-
-
-def unkeep(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], bool]:
+def unkeep(entries: Sequence[Entry]) -> tuple[list[BaseMessage], bool]:
     """The messages with the NOTES no longer counting any message as kept in view: those are
     noted again by the next cut (a repeat the checks accept) and may leave the window with it."""
-    result = list(messages)
-    for index, message in enumerate(result):
-        if keeper_kind(message) == "notes":
-            notes, kept = parse_notes(text_of(message))
+    result = [entry.message for entry in entries]
+    for index, entry in enumerate(entries):
+        if entry.kind == "notes":
+            notes, kept = parse_notes(entry.text)
             if not kept:
                 return result, False
             text = render_notes(notes, kept=0)
-            result[index] = message.model_copy(update={"content": text})
+            result[index] = entry.message.model_copy(update={"content": text})
             return result, True
     return result, False

@@ -13,6 +13,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from keeper_middleware.cut import CutPlan
+from keeper_middleware.entries import Entry
 from keeper_middleware.notes import Notes
 
 
@@ -45,3 +46,5 @@ class Pending:
     """A message was replaced under its own id (an excerpt, a forged tag removed)."""
     archived_keys: frozenset[str] = frozenset()
     """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
+    entries: list[Entry] = field(default_factory=list)
+    """``messages`` as classified where they entered the step (one entry per message)."""

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from keeper_middleware.archive import ArchivedTurn
 from keeper_middleware.cut import CutPlan
+from keeper_middleware.entries import Entry
 from keeper_middleware.messages import (
-    keeper_kind,
     reasoning_of,
     role_of,
     storable_text,
@@ -42,13 +42,13 @@ def archived_turn(session: str, message: BaseMessage, item: int | None) -> Archi
 
 
 def leaving_turns(
-    session: str, messages: Sequence[BaseMessage], plan: CutPlan, items: Mapping[str, int]
+    session: str, entries: Sequence[Entry], plan: CutPlan, items: Mapping[str, int]
 ) -> list[ArchivedTurn]:
     """The turns a cut archives: everything that leaves the window except the keeper's own
     messages (the NOTES are versioned apart) and the stored system prompt (it never leaves)."""
-    leaving = [*messages[: plan.layout.head_end], *(messages[i] for i in plan.leaving)]
+    leaving = [*entries[: plan.layout.head_end], *(entries[i] for i in plan.leaving)]
     return [
-        archived_turn(session, m, items.get(str(m.id)))
-        for m in leaving
-        if keeper_kind(m) is None and not (m is messages[0] and isinstance(m, SystemMessage))
+        archived_turn(session, e.message, items.get(e.id))
+        for e in leaving
+        if e.kind is None and not (e is entries[0] and e.is_system)
     ]

@@ -11,10 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import CutPlan, Layout, find_layout, pin_open_question, plan_cut
+from keeper_middleware.entries import Entry, classify, messages_of
 from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, pointer_cost
 from keeper_middleware.injection import render_rules_block
@@ -24,7 +25,7 @@ from keeper_middleware.note_taking import notes_request_text
 from keeper_middleware.notes import Notes, parse_notes, render_notes
 from keeper_middleware.questions import QuestionDetector, open_question_index
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT
-from keeper_middleware.room import is_fresh, units, water_level
+from keeper_middleware.room import units, water_level
 from keeper_middleware.tokens import TokenCounter
 
 NOTES_FRAME_TOKENS = 64
@@ -41,6 +42,10 @@ class WindowPolicy:
     config: KeeperConfig
     tokens: TokenCounter
     detector: QuestionDetector
+
+    def classify(self, messages: Sequence[BaseMessage], known: Sequence[Entry] = ()) -> list[Entry]:
+        """The step's entries of ``messages`` (those in ``known`` reused for the same message)."""
+        return classify(messages, self.tokens, self.detector, known)
 
     def count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
         """The request's size as the model receives it (system prompt and tools included)."""
@@ -133,12 +138,12 @@ class WindowPolicy:
         return replace(plan, keep_from=plan.boundary)
 
     def fixed_parts(
-        self, messages: Sequence[BaseMessage], setup: ModelSetup, seen: set[str] | None = None
+        self, entries: Sequence[Entry], setup: ModelSetup, seen: set[str] | None = None
     ) -> dict[str, int]:
         """What every note request carries whatever is cut, by part, in tokens (the pinned
         task counted only once taken in, when ``seen`` is given)."""
-        layout = self.layout(messages)
-        head = [m for m in messages[: layout.head_end] if seen is None or not is_fresh(m, seen)]
+        layout = self.layout(messages_of(entries))
+        head = [e.message for e in entries[: layout.head_end] if seen is None or not e.fresh(seen)]
         tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
         system_and_tools = self.count(setup, [m for m in head if isinstance(m, SystemMessage)])
         return {
@@ -149,7 +154,7 @@ class WindowPolicy:
             # and as a later cut may grow them, up to their budget
             "NOTES": max(
                 self.config.notes_tokens + NOTES_FRAME_TOKENS,
-                sum(self.tokens.count_messages([m]) for m in messages if keeper_kind(m) == "notes"),
+                sum(e.tokens for e in entries if e.kind == "notes"),
             ),
             "note request": self.request_cost(),
         }
@@ -172,7 +177,7 @@ class WindowPolicy:
     def message_caps(
         self,
         session: str,
-        messages: Sequence[BaseMessage],
+        entries: Sequence[Entry],
         seen: set[str],
         setup: ModelSetup,
         notes: Notes,
@@ -186,26 +191,26 @@ class WindowPolicy:
         repeated beside a question. Within a unit the room is shared so that small messages stay
         whole and only the big ones are cut down, none beyond the message limit.
         """
-        layout = self.layout(messages)
-        parts = self.fixed_parts(messages, setup, seen)
+        layout = self.layout(messages_of(entries))
+        parts = self.fixed_parts(entries, setup, seen)
         # what was kept in view beside the NOTES is in every note request too, but it is not
         # fixed: when it leaves no room it is excerpted (in_view_excess), never refused
         kept = sum(
-            self.tokens.count_messages([m])
-            for m in messages[layout.head_end : layout.noted_start]
-            if keeper_kind(m) != "notes" and not is_fresh(m, seen)
+            e.tokens
+            for e in entries[layout.head_end : layout.noted_start]
+            if e.kind != "notes" and not e.fresh(seen)
         )
         beside = self.beside_cost(notes)
         room = self.config.budget - sum(parts.values())
         caps: dict[str, int] = {}
-        for unit in units(messages):
-            fresh = [m for m in unit if is_fresh(m, seen)]
+        for unit in units(entries):
+            fresh = [e for e in unit if e.fresh(seen)]
             if not fresh:
                 continue
-            fixed = sum(self.tokens.count_messages([m]) for m in unit if not is_fresh(m, seen))
-            if any(self.detector.is_question(m) for m in fresh):
+            fixed = sum(e.tokens for e in unit if not e.fresh(seen))
+            if any(e.question for e in fresh):
                 fixed += beside
-            sizes = [self.tokens.count_messages([m]) for m in fresh]
+            sizes = [e.tokens for e in fresh]
             share = water_level(sizes, room - fixed - kept, self.config.message_tokens)
             if share < MIN_EXCERPT_TOKENS and kept:
                 share = water_level(sizes, room - fixed, self.config.message_tokens)
@@ -223,12 +228,10 @@ class WindowPolicy:
                     f"{need - self.config.budget}. Raise the window, lower reply_reserve, or "
                     "shorten the largest part."
                 )
-            caps.update((str(m.id), max(share, floor)) for m in fresh)
+            caps.update((e.id, max(share, floor)) for e in fresh)
         return caps, max(MIN_EXCERPT_TOKENS, min(room, self.config.message_tokens))
 
-    def in_view_excess(
-        self, messages: Sequence[BaseMessage], setup: ModelSetup
-    ) -> tuple[list[int], int]:
+    def in_view_excess(self, entries: Sequence[Entry], setup: ModelSetup) -> tuple[list[int], int]:
         """The messages kept in view beside the NOTES and in the first unit not yet noted (a
         message, or a tool call with its results) that must be excerpted for a note request to
         fit after them again, and the cap each gets.
@@ -236,32 +239,31 @@ class WindowPolicy:
         Used when nothing can be cut: what is in view outgrew the window after the messages
         were taken in (the NOTES or the kept exchange grew, an open question's work piled up).
         """
+        messages = messages_of(entries)
         layout = self.layout(messages)
         open_at = open_question_index(messages, self.detector, start=layout.head_end)
         first = layout.head_end if layout.notes_index is None else layout.notes_index + 1
         end = layout.noted_start
-        while end < len(messages) and (end == open_at or keeper_kind(messages[end]) is not None):
+        while end < len(entries) and (end == open_at or entries[end].kind is not None):
             end += 1
         end += 1
-        while end < len(messages) and isinstance(messages[end], ToolMessage):
+        while end < len(entries) and entries[end].is_tool_result:
             end += 1
-        end = min(end, len(messages))
+        end = min(end, len(entries))
         # the kept messages and the first unit not yet noted; never the question itself
-        shrinkable = [
-            i for i in range(first, end) if i != open_at and keeper_kind(messages[i]) is None
-        ]
+        shrinkable = [i for i in range(first, end) if i != open_at and entries[i].kind is None]
         if not shrinkable:
             return [], 0
         fixed = [m for i, m in enumerate(messages[:end]) if i not in shrinkable]
         room = self.config.budget - self.request_cost() - self.count(setup, fixed)
-        sizes = [self.tokens.count_messages([messages[i]]) for i in shrinkable]
+        sizes = [entries[i].tokens for i in shrinkable]
         level = water_level(sizes, room, self.config.message_tokens)
         over = [i for i, size in zip(shrinkable, sizes, strict=True) if size > level]
         return over, level
 
     def shrink_largest(
         self,
-        messages: Sequence[BaseMessage],
+        entries: Sequence[Entry],
         setup: ModelSetup,
         excerpt: Excerpt,
         *,
@@ -270,11 +272,11 @@ class WindowPolicy:
         """Excerpt the biggest messages from ``start`` on (not the keeper's own) until the
         request and a note request fit the budget; ``excerpt`` archives each whole first."""
         target = self.config.budget - self.request_cost()
-        result = list(messages)
+        result = messages_of(entries)
         sizes = {
-            i: self.tokens.count_messages([m])
-            for i, m in enumerate(messages)
-            if i >= start and keeper_kind(m) is None and not isinstance(m, SystemMessage)
+            i: e.tokens
+            for i, e in enumerate(entries)
+            if i >= start and e.kind is None and not e.is_system
         }
         for index in sorted(sizes, key=lambda i: -sizes[i]):
             excess = self.count(setup, result) - target
@@ -285,10 +287,10 @@ class WindowPolicy:
         return result
 
     def too_big_error(
-        self, request_tokens: int, messages: Sequence[BaseMessage], setup: ModelSetup
+        self, request_tokens: int, entries: Sequence[Entry], setup: ModelSetup
     ) -> WindowTooSmallError:
         """The refusal of a request nothing more can be cut from or excerpted in."""
-        parts = self.fixed_parts(messages, setup)
+        parts = self.fixed_parts(entries, setup)
         return WindowTooSmallError(
             f"the request is {request_tokens} tokens, over the budget of "
             f"{self.config.budget} (window {self.config.window} - reply reserve "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from keeper_middleware.retrievers.base import Passage
 from keeper_middleware.retrievers.embedders import embedder_from_name
+from keeper_middleware.retrievers.embedding import EmbeddingRetriever
 from keeper_middleware.retrievers.factory import make_retriever
 
 RESULTS = Path(__file__).resolve().parent / "results" / "retrievers.md"
@@ -135,12 +136,17 @@ def run_one(
     queries: str = "mixed",
     embedder: str | None = None,
     per_unit: int = 1,
+    sentence_vectors: bool = True,
 ) -> dict[str, object]:
     """``size`` passages of ``per_unit`` sentences each (3 stands for a chat message)."""
     rng = random.Random(size)
     names = counter_names(max(50, size // 500), rng)
     chosen_embedder = embedder_from_name(embedder) if embedder else None
-    retriever = make_retriever(backend, path=folder, embedder=chosen_embedder)
+    retriever = (
+        make_retriever(backend, path=folder, embedder=chosen_embedder)
+        if sentence_vectors or backend != "embedding"
+        else EmbeddingRetriever(folder / "chroma", embedder=chosen_embedder, sentence_vectors=False)
+    )
     started, started_cpu = time.perf_counter(), time.process_time()
     batch: list[Passage] = []
     item = 0
@@ -244,6 +250,11 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="sentences per passage (1: sentence passages; 3: about one chat message each)",
     )
+    parser.add_argument(
+        "--one-vector",
+        action="store_true",
+        help="embedding: one vector per passage, not also one per sentence of a message",
+    )
     parser.add_argument("--child", nargs=2, metavar=("BACKEND", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -256,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.queries,
                 args.embedder,
                 args.per_passage,
+                not args.one_vector,
             )
         print(json.dumps(result))
         return
@@ -276,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
                     *("--turn", str(args.turn), "--queries", args.queries),
                     *("--per-passage", str(args.per_passage)),
                     *(("--embedder", args.embedder) if args.embedder else ()),
+                    *(("--one-vector",) if args.one_vector else ()),
                 ],
                 check=True,
                 capture_output=True,
@@ -293,7 +306,8 @@ def main(argv: list[str] | None = None) -> None:
     note = (
         f"{note}\nLoad average (1, 5, 15 min) before: {loads}; after: {after}; "
         f"{os.cpu_count()} CPUs. Queries: {args.queries}. "
-        f"Embedder: {args.embedder or 'minilm'}. Sentences per passage: {args.per_passage}."
+        f"Embedder: {args.embedder or 'minilm'}. Sentences per passage: {args.per_passage}"
+        f"{' (one vector each)' if args.one_vector else ''}."
     ).strip()
     table = render(rows, note)
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,8 @@ from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import NoteOutcome
 from keeper_middleware.notes import Notes, notes_from_json, notes_to_json, render_notes
 from keeper_middleware.notes_budget import MOVED_TURN_NAME, fit_notes, moved_text
-from keeper_middleware.sessions import SessionState
+from keeper_middleware.recall import track_moved
+from keeper_middleware.sessions import MOVED_ENTRIES, SessionState
 from keeper_middleware.steps import Pending, StepResult
 from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.turns import leaving_turns
@@ -113,6 +114,14 @@ class CutCommit:
             ),
         )
         self.sessions.track_moved_keys(session, notes, fitted.moved_state)
+        if fitted.moved_state or pending.moved_entries:
+            entries = track_moved(
+                pending.moved_entries,
+                notes,
+                fitted.moved_state,
+                back=[key for key, _ in pending.recalled],
+            )
+            self.archive.put_value(session, MOVED_ENTRIES, entries)
         self.sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))

@@ -67,7 +67,7 @@ from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.room import unkeep
 from keeper_middleware.search import GuardState
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
-from keeper_middleware.sessions import MOVED_KEYS, SessionState
+from keeper_middleware.sessions import MOVED_ENTRIES, MOVED_KEYS, SessionState
 from keeper_middleware.steps import Pending, StepResult
 from keeper_middleware.thinking import call_kwargs, retry_of
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
@@ -75,6 +75,7 @@ from keeper_middleware.turns import archived_turn
 from keeper_middleware.window import NOTES_FRAME_TOKENS, WindowPolicy
 
 __all__ = [
+    "MOVED_ENTRIES",
     "MOVED_KEYS",
     "NOTES_FRAME_TOKENS",
     "AsyncNoteCall",
@@ -320,6 +321,7 @@ class Keeper:
         if plan is None and request_tokens > budget:
             raise window.too_big_error(request_tokens, entries, setup)
         moved = self.sessions.moved_keys(session) if plan is not None else frozenset()
+        recallable = self.sessions.moved_entries(session) if plan is not None else {}
         return Pending(
             session,
             messages,
@@ -328,6 +330,7 @@ class Keeper:
             notes,
             replaced=bool(forged or shrunk),
             archived_keys=moved,
+            moved_entries=recallable,
             entries=entries,
         )
 

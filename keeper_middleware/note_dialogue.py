@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
+from keeper_middleware.changes import SetLine, UnsetLine
 from keeper_middleware.checks import NoteCheck
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
@@ -28,6 +29,7 @@ from keeper_middleware.model_setup import AsyncNoteCall, ModelSetup, NoteCall
 from keeper_middleware.note_taking import Ask, Done, NoteOutcome, NoteTaking, notes_request_text
 from keeper_middleware.notes import Notes
 from keeper_middleware.questions import QuestionDetector
+from keeper_middleware.recall import named_in, recall_block, settle_recalled, with_recalled
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
 from keeper_middleware.rules import looks_like_instruction, quoted_in
 from keeper_middleware.search import SEARCH_TOOL_NAME
@@ -58,8 +60,35 @@ class NoteDialogue:
             text = REWRITE_REQUEST_TEXT
         else:
             text = notes_request_text(0)
-        convo = pending.messages[: pending.plan.boundary]
-        return [*setup.render(convo), keeper_message(text, "notes_request")]
+        convo = setup.render(pending.messages[: pending.plan.boundary])
+        if self.config.notes_mode == "in_place" and pending.moved_entries:
+            named = named_in(pending.moved_entries, self.noted_text(pending))
+            room = self.config.budget - self.tokens.count_messages(
+                [*convo, keeper_message(text, "notes_request")], setup.tool_schemas
+            )
+            block, pending.recalled = recall_block(
+                [(key, pending.moved_entries[key]) for key in named],
+                room=max(0, min(room - 16, self.config.notes_tokens)),
+                count_text=self.tokens.count_text,
+            )
+            if block:
+                text = f"{text}\n{block}"
+        return [*convo, keeper_message(text, "notes_request")]
+
+    def noted_text(self, pending: Pending) -> str:
+        """The text of the turns being noted: question sets change nothing, and search results
+        are copies of what is already noted, so neither may demand (or supply) a note; the
+        pinned task is in view in every request, so it is a source notes may quote too."""
+        assert pending.plan is not None
+        sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
+        return "\n".join(
+            entry.text
+            for entry in (pending.entries[i] for i in sources)
+            if entry.kind is None
+            and not entry.is_system
+            and not entry.question
+            and not (entry.is_tool_result and entry.message.name == SEARCH_TOOL_NAME)
+        )
 
     def take(self, pending: Pending, counters: Counters, call: NoteCall) -> NoteOutcome | Notes:
         """Run the conversation with a sync model call."""
@@ -98,27 +127,16 @@ class NoteDialogue:
         thinking_on = call_kwargs(self.config.thinking, thinking=True)
         if self.config.notes_mode == "rewrite":
             return (yield from self._rewrite(pending, counters, convo, thinking_on))
-        # question sets change nothing, and search results are copies of what is already
-        # noted: neither may demand (or supply) a note
-        # the pinned task is in view in every request, so it is a source notes may quote too
-        sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
-        noted_text = "\n".join(
-            entry.text
-            for entry in (pending.entries[i] for i in sources)
-            if entry.kind is None
-            and not entry.is_system
-            and not entry.question
-            and not (entry.is_tool_result and entry.message.name == SEARCH_TOOL_NAME)
-        )
+        recalled_keys = {key for key, _ in pending.recalled}
         taking = NoteTaking(
-            notes=pending.notes,
-            noted_text=noted_text,
+            notes=with_recalled(pending.notes, pending.recalled),
+            noted_text=self.noted_text(pending),
             checks=self.checks,
             max_reasks=self.config.max_reasks,
             tracked_names=self.config.tracked_names,
             instruction_text=self.instruction_text(pending),
             max_rules=self.config.max_rules,
-            archived_keys=pending.archived_keys,
+            archived_keys=pending.archived_keys - recalled_keys,
         )
         step: Ask | Done = taking.first_step()
         last_text = ""
@@ -137,6 +155,11 @@ class NoteDialogue:
             step = taking.receive(last_text)
         assert isinstance(step, Done)
         outcome = step.outcome
+        if pending.recalled:
+            touched = {c.key for c in outcome.changes if isinstance(c, SetLine | UnsetLine)}
+            settled = settle_recalled(pending.notes, outcome.notes, pending.recalled, touched)
+            outcome = replace(outcome, notes=settled)
+            pending.recalled = tuple(e for e in pending.recalled if e[0] in touched)
         counters.reasks += outcome.reasks
         counters.garbage_note_lines += outcome.garbage_lines
         counters.dropped_note_lines += len(outcome.dropped)

@@ -8,6 +8,7 @@ each time it takes a session (another process may have moved the session on mean
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -25,6 +26,8 @@ from keeper_middleware.session_locks import SessionLocks
 
 MOVED_KEYS = "notes_moved_keys"
 """Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
+MOVED_ENTRIES = "notes_moved_entries"
+"""Per-session value: those entries, key → value as last noted (a notes request recalls them)."""
 
 
 class SessionState:
@@ -93,7 +96,7 @@ class SessionState:
         latest = self.archive.latest_notes(session)
         if latest is None:
             return Notes()
-        return notes_from_json(latest.data_json)
+        return _notes_of(latest.data_json)
 
     def secret(self, session: str) -> str:
         """The session's secret for marking the keeper's own messages (kept in the archive, so
@@ -131,6 +134,10 @@ class SessionState:
         """STATE keys whose entries are in the archive, not the NOTES."""
         return frozenset(self.archive.get_value(session, MOVED_KEYS) or ())
 
+    def moved_entries(self, session: str) -> dict[str, str]:
+        """The moved entries, key → value as last noted."""
+        return dict(self.archive.get_value(session, MOVED_ENTRIES) or {})
+
     def track_moved_keys(
         self, session: str, notes: Notes, moved: Sequence[tuple[str, str]]
     ) -> None:
@@ -141,3 +148,10 @@ class SessionState:
         held = {key for key, _ in notes.state}
         keys = [key for key in before if key not in held] + [key for key, _ in moved]
         self.archive.put_value(session, MOVED_KEYS, list(dict.fromkeys(keys)))
+
+
+@functools.lru_cache(maxsize=64)
+def _notes_of(data_json: str) -> Notes:
+    """The notes a stored version holds, read once: every step reads the latest version, and
+    reading thousands of entries again each time made a step's cost grow with the NOTES."""
+    return notes_from_json(data_json)

@@ -7,6 +7,7 @@ The decision is carried between those phases as a :class:`Pending`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,5 +47,9 @@ class Pending:
     """A message was replaced under its own id (an excerpt, a forged tag removed)."""
     archived_keys: frozenset[str] = frozenset()
     """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
+    moved_entries: Mapping[str, str] = field(default_factory=dict)
+    """Those entries, each as last noted (what a notes request may recall)."""
+    recalled: tuple[tuple[str, str], ...] = ()
+    """The moved entries the notes request recalls (the noted turns name them)."""
     entries: list[Entry] = field(default_factory=list)
     """``messages`` as classified where they entered the step (one entry per message)."""

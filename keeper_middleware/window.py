@@ -7,12 +7,14 @@ the archiving these decisions call for.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from keeper_middleware.cadence import items_due
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import CutPlan, Layout, find_layout, pin_open_question, plan_cut
 from keeper_middleware.entries import Entry, classify, messages_of
@@ -56,7 +58,7 @@ class WindowPolicy:
         kept = 0
         for message in messages:
             if keeper_kind(message) == "notes":
-                kept = parse_notes(text_of(message))[1]
+                kept = _kept_of(text_of(message))
                 break
         return find_layout(messages, pinned_head=self.config.pinned_head, kept=kept)
 
@@ -73,7 +75,18 @@ class WindowPolicy:
         if request_tokens >= self.config.notes_threshold:
             return True
         every = self.config.notes_every_items
-        return every is not None and int(kstate["last_item"]) - int(kstate["notes_item"]) >= every
+        if every is None:
+            return False
+        new_items = int(kstate["last_item"]) - int(kstate["notes_item"])
+        if new_items >= every or layout.notes_index is None:
+            return new_items >= every
+        due = items_due(
+            every=every,
+            notes_tokens=self.tokens.count_messages([messages[layout.notes_index]]),
+            new_tokens=self.tokens.count_messages(messages[layout.noted_start :]),
+            new_items=new_items,
+        )
+        return new_items >= due
 
     def plan(
         self,
@@ -338,3 +351,9 @@ class WindowPolicy:
 def _listed(parts: Mapping[str, int]) -> str:
     """The fixed parts as an error names them: "system prompt 24 + tools 400 + ..."."""
     return " + ".join(f"{name} {size}" for name, size in parts.items() if size)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_of(notes_text: str) -> int:
+    """How many messages after a NOTES message are already noted (read once per NOTES text)."""
+    return parse_notes(notes_text)[1]

@@ -7,6 +7,12 @@ queued for its session, so results are always complete: when passages arrive fas
 can be embedded the queue grows, and the next search of that session waits for it (see
 bench/results/retrievers.md for the rates). ``flush`` and ``close`` wait for everything.
 
+A passage of several sentences (a whole message) gets a vector of its own and one per sentence,
+all carrying the passage's context, and scores as the best of them: a message's mean-pooled vector
+dilutes the one sentence a question is about, a lone sentence misses what the message around it
+says, and measured on LoCoMo (bench/results/locomo_recall.md) the best of both finds more
+evidence than either. A hit that a sentence's vector found marks that sentence.
+
 The embedding model is passed explicitly everywhere (chromadb's default embedding function would
 download a model), and it is recorded in the collection's metadata, so a folder indexed with one
 embedder is never searched with vectors from another.
@@ -18,7 +24,7 @@ import threading
 import uuid
 import warnings
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -39,11 +45,15 @@ from keeper_middleware.retrievers.embedders import (
     keeper_embedding_function,
 )
 from keeper_middleware.retrievers.passages import mark_hits
-from keeper_middleware.retrievers.sentences import has_searchable_text
+from keeper_middleware.retrievers.sentences import has_searchable_text, split_sentences
 
 DEFAULT_COLLECTION = "keeper-passages"
 _EMBED_BATCH = 64
 _OVERFETCH = 4
+_GROW = 4
+"""How much more to ask for when the nearest vectors held fewer than k passages."""
+_MOST = 64
+"""The most vectors per hit wanted asked for unfiltered before the session filter is used."""
 _MIN, _MAX = -(2**63), 2**63 - 1
 
 
@@ -63,9 +73,14 @@ class EmbeddingRetriever:
         collection: str = DEFAULT_COLLECTION,
         batch_size: int = _EMBED_BATCH,
         min_score: float | None = None,
+        sentence_vectors: bool = True,
     ) -> None:
         """``min_score`` (a cosine similarity) turns nearest neighbours into matches: without it
-        every passage is a result, so an archive search always reads as a list cut short."""
+        every passage is a result, so an archive search always reads as a list cut short.
+        ``sentence_vectors`` also embeds each sentence of a passage of several (a message), so a
+        passage scores as its best sentence or itself; off, a passage has one vector (indexing
+        a message costs about half as much)."""
+        self._sentence_vectors = sentence_vectors
         if min_score is not None and not -1.0 <= min_score <= 1.0:
             raise ValueError(f"min_score is a cosine similarity in [-1, 1], got {min_score}.")
         self._min_score = min_score
@@ -127,28 +142,39 @@ class EmbeddingRetriever:
         self._wait(session)
         with self._model_lock:
             vector = embed_query(self._embedder, query)
-        docs, metas, dists = self._nearest(list(vector), k, session, from_item, to_item)
-        passages = [
-            Passage(
+        found = self._nearest(list(vector), k, session, from_item, to_item)
+        texts = self._passage_texts(session, found)
+        passages = {
+            position: Passage(
                 session=session,
-                item=int(m["item"]),
-                position=int(m["position"]),
-                text=d,
-                context=str(m.get("context", "")),
+                item=int(meta["item"]),
+                position=position,
+                text=texts.get(position, doc),
+                context=str(meta.get("context", "")),
             )
-            for m, d in zip(metas, docs, strict=True)
-        ]
-        following = self._following(session, passages)
-        hits = [
-            Hit(passage=p, score=1.0 - float(dist), next_text=following.get(p.position + 1, ""))
-            for p, dist in zip(passages, dists, strict=True)
-            if self._min_score is None or 1.0 - float(dist) >= self._min_score
-        ]
-        return mark_hits(sorted(hits, key=lambda h: (-h.score, -h.passage.position)), query)
+            for position, (_, meta, doc, _) in found.items()
+        }
+        following = self._following(session, list(passages.values()))
+        hits: list[Hit] = []
+        marked: list[Hit] = []
+        for position, (distance, _, _, sentence) in found.items():
+            score = 1.0 - float(distance)
+            if self._min_score is not None and score < self._min_score:
+                continue
+            hit = Hit(
+                passage=passages[position],
+                score=score,
+                next_text=following.get(position + 1, ""),
+                sentence=sentence if sentence is not None else 0,
+            )
+            (hits if sentence is not None else marked).append(hit)
+        ranked = hits + mark_hits(marked, query)  # a sentence's own vector already marks it
+        return sorted(ranked, key=lambda h: (-h.score, -h.passage.position))
 
     def count(self, session: str) -> int:
         self._wait(session)
-        return len(self._collection.get(where={"session": session}, include=[])["ids"])
+        ids = self._collection.get(where={"session": session}, include=[])["ids"]
+        return sum(1 for vector_id in ids if _is_passage_id(vector_id))
 
     def delete_session(self, session: str) -> None:
         self._wait(session)
@@ -207,20 +233,55 @@ class EmbeddingRetriever:
     def _write(self, batch: list[Passage]) -> None:
         latest = {(p.session, p.position): p for p in batch}  # the last add of a position wins
         unique = list(latest.values())
+        self._drop_old_sentences(unique)
+        rows = [row for p in unique for row in self._vector_rows(p)]
         vectors: list[list[float]] = []
-        for start in range(0, len(unique), self._batch_size):
-            texts = [p.indexed_text for p in unique[start : start + self._batch_size]]
+        for start in range(0, len(rows), self._batch_size):
+            texts = [text for _, text, _, _ in rows[start : start + self._batch_size]]
             with self._model_lock:
                 vectors.extend(list(v) for v in self._embedder(texts))
-        self._collection.upsert(
-            ids=[_passage_id(p.session, p.position) for p in unique],
-            embeddings=vectors,  # type: ignore[arg-type]
-            documents=[p.text for p in unique],
-            metadatas=[
-                {"session": p.session, "item": p.item, "position": p.position, "context": p.context}
-                for p in unique
-            ],
-        )
+        for start in range(0, len(rows), self._max_batch):
+            part = rows[start : start + self._max_batch]
+            self._collection.upsert(
+                ids=[vector_id for vector_id, _, _, _ in part],
+                embeddings=vectors[start : start + self._max_batch],  # type: ignore[arg-type]
+                documents=[document for _, _, document, _ in part],
+                metadatas=[meta for _, _, _, meta in part],  # type: ignore[misc]
+            )
+
+    def _vector_rows(self, passage: Passage) -> list[tuple[str, str, str, dict[str, Any]]]:
+        """(id, text to embed, document, metadata) of the passage's vector and, when it holds
+        several sentences, of each sentence's."""
+        meta: dict[str, Any] = {
+            "session": passage.session,
+            "item": passage.item,
+            "position": passage.position,
+            "context": passage.context,
+        }
+        base = _passage_id(passage.session, passage.position)
+        rows = [(base, passage.indexed_text, passage.text, meta)]
+        sentences = split_sentences(passage.text) if self._sentence_vectors else []
+        if len(sentences) > 1:
+            for index, sentence in enumerate(sentences):
+                indexed = f"{passage.context}: {sentence}" if passage.context else sentence
+                rows.append((f"{base}#{index}", indexed, sentence, {**meta, "sentence": index}))
+        return rows
+
+    def _drop_old_sentences(self, passages: list[Passage]) -> None:
+        """A passage added again at a position it holds may have fewer sentences than before:
+        its old sentence vectors go first (only re-adds pay for this look-up's result)."""
+        ids = [_passage_id(p.session, p.position) for p in passages]
+        held = self._collection.get(ids=ids, include=["metadatas"])
+        for meta in held["metadatas"] or []:
+            self._collection.delete(
+                where={
+                    "$and": [
+                        {"session": str(meta["session"])},
+                        {"position": int(meta["position"])},
+                        {"sentence": {"$gte": 0}},
+                    ]
+                }
+            )
 
     def _nearest(
         self,
@@ -229,36 +290,70 @@ class EmbeddingRetriever:
         session: str,
         from_item: int | None,
         to_item: int | None,
-    ) -> tuple[list[str], list[dict[str, Any]], list[float]]:
-        """The k nearest of the session's passages in the range.
+    ) -> dict[int, tuple[float, dict[str, Any], str, int | None]]:
+        """The k nearest of the session's passages in the range, each at its best vector:
+        position → (distance, metadata, document, the sentence whose vector it was or None).
 
         A metadata filter makes chroma read every row's metadata (measured: 47 ms CPU against
         2.6 ms unfiltered at 20K passages, growing with the collection), so the unfiltered
-        neighbours are asked for first, ``_OVERFETCH`` times k of them, and kept when at least k
-        belong to the session and range (always, when a collection holds one archive); only
-        otherwise is the filtered search run.
+        neighbours are asked for first, ``_OVERFETCH`` times k of them, and kept when they hold
+        at least k passages of the session and range (always, when a collection holds one
+        archive and its passages few sentences); only otherwise is the filtered search run.
         """
-        fields = ["documents", "metadatas", "distances"]
-        wanted = _OVERFETCH * k
-        result = self._collection.query(query_embeddings=[vector], n_results=wanted, include=fields)
-        docs, metas, dists = (list(result[key][0]) for key in fields)  # type: ignore[index]
         low = _MIN if from_item is None else from_item
         high = _MAX if to_item is None else to_item
-        kept = [
-            (d, m, dist)
-            for d, m, dist in zip(docs, metas, dists, strict=True)
-            if m.get("session") == session and low <= int(m["item"]) <= high
-        ]
-        if len(kept) < k and len(docs) >= wanted:
-            result = self._collection.query(
-                query_embeddings=[vector],
-                n_results=k,
-                where=_where(session, from_item, to_item),
-                include=fields,
-            )
-            kept = list(zip(*(result[key][0] for key in fields), strict=True))  # type: ignore[index]
-        kept = kept[:k]
-        return [d for d, _, _ in kept], [m for _, m, _ in kept], [x for _, _, x in kept]
+        wanted = _OVERFETCH * k
+        while True:
+            rows, complete = self._query(vector, wanted, None)
+            kept = [
+                row
+                for row in rows
+                if row[1].get("session") == session and low <= int(row[1]["item"]) <= high
+            ]
+            best = _best_per_passage(kept)
+            # several vectors of one passage (its sentences') took the places: ask for more
+            # unfiltered, as long as the filter is not what leaves too few
+            if len(best) >= k or complete or len(kept) < len(rows) or wanted >= _MOST * k:
+                break
+            wanted *= _GROW
+        if len(best) < k and not complete:
+            where = _where(session, from_item, to_item)
+            while True:
+                rows, complete = self._query(vector, wanted, where)
+                best = _best_per_passage(rows)
+                if len(best) >= k or complete:
+                    break
+                wanted *= _GROW
+        ordered = sorted(best.items(), key=lambda pair: pair[1][0])[:k]
+        return dict(ordered)
+
+    def _query(
+        self, vector: list[float], n: int, where: dict[str, Any] | None
+    ) -> tuple[list[tuple[float, dict[str, Any], str]], bool]:
+        """The n nearest vectors (distance, metadata, document), and whether that was all."""
+        fields = ["documents", "metadatas", "distances"]
+        result = self._collection.query(
+            query_embeddings=[vector], n_results=n, where=where, include=fields
+        )
+        docs, metas, dists = (list(result[key][0]) for key in fields)  # type: ignore[index]
+        rows = [(float(x), dict(m), str(d)) for d, m, x in zip(docs, metas, dists, strict=True)]
+        return rows, len(rows) < n
+
+    def _passage_texts(
+        self, session: str, found: dict[int, tuple[float, dict[str, Any], str, int | None]]
+    ) -> dict[int, str]:
+        """The whole text of each passage a sentence's vector found (its document is the
+        sentence alone)."""
+        wanted = [position for position, row in found.items() if row[3] is not None]
+        if not wanted:
+            return {}
+        got = self._collection.get(
+            ids=[_passage_id(session, p) for p in wanted], include=["documents", "metadatas"]
+        )
+        return {
+            int(meta["position"]): doc
+            for meta, doc in zip(got["metadatas"] or [], got["documents"] or [], strict=True)
+        }
 
     def _following(self, session: str, passages: list[Passage]) -> dict[int, str]:
         if not passages:
@@ -285,6 +380,25 @@ class EmbeddingRetriever:
 
 def _passage_id(session: str, position: int) -> str:
     return f"{session}:{position}"
+
+
+def _is_passage_id(vector_id: str) -> bool:
+    """A passage's own vector (``session:position``), not one of its sentences'
+    (``session:position#index``)."""
+    return "#" not in vector_id.rpartition(":")[2]
+
+
+def _best_per_passage(
+    rows: Iterable[tuple[float, dict[str, Any], str]],
+) -> dict[int, tuple[float, dict[str, Any], str, int | None]]:
+    """Each passage once, at its nearest vector (the passage's own or one of its sentences')."""
+    best: dict[int, tuple[float, dict[str, Any], str, int | None]] = {}
+    for distance, meta, doc in rows:
+        position = int(meta["position"])
+        if position not in best or distance < best[position][0]:
+            sentence = meta.get("sentence")
+            best[position] = (distance, meta, doc, None if sentence is None else int(sentence))
+    return best
 
 
 def _where(session: str, from_item: int | None, to_item: int | None) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The chromadb embedding backend: background indexing, errors, embedders, the real model."""
 
 import math
+import random
 import socket
 import subprocess
 import sys
@@ -184,4 +185,75 @@ def test_a_similarity_floor_turns_nearest_neighbours_into_matches():
     )
     hits = retriever.search("domo86", session="s", k=5)
     assert [h.passage.position for h in hits] == [0]
+    retriever.close()
+
+
+WORDS = ["river", "lamp", "orchard", "ladder", "violin", "harbour", "pepper", "glacier", "tunnel"]
+
+
+def message(rng, sentences: int, name: str | None = None, at: int = 0) -> str:
+    """A message of ``sentences`` filler sentences, the one at ``at`` naming ``name``."""
+    out = []
+    for index in range(sentences):
+        words = rng.sample(WORDS, 4)
+        if index == at and name:
+            words[1] = name
+        out.append(" ".join(words).capitalize() + ".")
+    return " ".join(out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("sentences", [3, 8, 20])
+def test_a_message_scores_as_its_best_sentence_and_marks_it(seed, sentences):
+    rng = random.Random(seed)
+    at = rng.randrange(sentences)
+    texts = [message(rng, sentences) for _ in range(30)]
+    target = rng.randrange(len(texts))
+    texts[target] = message(rng, sentences, "vela44", at)
+    retriever = EmbeddingRetriever(embedder=HASHING)
+    retriever.add([Passage(session="s", item=i, position=i, text=t) for i, t in enumerate(texts)])
+    hits = retriever.search("vela44", session="s", k=3)
+    assert hits[0].passage.position == target
+    assert hits[0].passage.text == texts[target]  # the whole message, not the sentence
+    assert hits[0].sentence == at
+    assert len({h.passage.position for h in hits}) == 3  # each message once
+    assert retriever.count("s") == len(texts)  # passages, not vectors
+    retriever.close()
+
+
+@pytest.mark.parametrize("sentence_vectors", [True, False])
+def test_a_message_re_added_with_fewer_sentences_leaves_no_old_sentence_behind(
+    sentence_vectors, tmp_path
+):
+    retriever = EmbeddingRetriever(tmp_path, embedder=HASHING, sentence_vectors=sentence_vectors)
+    long = "Harbour lamp glows. Orchard ladder leans. The vault held tamo12 once."
+    retriever.add([Passage(session="s", item=1, position=0, text=long)])
+    retriever.add([Passage(session="s", item=1, position=1, text="Glacier tunnel echoes.")])
+    retriever.flush()
+    retriever.add([Passage(session="s", item=1, position=0, text="River pepper violin.")])
+    hits = retriever.search("tamo12 vault", session="s", k=5)
+    assert {h.passage.position for h in hits} == {0, 1}
+    assert all("tamo12" not in h.passage.text for h in hits)
+    assert all(h.sentence == 0 for h in hits)  # one sentence each now
+    assert retriever.count("s") == 2
+    retriever.close()
+
+
+def test_one_vector_per_passage_when_asked(tmp_path):
+    retriever = EmbeddingRetriever(tmp_path, embedder=HASHING, sentence_vectors=False)
+    retriever.add([Passage(session="s", item=1, position=0, text="One. Two. Three.")])
+    retriever.flush()
+    assert len(retriever._collection.get(include=[])["ids"]) == 1
+    retriever.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_messages_of_many_sentences_still_give_k_distinct_hits(seed):
+    rng = random.Random(seed)
+    texts = [message(rng, 30, "vela44" if i % 2 else None, at=rng.randrange(30)) for i in range(12)]
+    retriever = EmbeddingRetriever(embedder=HASHING)
+    retriever.add([Passage(session="s", item=i, position=i, text=t) for i, t in enumerate(texts)])
+    hits = retriever.search("vela44", session="s", k=10)
+    assert len(hits) == 10 and len({h.passage.position for h in hits}) == 10
+    assert {h.passage.position for h in hits[:6]} == {1, 3, 5, 7, 9, 11}
     retriever.close()

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from keeper_middleware.bench.cli import main
+from keeper_middleware.bench.locomo import recall as recall_module
 from keeper_middleware.bench.locomo.answers import (
     QUESTION_HEADER,
     parse_answers,
@@ -28,6 +29,9 @@ from keeper_middleware.bench.locomo.dataset import (
 from keeper_middleware.bench.locomo.grading import grade_answer, token_f1
 from keeper_middleware.bench.locomo.indexing import GRANULARITIES, conversation_passages
 from keeper_middleware.bench.locomo.recall import MethodSpec, measure
+from keeper_middleware.bench.locomo.streams import conversation_from_stream
+from keeper_middleware.bench.run_options import resolve_stream
+from keeper_middleware.bench.streams import question_sets, read_stream
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
 
 FILLER = [
@@ -182,12 +186,21 @@ def test_every_passage_maps_back_to_its_turn_and_session(locomo_file, granularit
 
 
 @pytest.mark.parametrize(
-    "method", ["keyword", "keyword:sentences", "hybrid:hashing", "bm25s", "cosine:hashing"]
+    "method",
+    [
+        "keyword",
+        "keyword:sentences",
+        "hybrid:hashing",
+        "embedding:hashing",
+        "embedding:hashing:onevector",
+        "bm25s",
+        "cosine:hashing",
+    ],
 )
 def test_recall_finds_the_turn_that_names_the_answer(locomo_file, method):
     conversations = load_locomo(locomo_file)
     result = measure(method, conversations, {})
-    single_hop = result.any5_by_category[4]
+    single_hop = result.any5_by_category["4"]
     assert len(single_hop) == 2 * len(FACTS)
     assert all(single_hop), f"{method} missed a question whose words name one turn"
     assert result.rate(10) >= result.rate(5) >= result.rate(1)
@@ -337,3 +350,57 @@ def test_a_notes_arm_runs_with_the_simulated_reader_and_says_so(locomo_file, tmp
     lines = (out / "notes_retrieval" / "answers.jsonl").read_text().splitlines()
     assert len(lines) == 2 * (len(FACTS) + 2)
     assert (out / "notes_retrieval" / "calls.jsonl").read_text().strip()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_benchmark_stream_becomes_batches_as_turns_and_questions_with_their_item(seed, tmp_path):
+    stream = resolve_stream("tiny:varied", tmp_path / "stream", seed=seed)
+    conversation = conversation_from_stream(stream)
+    batches = [r for r in read_stream(stream) if r["type"] == "batch"]
+    assert [s.number for s in conversation.sessions] == [int(b["item"]) for b in batches]
+    assert all(len(s.turns) == 1 and s.turns[0].speaker == "" for s in conversation.sessions)
+    asked = [q for r in question_sets(stream) for q in r["questions"] if q["item"] is not None]
+    assert len(conversation.questions) == sum(q["category"] != "unknown" for q in asked)
+    for question in conversation.questions:
+        (evidence,) = question.evidence
+        assert question.asked_after is not None
+        assert int(evidence[1:].partition(":")[0]) <= question.asked_after
+        assert question.question.endswith("?") and question.kind != "unknown"
+    indexed = conversation_passages(conversation, session="s", granularity="messages")
+    assert all(p.context == "" for p in indexed.passages)  # archived as the keeper archives
+
+
+@pytest.mark.parametrize("method", ["keyword", "embedding:hashing", "bm25s", "cosine:hashing"])
+def test_a_stream_question_never_finds_a_batch_written_after_it_was_asked(method, tmp_path):
+    stream = resolve_stream("tiny:varied", tmp_path / "stream", seed=4)
+    conversation = conversation_from_stream(stream)
+    seen: list[tuple[int, list[str]]] = []
+    spec = MethodSpec.parse(method)
+    search, close, _ = recall_module._build(spec, conversation, {})
+    try:
+        for question in conversation.questions:
+            assert question.asked_after is not None
+            seen.append((question.asked_after, search(question.question, 10, question.asked_after)))
+    finally:
+        close()
+    assert any(found for _, found in seen)
+    for asked_after, found in seen:
+        assert all(int(dia_id[1:].partition(":")[0]) <= asked_after for dia_id in found)
+
+
+def test_recall_command_measures_a_preset_stream_by_question_kind(tmp_path, capsys):
+    main(
+        [
+            "locomo",
+            "recall",
+            "--stream",
+            "tiny:varied",
+            "--seeds",
+            "0,1",
+            "--methods",
+            "keyword,bm25s",
+        ]
+    )
+    table = capsys.readouterr().out
+    assert "| keyword |" in table and "| bm25s |" in table
+    assert "current" in table and "tiny:varied seed 1" in table

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from keeper_middleware.bench.cli import Command
-from keeper_middleware.bench.locomo.dataset import load_locomo
+from keeper_middleware.bench.locomo.dataset import Conversation, load_locomo
 from keeper_middleware.bench.locomo.recall import DEFAULT_METHODS, measure, render
 from keeper_middleware.retrievers.embedders import Embedder
 
@@ -25,7 +25,16 @@ from keeper_middleware.retrievers.embedders import Embedder
 def _configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="locomo_action", required=True)
     recall = actions.add_parser("recall", help="retrieval recall@k, latency and indexing rate")
-    recall.add_argument("--data", type=Path, required=True, help="LoCoMo's JSON file")
+    source = recall.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", type=Path, help="LoCoMo's JSON file")
+    source.add_argument(
+        "--stream",
+        help="instead, the benchmark's own stream: a folder or a preset SIZE[:FAMILY+...] "
+        "(e.g. small:varied), its batches as turns",
+    )
+    recall.add_argument(
+        "--seeds", default="0", help="comma-separated seeds of a preset --stream, one stream each"
+    )
     recall.add_argument(
         "--methods",
         default=",".join(DEFAULT_METHODS),
@@ -45,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
         from keeper_middleware.bench.locomo.answers import run_answer_command
 
         return run_answer_command(args)
-    conversations = load_locomo(args.data)
+    conversations, source = _conversations(args)
     if args.conversations:
         wanted = set(args.conversations.split(","))
         conversations = [c for c in conversations if c.sample_id in wanted]
@@ -58,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         print(render([result], title="").splitlines()[-1], flush=True)
     note = (
         f"{len(conversations)} conversation(s) ({', '.join(c.sample_id for c in conversations)}) "
-        f"from `{args.data.name}`; load average before the run "
+        f"from `{source}`; load average before the run "
         f"{', '.join(f'{x:.1f}' for x in load)}, after it "
         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} CPUs "
         f"({platform.processor() or platform.machine()})."
@@ -71,6 +80,26 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in results], indent=1))
     return 0
+
+
+def _conversations(args: argparse.Namespace) -> tuple[list[Conversation], str]:
+    if args.data is not None:
+        return load_locomo(args.data), args.data.name
+    import tempfile
+
+    from keeper_middleware.bench.locomo.streams import conversation_from_stream
+    from keeper_middleware.bench.run_options import resolve_stream
+
+    seeds = [int(seed) for seed in str(args.seeds).split(",") if seed.strip()]
+    folder = Path(tempfile.mkdtemp(prefix="keeper-stream-"))
+    conversations = [
+        conversation_from_stream(
+            resolve_stream(args.stream, folder / f"seed-{seed}", seed=seed),
+            name=f"{args.stream} seed {seed}",
+        )
+        for seed in seeds
+    ]
+    return conversations, f"{args.stream}, seeds {', '.join(map(str, seeds))}"
 
 
 def register_commands(register: Callable[[Command], None]) -> None:

@@ -71,6 +71,11 @@ class Question:
     answer a model might wrongly give."""
     category: int
     evidence: tuple[str, ...]
+    asked_after: int | None = None
+    """The last session (item) before the question was asked, when it was asked mid-way (the
+    benchmark's streams); None: after the whole conversation."""
+    kind: str = ""
+    """A finer label than the category, when the source has one (the streams' question kinds)."""
 
     @property
     def adversarial(self) -> bool:
@@ -93,8 +98,9 @@ class Conversation:
 
 
 def archived_text(turn: Turn, date: str) -> str:
-    """How a turn is archived: ``Speaker (date): message``."""
-    return f"{turn.speaker} ({date}): {turn.message()}"
+    """How a turn is archived: ``Speaker (date): message`` (the message alone without a
+    speaker)."""
+    return f"{turn.speaker} ({date}): {turn.message()}" if turn.speaker else turn.message()
 
 
 def split_evidence(raw: Any) -> tuple[str, ...]:

@@ -44,7 +44,7 @@ def conversation_passages(
         for turn in part.turns:
             turns += 1
             position = len(passages)
-            context = f"{turn.speaker} ({part.date})"
+            context = f"{turn.speaker} ({part.date})" if turn.speaker else ""
             if granularity == "sentences":
                 made = passages_from_text(
                     session, part.number, archived_text(turn, part.date), position

@@ -11,8 +11,9 @@ A method is written ``BACKEND[:OPTION...]``: BACKEND is ``keyword``, ``embedding
 turns, MiniLM unless an embedder is named). Options: a granularity (``messages``,
 ``sentences+context``, ``sentences``), an embedder (``minilm``, ``minilm-int8``, ``e5-small``,
 ``hashing``), ``w=X`` (hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the
-fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop`` (keyword: no Porter stemming; the first, shorter
-stop-word list).
+fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
+(keyword: no Porter stemming; the first, shorter stop-word list), ``onevector`` (embedding: one
+vector per passage, not also one per sentence of a message).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class MethodSpec:
     depth: int = 2
     stemming: bool = True
     first_stopwords: bool = False
+    sentence_vectors: bool = True
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -77,6 +79,8 @@ class MethodSpec:
                 given["stemming"] = False
             elif option == "oldstop":
                 given["first_stopwords"] = True
+            elif option == "onevector":
+                given["sentence_vectors"] = False
             else:
                 raise ValueError(f"Unknown option {option!r} in method {text!r} (see --help).")
         return cls(**given)
@@ -88,7 +92,7 @@ class MethodResult:
     questions: int = 0
     found_any: dict[int, int] = field(default_factory=dict)
     found_all: dict[int, int] = field(default_factory=dict)
-    any5_by_category: dict[int, list[int]] = field(default_factory=dict)
+    any5_by_category: dict[str, list[int]] = field(default_factory=dict)
     turns: int = 0
     index_wall: float = 0.0
     index_cpu: float = 0.0
@@ -123,8 +127,9 @@ class MethodResult:
         }
 
 
-Search = Callable[[str, int], list[str]]
-"""A query and k in, the ``dia_id`` of each of the top-k hits out (in rank order)."""
+Search = Callable[[str, int, int | None], list[str]]
+"""A query, k and the last item it may see (None: all) in, the ``dia_id`` of each of the top-k
+hits out (in rank order)."""
 
 
 def scored_questions(conversation: Conversation) -> list[Question]:
@@ -153,7 +158,7 @@ def measure(
         try:
             for question in scored_questions(conversation):
                 wall, cpu = time.perf_counter(), time.process_time()
-                ranked = search(question.question, max(KS))
+                ranked = search(question.question, max(KS), question.asked_after)
                 result.latencies_ms.append((time.perf_counter() - wall) * 1000)
                 result.cpu_ms.append((time.process_time() - cpu) * 1000)
                 _count(result, question, ranked)
@@ -173,9 +178,8 @@ def _count(result: MethodResult, question: Question, ranked: list[str]) -> None:
         top = set(ranked[:k])
         result.found_any[k] = result.found_any.get(k, 0) + bool(evidence & top)
         result.found_all[k] = result.found_all.get(k, 0) + evidence.issubset(top)
-    result.any5_by_category.setdefault(question.category, []).append(
-        int(bool(evidence & set(ranked[:5])))
-    )
+    label = question.kind or str(question.category)
+    result.any5_by_category.setdefault(label, []).append(int(bool(evidence & set(ranked[:5]))))
 
 
 def _build(
@@ -184,10 +188,10 @@ def _build(
     if spec.backend == "bm25s":
         return (*_bm25s_baseline(conversation), len(whole_turns(conversation)[0]))
     if spec.backend == "cosine":
-        embedder = _embedder(spec.embedder, embedders)
+        embedder = shared_embedder(spec.embedder, embedders)
         return (*_cosine_baseline(conversation, embedder), len(whole_turns(conversation)[0]))
     indexed = conversation_passages(conversation, session=SESSION, granularity=spec.granularity)
-    retriever = _retriever(spec, embedders)
+    retriever = build_retriever(spec, embedders)
     by_item: dict[int, list[Any]] = {}
     for passage in indexed.passages:
         by_item.setdefault(passage.item, []).append(passage)
@@ -195,8 +199,8 @@ def _build(
         retriever.add(batch)
     retriever.flush()
 
-    def search(query: str, k: int) -> list[str]:
-        hits = retriever.search(query, session=SESSION, k=k)
+    def search(query: str, k: int, to_item: int | None) -> list[str]:
+        hits = retriever.search(query, session=SESSION, k=k, to_item=to_item)
         return [indexed.turn_of[h.passage.position] for h in hits]
 
     return search, retriever.close, indexed.turns
@@ -231,13 +235,13 @@ class CachedEmbedder:
         return self._queries[text]
 
 
-def _embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
+def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
     if name not in embedders:
         embedders[name] = CachedEmbedder(EMBEDDERS[name]())
     return embedders[name]
 
 
-def _retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
+def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
     from keeper_middleware.retrievers.embedding import EmbeddingRetriever
     from keeper_middleware.retrievers.hybrid import HybridRetriever
     from keeper_middleware.retrievers.keyword import KeywordRetriever
@@ -248,7 +252,9 @@ def _retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
 
     if spec.backend == "keyword":
         return keyword()
-    embedding = EmbeddingRetriever(embedder=_embedder(spec.embedder, embedders))
+    embedding = EmbeddingRetriever(
+        embedder=shared_embedder(spec.embedder, embedders), sentence_vectors=spec.sentence_vectors
+    )
     if spec.backend == "embedding":
         return embedding
     return HybridRetriever(
@@ -267,12 +273,12 @@ def _bm25s_baseline(conversation: Conversation) -> tuple[Search, Callable[[], No
     model = bm25s.BM25()
     model.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
 
-    def search(query: str, k: int) -> list[str]:
+    def search(query: str, k: int, to_item: int | None) -> list[str]:
         tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
         if not tokens.vocab:
             return []
-        found, _ = model.retrieve(tokens, k=min(k, len(texts)), show_progress=False)
-        return [ids[int(i)] for i in found[0]]
+        found, _ = model.retrieve(tokens, k=len(texts), show_progress=False)
+        return [ids[int(i)] for i in found[0] if _seen(ids[int(i)], to_item)][:k]
 
     return search, lambda: None
 
@@ -285,11 +291,16 @@ def _cosine_baseline(
     texts, ids = whole_turns(conversation)
     matrix = np.array(embedder(texts), dtype=np.float32)
 
-    def search(query: str, k: int) -> list[str]:
+    def search(query: str, k: int, to_item: int | None) -> list[str]:
         scores = matrix @ np.array(embed_query(embedder, query), dtype=np.float32)
-        return [ids[int(i)] for i in np.argsort(-scores)[:k]]
+        return [ids[int(i)] for i in np.argsort(-scores) if _seen(ids[int(i)], to_item)][:k]
 
     return search, lambda: None
+
+
+def _seen(dia_id: str, to_item: int | None) -> bool:
+    """Whether the turn ``D<session>:<n>`` was in the conversation by session ``to_item``."""
+    return to_item is None or int(dia_id[1:].partition(":")[0]) <= to_item
 
 
 def _quantile(values: list[float], q: int) -> float:
@@ -300,20 +311,25 @@ def _quantile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1]
 
 
+def _by_category(rates: dict[str, float]) -> str:
+    """LoCoMo's four categories as ``a/b/c/d``; other labels (the streams' kinds) by name."""
+    if set(rates) <= {"1", "2", "3", "4"}:
+        return "/".join(f"{rates.get(str(c), float('nan')):.2f}" for c in (1, 2, 3, 4))
+    return " ".join(f"{label} {rate:.2f}" for label, rate in rates.items())
+
+
 def render(results: Sequence[MethodResult], *, title: str, note: str = "") -> str:
     lines = [
         f"# {title}",
         "",
         *([note, ""] if note else []),
-        "| method | questions | any@1 | any@5 | all@5 | any@10 | any@5 by category (1/2/3/4) "
+        "| method | questions | any@1 | any@5 | all@5 | any@10 | any@5 by category (1/2/3/4 or kind) "
         "| index (turns/s) | index CPU (s) | search p50 (ms) | search p95 (ms) | search CPU p95 (ms) |",
         "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for result in results:
         row = result.to_json()
-        by_category = "/".join(
-            f"{row['any@5_by_category'].get(str(c), float('nan')):.2f}" for c in (1, 2, 3, 4)
-        )
+        by_category = _by_category(row["any@5_by_category"])
         rate, cpu = row["index_turns_per_s"], row["index_cpu_s"]
         lines.append(
             f"| {row['method']} | {row['questions']} | {row['any@1']:.2f} | {row['any@5']:.2f} "

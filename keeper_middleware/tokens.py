@@ -122,8 +122,6 @@ _SYLLABLES = re.compile(rb"(?<![a-z])[A-Z]?[a-z]*[aeiouy][a-z]*(?![a-z])")
 """Pieces of ordinary words: a lowercase run (after an optional capital) with a vowel in it.
 camelCase splits into them; hex, base64 and ALLCAPS mostly do not match."""
 _BLANK_RUNS = re.compile(rb"[ \t\r\f\v]{2,}")
-_CACHED_FROM = 2048
-"""Texts at least this long have their estimates remembered (keyed by the text itself)."""
 
 
 def estimate_tokens(text: str, chars_per_token: float = 4.0) -> int:
@@ -160,6 +158,36 @@ def _ceil_table(chars_per_token: float) -> tuple[int, ...]:
     return tuple(math.ceil(n / chars_per_token) for n in range(256))
 
 
+class _TextMemo:
+    """A least-recently-used memory of one number per text, bounded in texts and in the
+    characters they hold; safe to share between threads."""
+
+    def __init__(self, size: int, chars: int) -> None:
+        self.size, self.chars = size, chars
+        self._held = 0
+        self._known: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> int | None:
+        with self._lock:
+            found = self._known.get(text)
+            if found is not None:
+                self._known.move_to_end(text)
+            return found
+
+    def put(self, text: str, value: int) -> None:
+        if len(text) > self.chars or not self.size:
+            return
+        with self._lock:
+            if text in self._known:
+                return
+            self._known[text] = value
+            self._held += len(text)
+            while len(self._known) > self.size or self._held > self.chars:
+                old, _ = self._known.popitem(last=False)
+                self._held -= len(old)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApproximateTokenCounter:
     """A conservative estimate of everything sent; no tokenizer and no network needed.
@@ -168,8 +196,9 @@ class ApproximateTokenCounter:
     emoji, code, long digit runs; checked against all-MiniLM-L6-v2's and SmolLM2's tokenizers):
     it overcounts instead (English prose by about a quarter, CJK about twice). For exact counts
     plug the model's own tokenizer (``"hf:/path"``) or the server's (``"server:http://..."``).
-    Estimates of long texts are remembered by the text itself, so a replaced message is never
-    counted by a stale entry.
+    Estimates are remembered by the text itself, so a replaced message is never counted by a
+    stale entry: a keeper step counts every message in view several times, and an estimate
+    costs tens of microseconds even for a role name, a remembered one well under one.
     """
 
     chars_per_token: float = 4.0
@@ -180,33 +209,29 @@ class ApproximateTokenCounter:
     """Tokens the template adds around each tool call."""
     per_image: int = 85
     """Fixed cost of one image (OpenAI's low-detail cost)."""
-    cache_size: int = 2048
-    """How many long texts' estimates are remembered."""
-    _cache: OrderedDict[str, int] = field(default_factory=OrderedDict, repr=False, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    cache_size: int = 65_536
+    """How many texts' estimates are remembered (the least recently used go first)."""
+    cache_chars: int = 16_000_000
+    """How many characters the remembered texts may hold together (they are kept alive by the
+    memory, so this bounds what it can hold on to)."""
+    _memo: _TextMemo = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.chars_per_token > 0:
             raise ConfigurationError(
                 f"chars_per_token={self.chars_per_token}; use a positive number such as 4.0"
             )
-        for name in ("per_message", "per_tool_call", "per_image", "cache_size"):
+        for name in ("per_message", "per_tool_call", "per_image", "cache_size", "cache_chars"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)}; use 0 or more")
+        object.__setattr__(self, "_memo", _TextMemo(self.cache_size, self.cache_chars))
 
     def count_text(self, text: str) -> int:
-        if len(text) < _CACHED_FROM:
-            return estimate_tokens(text, self.chars_per_token)
-        with self._lock:
-            found = self._cache.get(text)
-            if found is not None:
-                self._cache.move_to_end(text)
-                return found
+        found = self._memo.get(text)
+        if found is not None:
+            return found
         count = estimate_tokens(text, self.chars_per_token)
-        with self._lock:
-            self._cache[text] = count
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        self._memo.put(text, count)
         return count
 
     def count_message(self, message: BaseMessage) -> int:

@@ -24,6 +24,7 @@ from keeper_middleware.tokens import (
     ServerTokenCounter,
     TokenCounter,
     TokenizeEndpointError,
+    estimate_tokens,
     resolve_token_counter,
 )
 
@@ -261,3 +262,21 @@ def test_resolve_token_counter_reads_the_short_forms(server):
     assert isinstance(mine, TokenCounter)
     with pytest.raises(ConfigurationError, match="'hf:/path/to/model'"):
         resolve_token_counter("tiktoken")
+
+
+@pytest.mark.parametrize(("size", "chars"), [(0, 0), (1, 10_000), (3, 50), (65_536, 16_000_000)])
+def test_remembered_estimates_are_the_estimates_whatever_the_memory_holds(size, chars):
+    texts = ["user", "Item 7: domo7 is 42.", "ä" * 40, "x" * 3000, "", "Item 7: domo7 is 43."]
+    counter = ApproximateTokenCounter(cache_size=size, cache_chars=chars)
+    for _ in range(3):
+        for text in texts:
+            assert counter.count_text(text) == estimate_tokens(text)
+
+
+def test_the_memory_of_estimates_stays_within_its_bounds():
+    counter = ApproximateTokenCounter(cache_size=10, cache_chars=1_000)
+    for n in range(200):
+        counter.count_text(f"message {n} " * (n % 30))
+    memo = counter._memo
+    assert len(memo._known) <= 10 and memo._held <= 1_000
+    assert memo._held == sum(map(len, memo._known))

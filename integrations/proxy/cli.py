@@ -168,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-upstream-calls", type=int, default=12, help="upstream calls per request at most"
     )
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log a line per request (off by default: at many requests a second the log line "
+        "costs more than routing the request)",
+    )
     return parser
 
 
@@ -223,7 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "it can read every session.",
             file=sys.stderr,
         )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # uvicorn picks uvloop and httptools when installed (the proxy extra installs them)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+    )
     return 0
 
 

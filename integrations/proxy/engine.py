@@ -225,8 +225,10 @@ class KeeperProxy:
         auth: str | None,
         forward: Forward | None = None,
     ) -> Answer:
-        """Answer one chat request; with ``forward``, plain text is streamed to it as it comes."""
-        async with self._holding(session):
+        """Answer one chat request; with ``forward``, plain text is streamed to it as it comes.
+        What another replica may have changed is read again in the first worker-thread step
+        (:meth:`_before_call`), not in a thread hop of its own."""
+        async with self.keeper.asession(session):
             turn = self._turn(session, request, auth, forward)
             try:
                 return await self._answer(turn, request)
@@ -349,8 +351,8 @@ class KeeperProxy:
             record, kwargs, messages, body = await self._off_loop(
                 self._before_call, turn, given, request, sync_note_call
             )
-            data = await self._main_call(turn, kwargs, messages, body)
-            outcome = await self._off_loop(self._after_call, turn, record, data, number)
+            data, reply = await self._main_call(turn, kwargs, messages, body)
+            outcome = await self._off_loop(self._after_call, turn, record, data, reply, number)
             if isinstance(outcome, Answer):
                 return outcome
             given = outcome
@@ -369,6 +371,7 @@ class KeeperProxy:
         The record is saved here only after a cut (the archive changed, so the record must
         follow it before anything else can fail); otherwise it is saved once, with the reply."""
         if record is None:
+            self.store.refresh(turn.session)
             turn.existed, record = self._intake(turn.session, request)
         step = self.keeper.step(
             turn.session, list(record.window), record.keeper_state, turn.setup, note_call
@@ -387,13 +390,18 @@ class KeeperProxy:
         return record, kwargs, messages, body
 
     def _after_call(
-        self, turn: _Turn, record: SessionRecord, data: dict[str, Any], number: int
+        self,
+        turn: _Turn,
+        record: SessionRecord,
+        data: dict[str, Any],
+        reply: AIMessage,
+        number: int,
     ) -> SessionRecord | Answer:
-        """In a worker thread: keep the reply; answer its searches (then the record to call
-        again with) or finish (the answer)."""
+        """In a worker thread: keep the reply (``data`` as a message); answer its searches (then
+        the record to call again with) or finish (the answer)."""
         session = turn.session
         searching = any(t is SEARCH_TOOL_SCHEMA for t in turn.tools)
-        reply = self.keeper.record_reply(session, ai_from_completion(data))
+        reply = self.keeper.record_reply(session, reply)
         reply = reply.model_copy(update={"id": _new_id()})
         searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
         broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
@@ -420,17 +428,20 @@ class KeeperProxy:
         kwargs: dict[str, Any],
         messages: list[BaseMessage],
         body: dict[str, Any],
-    ) -> dict[str, Any]:
-        """A work call; a reply that thought to its limit is asked again without thinking."""
+    ) -> tuple[dict[str, Any], AIMessage]:
+        """A work call: the completion and its message. A reply that thought to its limit is
+        asked again without thinking."""
         turn.streamed = {}
         data = await self._call(turn, body, True)
-        retry = self.keeper.retry_kwargs(turn.session, kwargs, ai_from_completion(data))
+        reply = ai_from_completion(data)
+        retry = self.keeper.retry_kwargs(turn.session, kwargs, reply)
         if retry is not None:
             turn.streamed = {}
             memo = self._as_openai(turn.session)
             body = upstream_body(messages, turn.tools, turn.params, retry, memo)
             data = await self._call(turn, body, True)
-        return data
+            reply = ai_from_completion(data)
+        return data, reply
 
     async def _call(self, turn: _Turn, body: dict[str, Any], main: bool = False) -> dict[str, Any]:
         forward = None

@@ -1,15 +1,17 @@
 """The keeper proxy's upstream: the model server, called with retries and backoff in a budget.
 
-Errors, 429s and timeouts are tried again with exponential backoff (tenacity), waiting at least
+Errors, 429s and timeouts are tried again with exponential backoff, waiting at least
 as long as the upstream's ``Retry-After`` asks; when the tries or the time budget run out the
 agent gets OpenAI's error shape with a status that says what happened: 504 (the upstream timed
 out), 502 (unreachable, or it failed), 503 (overloaded, with a ``Retry-After``). A 4xx from the
 upstream is not retried and is passed on with the upstream's own message. Every try, failure and
-retry is counted in the :class:`CallTally` the caller passes.
+retry is counted in the :class:`CallTally` the caller passes. The HTTP client underneath is
+aiohttp where installed, else httpx (:mod:`.http_clients`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import math
 import time
@@ -19,8 +21,13 @@ from typing import Any
 
 import httpx
 import orjson
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from keeper_middleware.integrations.proxy.http_clients import (
+    HttpClient,
+    HttpReply,
+    TransportError,
+    default_client,
+)
 from keeper_middleware.integrations.proxy.openai_format import ai_from_completion
 from keeper_middleware.integrations.proxy.streaming import StreamAssembler
 
@@ -95,7 +102,8 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 class Upstream:
-    """The model server, called with retries and backoff within a budget."""
+    """The model server, called with retries and backoff within a budget. ``transport``
+    replaces the network with an httpx transport (tests pass ``httpx.MockTransport``)."""
 
     def __init__(
         self,
@@ -110,8 +118,9 @@ class Upstream:
         self.api_key = api_key
         self.forward_auth = forward_auth
         self.retry = retry
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        self.client = httpx.AsyncClient(timeout=retry.timeout, transport=transport, limits=limits)
+        self.client: HttpClient = default_client(
+            self.base_url, timeout=retry.timeout, transport=transport
+        )
 
     def _headers(self, auth: str | None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -121,16 +130,10 @@ class Upstream:
             headers["authorization"] = auth
         return headers
 
-    def _wait(self, state: RetryCallState) -> float:
-        backoff = min(self.retry.max_wait, self.retry.first_wait * 2 ** (state.attempt_number - 1))
-        error = state.outcome.exception() if state.outcome else None
-        asked = error.retry_after if isinstance(error, UpstreamError) else None
-        return float(max(backoff, asked or 0.0))
-
-    def _stop(self, state: RetryCallState) -> bool:
-        if stop_after_attempt(self.retry.attempts)(state):
-            return True
-        return (state.seconds_since_start or 0.0) + self._wait(state) > self.retry.budget
+    def _wait(self, attempt: int, error: UpstreamError) -> float:
+        """Seconds before try ``attempt + 1``: the backoff, or longer if the upstream asks."""
+        backoff = min(self.retry.max_wait, self.retry.first_wait * 2 ** (attempt - 1))
+        return float(max(backoff, error.retry_after or 0.0))
 
     async def chat(
         self,
@@ -142,40 +145,39 @@ class Upstream:
     ) -> dict[str, Any]:
         """The upstream's completion. With ``forward``, the upstream is asked for a stream and
         its text deltas are passed to ``forward`` until a tool call begins; a try that already
-        passed text on is not repeated."""
-        retrying = AsyncRetrying(
-            stop=self._stop,
-            wait=self._wait,
-            retry=retry_if_exception(lambda e: isinstance(e, UpstreamError) and e.retry),
-            reraise=True,
-        )
+        passed text on is not repeated.
+
+        A failed try is repeated while tries are left and the next one would start within the
+        budget (counted from the first try); the last error is raised."""
         content = orjson.dumps(body if forward is None else _streaming(body))
-        tries = 0
-        async for attempt in retrying:
-            with attempt:
-                tally.retries += tries > 0
-                tries += 1
-                tally.calls += 1
-                started = time.perf_counter()
-                try:
-                    if forward is None:
-                        return await self._chat_once(content, auth)
-                    return await self._stream_once(content, auth, forward)
-                except UpstreamError:
-                    tally.failures += 1
+        first = time.monotonic()
+        for attempt in range(1, self.retry.attempts + 1):
+            tally.retries += attempt > 1
+            tally.calls += 1
+            started = time.perf_counter()
+            try:
+                if forward is None:
+                    return await self._chat_once(content, auth)
+                return await self._stream_once(content, auth, forward)
+            except UpstreamError as error:
+                tally.failures += 1
+                wait = self._wait(attempt, error)
+                late = time.monotonic() - first + wait > self.retry.budget
+                if not error.retry or attempt == self.retry.attempts or late:
                     raise
-                finally:
-                    tally.seconds += time.perf_counter() - started
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+            finally:
+                tally.seconds += time.perf_counter() - started
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable: the last try returns or raises")
 
     async def _chat_once(self, content: bytes, auth: str | None) -> dict[str, Any]:
         url = f"{self.base_url}/chat/completions"
         try:
-            response = await self.client.post(url, content=content, headers=self._headers(auth))
-        except httpx.TransportError as exc:
+            reply = await self.client.post(url, content, self._headers(auth))
+        except TransportError as exc:
             raise self._transport_error(exc) from exc
-        _raise_for_status(response)
-        return _completion(response.content)
+        _raise_for_status(reply)
+        return _completion(reply.body)
 
     async def _stream_once(
         self, content: bytes, auth: str | None, forward: Forward
@@ -183,15 +185,15 @@ class Upstream:
         url = f"{self.base_url}/chat/completions"
         assembler = StreamAssembler()
         try:
-            async with self.client.stream(
-                "POST", url, content=content, headers=self._headers(auth)
-            ) as response:
-                if response.status_code >= 400:
-                    await response.aread()
-                    _raise_for_status(response)
+            async with self.client.stream(url, content, self._headers(auth)) as response:
+                if response.status >= 400:
+                    body = await response.read()
+                    _raise_for_status(
+                        HttpReply(response.status, response.reason, response.headers, body)
+                    )
                 if "text/event-stream" not in response.headers.get("content-type", ""):
-                    return _completion(await response.aread())
-                async for line in response.aiter_lines():
+                    return _completion(await response.read())
+                async for line in response.lines():
                     if not line.startswith("data:"):
                         continue
                     payload = line[5:].strip()
@@ -207,7 +209,7 @@ class Upstream:
                     delta = assembler.feed(chunk) if isinstance(chunk, dict) else {}
                     if delta:
                         await forward(delta)
-        except httpx.TransportError as exc:
+        except TransportError as exc:
             error = self._transport_error(exc)
             error.retry = error.retry and not assembler.forwarded
             raise error from exc
@@ -218,29 +220,29 @@ class Upstream:
             raise _bad_reply(str(exc), retry=not assembler.forwarded) from exc
         return data
 
-    def _transport_error(self, exc: httpx.TransportError) -> UpstreamError:
-        if isinstance(exc, httpx.TimeoutException):
+    def _transport_error(self, exc: TransportError) -> UpstreamError:
+        if exc.timed_out:
             return UpstreamError(
                 504,
                 "upstream_timeout",
                 f"The model server at {self.base_url} did not answer in time "
-                f"({type(exc).__name__}, timeout {self.retry.timeout:g} s); try again later.",
+                f"({exc.detail}, timeout {self.retry.timeout:g} s); try again later.",
                 retry=True,
             )
         return UpstreamError(
             502,
             "upstream_unavailable",
-            f"The model server at {self.base_url} cannot be reached ({exc!r}); check that it "
-            "is running.",
+            f"The model server at {self.base_url} cannot be reached ({exc.detail}); check that "
+            "it is running.",
             retry=True,
         )
 
     async def get(self, path: str, *, auth: str | None) -> tuple[int, bytes]:
         try:
-            response = await self.client.get(f"{self.base_url}{path}", headers=self._headers(auth))
-        except httpx.TransportError as exc:
+            reply = await self.client.get(f"{self.base_url}{path}", self._headers(auth))
+        except TransportError as exc:
             raise self._transport_error(exc) from exc
-        return response.status_code, response.content
+        return reply.status, reply.body
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -270,8 +272,8 @@ def _completion(content: bytes) -> dict[str, Any]:
     return data
 
 
-def _raise_for_status(response: httpx.Response) -> None:
-    status = response.status_code
+def _raise_for_status(response: HttpReply) -> None:
+    status = response.status
     if status < 400:
         return
     asked = retry_after_seconds(response.headers.get("retry-after"))
@@ -299,14 +301,14 @@ def _raise_for_status(response: httpx.Response) -> None:
     )
 
 
-def _upstream_message(response: httpx.Response) -> str:
+def _upstream_message(response: HttpReply) -> str:
     try:
-        error = orjson.loads(response.content).get("error")
+        error = orjson.loads(response.body).get("error")
         if isinstance(error, dict) and error.get("message"):
             return str(error["message"])
     except (ValueError, AttributeError):
         pass
-    return response.text[:500] or response.reason_phrase
+    return response.body[:2000].decode("utf-8", errors="replace")[:500] or response.reason
 
 
 def retry_after_header(error: UpstreamError, policy: RetryPolicy) -> dict[str, str]:

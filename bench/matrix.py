@@ -16,10 +16,12 @@ Every table says who answered ("simulated reader" or the model).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -128,25 +130,67 @@ def is_finished(run_dir: Path) -> bool:
     return path.exists() and bool(json.loads(path.read_text()).get("finished"))
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (the I-th of N processes, from 1) as (I, N); an error names the fix."""
+    first, _, second = text.partition("/")
+    try:
+        index, count = int(first), int(second)
+    except ValueError:
+        index, count = 0, 0
+    if not 1 <= index <= count:
+        raise ValueError(f"shard must be I/N with 1 <= I <= N (e.g. 2/3), got {text!r}")
+    return index, count
+
+
+def shard_cells(
+    cells: Sequence[tuple[str, int, str, str]], shard: tuple[int, int]
+) -> list[tuple[str, int, str, str]]:
+    """The cells the ``shard`` = (I, N) process runs: every N-th cell from the I-th, so the N
+    processes share each stream's arms (and its slow and quick cells) evenly."""
+    index, count = shard
+    return [cell for number, cell in enumerate(cells) if number % count == index - 1]
+
+
+@contextlib.contextmanager
+def _stream_lock(folder: Path) -> Iterator[None]:
+    """Held while a stream is generated or checked, so processes sharing the matrix's folder
+    never read a stream another one is still writing."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def run_matrix(
-    spec: MatrixSpec, out: Path | str, *, progress: bool = True, finished_only: bool = False
+    spec: MatrixSpec,
+    out: Path | str,
+    *,
+    progress: bool = True,
+    finished_only: bool = False,
+    shard: tuple[int, int] | None = None,
 ) -> tuple[list[MatrixRun], str]:
     """Run every cell of ``spec`` into ``out`` (finished cells are read back, not run again)
     and write the summary; returns the runs and the summary's markdown. ``finished_only``
-    summarises the cells already finished and runs nothing (the summary lists the others)."""
+    summarises the cells already finished and runs nothing (the summary lists the others).
+    ``shard`` = (I, N) runs only the I-th of N interleaved parts of the cells, so N processes
+    can share the work; each writes the summary of its part, and a last call with
+    ``finished_only`` writes the whole one."""
     folder = Path(out)
     runs: list[MatrixRun] = []
     missing: list[str] = []
-    cells = spec.cells()
+    cells = spec.cells() if shard is None else shard_cells(spec.cells(), shard)
     started = time.perf_counter()
     for number, (size, seed, mix, arm) in enumerate(cells, start=1):
         run_dir = folder / "runs" / size / mix / f"seed{seed}" / arm
         if finished_only and not is_finished(run_dir):
             missing.append(f"{size} seed {seed} {mix} {arm}")
             continue
-        stream = resolve_stream(
-            f"{size}:{spec.families}", folder / "streams" / f"{size}-seed{seed}", seed=seed
-        )
+        streams = folder / "streams" / f"{size}-seed{seed}"
+        with _stream_lock(streams):
+            stream = resolve_stream(f"{size}:{spec.families}", streams, seed=seed)
         if progress:
             elapsed = time.perf_counter() - started
             print(
@@ -169,6 +213,8 @@ def run_matrix(
                 size, mix, seed, arm, result.grade, result.costs, result.audit, _reasks(run_dir)
             )
         )
+    if shard is not None:  # a part: the whole summary is written by a --finished-only call
+        return runs, f"shard {shard[0]}/{shard[1]}: {len(runs)} cell(s) finished"
     return runs, write_matrix(folder, spec, runs, missing=missing)
 
 
@@ -285,6 +331,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/matrix"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument(
+        "--shard",
+        default="",
+        help="I/N: run only the I-th of N interleaved parts of the cells (N processes share "
+        "the work; then run once more with --finished-only for the whole summary)",
+    )
+    parser.add_argument(
         "--finished-only",
         action="store_true",
         help="summarise the finished cells only; run nothing (the summary lists the others)",
@@ -305,10 +357,15 @@ def _run(args: argparse.Namespace) -> int:
         rot=args.rot,
     )
     _, summary = run_matrix(
-        spec, args.out, progress=not args.quiet, finished_only=args.finished_only
+        spec,
+        args.out,
+        progress=not args.quiet,
+        finished_only=args.finished_only,
+        shard=parse_shard(args.shard) if args.shard else None,
     )
     print(summary)
-    print(f"summary: {args.out / 'README.md'}")
+    if not args.shard:
+        print(f"summary: {args.out / 'README.md'}")
     return 0
 
 

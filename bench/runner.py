@@ -250,6 +250,9 @@ def open_checkpointer(path: Path) -> Any:
     from keeper_middleware.graphs.peers import LANGMEM_SUMMARY_TYPE
 
     connection = sqlite3.connect(str(path), check_same_thread=False)
+    # its WAL journal then survives a killed process without a sync at every graph step (a run
+    # commits one per step); only a power cut could lose the last steps, which a resume redoes
+    connection.execute("PRAGMA synchronous=NORMAL")
     serde = JsonPlusSerializer(allowed_msgpack_modules=[LANGMEM_SUMMARY_TYPE])
     return SqliteSaver(connection, serde=serde)
 
@@ -460,6 +463,10 @@ def _step_config(step: Step, recorder: CallRecorder) -> dict[str, Any]:
         "configurable": {"thread_id": THREAD},
         "callbacks": [recorder],
         "metadata": {"bench_step": step.index},
+        # one thing at a time: the tool calls of a reply run in their order, so the search
+        # guards (which refuse a repeat of the search just before) see the same order in every
+        # run; in parallel, which search came "just before" was a race between threads
+        "max_concurrency": 1,
         "recursion_limit": 200 + 6 * len(step.batches),
     }
 

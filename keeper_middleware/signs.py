@@ -79,12 +79,20 @@ def _signed_amounts(text: str) -> Iterator[tuple[int, float]]:
     for match in _SIGNED_DIGITS.finditer(text):
         value = parse_number(match.group())
         if value is not None:
-            negative_word = _MINUS_BEFORE.search(text[: match.start()]) is not None
+            negative_word = _minus_before(text, match.start())
             yield match.start(), -abs(value) if negative_word else value
     for match in _SIGNED_WORDS.finditer(text):
         value = words_to_int(match.group())
         if value is not None:
             yield match.start(), float(value)
+
+
+def _minus_before(text: str, end: int) -> bool:
+    """Whether "minus" or "negative" (then blanks) ends ``text[:end]``: the pattern is tried on
+    the few characters before the blanks only, not on the whole text before every amount."""
+    while end and text[end - 1].isspace():
+        end -= 1
+    return _MINUS_BEFORE.search(text, max(0, end - len("negative")), end) is not None
 
 
 def signed_amounts_in(text: str) -> frozenset[float]:

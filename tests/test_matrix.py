@@ -9,7 +9,14 @@ import pytest
 
 from keeper_middleware.bench.cli import main as bench_main
 from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
-from keeper_middleware.bench.matrix import MatrixSpec, faults_text, mix_options, run_matrix
+from keeper_middleware.bench.matrix import (
+    MatrixSpec,
+    faults_text,
+    mix_options,
+    parse_shard,
+    run_matrix,
+    shard_cells,
+)
 from keeper_middleware.bench.matrix_report import MatrixRun, headline_table, total_cell
 
 ARMS = ("notes", "summarize")
@@ -133,3 +140,31 @@ def test_a_partial_matrix_can_be_summarised_without_running_the_rest(matrix, tmp
     assert len(partial) == len(runs)
     assert not (out / "runs/tiny/none/seed1/window_drop").exists()
     assert "Not run (left out of every table): tiny seed 1 none window_drop;" in summary
+
+
+def test_shards_split_the_cells_between_processes_each_exactly_once():
+    spec = MatrixSpec(arms=(*ARMS, "rag"), sizes=("tiny", "small"), seeds=(1, 2, 3))
+    for count in (1, 2, 3, 5):
+        parts = [shard_cells(spec.cells(), (index, count)) for index in range(1, count + 1)]
+        assert sorted(cell for part in parts for cell in part) == sorted(spec.cells())
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "2", "a/b", "1/0"])
+def test_a_bad_shard_is_refused_with_the_form_it_takes(text):
+    with pytest.raises(ValueError, match="I/N"):
+        parse_shard(text)
+
+
+def test_shards_run_in_turn_then_a_finished_only_call_writes_the_whole_matrix(matrix, tmp_path):
+    spec, runs, _, _ = matrix
+    out = tmp_path / "sharded"
+    for index in (1, 2):
+        part, text = run_matrix(spec, out, progress=False, shard=(index, 2))
+        assert len(part) == len(spec.cells()) // 2 and text.startswith(f"shard {index}/2")
+        assert not (out / "README.md").exists()
+    whole, whole_summary = run_matrix(spec, out, progress=False, finished_only=True)
+    assert [(r.arm, r.faults, r.seed, r.grade.right) for r in whole] == [
+        (r.arm, r.faults, r.seed, r.grade.right) for r in runs
+    ]
+    assert "Not run" not in whole_summary and (out / "README.md").read_text() == whole_summary

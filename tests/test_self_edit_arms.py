@@ -42,7 +42,9 @@ def count(text: str) -> int:
 
 
 def thread(name: str) -> dict:
-    return {"configurable": {"thread_id": name}}
+    # a reply's tool calls in their order, as the benchmark runs them: in parallel threads, which
+    # of two searches the guard saw "just before" was a race, and a who-question now and then lost
+    return {"configurable": {"thread_id": name}, "max_concurrency": 1}
 
 
 def pinned_of(messages: list[BaseMessage]) -> str:

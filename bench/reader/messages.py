@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -130,13 +131,7 @@ def read_blocks(messages: Sequence[BaseMessage]) -> tuple[list[Block], Recount |
     for index, message in enumerate(messages):
         if message_kind(message) != "input":
             continue
-        text = "\n".join(line for line in text_of(message).splitlines() if not _PASSAGE.match(line))
-        heads = list(_BATCH_HEAD.finditer(text))
-        if not heads or heads[0].start() > 0:
-            pieces.append((index, None, text[: heads[0].start()] if heads else text))
-        for number, head in enumerate(heads):
-            end = heads[number + 1].start() if number + 1 < len(heads) else len(text)
-            pieces.append((index, int(head.group(1)), text[head.start() : end]))
+        pieces += [(index, item, piece) for item, piece in _batch_pieces(text_of(message))]
     read, recount = read_story([text for _, _, text in pieces], recount)
     blocks = [
         Block(index, item, tuple(events))
@@ -144,6 +139,21 @@ def read_blocks(messages: Sequence[BaseMessage]) -> tuple[list[Block], Recount |
         if item is not None or events
     ]
     return blocks, recount
+
+
+@lru_cache(maxsize=16_384)
+def _batch_pieces(text: str) -> tuple[tuple[int | None, str], ...]:
+    """(item, text) of each batch in a message ("Item N." to the next head; None for text before
+    the first head), passage lines left out; remembered, as every request re-sends the batches."""
+    text = "\n".join(line for line in text.splitlines() if not _PASSAGE.match(line))
+    heads = list(_BATCH_HEAD.finditer(text))
+    pieces: list[tuple[int | None, str]] = []
+    if not heads or heads[0].start() > 0:
+        pieces.append((None, text[: heads[0].start()] if heads else text))
+    for number, head in enumerate(heads):
+        end = heads[number + 1].start() if number + 1 < len(heads) else len(text)
+        pieces.append((int(head.group(1)), text[head.start() : end]))
+    return tuple(pieces)
 
 
 def passage_lines(messages: Sequence[BaseMessage]) -> list[PassageLine]:

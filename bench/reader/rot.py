@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from langchain_core.messages import BaseMessage
 
@@ -129,20 +130,37 @@ def rotted_text(text: str, kind: str, after: int, rot: ContextRot) -> str:
     if kind not in _ROTTING_KINDS or is_questions_message(text):
         return text
     kept: list[str] = []
-    seen: dict[str, int] = {}
     cursor = 0
+    for start, size, draw in _rot_plan(text, kind, rot.seed):
+        distance = after + _tokens(len(text) - start)
+        kept.append(text[cursor:start])
+        if draw is None or not _overlooked(draw, rot.chance(distance)):
+            kept.append(text[start : start + size])
+        cursor = start + size
+    kept.append(text[cursor:])
+    return "".join(kept)
+
+
+def _overlooked(draw: float, chance: float) -> bool:
+    """:meth:`ContextRot.overlooks` for a piece whose hash is ``draw``."""
+    return chance > 0.0 and draw < chance
+
+
+@lru_cache(maxsize=16_384)
+def _rot_plan(text: str, kind: str, seed: int) -> tuple[tuple[int, int, float | None], ...]:
+    """(start, length, hash) of each piece of ``text``; the hash is None for a piece that never
+    rots. Only the distance changes from one request to the next, so the pieces and their
+    hashes are worked out once per text."""
+    plan: list[tuple[int, int, float | None]] = []
+    seen: dict[str, int] = {}
     rules_read = kind == "pinned" and RULES_READ_SENTENCE in text
     for start, piece in _pieces(text, kind):
         occurrence = seen.get(piece, 0)
         seen[piece] = occurrence + 1
-        distance = after + _tokens(len(text) - start)
-        kept.append(text[cursor:start])
         can_rot = _can_rot(piece, kind, rules_read=rules_read)
-        if not (can_rot and rot.overlooks(piece, occurrence, distance)):
-            kept.append(piece)
-        cursor = start + len(piece)
-    kept.append(text[cursor:])
-    return "".join(kept)
+        draw = unit_hash(seed, f"rot/{occurrence}", piece) if can_rot else None
+        plan.append((start, len(piece), draw))
+    return tuple(plan)
 
 
 def with_rot(messages: Sequence[BaseMessage], rot: ContextRot) -> list[BaseMessage]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Literal
 
 from keeper_middleware.numbers import words_to_int
@@ -110,7 +111,15 @@ _CHANGES: list[tuple[str, EventKind, str]] = [
     # not stream text: the line the reader's own summaries give a counter's value in
     ("{N} stood at {M}{W}", "set", "value"),
 ]
-_SHAPES = [(_shape(notation), kind, how) for notation, kind, how in _CHANGES]
+
+
+def _needle(notation: str) -> str:
+    """The longest literal part of a shape: a text without it cannot match the shape, so the
+    reader skips that shape's scan (the shapes are case-sensitive outside number words)."""
+    return max(re.split(r"\{[A-Z]\}", notation), key=len)
+
+
+_SHAPES = [(_shape(notation), kind, how, _needle(notation)) for notation, kind, how in _CHANGES]
 _LEADS = [
     _shape(n) for n in ("Next on the list was {N}", "Attention turned to {N}", "Then came {N}")
 ]
@@ -164,11 +173,20 @@ def read_events(text: str) -> list[Event]:
 
 def read_text(text: str, recount: Recount | None) -> tuple[list[Event], Recount | None]:
     """The changes ``text`` states, in order, and a recount it leaves unfinished."""
+    events, left_open = _read_text(text, recount)
+    return list(events), left_open
+
+
+@lru_cache(maxsize=16_384)
+def _read_text(text: str, recount: Recount | None) -> tuple[tuple[Event, ...], Recount | None]:
+    """:func:`read_text`, remembered: every call re-sends the same batches, and reading one is
+    some thirty regex scans (the result is immutable, so sharing it changes nothing)."""
     marks: list[tuple[int, str, re.Match[str], EventKind | None]] = []
     for shape in _LEADS:
         marks += [(m.start(), "lead", m, None) for m in shape.finditer(text)]
-    for shape, change, how in _SHAPES:
-        marks += [(m.start(), how, m, change) for m in shape.finditer(text)]
+    for shape, change, how, needle in _SHAPES:
+        if needle in text:
+            marks += [(m.start(), how, m, change) for m in shape.finditer(text)]
     marks += [(m.start(), "correction", m, None) for m in _CORRECTION.finditer(text)]
     marks += [(m.start(), "begun", m, None) for m in _RECOUNT_BEGUN.finditer(text)]
     marks += [(m.start(), "done", m, None) for m in _RECOUNT_DONE.finditer(text)]
@@ -198,7 +216,7 @@ def read_text(text: str, recount: Recount | None) -> tuple[list[Event], Recount 
             actor = "" if how == "value" else groups.get("actor") or CLERK
             if name is not None and amount is not None:
                 events.append(Event(kind, name, amount, None, actor))
-    return events, recount
+    return tuple(events), recount
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +277,13 @@ def is_questions_message(text: str) -> bool:
 
 def read_questions(text: str) -> list[AskedQuestion]:
     """The numbered questions of a questions message, in number order."""
+    return list(_read_questions(text))
+
+
+@lru_cache(maxsize=4096)
+def _read_questions(text: str) -> tuple[AskedQuestion, ...]:
+    """:func:`read_questions`, remembered (the reader looks for the open question set in every
+    message of every request)."""
     asked: list[AskedQuestion] = []
     for regex, kind in _QUESTIONS:
         for match in regex.finditer(text):
@@ -271,7 +296,7 @@ def read_questions(text: str) -> list[AskedQuestion]:
                     None if item is None else int(item),
                 )
             )
-    return sorted(asked, key=lambda question: question.number)
+    return tuple(sorted(asked, key=lambda question: question.number))
 
 
 def answer_text(kind: QuestionKind, name: str, value: int | None, rules: RulesInForce) -> str:

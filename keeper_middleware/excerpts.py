@@ -151,6 +151,29 @@ def shrink_message(
     return message.model_copy(update=update)
 
 
+def excerpt_within(
+    message: BaseMessage,
+    *,
+    cap: int,
+    ref: str,
+    page_tokens: int,
+    count: Count,
+    count_message: Callable[[BaseMessage], int],
+) -> BaseMessage:
+    """:func:`shrink_message` aimed lower until the excerpt, frame included, is within ``cap``
+    by ``count_message`` (the excerpt's text is sized by ``count``, which cannot see the frame
+    a message adds), or until it is as small as an excerpt gets."""
+    target = max(MIN_EXCERPT_TOKENS, cap // 2)
+    while True:
+        shrunk = shrink_message(
+            message, tokens=target, ref=ref, page_tokens=page_tokens, count=count
+        )
+        size = count_message(shrunk)
+        if size <= cap or target <= MIN_EXCERPT_TOKENS:
+            return shrunk
+        target = max(MIN_EXCERPT_TOKENS, target - (size - cap) - 8)
+
+
 def _shrink_args(args: object, tokens: int, ref: str, page_tokens: int, count: Count) -> object:
     """Tool-call arguments with each long string value excerpted (the keys stay, so the call
     still reads as what it was)."""

@@ -22,6 +22,13 @@ from keeper_middleware.archive import (
     _distinct_turns,
     _require_session,
 )
+from keeper_middleware.archive_rows import (
+    CUT_COLUMNS,
+    NOTES_COLUMNS,
+    TURN_COLUMNS,
+    cut_rows,
+    require_cut_key,
+)
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text
 
@@ -74,11 +81,6 @@ CREATE TABLE kv (
     PRIMARY KEY (session, key)
 );
 """
-_TURN_COLUMNS = (
-    "session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, reasoning, seq"
-)
-_NOTES_COLUMNS = "session, version, first_item, last_item, text, data_json, cut_key, created"
-_CUT_COLUMNS = "session, cut_key, turns_archived, notes_version, created"
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _ID_CHUNK = 500
@@ -230,8 +232,7 @@ class SQLiteArchive:
         notes: NotesDraft | None,
     ) -> CutRecord:
         _require_session(session)
-        if not isinstance(cut_key, str) or not cut_key:
-            raise ValueError(f"cut_key must be a non-empty string, got {cut_key!r}")
+        require_cut_key(cut_key)
         pending = _distinct_turns(session, turns)
         with self._lock:
             conn = self._live()
@@ -243,54 +244,28 @@ class SQLiteArchive:
                     return existing
                 conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
                 already = self._archived_ids(conn, session, [t.msg_id for t in pending])
-                new = [t for t in pending if t.msg_id not in already]
-                record = CutRecord(
-                    session=session,
-                    cut_key=cut_key,
-                    turns_archived=len(new),
+                rows = cut_rows(
+                    session,
+                    cut_key,
+                    [t for t in pending if t.msg_id not in already],
+                    notes,
                     notes_version=None if notes is None else self._next_version(conn, session),
+                    first_seq=conn.execute(
+                        "SELECT COALESCE(MAX(seq) + 1, 0) FROM turns WHERE session = ?", (session,)
+                    ).fetchone()[0],
                     created=time.time(),
                 )
-                conn.execute(
-                    f"INSERT INTO cuts ({_CUT_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-                    (session, cut_key, record.turns_archived, record.notes_version, record.created),
-                )
-                if notes is not None:
+                record = rows.record
+                conn.execute(f"INSERT INTO cuts ({CUT_COLUMNS}) VALUES (?, ?, ?, ?, ?)", rows.cut)
+                if rows.notes is not None:
                     conn.execute(
-                        f"INSERT INTO notes ({_NOTES_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            session,
-                            record.notes_version,
-                            notes.first_item,
-                            notes.last_item,
-                            notes.text,
-                            notes.data_json,
-                            cut_key,
-                            record.created,
-                        ),
+                        f"INSERT INTO notes ({NOTES_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        rows.notes,
                     )
-                first_seq = conn.execute(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM turns WHERE session = ?", (session,)
-                ).fetchone()[0]
                 conn.executemany(
-                    f"INSERT INTO turns ({_TURN_COLUMNS}, cut_key) VALUES "
+                    f"INSERT INTO turns ({TURN_COLUMNS}, cut_key) VALUES "
                     "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            session,
-                            t.msg_id,
-                            t.item,
-                            t.role,
-                            t.content,
-                            t.tool_calls_json,
-                            t.tool_call_id,
-                            t.name,
-                            t.reasoning,
-                            first_seq + i,
-                            cut_key,
-                        )
-                        for i, t in enumerate(new)
-                    ],
+                    rows.turns,
                 )
                 self._before_commit(session, cut_key)
                 conn.execute("COMMIT")
@@ -310,7 +285,7 @@ class SQLiteArchive:
     @staticmethod
     def _find_cut(conn: sqlite3.Connection, session: str, cut_key: str) -> CutRecord | None:
         row = conn.execute(
-            f"SELECT {_CUT_COLUMNS} FROM cuts WHERE session = ? AND cut_key = ?",
+            f"SELECT {CUT_COLUMNS} FROM cuts WHERE session = ? AND cut_key = ?",
             (session, cut_key),
         ).fetchone()
         return None if row is None else _cut(row)
@@ -352,7 +327,7 @@ class SQLiteArchive:
             where, bounds = where + " AND item >= ?", [*bounds, from_item]
         if to_item is not None:
             where, bounds = where + " AND item <= ?", [*bounds, to_item]
-        sql = f"SELECT {_TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
+        sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
         return self._pages(sql, lambda last: (session, last, *bounds), after_seq, "seq", _turn)
 
     def _pages(
@@ -372,7 +347,7 @@ class SQLiteArchive:
 
     def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
         rows = self._query(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ?", (session, msg_id)
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ?", (session, msg_id)
         )
         return _turn(rows[0]) if rows else None
 
@@ -386,7 +361,7 @@ class SQLiteArchive:
 
     def latest_notes(self, session: str) -> NotesVersion | None:
         rows = self._query(
-            f"SELECT {_NOTES_COLUMNS} FROM notes WHERE session = ? ORDER BY version DESC LIMIT 1",
+            f"SELECT {NOTES_COLUMNS} FROM notes WHERE session = ? ORDER BY version DESC LIMIT 1",
             (session,),
         )
         return _notes(rows[0]) if rows else None
@@ -394,7 +369,7 @@ class SQLiteArchive:
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
         sql = (
-            f"SELECT {_NOTES_COLUMNS} FROM notes WHERE session = ? AND version > ? "
+            f"SELECT {NOTES_COLUMNS} FROM notes WHERE session = ? AND version > ? "
             f"ORDER BY version LIMIT {_NOTES_PAGE}"
         )
         return self._pages(sql, lambda last: (session, last), 0, "version", _notes)

@@ -31,6 +31,13 @@ from keeper_middleware.archive import (
     _distinct_turns,
     _require_session,
 )
+from keeper_middleware.archive_rows import (
+    CUT_COLUMNS,
+    NOTES_COLUMNS,
+    TURN_COLUMNS,
+    cut_rows,
+    require_cut_key,
+)
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.postgres.connect import (
     check_schema_name,
@@ -44,11 +51,6 @@ from keeper_middleware.postgres.connect import (
 from keeper_middleware.postgres.schema import setup
 
 _T = TypeVar("_T")
-_TURN_COLUMNS = (
-    "session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, reasoning, seq"
-)
-_NOTES_COLUMNS = "session, version, first_item, last_item, text, data_json, cut_key, created"
-_CUT_COLUMNS = "session, cut_key, turns_archived, notes_version, created"
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _LOCK_CLASS = 0x6B707273  # the advisory key space of session locks: (class, hash of session)
@@ -215,8 +217,7 @@ class PostgresArchive:
         """``commit_cut`` keeping the time the cut was first made (for migrations)."""
         _require_session(session)
         _no_nul(session, "session")
-        if not isinstance(cut_key, str) or not cut_key:
-            raise ValueError(f"cut_key must be a non-empty string, got {cut_key!r}")
+        require_cut_key(cut_key)
         _no_nul(cut_key, "cut_key")
         pending = _distinct_turns(session, turns)
         for turn in pending:
@@ -238,60 +239,39 @@ class PostgresArchive:
                 (session,),
             ).fetchone()
             row = conn.execute(
-                f"SELECT {_CUT_COLUMNS} FROM {s}.cuts WHERE session = %s AND cut_key = %s",
+                f"SELECT {CUT_COLUMNS} FROM {s}.cuts WHERE session = %s AND cut_key = %s",
                 (session, cut_key),
             ).fetchone()
             if row is not None:
                 return _cut(row)
             already = self._archived_ids(conn, session, [t.msg_id for t in pending])
             new = [t for t in pending if t.msg_id not in already]
-            record = CutRecord(
-                session=session,
-                cut_key=cut_key,
-                turns_archived=len(new),
+            rows = cut_rows(
+                session,
+                cut_key,
+                new,
+                notes,
                 notes_version=None if notes is None else next_version,
+                first_seq=next_seq,
                 created=time.time() if created is None else created,
+                text=_utf8,
             )
+            record = rows.record
             conn.execute(
-                f"INSERT INTO {s}.cuts ({_CUT_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
-                (session, cut_key, record.turns_archived, record.notes_version, record.created),
+                f"INSERT INTO {s}.cuts ({CUT_COLUMNS}) VALUES (%s, %s, %s, %s, %s)", rows.cut
             )
-            if notes is not None:
+            if rows.notes is not None:
                 conn.execute(
-                    f"INSERT INTO {s}.notes ({_NOTES_COLUMNS}) "
+                    f"INSERT INTO {s}.notes ({NOTES_COLUMNS}) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    (
-                        session,
-                        record.notes_version,
-                        notes.first_item,
-                        notes.last_item,
-                        _utf8(notes.text),
-                        notes.data_json,
-                        cut_key,
-                        record.created,
-                    ),
+                    rows.notes,
                 )
             if new:
                 with conn.cursor() as cursor:
                     cursor.executemany(
-                        f"INSERT INTO {s}.turns ({_TURN_COLUMNS}, cut_key) "
+                        f"INSERT INTO {s}.turns ({TURN_COLUMNS}, cut_key) "
                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                        [
-                            (
-                                session,
-                                t.msg_id,
-                                t.item,
-                                t.role,
-                                _utf8(t.content),
-                                t.tool_calls_json,
-                                t.tool_call_id,
-                                t.name,
-                                _utf8(t.reasoning),
-                                next_seq + i,
-                                cut_key,
-                            )
-                            for i, t in enumerate(new)
-                        ],
+                        rows.turns,
                     )
             conn.execute(
                 f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s WHERE session = %s",
@@ -355,7 +335,7 @@ class PostgresArchive:
 
     def find_cut(self, session: str, cut_key: str) -> CutRecord | None:
         rows = self._query(
-            f"SELECT {_CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND cut_key = %s",
+            f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND cut_key = %s",
             (session, cut_key),
         )
         return _cut(rows[0]) if rows else None
@@ -377,7 +357,7 @@ class PostgresArchive:
         if to_item is not None:
             where, bounds = where + " AND item <= %s", [*bounds, to_item]
         sql = (
-            f"SELECT {_TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
             f"ORDER BY seq LIMIT {_TURN_PAGE}"
         )
         return self._pages(sql, lambda last: (session, last, *bounds), after_seq, 9, _turn)
@@ -399,7 +379,7 @@ class PostgresArchive:
 
     def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
         rows = self._query(
-            f"SELECT {_TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s",
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s",
             (session, msg_id),
         )
         return _turn(rows[0]) if rows else None
@@ -417,7 +397,7 @@ class PostgresArchive:
 
     def latest_notes(self, session: str) -> NotesVersion | None:
         rows = self._query(
-            f"SELECT {_NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
+            f"SELECT {NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
             "ORDER BY version DESC LIMIT 1",
             (session,),
         )
@@ -426,7 +406,7 @@ class PostgresArchive:
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
         sql = (
-            f"SELECT {_NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
+            f"SELECT {NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
             f"AND version > %s ORDER BY version LIMIT {_NOTES_PAGE}"
         )
         return self._pages(sql, lambda last: (session, last), 0, 1, _notes)

@@ -1,0 +1,116 @@
+"""The archive search tool's body: the model's arguments checked, the guards applied, the
+archive searched or an excerpted message read back page by page, the reply sized to the room.
+
+Never raises for anything the model can send: a bad argument, a repeat or a search past the
+budget gets a "Refused: …" text the model can act on, and the guards' state is read, decided
+and written while the session is held, so parallel searches cannot race past them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from keeper_middleware.archive import ArchivedTurn
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.search import SearchCommand, decide, render_results
+from keeper_middleware.search_args import ReadArgs, Refusal, parse_search_args
+from keeper_middleware.sessions import SessionState
+from keeper_middleware.tokens import TokenCounter
+
+log = logging.getLogger("keeper_middleware")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchiveSearch:
+    """Answers ``search_archive`` calls for one keeper's sessions."""
+
+    sessions: SessionState
+    retriever: Retriever
+    config: KeeperConfig
+    tokens: TokenCounter
+
+    def run(self, session: str, args: object) -> str:
+        """Answer one call from the model's raw arguments."""
+        sessions = self.sessions
+        parsed = parse_search_args(args)
+        if isinstance(parsed, Refusal):
+            log.info("search refused session=%s: %s", session, parsed.text)
+            with sessions.hold(session):
+                sessions.counters(session).search_refusals += 1
+                sessions.save_counters(session)
+            return parsed.text
+        if isinstance(parsed, ReadArgs):
+            command = SearchCommand(query="", read=parsed.ref, page=parsed.page)
+        else:
+            command = SearchCommand(
+                query=parsed.query, from_item=parsed.from_item, to_item=parsed.to_item
+            )
+        with sessions.hold(session):
+            counters = sessions.counters(session)
+            decision = decide(sessions.guard(session), command, budget=self.config.search_budget)
+            sessions.set_guard(session, decision.state)
+            if decision.verdict != "run":
+                log.info(
+                    "search %s session=%s key=%r",
+                    "stopped" if decision.verdict == "stop" else "refused",
+                    session,
+                    command.key[:200],
+                )
+                counters.search_refusals += 1
+                counters.search_stops += decision.verdict == "stop"
+            else:
+                counters.searches += 1
+            sessions.save_counters(session)
+            room = sessions.room(session, self.config.message_tokens)
+        if decision.verdict != "run":
+            return decision.message
+        if isinstance(parsed, ReadArgs):
+            return self.read(session, parsed, room)
+        hits = self.retriever.search(
+            parsed.query,
+            session=session,
+            k=self.config.search_scan,
+            from_item=parsed.from_item,
+            to_item=parsed.to_item,
+        )
+        return render_results(
+            command,
+            hits,
+            shown=self.config.search_results,
+            scanned=self.config.search_scan,
+            max_tokens=max(MIN_EXCERPT_TOKENS, room - 16),
+            count=self.tokens.count_text,
+        )
+
+    def read(self, session: str, args: ReadArgs, room: int) -> str:
+        """One page of an archived message (what an excerpt's pointer leads to)."""
+        archive = self.sessions.archive
+        msg_id = archive.get_value(session, f"ref:{args.ref}")
+        turn = archive.turn(session, msg_id if isinstance(msg_id, str) else args.ref)
+        page_tokens = max(MIN_EXCERPT_TOKENS, min(self.config.page_tokens, room - 64))
+        return render_page(turn, args, page_tokens, self.tokens.count_text)
+
+
+def render_page(turn: ArchivedTurn | None, args: ReadArgs, page_tokens: int, count: Count) -> str:
+    """The page ``args`` asks for of ``turn``, headed so the model knows where it is and how to
+    read on; a refusal when there is no such message or page."""
+    if turn is None:
+        return (
+            f'Refused: no archived message has the reference "{args.ref[:80]}"; copy it '
+            "from an excerpt's pointer line."
+        )
+    text = archived_text(turn.content, turn.tool_calls_json)
+    chunk, pages = read_page(text, args.page, page_tokens, count)
+    if not chunk:
+        return f"Refused: page {args.page} does not exist; the message has {pages} page(s)."
+    where = f" (item {turn.item})" if turn.item is not None else ""
+    head = f'[READ "{args.ref}"] page {args.page} of {pages}{where}, {turn.role} message:'
+    tail = (
+        f'\n[next: search_archive(read="{args.ref}", page={args.page + 1})]'
+        if args.page < pages
+        else "\n[end of the message]"
+    )
+    return f"{head}\n{chunk}{tail}"

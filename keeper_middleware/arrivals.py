@@ -1,0 +1,151 @@
+"""Taking new messages in: item numbers, the room each may take, and what stands beside a
+new question (the RULES, retrieved sentences).
+
+This is where a message enters the keeper's view: it is numbered once, fitted once (a message
+too big for its room is archived whole and stands in view as an excerpt), and a question gets
+the RULES right after it, so a model that reads only the newest turns still sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.entries import Entry
+from keeper_middleware.injection import (
+    merge_hits,
+    question_queries,
+    render_retrieved_block,
+    render_rules_block,
+)
+from keeper_middleware.items import ItemNumbering
+from keeper_middleware.messages import keeper_kind, role_of
+from keeper_middleware.model_setup import ModelSetup
+from keeper_middleware.questions import QuestionDetector
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.search import after_new_input
+from keeper_middleware.sessions import SessionState
+from keeper_middleware.tokens import TokenCounter
+from keeper_middleware.window import WindowPolicy
+
+log = logging.getLogger("keeper_middleware")
+
+ArchiveWhole = Callable[[str, BaseMessage, int | None, int], BaseMessage]
+"""Archive a message word for word and return its excerpt within a cap (session, message,
+item, cap): the engine's I/O, handed in."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Arrivals:
+    """Takes new messages into one keeper's sessions."""
+
+    config: KeeperConfig
+    tokens: TokenCounter
+    detector: QuestionDetector
+    items: ItemNumbering
+    window: WindowPolicy
+    sessions: SessionState
+    passages: Retriever
+    """Serves the sentences shown beside a new question (``show_retrieved``)."""
+    archive_whole: ArchiveWhole
+
+    def observe(
+        self,
+        session: str,
+        entries: Sequence[Entry],
+        kstate: dict[str, Any],
+        setup: ModelSetup,
+    ) -> tuple[list[BaseMessage], bool]:
+        """Number new inputs, fit each new message to the room it needs, and place the RULES
+        (and retrieved sentences) after new questions. True when a message was excerpted."""
+        seen = set(kstate.get("seen", []))
+        items: dict[str, int] = dict(kstate.get("items", {}))
+        last_item = int(kstate.get("last_item", 0))
+        numbered = bool(kstate.get("numbered", False))
+        notes = self.sessions.notes(session)
+        counters = self.sessions.counters(session)
+        caps, room = self.window.message_caps(session, entries, seen, setup, notes)
+        self.sessions.set_room(session, room)
+        result: list[BaseMessage] = []
+        new_input = shrunk = False
+        for entry in entries:
+            message, msg_id = entry.message, entry.id
+            if not entry.fresh(seen):
+                seen.add(msg_id)
+                result.append(message)
+                continue
+            seen.add(msg_id)
+            self._log_if_oversized(session, entry)
+            is_question = entry.question
+            if self.items.is_new_input(message):
+                new_input = True
+                stated = self.items.stated_number(message)
+                if stated is not None:
+                    last_item, numbered = stated, True
+                elif not (numbered and is_question):
+                    last_item += 1
+            items[msg_id] = last_item
+            cap = caps[msg_id]
+            if entry.tokens > cap:
+                message = self.archive_whole(session, message, last_item, cap)
+                shrunk = True
+            result.append(message)
+            if is_question:
+                extra = self.beside_question(session, message, notes.rules)
+                for added in extra:
+                    seen.add(str(added.id))
+                    result.append(added)
+                counters.rules_injected += sum(1 for m in extra if keeper_kind(m) == "rules")
+        if new_input:
+            with self.sessions.lock:
+                self.sessions.set_guard(session, after_new_input(self.sessions.guard(session)))
+        live_ids = {str(m.id) for m in result}
+        kstate["seen"] = [i for i in seen if i in live_ids]
+        kstate["items"] = {k: v for k, v in items.items() if k in live_ids}
+        kstate["last_item"] = last_item
+        kstate["numbered"] = numbered
+        kstate.setdefault("notes_item", 0)
+        return result, shrunk
+
+    def beside_question(
+        self, session: str, question: BaseMessage, rules: Sequence[str]
+    ) -> list[BaseMessage]:
+        """The keeper's messages placed right after a new question: the RULES, and the
+        passages retrieved for it (kept to a quarter of the budget)."""
+        added: list[BaseMessage] = []
+        qid = str(question.id)
+        own = self.sessions.own
+        if self.config.rules_next_to_questions and rules:
+            added.append(own(session, render_rules_block(rules), "rules", f"rules-{qid}"))
+        if self.config.show_retrieved > 0:
+            per_query = [
+                self.passages.search(q, session=session, k=self.config.show_retrieved)
+                for q in question_queries(question)
+            ]
+            hits = merge_hits(per_query, self.config.show_retrieved * max(1, len(per_query)))
+            block = render_retrieved_block(hits)
+            # the passages stay in view with their open question: keep them to a quarter of the
+            # budget, dropping the lowest-ranked first, so the question's own work has room
+            while hits and self.tokens.count_text(block) > self.config.budget // 4:
+                hits = hits[: len(hits) * 3 // 4]
+                block = render_retrieved_block(hits)
+            added.append(own(session, block, "retrieved", f"retrieved-{qid}"))
+        return added
+
+    def _log_if_oversized(self, session: str, entry: Entry) -> None:
+        size = entry.tokens
+        if size > self.config.budget // 2:
+            log.warning(
+                "oversized message session=%s id=%s role=%s tokens=%d budget=%d: it alone takes "
+                "over half the budget",
+                session,
+                entry.message.id,
+                role_of(entry.message),
+                size,
+                self.config.budget,
+            )

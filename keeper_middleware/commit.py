@@ -1,0 +1,158 @@
+"""Finishing a cut: the new NOTES fitted to their budget, the window the cut leaves, and the
+turns that leave it archived word for word in the same transaction as the new NOTES version.
+
+A cut whose transaction committed before a crash is finished from the archive, not asked of the
+model again, so no turn is archived twice and no NOTES version is written twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesDraft
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.cut import cut_key
+from keeper_middleware.model_setup import ModelSetup
+from keeper_middleware.note_taking import NoteOutcome
+from keeper_middleware.notes import Notes, notes_from_json, notes_to_json, render_notes
+from keeper_middleware.notes_budget import MOVED_TURN_NAME, fit_notes, moved_text
+from keeper_middleware.recall import track_moved
+from keeper_middleware.sessions import MOVED_ENTRIES, SessionState
+from keeper_middleware.steps import Pending, StepResult
+from keeper_middleware.tokens import TokenCounter
+from keeper_middleware.turns import leaving_turns
+from keeper_middleware.window import Excerpt, WindowPolicy
+
+log = logging.getLogger("keeper_middleware")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutCommit:
+    """Finishes the cuts of one keeper's sessions."""
+
+    config: KeeperConfig
+    tokens: TokenCounter
+    window: WindowPolicy
+    sessions: SessionState
+    archive: ArchiveStore
+    excerpter: Callable[[str, Mapping[str, int]], Excerpt]
+    """Archives a message whole and excerpts it (for a window still too big after a cut)."""
+    sync_index: Callable[[str], None]
+    """Indexes what was archived (after the transaction: a crash there is caught up)."""
+
+    def reuse_committed(self, pending: Pending) -> NoteOutcome | Notes | None:
+        """A cut committed before a crash is finished from the archive, not asked again."""
+        assert pending.plan is not None
+        leaving = [pending.messages[i] for i in pending.plan.leaving]
+        boundary_id = str(pending.messages[pending.plan.boundary - 1].id)
+        pending.key = cut_key(pending.session, [str(m.id) for m in leaving], boundary_id)
+        if self.archive.find_cut(pending.session, pending.key) is None:
+            return None
+        latest = self.archive.latest_notes(pending.session)
+        return notes_from_json(latest.data_json) if latest else pending.notes
+
+    def finish(
+        self, pending: Pending, outcome: NoteOutcome | Notes, setup: ModelSetup
+    ) -> StepResult:
+        plan, session, messages = pending.plan, pending.session, pending.messages
+        assert plan is not None
+        items: dict[str, int] = pending.state["items"]
+        notes = outcome.notes if isinstance(outcome, NoteOutcome) else outcome
+        known = [items[str(messages[i].id)] for i in plan.noted if str(messages[i].id) in items]
+        first = (
+            notes.first_item if notes.first_item is not None else (min(known) if known else None)
+        )
+        last = max(known) if known else notes.last_item
+        notes = notes.covering(first, last)
+        fitted = fit_notes(
+            notes, budget=self.config.notes_tokens, count_text=self.tokens.count_text
+        )
+        notes = fitted.notes
+        rendered = render_notes(notes)
+        plan, notes_message, window, size = self.window.window_after_cut(
+            plan,
+            messages,
+            setup,
+            lambda cut: self.sessions.own(
+                session, render_notes(notes, kept=cut.kept_count), "notes", f"notes-{pending.key}"
+            ),
+        )
+        if size > self.config.budget:
+            window = self.window.shrink_largest(
+                self.window.classify(window, pending.entries),
+                setup,
+                self.excerpter(session, items),
+                start=plan.layout.head_end + 1,
+            )
+            size = self.window.count(setup, window)
+        if size > self.config.budget:
+            raise self.window.after_cut_error(size)
+        turns = leaving_turns(session, pending.entries, plan, items)
+        if fitted.moved_any:
+            # what left the NOTES is archived word for word with the cut, where search finds it
+            turns.append(
+                ArchivedTurn(
+                    session=session,
+                    msg_id=f"notes-moved-{pending.key}",
+                    item=notes.last_item,
+                    role="human",
+                    content=moved_text(fitted, notes.last_item),
+                    name=MOVED_TURN_NAME,
+                )
+            )
+        record = self.archive.commit_cut(
+            session,
+            cut_key=pending.key,
+            turns=turns,
+            notes=NotesDraft(
+                first_item=notes.first_item,
+                last_item=notes.last_item,
+                text=rendered,
+                data_json=notes_to_json(notes),
+            ),
+        )
+        self.sessions.track_moved_keys(session, notes, fitted.moved_state)
+        if fitted.moved_state or pending.moved_entries:
+            entries = track_moved(
+                pending.moved_entries,
+                notes,
+                fitted.moved_state,
+                back=[key for key, _ in pending.recalled],
+            )
+            self.archive.put_value(session, MOVED_ENTRIES, entries)
+        self.sync_index(session)
+        state = dict(pending.state)
+        state["notes_item"] = int(state.get("last_item", 0))
+        live = {str(m.id) for m in window}
+        state["seen"] = [i for i in state["seen"] if i in live] + [str(notes_message.id)]
+        state["items"] = {k: v for k, v in items.items() if k in live}
+        counters = self.sessions.counters(session)
+        counters.cuts += 1
+        counters.archive_turns = self.archive.turn_count(session)
+        counters.notes_tokens = self.tokens.count_text(rendered)
+        counters.notes_entries_moved += len(fitted.moved_state) + len(fitted.moved_open)
+        counters.peak_window = max(counters.peak_window, size)
+        self.sessions.save_counters(session)
+        log.info(
+            "cut session=%s archived=%d kept=%d window_tokens=%d budget=%d archive_turns=%d",
+            session,
+            record.turns_archived,
+            len(window),
+            size,
+            self.config.budget,
+            counters.archive_turns,
+        )
+        log.info(
+            "notes session=%s version=%s items=%s-%s rules=%d state=%d open=%d tokens=%d",
+            session,
+            record.notes_version,
+            notes.first_item,
+            notes.last_item,
+            len(notes.rules),
+            len(notes.state),
+            len(notes.open),
+            counters.notes_tokens,
+        )
+        return StepResult(window, state, changed=True, rewritten=True, cut=True)

@@ -1,0 +1,157 @@
+"""What the keeper keeps per session besides the turns: counters, the marking secret, the
+search guard, the room a message has in view, and which STATE keys were moved to the archive.
+
+All of it lives in the archive (values per session), so a restarted keeper or another replica
+on a shared store reads it back; this process only caches what it read, and drops the cache
+each time it takes a session (another process may have moved the session on meanwhile).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.counters import Counters
+from keeper_middleware.marks import SECRET_KEY, new_secret, signed
+from keeper_middleware.messages import keeper_message
+from keeper_middleware.notes import Notes, notes_from_json
+from keeper_middleware.search import GuardState
+from keeper_middleware.session_locks import SessionLocks
+
+MOVED_KEYS = "notes_moved_keys"
+"""Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
+MOVED_ENTRIES = "notes_moved_entries"
+"""Per-session value: those entries, key → value as last noted (a notes request recalls them)."""
+
+
+class SessionState:
+    """The per-session values of one keeper, read from and written to its archive."""
+
+    def __init__(self, archive: ArchiveStore, locks: SessionLocks) -> None:
+        self.archive = archive
+        self.locks = locks
+        self.lock = threading.RLock()
+        """Guards this process's caches (the session lock orders the sessions themselves)."""
+        self._counters: dict[str, Counters] = {}
+        self._saved_counters: dict[str, dict[str, Any]] = {}
+        self._secrets: dict[str, str] = {}
+        self._rooms: dict[str, int] = {}
+
+    @contextmanager
+    def hold(self, session: str) -> Iterator[None]:
+        """Hold a session: its steps, searches and counters run one at a time, across every
+        thread, task and (on a shared store) process. Re-entrant within one flow of control."""
+        with self.locks.hold(session) as took:
+            if took:
+                self._forget_counters(session)
+            yield
+
+    @asynccontextmanager
+    async def ahold(self, session: str) -> AsyncIterator[None]:
+        """:meth:`hold` for asyncio: waiting never blocks the event loop."""
+        async with self.locks.ahold(session) as took:
+            if took:
+                self._forget_counters(session)
+            yield
+
+    def _forget_counters(self, session: str) -> None:
+        """Drop what this process remembers of a session: another process may have moved it on."""
+        with self.lock:
+            self._counters.pop(session, None)
+
+    def drop(self, session: str) -> None:
+        """Forget everything cached of a session (after it was erased from the archive)."""
+        with self.lock:
+            self._counters.pop(session, None)
+            self._saved_counters.pop(session, None)
+            self._secrets.pop(session, None)
+            self._rooms.pop(session, None)
+
+    def counters(self, session: str) -> Counters:
+        """The session's counters (read from the archive once per hold)."""
+        with self.lock:
+            if session not in self._counters:
+                stored = self.archive.get_value(session, "counters")
+                self._counters[session] = Counters.from_json(stored)
+                if stored is not None:
+                    self._saved_counters[session] = self._counters[session].to_json()
+            return self._counters[session]
+
+    def save_counters(self, session: str) -> None:
+        """Write the counters if they changed since they were last written (most steps change
+        nothing: no cut, no rules shown, no larger window)."""
+        data = self.counters(session).to_json()
+        if self._saved_counters.get(session) != data:
+            self.archive.put_value(session, "counters", data)
+            self._saved_counters[session] = data
+
+    def notes(self, session: str) -> Notes:
+        """The current NOTES of a session (empty before the first cut)."""
+        latest = self.archive.latest_notes(session)
+        if latest is None:
+            return Notes()
+        return _notes_of(latest.data_json)
+
+    def secret(self, session: str) -> str:
+        """The session's secret for marking the keeper's own messages (kept in the archive, so
+        a restarted keeper still recognises them; never sent to a model)."""
+        with self.lock:
+            if session not in self._secrets:
+                stored = self.archive.get_value(session, SECRET_KEY)
+                if not isinstance(stored, str) or not stored:
+                    stored = new_secret()
+                    self.archive.put_value(session, SECRET_KEY, stored)
+                self._secrets[session] = stored
+            return self._secrets[session]
+
+    def own(self, session: str, text: str, kind: str, msg_id: str) -> BaseMessage:
+        """A keeper message, marked so that no one else's message passes for it."""
+        return signed(keeper_message(text, kind, msg_id=msg_id), self.secret(session))
+
+    def guard(self, session: str) -> GuardState:
+        """The search guard's state (searches since the last new input, repeats)."""
+        return GuardState.from_json(self.archive.get_value(session, "search_guard"))
+
+    def set_guard(self, session: str, guard: GuardState) -> None:
+        self.archive.put_value(session, "search_guard", guard.to_json())
+
+    def room(self, session: str, default: int) -> int:
+        """The room one message has in view, as the last step measured it."""
+        with self.lock:
+            return self._rooms.get(session, default)
+
+    def set_room(self, session: str, room: int) -> None:
+        with self.lock:
+            self._rooms[session] = room
+
+    def moved_keys(self, session: str) -> frozenset[str]:
+        """STATE keys whose entries are in the archive, not the NOTES."""
+        return frozenset(self.archive.get_value(session, MOVED_KEYS) or ())
+
+    def moved_entries(self, session: str) -> dict[str, str]:
+        """The moved entries, key → value as last noted."""
+        return dict(self.archive.get_value(session, MOVED_ENTRIES) or {})
+
+    def track_moved_keys(
+        self, session: str, notes: Notes, moved: Sequence[tuple[str, str]]
+    ) -> None:
+        """Remember which keys are in the archive and not the NOTES (a SET brings one back)."""
+        before = self.archive.get_value(session, MOVED_KEYS) or []
+        if not before and not moved:
+            return
+        held = {key for key, _ in notes.state}
+        keys = [key for key in before if key not in held] + [key for key, _ in moved]
+        self.archive.put_value(session, MOVED_KEYS, list(dict.fromkeys(keys)))
+
+
+@functools.lru_cache(maxsize=64)
+def _notes_of(data_json: str) -> Notes:
+    """The notes a stored version holds, read once: every step reads the latest version, and
+    reading thousands of entries again each time made a step's cost grow with the NOTES."""
+    return notes_from_json(data_json)

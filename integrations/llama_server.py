@@ -76,6 +76,8 @@ class LlamaServerConfig:
     slot_save_path: Path | None = None
     """llama.cpp only: the folder where ``/slots/{id}?action=save|restore`` keeps KV-cache files
     (``--slot-save-path``); ``None`` leaves slot saving off."""
+    extra_args: tuple[str, ...] = ()
+    """More command-line arguments for the server, e.g. ``("--cache-ram", "0")``."""
     die_with_parent: bool = True
     """Linux: the kernel kills the server when the thread that started it ends (even by SIGKILL).
     Start servers from a long-lived thread, or turn this off and call ``stop`` yourself."""
@@ -146,7 +148,8 @@ def server_command(config: LlamaServerConfig, *, gguf: Path, port: int, alias: s
             *("--model", str(gguf), "--model_alias", alias, "--n_ctx", str(config.ctx)),
             *("--n_threads", str(config.threads), "--host", config.host, "--port", str(port)),
         ]
-        return [*command, "--ram_cache"] if config.ram_cache else command
+        command = [*command, "--ram_cache"] if config.ram_cache else command
+        return [*command, *config.extra_args]
     binary = config.server_binary or find_llama_server_binary()
     if binary is None:
         raise LlamaServerError(
@@ -158,6 +161,7 @@ def server_command(config: LlamaServerConfig, *, gguf: Path, port: int, alias: s
         *("-m", str(gguf), "--alias", alias, "-c", str(config.ctx), "-t", str(config.threads)),
         *("-np", str(config.slots), "--host", config.host, "--port", str(port)),
         *(("--slot-save-path", str(config.slot_save_path)) if config.slot_save_path else ()),
+        *config.extra_args,
     ]
 
 

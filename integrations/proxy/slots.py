@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -42,6 +42,9 @@ from keeper_middleware.integrations.proxy.slot_rules import (
     read_cached_tokens,
     refusal_reason,
 )
+
+if TYPE_CHECKING:
+    from keeper_middleware.integrations.llama_server import LocalLlamaServer
 
 __all__ = ["SlotCounters", "SlotLease", "SlotParking", "SlotParkingConfig", "SlotParkingError"]
 
@@ -90,6 +93,23 @@ class SlotParkingConfig:
             raise ValueError(f"timeout={self.timeout}; pass a positive number of seconds")
         if self.model_file is not None and not Path(self.model_file).is_file():
             raise ValueError(f"model_file={self.model_file} is not a file; pass the .gguf")
+
+    @classmethod
+    def for_server(cls, server: LocalLlamaServer, **options: Any) -> SlotParkingConfig:
+        """The settings for a server the local launcher started with ``slot_save_path``."""
+        folder = server.config.slot_save_path
+        if server.flavor != "llama.cpp" or folder is None:
+            raise ValueError(
+                "slot parking needs a llama.cpp server started with slot_save_path= "
+                "(LlamaServerConfig(flavor='llama.cpp', slots=N, slot_save_path=folder))"
+            )
+        return cls(
+            slots=server.config.slots,
+            slot_dir=Path(folder),
+            server_url=server.root_url,
+            model_file=server.gguf,
+            **options,
+        )
 
 
 @dataclass(slots=True)

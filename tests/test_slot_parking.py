@@ -87,14 +87,15 @@ class SlotServer:
         path = self.folder / body["filename"]
         if action == "save":
             held = self.slots[slot]
-            state = struct.pack(f"<III{len(held)}i", 0x67677371, 2, len(held), *held)
+            record = [-1, 1, len(held), *held, 0]  # llama-server's token record
+            state = struct.pack(f"<III{len(record)}i", 0x67677371, 4, len(record), *record)
             path.write_bytes(state + b"\0" * KV_BYTES_PER_TOKEN * len(held))
             return httpx.Response(200, json={"id_slot": slot, "n_saved": len(held)})
         if not path.is_file():
             return httpx.Response(400, json={"error": {"message": "failed to restore"}})
         data = path.read_bytes()
-        (count,) = struct.unpack_from("<I", data, 8)
-        self.slots[slot] = list(struct.unpack_from(f"<{count}i", data, 12))
+        (count,) = struct.unpack_from("<I", data, 20)
+        self.slots[slot] = list(struct.unpack_from(f"<{count}i", data, 24))
         return httpx.Response(200, json={"id_slot": slot, "n_restored": count})
 
     def chat(self, body: dict[str, Any]) -> httpx.Response:

@@ -134,11 +134,16 @@ def test_an_empty_cache_is_never_restored():
 # ---------------------------------------------------------------- the slot file's tokens
 
 
+def slot_file(values: list[int], version: int = 4) -> bytes:
+    return struct.pack(f"<III{len(values)}i", 0x67677371, version, len(values), *values) + b"kv"
+
+
 @pytest.mark.parametrize("count", [0, 1, 7, 6500])
 def test_the_cached_tokens_are_read_from_a_slot_files_header(count):
-    tokens = list(range(count))
-    head = struct.pack(f"<III{count}i", 0x67677371, 2, count, *tokens) + b"kv state"
-    assert read_cached_tokens(head) == tokens
+    tokens = list(range(1, count + 1))
+    assert read_cached_tokens(slot_file(tokens, version=2)) == tokens  # older servers
+    record = [-1, 1, count, *tokens, 0]  # llama-server's own token record
+    assert read_cached_tokens(slot_file(record)) == tokens
 
 
 @pytest.mark.parametrize(
@@ -148,6 +153,9 @@ def test_the_cached_tokens_are_read_from_a_slot_files_header(count):
         (struct.pack("<III", 0x12345678, 2, 0), "magic"),
         (struct.pack("<III", 0x67677371, 9, 0), "version"),
         (struct.pack("<IIIi", 0x67677371, 2, 5, 1), "ends before"),
+        (slot_file([-1, 2, 1, 5, 0]), "unknown version"),
+        (slot_file([-1, 1, 1, 5, 1, 9]), "media"),
+        (slot_file([-1, 1, 3, 5, 0]), "add up"),
     ],
 )
 def test_a_slot_file_of_another_layout_is_refused(head, why):

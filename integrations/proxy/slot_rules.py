@@ -62,7 +62,8 @@ context per slot or the slot count differ from when it was saved; its tokens sha
 prefix with the request; the file is gone or unreadable; the server refused it."""
 
 _STATE_SEQ_MAGIC = 0x67677371  # 'ggsq': llama.cpp's sequence-state file
-_STATE_SEQ_VERSION = 2
+_STATE_SEQ_VERSIONS = (2, 3, 4)
+_SERVER_TOKENS_VERSION = 1
 
 
 def parked_name(stored_session: str) -> str:
@@ -186,19 +187,31 @@ def prefix_decision(
 
 
 def read_cached_tokens(head: bytes) -> list[int]:
-    """The token ids a llama.cpp slot file holds, from its first bytes (``'ggsq'`` magic,
-    version, count, then the ids as int32). Raises ``ValueError`` for any other layout, so a
+    """The token ids a llama.cpp slot file holds, from its first bytes.
+
+    The file starts with the ``'ggsq'`` magic, a layout version, a count and that many int32
+    values. Older servers store the prompt's token ids there; llama-server now stores its own
+    record in them: a null token (-1), the record's version (1), the number of ids, the ids,
+    then the number of media chunks (0 for text). Any other layout raises ``ValueError``, so a
     file the proxy cannot read is refused, never guessed at."""
     if len(head) < 12:
         raise ValueError("the slot file is too short to hold a header")
     magic, version, count = struct.unpack_from("<III", head, 0)
     if magic != _STATE_SEQ_MAGIC:
         raise ValueError(f"the slot file's magic is {magic:#x}, not llama.cpp's 'ggsq'")
-    if version != _STATE_SEQ_VERSION:
-        raise ValueError(f"the slot file has layout version {version}, not {_STATE_SEQ_VERSION}")
+    if version not in _STATE_SEQ_VERSIONS:
+        raise ValueError(f"the slot file has layout version {version}, not {_STATE_SEQ_VERSIONS}")
     if len(head) < 12 + 4 * count:
         raise ValueError(f"the slot file ends before its {count} token ids")
-    return list(struct.unpack_from(f"<{count}i", head, 12))
+    values = list(struct.unpack_from(f"<{count}i", head, 12))
+    if not values or values[0] != -1:
+        return values  # a plain list of token ids
+    if len(values) < 4 or values[1] != _SERVER_TOKENS_VERSION:
+        raise ValueError("the slot file's token record has an unknown version")
+    length = values[2]
+    if length < 0 or len(values) != length + 4 or values[3 + length] != 0:
+        raise ValueError("the slot file's token record holds media or does not add up")
+    return values[3 : 3 + length]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

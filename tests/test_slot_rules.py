@@ -60,6 +60,7 @@ def test_names_differ_per_tenant_and_session_and_group_by_tenant():
         ({"build": "b7001-def"}, "build"),
         ({"architecture": "vocab_type=2,n_vocab=32000,n_params=7e9,n_embd=4096"}, "model"),
         ({"model_bytes": 120_000_000, "model_fingerprint": "120000000:bb"}, "quantisation"),
+        ({"quantisation": "Q8_0"}, "quantisation"),
         ({"model_fingerprint": "98362432:cc"}, "model"),
         ({"ctx_per_slot": 4096}, "context"),
         ({"slots": 2}, "slots"),
@@ -90,9 +91,11 @@ def test_identity_survives_its_sidecar_and_reads_llama_server_replies():
         "total_slots": 2,
         "default_generation_settings": {"n_ctx": 4096},
     }
-    models = {"data": [{"id": "smol", "meta": {"n_vocab": 49152, "size": 98_000_000}}]}
+    meta = {"n_vocab": 49152, "size": 98_000_000, "ftype": "Q4_1"}
+    models = {"data": [{"id": "smol", "meta": meta}]}
     read = ServerIdentity.from_server(props, models, "fp")
     assert (read.ctx_per_slot, read.slots, read.model_bytes) == (4096, 2, 98_000_000)
+    assert read.quantisation == "Q4_1"
     assert read.build == "b7000-abc" and "n_vocab=49152" in read.architecture
     with pytest.raises(ValueError, match="not a JSON object"):
         ServerIdentity.from_json(["not", "a", "dict"])

@@ -89,6 +89,8 @@ class ServerIdentity:
     """Size and hashes of the model file's head and tail, when the proxy can read it."""
     architecture: str = ""
     """``/v1/models`` ``meta``: vocabulary, parameters and embedding width, as one string."""
+    quantisation: str = ""
+    """``/v1/models`` ``meta.ftype``, e.g. ``Q4_1``."""
     model_bytes: int = 0
     """``/v1/models`` ``meta.size``: a different quantisation of the same model differs here."""
     ctx_per_slot: int = 0
@@ -128,6 +130,7 @@ class ServerIdentity:
             model_path=str(props.get("model_path", "")),
             model_fingerprint=fingerprint,
             architecture=shape,
+            quantisation=str(meta.get("ftype") or ""),
             model_bytes=int(meta.get("size") or 0),
             ctx_per_slot=int(ctx or 0),
             slots=int(props.get("total_slots") or 0),
@@ -140,7 +143,7 @@ def refusal_reason(saved: ServerIdentity, now: ServerIdentity) -> RefusalReason 
         return "build"
     if saved.architecture != now.architecture:
         return "model"
-    if saved.model_bytes != now.model_bytes:
+    if saved.quantisation != now.quantisation or saved.model_bytes != now.model_bytes:
         return "quantisation"
     if saved.model_fingerprint and now.model_fingerprint:
         if saved.model_fingerprint != now.model_fingerprint:

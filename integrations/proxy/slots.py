@@ -17,9 +17,7 @@ and read again from the folder when the proxy restarts. One proxy manages one se
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -30,6 +28,15 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import orjson
 
+from keeper_middleware.integrations.proxy.slot_files import (
+    ParkedEntry,
+    cached_tokens,
+    model_fingerprint,
+    read_folder,
+    remove_files,
+    sidecar_of,
+    write_sidecar,
+)
 from keeper_middleware.integrations.proxy.slot_rules import (
     REFUSAL_REASONS,
     ParkedFile,
@@ -39,7 +46,6 @@ from keeper_middleware.integrations.proxy.slot_rules import (
     prefix_decision,
     prompt_counts,
     prune_plan,
-    read_cached_tokens,
     refusal_reason,
 )
 
@@ -49,8 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["SlotCounters", "SlotLease", "SlotParking", "SlotParkingConfig", "SlotParkingError"]
 
 _log = logging.getLogger(__name__)
-_SIDECAR = ".json"
-_FINGERPRINT_BYTES = 1 << 20
 
 
 class SlotParkingError(RuntimeError):
@@ -143,15 +147,6 @@ class _Slot:
     last_used: float = 0.0
 
 
-@dataclass(slots=True)
-class _Parked:
-    name: str
-    session: str
-    size: int
-    last_used: float
-    identity: ServerIdentity
-
-
 class SlotLease:
     """One request's hold on a slot: every upstream call of the request goes through it."""
 
@@ -204,7 +199,7 @@ class SlotParking:
         self.counters = SlotCounters()
         self._slots = [_Slot(n) for n in range(config.slots)]
         self._changed = asyncio.Condition()
-        self._parked: dict[str, _Parked] = {}
+        self._parked: dict[str, ParkedEntry] = {}
         self._restoring: set[str] = set()
         self._fingerprint: str | None = None
         self._loaded = False
@@ -270,8 +265,14 @@ class SlotParking:
                 self.folder,
             )
             return
-        entry = _Parked(name, session, path.stat().st_size, time.time(), identity)
-        await asyncio.to_thread(_write_sidecar, path, entry)
+        entry = ParkedEntry(name, session, path.stat().st_size, time.time(), identity)
+        try:
+            await asyncio.to_thread(write_sidecar, path, entry)
+        except OSError as exc:  # a full disk: a file without its sidecar is never restored
+            self.counters.park_failures += 1
+            _log.warning("could not keep the parked cache %s: %s", path, exc)
+            await self._delete(name)
+            return
         self._parked[name] = entry
         self.counters.parks += 1
         await self._prune()
@@ -289,11 +290,11 @@ class SlotParking:
             self._restoring.discard(entry.name)
 
     async def _restore_entry(
-        self, slot: _Slot, entry: _Parked, body: Mapping[str, Any]
+        self, slot: _Slot, entry: ParkedEntry, body: Mapping[str, Any]
     ) -> int | None:
         path = self.folder / entry.name
         try:
-            cached = await asyncio.to_thread(_cached_tokens, path)
+            cached = await asyncio.to_thread(cached_tokens, path)
         except (OSError, ValueError) as exc:
             return await self._refused(entry, "missing", str(exc))
         try:
@@ -317,10 +318,10 @@ class SlotParking:
         self.counters.restores += 1
         self.counters.partial_restores += not decision.whole
         entry.last_used = time.time()
-        await asyncio.to_thread(_write_sidecar, path, entry)
+        await asyncio.to_thread(write_sidecar, path, entry)
         return decision.kept
 
-    async def _refused(self, entry: _Parked, reason: RefusalReason, detail: str) -> int | None:
+    async def _refused(self, entry: ParkedEntry, reason: RefusalReason, detail: str) -> int | None:
         """Count and log a refusal, delete the file; ``None`` (nothing restored)."""
         self.counters.refusals[reason] += 1
         _log.warning(
@@ -401,7 +402,7 @@ class SlotParking:
         """Once: read the folder's parked files, and check the server has the slots."""
         if not self._loaded:
             self._loaded = True
-            for entry in await asyncio.to_thread(_read_folder, self.folder):
+            for entry in await asyncio.to_thread(read_folder, self.folder):
                 self._parked[entry.name] = entry
             self._count_disk()
         if not self._checked:
@@ -432,7 +433,7 @@ class SlotParking:
     async def _delete(self, name: str) -> None:
         self._parked.pop(name, None)
         path = self.folder / name
-        await asyncio.to_thread(_unlink, path, path.with_name(path.name + _SIDECAR))
+        await asyncio.to_thread(remove_files, path, sidecar_of(path))
         self._count_disk()
 
     def _count_disk(self) -> None:
@@ -443,18 +444,6 @@ class SlotParking:
         await self.client.aclose()
 
 
-def model_fingerprint(path: Path) -> str:
-    """The model file's size and the hashes of its first and last MiB: two quantisations or
-    two fine-tunes differ there, and it costs two small reads, not a pass over gigabytes."""
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        digest.update(handle.read(_FINGERPRINT_BYTES))
-        handle.seek(max(0, size - _FINGERPRINT_BYTES))
-        digest.update(handle.read(_FINGERPRINT_BYTES))
-    return f"{size}:{digest.hexdigest()[:32]}"
-
-
 def _json_object(reply: httpx.Response, path: str) -> dict[str, Any]:
     if reply.status_code >= 400:
         raise SlotParkingError(f"{path} failed ({reply.status_code}): {reply.text[:300]}")
@@ -462,50 +451,3 @@ def _json_object(reply: httpx.Response, path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SlotParkingError(f"{path} did not return a JSON object")
     return data
-
-
-def _cached_tokens(path: Path) -> list[int]:
-    with path.open("rb") as handle:
-        head = handle.read(12)
-        count = int.from_bytes(head[8:12], "little") if len(head) == 12 else 0
-        return read_cached_tokens(head + handle.read(4 * count))
-
-
-def _write_sidecar(path: Path, entry: _Parked) -> None:
-    data = {
-        "session": entry.session,
-        "size": entry.size,
-        "last_used": entry.last_used,
-        "identity": entry.identity.to_json(),
-    }
-    sidecar = path.with_name(path.name + _SIDECAR)
-    temporary = sidecar.with_name(sidecar.name + ".tmp")
-    temporary.write_bytes(orjson.dumps(data))
-    os.replace(temporary, sidecar)
-
-
-def _read_folder(folder: Path) -> list[_Parked]:
-    """The parked files a previous run left; a file without a readable sidecar is not ours to
-    trust (it is left alone, and never restored)."""
-    found = []
-    for sidecar in sorted(folder.glob(f"kv-*.bin{_SIDECAR}")):
-        path = sidecar.with_name(sidecar.name.removesuffix(_SIDECAR))
-        try:
-            data = orjson.loads(sidecar.read_bytes())
-            session = str(data["session"])
-            if parked_name(session) != path.name or not path.is_file():
-                continue
-            identity = ServerIdentity.from_json(data["identity"])
-            entry = _Parked(
-                path.name, session, path.stat().st_size, float(data["last_used"]), identity
-            )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            _log.warning("ignoring the parked file %s: its sidecar is unreadable (%s)", path, exc)
-            continue
-        found.append(entry)
-    return found
-
-
-def _unlink(*paths: Path) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)

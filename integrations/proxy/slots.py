@@ -102,10 +102,10 @@ class SlotParkingConfig:
     def for_server(cls, server: LocalLlamaServer, **options: Any) -> SlotParkingConfig:
         """The settings for a server the local launcher started with ``slot_save_path``."""
         folder = server.config.slot_save_path
-        if server.flavor != "llama.cpp" or folder is None:
+        if folder is None:
             raise ValueError(
                 "slot parking needs a llama.cpp server started with slot_save_path= "
-                "(LlamaServerConfig(flavor='llama.cpp', slots=N, slot_save_path=folder))"
+                "(LlamaServerConfig(slots=N, slot_save_path=folder))"
             )
         return cls(
             slots=server.config.slots,

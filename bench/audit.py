@@ -28,10 +28,15 @@ from keeper_middleware.signs import first_amount, sentence_direction, sentences
 
 _COVERS = re.compile(r"Covers items (\d+)\s*[–-]\s*(\d+)")
 _STATE_LINE = re.compile(r"^- (.+?) = (.*)$")
-MemoryKind = Literal["notes", "summary"]
-MEMORY_FILES: dict[MemoryKind, str] = {"notes": "notes.jsonl", "summary": "summaries.jsonl"}
-"""The run folder's file of saved versions, per kind of memory."""
-_LABEL: dict[MemoryKind, str] = {"notes": "NOTES", "summary": "Summary"}
+MemoryKind = Literal["notes", "summary", "pinned"]
+MEMORY_FILES: dict[MemoryKind, str] = {
+    "notes": "notes.jsonl",
+    "summary": "summaries.jsonl",
+    "pinned": "pinned.jsonl",
+}
+"""The run folder's file of saved versions, per kind of memory ("pinned": the state a
+self-editing model keeps for itself, saved each time turns leave its window)."""
+_LABEL: dict[MemoryKind, str] = {"notes": "NOTES", "summary": "Summary", "pinned": "Pinned state"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +129,9 @@ def summary_claims(text: str) -> list[tuple[str, str]]:
 
 
 def claimed_values(version: MemoryVersion) -> list[tuple[str, str]]:
-    """The (counter, value) lines a version states: STATE lines of NOTES, claims of a summary."""
-    if version.kind == "summary":
+    """The (counter, value) lines a version states: STATE lines of NOTES, claims of a summary
+    or of a pinned state (``name value`` lines and prose are read alike, as free text)."""
+    if version.kind in ("summary", "pinned"):
         return summary_claims(version.text)
     return read_state_lines(version.text)
 
@@ -194,7 +200,11 @@ class AuditResult:
         }
 
     def markdown(self, reader: str) -> str:
-        title = {"notes": "Notes audit", "summary": "Summary audit"}.get(self.memory, "Audit")
+        title = {
+            "notes": "Notes audit",
+            "summary": "Summary audit",
+            "pinned": "Pinned state audit",
+        }.get(self.memory, "Audit")
         lines = [
             f"### {title} ({reader})",
             "",

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from keeper_middleware.bench.costs import CallRecord, prefix_reuse
+from keeper_middleware.bench.notes_cost_breakdown import breakdown, render_breakdown
 
 SIZES = ("240k", "1m", "10m")
 TENTHS = 10
@@ -115,7 +116,11 @@ def measure_one(size: str, folder: Path, seed: int, window: int) -> dict[str, An
     """Run the notes arm on the harder stream of ``size`` and return the per-tenth figures."""
     from keeper_middleware.bench.run_options import RunOptions
     from keeper_middleware.bench.runner import run_arm
-    from keeper_middleware.bench.streams import generate_stream, preset_spec
+    from keeper_middleware.bench.streams import (
+        generate_stream,
+        history_tokens_by_item,
+        preset_spec,
+    )
 
     stream = folder / "stream"
     if not (stream / "spec.json").exists():
@@ -139,6 +144,7 @@ def measure_one(size: str, folder: Path, seed: int, window: int) -> dict[str, An
         "seconds": round(seconds, 1),
         "score": f"{result.grade.right}/{result.grade.asked}",
         "tenths": tenths(folder / "run", stream, marks),
+        "breakdown": breakdown(folder / "run", history_tokens_by_item(stream)),
         "notes_tokens": counters.get("notes_tokens", 0),
         "notes_entries": _final_entries(folder / "run"),
         "notes_entries_moved": counters.get("notes_entries_moved", 0),
@@ -248,6 +254,8 @@ def render(results: Sequence[dict[str, Any]]) -> str:
             f"Peak RSS of the run's process: {result['peak_rss_mb']:.0f} MB.",
             "",
         ]
+        if result.get("breakdown"):
+            lines += ["What each tenth is made of:", "", render_breakdown(result["breakdown"]), ""]
     lines.append(
         "≈: the simulated reader reports no cache figures; uncached tokens are estimated from the "
         "leading messages each call shared with the one before."
@@ -261,10 +269,23 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, default=32_768)
     parser.add_argument("--work", type=Path, default=None, help="folder for streams and runs")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument(
+        "--explain",
+        type=Path,
+        default=None,
+        help="print what each tenth is made of for the finished runs in this --work folder",
+    )
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.explain is not None:
+        from keeper_middleware.bench.streams import history_tokens_by_item
+
+        for folder in sorted(args.explain.glob("harder-*-seed*")):
+            rows = breakdown(folder / "run", history_tokens_by_item(folder / "stream"))
+            print(f"### {folder.name}\n\n{render_breakdown(rows)}\n")
+        return 0
     if args.one is not None:  # the child process: one size, figures as JSON on stdout
         print(json.dumps(measure_one(args.one, args.work, args.seed, args.window)))
         return 0

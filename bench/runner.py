@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool
 
-from keeper_middleware.bench.audit import MEMORY_FILES, MemoryVersion
+from keeper_middleware.bench.audit import MEMORY_FILES, MemoryKind, MemoryVersion
 from keeper_middleware.bench.cli import Command, audit_run, costs_of_run, grade_run
 from keeper_middleware.bench.costs import CallRecord, CostSummary
 from keeper_middleware.bench.grader import GradeResult
@@ -176,6 +176,9 @@ class ArmHandle:
     graph: Any
     keeper: Keeper | None
     close: Callable[[], None]
+    memory_kind: str = "notes"
+    """What the versions in the keeper's archive are ("notes", or a self-editing arm's
+    "pinned" state); the audit reads them as that kind."""
 
     @property
     def has_notes(self) -> bool:
@@ -235,7 +238,7 @@ def build_arm_handle(
         checkpointer=checkpointer,
         **extra,
     )
-    return ArmHandle(arm.graph, arm.keeper, arm.close)
+    return ArmHandle(arm.graph, arm.keeper, arm.close, arm.memory_kind)
 
 
 def open_checkpointer(path: Path) -> Any:
@@ -510,9 +513,11 @@ def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
     if counters is not None:
         _write_json_atomic(folder / "keeper_counters.json", counters)
     if arm.has_notes:
-        with (folder / MEMORY_FILES["notes"]).open("w", encoding="utf-8") as handle:
+        kind = cast(MemoryKind, arm.memory_kind)
+        with (folder / MEMORY_FILES[kind]).open("w", encoding="utf-8") as handle:
             for version in arm.notes_versions(THREAD):
-                handle.write(json.dumps(version, ensure_ascii=False) + "\n")
+                record = version if kind == "notes" else {**version, "kind": kind}
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     result = audit_run(folder)
     if result is None:
         return None

@@ -27,6 +27,7 @@ from keeper_middleware.archive import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.graphs import baselines, keeper_arms, peers, rag
 from keeper_middleware.graphs.baselines import WindowPolicy, default_reply_reserve
+from keeper_middleware.graphs.self_edit import Style, self_edit_graph
 from keeper_middleware.keeper import Keeper, Tool
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import make_retriever
@@ -49,6 +50,9 @@ class Arm:
     """The engine of the arms that keep notes; every NOTES version is in ``keeper.archive``."""
     retriever: Retriever | None = None
     description: str = ""
+    memory_kind: str = "notes"
+    """What the versions in ``keeper.archive`` are: the keeper's "notes", or the "pinned" state
+    a self-editing arm's model wrote (read as free text by an audit)."""
 
     def close(self) -> None:
         """Close the archive and the retriever (files, background indexing)."""
@@ -84,6 +88,30 @@ ARMS: dict[str, ArmInfo] = {
             True,
         ),
         ArmInfo("notes_rewrite", "the keeper with full-rewrite notes (the earlier form)", True),
+        ArmInfo(
+            "self_edit",
+            "self-editing, read mode: the model keeps `name value` lines pinned at the top with "
+            "memory tools; processed batches leave the window",
+            False,
+        ),
+        ArmInfo(
+            "self_edit_archive",
+            "self-editing with the same pinned lines; what leaves the window goes word for word "
+            "to an archive the model searches",
+            True,
+        ),
+        ArmInfo(
+            "self_edit_rules",
+            "self_edit_archive whose pinned state also holds permanent RULE: lines (edits that "
+            "remove or reword one are rejected), read before answering",
+            True,
+        ),
+        ArmInfo(
+            "free_notes",
+            "archive and search with free-text notes edited by the model in place of the "
+            "`name value` lines; nothing said about rules",
+            True,
+        ),
         ArmInfo(
             "peer_langchain_summarization",
             "LangChain create_agent + SummarizationMiddleware, defaults, trigger at 75%",
@@ -121,6 +149,10 @@ ARM_OPTIONS: dict[str, frozenset[str]] = {
     "notes": frozenset({"item_tools"}),
     "notes_retrieval": frozenset({"item_tools"}),
     "notes_rewrite": frozenset({"item_tools"}),
+    "self_edit": frozenset({"pinned_head", "item_tools"}),
+    "self_edit_archive": frozenset({"pinned_head", "item_tools"}),
+    "self_edit_rules": frozenset({"pinned_head", "item_tools"}),
+    "free_notes": frozenset({"pinned_head", "item_tools"}),
     "peer_langchain_summarization": frozenset({"summarize_at"}),
     "peer_langchain_summarization_tuned": frozenset({"summarize_at"}),
     "peer_langmem_summarization": frozenset({"summarize_at"}),
@@ -324,6 +356,48 @@ def _build_keeper(request: _Request) -> Arm:
     )
 
 
+SELF_EDIT_STYLES: dict[str, tuple[Style, bool]] = {
+    "self_edit": ("lines", False),
+    "self_edit_archive": ("lines", True),
+    "self_edit_rules": ("rules", True),
+    "free_notes": ("prose", True),
+}
+"""Each self-editing arm's pinned-state style, and whether it archives what leaves the window."""
+
+
+def _build_self_edit(request: _Request) -> Arm:
+    """The pinned state gets the keeper's NOTES budget; the archive and its search are the
+    keeper's own (the read mode's archive holds its memory versions only)."""
+    style, archived = SELF_EDIT_STYLES[request.name]
+    base = request.keeper_config or KeeperConfig()
+    config = replace(base, window=request.window, reply_reserve=request.reply_reserve)
+    keeper = Keeper(
+        config,
+        archive=request.archive if request.archive is not None else ":memory:",
+        retriever=request.retriever if archived else "keyword",
+        token_counter=request.options.get("token_counter"),
+    )
+    graph = self_edit_graph(
+        request.model,
+        keeper,
+        style=style,
+        archive=archived,
+        policy=request.policy(),
+        budget=keeper_arms.notes_budget(config),
+        token_counter=request.options.get("token_counter"),
+        item_tools=tuple(request.options.get("item_tools", ())),
+        **_common(request),
+    )
+    return Arm(
+        request.name,
+        graph,
+        keeper=keeper,
+        retriever=keeper.retriever if archived else None,
+        description=ARMS[request.name].description,
+        memory_kind="pinned",
+    )
+
+
 def _build_langchain_peer(request: _Request) -> Arm:
     tuned = request.name.endswith("_tuned")
     graph = peers.langchain_summarization_graph(
@@ -367,6 +441,10 @@ _BUILDERS: dict[str, Callable[[_Request], Arm]] = {
     "notes": _build_keeper,
     "notes_retrieval": _build_keeper,
     "notes_rewrite": _build_keeper,
+    "self_edit": _build_self_edit,
+    "self_edit_archive": _build_self_edit,
+    "self_edit_rules": _build_self_edit,
+    "free_notes": _build_self_edit,
     "peer_langchain_summarization": _build_langchain_peer,
     "peer_langchain_summarization_tuned": _build_langchain_peer,
     "peer_langmem_summarization": _build_langmem_peer,

@@ -68,7 +68,9 @@ class KeeperConfig:
     notes_at: Size = ("fraction", 0.8)
     """Take notes when a request reaches this size (tokens, or a fraction of window - reserve)."""
     notes_every_items: int | None = 10
-    """Also take notes every N new items (10 measured as well as 6, at less cost); None: only by size."""
+    """Also take notes every N new items (10 measured as well as 6, at less cost); None: only by size.
+    The NOTES count toward the N as the items their size is worth, so calls keep their size as the
+    NOTES fill (never fewer than N/2 items; `keeper_middleware.cadence`)."""
     notes_mode: NotesMode = "in_place"
     """``in_place`` (write only the changes, checked) or ``rewrite`` (the earlier full rewrite)."""
     max_reasks: int = 2

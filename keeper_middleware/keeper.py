@@ -16,6 +16,7 @@ Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -50,6 +51,8 @@ from keeper_middleware.archive import (
     NotesDraft,
     open_archive,
 )
+from keeper_middleware.cadence import items_due
+from keeper_middleware.changes import SetLine, UnsetLine
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
@@ -108,6 +111,13 @@ from keeper_middleware.questions import (
     QuestionDetector,
     open_question_index,
 )
+from keeper_middleware.recall import (
+    named_in,
+    recall_block,
+    settle_recalled,
+    track_moved,
+    with_recalled,
+)
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
@@ -126,6 +136,8 @@ from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
 MOVED_KEYS = "notes_moved_keys"
 """Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
+MOVED_ENTRIES = "notes_moved_entries"
+"""Per-session value: those entries, key → value as last noted (a notes request recalls them)."""
 NOTES_FRAME_TOKENS = 64
 """What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
 NoteCall = Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage]
@@ -187,6 +199,10 @@ class _Pending:
     """A message was replaced under its own id (an excerpt, a forged tag removed)."""
     archived_keys: frozenset[str] = frozenset()
     """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
+    moved_entries: Mapping[str, str] = field(default_factory=dict)
+    """Those entries, each as last noted (what a notes request may recall)."""
+    recalled: tuple[tuple[str, str], ...] = ()
+    """The moved entries the notes request recalls (the noted turns name them)."""
 
 
 class Keeper:
@@ -300,7 +316,7 @@ class Keeper:
         latest = self.archive.latest_notes(session)
         if latest is None:
             return Notes()
-        return notes_from_json(latest.data_json)
+        return _notes_of(latest.data_json)
 
     def _secret(self, session: str) -> str:
         """The session's secret for marking the keeper's own messages (kept in the archive, so
@@ -435,6 +451,7 @@ class Keeper:
                 "shorten the largest part."
             )
         moved = self.archive.get_value(session, MOVED_KEYS) if plan is not None else None
+        entries = self.archive.get_value(session, MOVED_ENTRIES) if plan is not None else None
         return _Pending(
             session,
             messages,
@@ -443,6 +460,7 @@ class Keeper:
             notes,
             replaced=bool(forged or shrunk),
             archived_keys=frozenset(moved or ()),
+            moved_entries=dict(entries or {}),
         )
 
     def _plan(
@@ -813,7 +831,7 @@ class Keeper:
         kept = 0
         for message in messages:
             if keeper_kind(message) == "notes":
-                kept = parse_notes(text_of(message))[1]
+                kept = _kept_of(text_of(message))
                 break
         return find_layout(messages, pinned_head=self.config.pinned_head, kept=kept)
 
@@ -829,7 +847,18 @@ class Keeper:
         if request_tokens >= self.config.notes_threshold:
             return True
         every = self.config.notes_every_items
-        return every is not None and int(kstate["last_item"]) - int(kstate["notes_item"]) >= every
+        if every is None:
+            return False
+        new_items = int(kstate["last_item"]) - int(kstate["notes_item"])
+        if new_items >= every or layout.notes_index is None:
+            return new_items >= every
+        due = items_due(
+            every=every,
+            notes_tokens=self.tokens.count_messages([messages[layout.notes_index]]),
+            new_tokens=self.tokens.count_messages(messages[layout.noted_start :]),
+            new_items=new_items,
+        )
+        return new_items >= due
 
     def _count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
         return self.tokens.count_messages(setup.render(messages), setup.tool_schemas)
@@ -842,8 +871,35 @@ class Keeper:
             text = REWRITE_REQUEST_TEXT
         else:
             text = notes_request_text(0)
-        convo = pending.messages[: pending.plan.boundary]
-        return [*setup.render(convo), keeper_message(text, "notes_request")]
+        convo = setup.render(pending.messages[: pending.plan.boundary])
+        if self.config.notes_mode == "in_place" and pending.moved_entries:
+            named = named_in(pending.moved_entries, self._noted_text(pending))
+            room = self.config.budget - self.tokens.count_messages(
+                [*convo, keeper_message(text, "notes_request")], setup.tool_schemas
+            )
+            block, pending.recalled = recall_block(
+                [(key, pending.moved_entries[key]) for key in named],
+                room=max(0, min(room - 16, self.config.notes_tokens)),
+                count_text=self.tokens.count_text,
+            )
+            if block:
+                text = f"{text}\n{block}"
+        return [*convo, keeper_message(text, "notes_request")]
+
+    def _noted_text(self, pending: _Pending) -> str:
+        """The text of the turns being noted: question sets change nothing, and search results
+        are copies of what is already noted, so neither may demand (or supply) a note; the
+        pinned task is in view in every request, so it is a source notes may quote too."""
+        assert pending.plan is not None
+        sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
+        return "\n".join(
+            text_of(message)
+            for message in (pending.messages[i] for i in sources)
+            if keeper_kind(message) is None
+            and not isinstance(message, SystemMessage)
+            and not self.detector.is_question(message)
+            and not (isinstance(message, ToolMessage) and message.name == SEARCH_TOOL_NAME)
+        )
 
     def _reuse_committed(self, pending: _Pending) -> NoteOutcome | Notes | None:
         """A cut committed before a crash is finished from the archive, not asked again."""
@@ -890,27 +946,16 @@ class Keeper:
         thinking_on = self._note_kwargs(thinking=True)
         if self.config.notes_mode == "rewrite":
             return (yield from self._rewrite_dialogue(pending, convo, thinking_on))
-        # question sets change nothing, and search results are copies of what is already
-        # noted: neither may demand (or supply) a note
-        # the pinned task is in view in every request, so it is a source notes may quote too
-        sources = [*range(pending.plan.layout.head_end), *pending.plan.noted]
-        noted_text = "\n".join(
-            text_of(message)
-            for message in (pending.messages[i] for i in sources)
-            if keeper_kind(message) is None
-            and not isinstance(message, SystemMessage)
-            and not self.detector.is_question(message)
-            and not (isinstance(message, ToolMessage) and message.name == SEARCH_TOOL_NAME)
-        )
+        recalled_keys = {key for key, _ in pending.recalled}
         taking = NoteTaking(
-            notes=pending.notes,
-            noted_text=noted_text,
+            notes=with_recalled(pending.notes, pending.recalled),
+            noted_text=self._noted_text(pending),
             checks=self.checks,
             max_reasks=self.config.max_reasks,
             tracked_names=self.config.tracked_names,
             instruction_text=self._instruction_text(pending),
             max_rules=self.config.max_rules,
-            archived_keys=pending.archived_keys,
+            archived_keys=pending.archived_keys - recalled_keys,
         )
         step: Ask | Done = taking.first_step()
         last_text = ""
@@ -929,6 +974,11 @@ class Keeper:
             step = taking.receive(last_text)
         assert isinstance(step, Done)
         outcome = step.outcome
+        if pending.recalled:
+            touched = {c.key for c in outcome.changes if isinstance(c, SetLine | UnsetLine)}
+            settled = settle_recalled(pending.notes, outcome.notes, pending.recalled, touched)
+            outcome = replace(outcome, notes=settled)
+            pending.recalled = tuple(e for e in pending.recalled if e[0] in touched)
         counters.reasks += outcome.reasks
         counters.garbage_note_lines += outcome.garbage_lines
         counters.dropped_note_lines += len(outcome.dropped)
@@ -1125,6 +1175,14 @@ class Keeper:
             ),
         )
         self._track_moved_keys(session, notes, fitted.moved_state)
+        if fitted.moved_state or pending.moved_entries:
+            entries = track_moved(
+                pending.moved_entries,
+                notes,
+                fitted.moved_state,
+                back=[key for key, _ in pending.recalled],
+            )
+            self.archive.put_value(session, MOVED_ENTRIES, entries)
         self._sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))
@@ -1347,6 +1405,19 @@ class Keeper:
             self.passages_retriever.close()
         self.retriever.close()
         self.archive.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _notes_of(data_json: str) -> Notes:
+    """The notes a stored version holds, read once: every step reads the latest version, and
+    reading thousands of entries again each time made a step's cost grow with the NOTES."""
+    return notes_from_json(data_json)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_of(notes_text: str) -> int:
+    """How many messages after a NOTES message are already noted (read once per NOTES text)."""
+    return parse_notes(notes_text)[1]
 
 
 def _first_line(text: str) -> str:

@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import parse_notes
+from keeper_middleware.recall import parse_recall_block
 
 SET = re.compile(r"set (\w+) to (-?\d+)")
 ADD = re.compile(r"added (\d+) to (\w+)")
@@ -34,8 +35,14 @@ def noted_messages(messages: list[BaseMessage]) -> tuple[dict[str, int], list[Ba
     return state, body
 
 
-def note_lines(messages: list[BaseMessage]) -> list[str]:
+def note_lines(
+    messages: list[BaseMessage], recalled: tuple[tuple[str, str], ...] = ()
+) -> list[str]:
+    """Change lines for the turns after the NOTES; ``recalled`` entries (brought back by the
+    notes request from the archive) count as held, like the NOTES' own."""
     state, body = noted_messages(messages)
+    for key, value in recalled:
+        state.setdefault(key, int(value))
     lines: list[str] = []
     for message in body:
         text = text_of(message)
@@ -77,7 +84,7 @@ class StoryModel:
             if self.empty_notes_replies > 0:
                 self.empty_notes_replies -= 1
                 return ""
-            lines = note_lines(messages[:-1])
+            lines = note_lines(messages[:-1], parse_recall_block(text_of(last)))
             if self.garbage_first:
                 self.garbage_first = False
                 return "Here are my thoughts about the story.\nIt was long."
@@ -99,7 +106,9 @@ class StoryModel:
                 ]
             return "\n".join(lines)
         if kind == "notes_reask":
-            return "\n".join(note_lines(_before_request(messages)))
+            before = _before_request(messages)
+            recalled = parse_recall_block(text_of(messages[len(before)]))
+            return "\n".join(note_lines(before, recalled))
         if self.answer is not None and _asks(messages):
             return self.answer(messages)
         return "ok"

@@ -258,6 +258,9 @@ def test_unknown_arms_and_options_are_refused_with_the_choices():
         "notes",
         "notes_retrieval",
         "notes_rewrite",
+        "self_edit_archive",
+        "self_edit_rules",
+        "free_notes",
     }
 
 

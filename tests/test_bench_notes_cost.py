@@ -5,12 +5,20 @@ from __future__ import annotations
 from keeper_middleware.bench.notes_cost import main
 
 
-def test_the_command_writes_a_row_per_tenth_and_labels_the_reader(tmp_path):
+def test_the_command_writes_a_row_per_tenth_and_labels_the_reader(tmp_path, capsys):
     out = tmp_path / "notes_cost.md"
     assert main(["--sizes", "tiny", "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
     table = out.read_text(encoding="utf-8")
     assert "simulated reader" in table
-    rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [row.split(" | ")[0] for row in rows] == [f"| {n}" for n in range(1, 11)]
+    cost, _, made_of = table.partition("What each tenth is made of")
+    for part in (cost, made_of):
+        rows = [line for line in part.splitlines() if line.startswith("| ") and line[2].isdigit()]
+        assert [row.split(" | ")[0] for row in rows] == [f"| {n}" for n in range(1, 11)]
     assert "Peak RSS of the run's process" in table
+    assert "NOTES tok / work call" in made_of
     assert (tmp_path / "work" / "harder-tiny-seed0" / "run" / "audit.json").exists()
+    capsys.readouterr()
+    assert main(["--explain", str(tmp_path / "work")]) == 0
+    explained = capsys.readouterr().out
+    assert "harder-tiny-seed0" in explained
+    assert explained.count("\n| ") >= 11

@@ -20,7 +20,8 @@ from keeper_middleware.bench.streams import question_sets
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "compare_arms.ipynb"
 RECORDED = Path(bench.__file__).parent / "results" / "matrix_240k"
-LIVE_ARMS = ("notes", "summarize", "peer_langchain_summarization_tuned")
+SELF_EDIT = Path(bench.__file__).parent / "results" / "self_edit_arms"
+LIVE_ARMS = ("notes", "summarize", "peer_langchain_summarization_tuned", "self_edit_rules")
 PNG = b"\x89PNG"
 
 
@@ -57,6 +58,11 @@ def test_the_notebook_shows_the_recorded_and_the_live_comparison_as_the_runs_gra
     # part 1: the recorded comparison, exactly as bench/results holds it
     recorded = (RECORDED / "README.md").read_text()
     assert recorded in markdown
+    # the self-editing arms: each graph drawn, and their recorded comparison
+    assert (SELF_EDIT / "README.md").read_text() in markdown
+    for name in ("self_edit", "self_edit_archive", "self_edit_rules", "free_notes"):
+        assert f"{name}: " in printed
+    assert printed.count("tools --> context;") == 4
 
     # part 2: the live summary is what the run folders grade to (read back, not run again)
     spec = MatrixSpec(arms=LIVE_ARMS, sizes=("tiny",), seeds=(1,), window=3072)
@@ -66,7 +72,8 @@ def test_the_notebook_shows_the_recorded_and_the_live_comparison_as_the_runs_gra
 
     images = [base64.b64decode(png) for png in outputs(notebook, "image/png")]
     live_plots = sorted((tmp_path / "matrix").glob("*.png"))
-    assert len(images) == len(list(RECORDED.glob("*.png"))) + len(live_plots) >= 4
+    recorded_plots = [*RECORDED.glob("*.png"), *SELF_EDIT.glob("*.png")]
+    assert len(images) == len(recorded_plots) + len(live_plots) >= 4
     assert all(image.startswith(PNG) for image in images)
 
     # part 3: the hand-built graph's printed score is its saved answers' grade

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
+from keeper_middleware.bench.reader.pinned import is_pinned_text, pinned_notes
 from keeper_middleware.bench.reader.text import (
     AskedQuestion,
     Event,
@@ -49,10 +50,16 @@ MessageKind = Literal[
     "rewrite_request",
     "reask",
     "rules",
+    "pinned",
     "search_result",
     "input",
 ]
-_KIND_BY_KEEPER_KEY = {"notes": "notes", "notes_reask": "reask", "rules": "rules"}
+_KIND_BY_KEEPER_KEY = {
+    "notes": "notes",
+    "notes_reask": "reask",
+    "rules": "rules",
+    "pinned": "pinned",
+}
 _BATCH_HEAD = re.compile(r"^Item (\d+)\.", re.MULTILINE)
 _PASSAGE = re.compile(r"^\s*(?:[-*]\s+)?item (\d+): (.+?)(?:\s*→ next: (.*?))?\s*$")
 _MOVED_ENTRY = re.compile(r"- (\S+) = (-?\d+)")
@@ -73,6 +80,8 @@ def message_kind(message: BaseMessage) -> MessageKind:
         return _KIND_BY_KEEPER_KEY[tagged]  # type: ignore[return-value]
     if tagged == "notes_request" or text.startswith(NOTES_REQUEST_TAG):
         return "rewrite_request" if text.startswith(REWRITE_REQUEST_START) else "notes_request"
+    if is_pinned_text(text):
+        return "pinned"
     for tag, kind in ((NOTES_TAG, "notes"), (NOTES_CHECK_TAG, "reask"), (RULES_TAG, "rules")):
         if text.startswith(tag):
             return kind  # type: ignore[return-value]
@@ -283,9 +292,12 @@ def search_records(messages: Sequence[BaseMessage]) -> list[SearchRecord]:
 
 
 def notes_position(messages: Sequence[BaseMessage]) -> tuple[int | None, Notes | None, int]:
-    """Index of the last NOTES message, the notes it holds, and how many messages it says are
-    already noted; (None, None, 0) without one."""
+    """Index of the last NOTES message (or a self-editing arm's pinned state, read as NOTES),
+    the notes it holds, and how many messages it says are already noted; (None, None, 0)
+    without one."""
     for index in range(len(messages) - 1, -1, -1):
+        if message_kind(messages[index]) == "pinned":
+            return index, pinned_notes(text_of(messages[index])), 0
         if message_kind(messages[index]) == "notes":
             try:
                 notes, kept = parse_notes(text_of(messages[index]))

@@ -26,6 +26,7 @@ from keeper_middleware.bench.reader.faults import (
     without_rules,
 )
 from keeper_middleware.bench.reader.logic import Finding, Gap, answer, read_view
+from keeper_middleware.bench.reader.memory import edits_memory, memory_turn
 from keeper_middleware.bench.reader.messages import (
     NO_MORE_BATCHES,
     READ_TOOL,
@@ -250,8 +251,8 @@ def compose_reply(
     """The reader's reply to ``messages`` (every fault except the empty/length replies).
 
     One reading skill answers every kind of call: a summary, a notes request, a rewrite, a
-    question set or a story turn. A reader that edits its own memory with tools would add its
-    turn here, beside the notes and summary turns, reading the same view.
+    question set or a story turn. A reader bound to memory tools (the self-editing arms) edits
+    its pinned state after each batch it reads (``memory``), with the same view and faults.
     """
     messages = with_rot(summaries_in_view(messages), rot)
     if is_summary_request(messages):
@@ -268,6 +269,9 @@ def compose_reply(
     asked_at, _ = open_questions(messages)
     if asked_at is not None:
         return answer_turn(messages, tools, faults, digest)
+    if edits_memory(tools):
+        calls, text = memory_turn(messages, tools, faults, digest)
+        return Reply(text, calls, "tool_calls") if calls else Reply(text)
     if READ_TOOL in tools and kind == "input":
         if isinstance(last, ToolMessage) and NO_MORE_BATCHES in text_of(last):
             return Reply("Done reading.")

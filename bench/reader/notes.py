@@ -27,6 +27,7 @@ from keeper_middleware.bench.reader.text import rule_sentences as story_rule_sen
 from keeper_middleware.changes import Change, CloseLine, NoChanges, OpenLine, RuleLine, SetLine
 from keeper_middleware.messages import text_of
 from keeper_middleware.notes import Notes, render_notes
+from keeper_middleware.recall import parse_recall_block
 
 # ---------------------------------------------------------------------------------------------
 # Notes: the change lines for the turns since the NOTES, or a whole new NOTES block
@@ -95,6 +96,11 @@ def write_changes(messages: Sequence[BaseMessage], *, misread: int | None = None
     if notes is not None:
         values.update({key: int_or_none(value) for key, value in notes.state})
         workings.update({key: value for key, value in notes.state})
+    if end < len(messages):  # entries the request brings back from the archive
+        for key, recalled in parse_recall_block(text_of(messages[end])):
+            if key not in values:
+                values[key] = int_or_none(recalled)
+                workings[key] = recalled
     changed: list[str] = []
     for event in (event for block in blocks for event in block.events):
         if event.name not in changed:

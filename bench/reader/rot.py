@@ -29,6 +29,7 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.bench.reader.faults import unit_hash
 from keeper_middleware.bench.reader.messages import message_kind
+from keeper_middleware.bench.reader.pinned import PINNED_TAG, RULE_PREFIX, RULES_READ_SENTENCE
 from keeper_middleware.bench.reader.text import is_questions_message
 from keeper_middleware.messages import text_of
 
@@ -36,7 +37,8 @@ _SENTENCE_END = re.compile(r"(?<=[.?!])[ \t]+|\n")
 _HEAD = re.compile(r"^\s*Item \d+\.\s*$")
 _NOTES_LINE = re.compile(r"^- ")
 _PASSAGE_LINE = re.compile(r"^(?:[-*]\s+)?item \d+: ")
-_ROTTING_KINDS = frozenset({"input", "search_result", "notes"})
+_PINNED_PROGRESS = re.compile(r"^Read up to item \d+\.")
+_ROTTING_KINDS = frozenset({"input", "search_result", "notes", "pinned"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,7 +94,7 @@ def _pieces(text: str, kind: str) -> list[tuple[int, str]]:
     line_start = 0
     for line in text.split("\n"):
         stripped = line.strip()
-        whole = kind == "notes" or kind == "search_result" or stripped.startswith(("item ", "- "))
+        whole = kind in ("notes", "search_result", "pinned") or stripped.startswith(("item ", "- "))
         if whole:
             pieces.append((line_start, line))
         else:
@@ -105,10 +107,16 @@ def _pieces(text: str, kind: str) -> list[tuple[int, str]]:
     return pieces
 
 
-def _can_rot(piece: str, kind: str) -> bool:
+def _can_rot(piece: str, kind: str, *, rules_read: bool = False) -> bool:
     stripped = piece.strip()
     if not stripped or _HEAD.match(stripped):
         return False
+    if kind == "pinned":
+        # its tag and instructions frame the reply; RULE: lines the instructions say to read
+        # before answering are read at the point of use, so distance does not hide them
+        if stripped.startswith(PINNED_TAG) or _PINNED_PROGRESS.match(stripped):
+            return False
+        return not (rules_read and stripped.startswith(RULE_PREFIX))
     if kind == "notes":
         return _NOTES_LINE.match(stripped) is not None
     if kind == "search_result":
@@ -123,12 +131,14 @@ def rotted_text(text: str, kind: str, after: int, rot: ContextRot) -> str:
     kept: list[str] = []
     seen: dict[str, int] = {}
     cursor = 0
+    rules_read = kind == "pinned" and RULES_READ_SENTENCE in text
     for start, piece in _pieces(text, kind):
         occurrence = seen.get(piece, 0)
         seen[piece] = occurrence + 1
         distance = after + _tokens(len(text) - start)
         kept.append(text[cursor:start])
-        if not (_can_rot(piece, kind) and rot.overlooks(piece, occurrence, distance)):
+        can_rot = _can_rot(piece, kind, rules_read=rules_read)
+        if not (can_rot and rot.overlooks(piece, occurrence, distance)):
             kept.append(piece)
         cursor = start + len(piece)
     kept.append(text[cursor:])

@@ -1,0 +1,108 @@
+"""What each tenth of a ``notes-cost`` run is made of, so a change in cost can be traced to a cause.
+
+Per tenth of the stream: work calls (and how many of them followed a search), notes calls and
+re-asks, cuts, the NOTES' size a work call carried on average, the average prompt of a work
+call and of a notes call, archive searches and the tokens their results added, and the entries
+that left the NOTES for the archive. Read from a finished run folder: ``calls.jsonl`` (one line
+per model call) and the keeper's ``archive.sqlite3`` (NOTES versions and archived turns).
+
+Sizes are the simulated reader's estimate (about four characters a token), as in the cost table.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from keeper_middleware.notes_budget import MOVED_TURN_NAME
+from keeper_middleware.search import SEARCH_TOOL_NAME
+
+TENTHS = 10
+_COLUMNS = (
+    ("work_calls", "work calls", "{:,.0f}"),
+    ("after_search", "of them after a search", "{:,.0f}"),
+    ("notes_calls", "notes calls", "{:,.0f}"),
+    ("reasks", "re-asks", "{:,.0f}"),
+    ("notes_per_work_call", "NOTES tok / work call", "{:,.0f}"),
+    ("work_prompt_avg", "work call prompt (avg)", "{:,.0f}"),
+    ("notes_prompt_avg", "notes call prompt (avg)", "{:,.0f}"),
+    ("searches", "search results", "{:,.0f}"),
+    ("search_tokens", "search result tok", "{:,.0f}"),
+    ("moved", "NOTES entries moved out", "{:,.0f}"),
+)
+
+
+def breakdown(run_dir: Path, by_item: dict[int, int]) -> list[dict[str, float]]:
+    """Per tenth of the stream (``by_item``: item → stream tokens so far), what the run did."""
+    total = max(by_item.values(), default=0) or 1
+    width = total / TENTHS
+    items = sorted(by_item)
+
+    def tenth(item: int | None) -> int:
+        history = by_item.get(item if item is not None else -1, by_item[items[0]] if items else 0)
+        return min(TENTHS - 1, int(history / width))
+
+    keys = [key for key, _, _ in _COLUMNS]
+    rows: list[dict[str, float]] = [dict.fromkeys(keys, 0.0) for _ in range(TENTHS)]
+    prompts = [{"work": 0.0, "notes": 0.0} for _ in range(TENTHS)]
+    # a NOTES version's size, from the item it covers to the next (a call carries the latest)
+    with sqlite3.connect(f"file:{run_dir / 'archive.sqlite3'}?mode=ro", uri=True) as con:
+        versions = con.execute(
+            "SELECT last_item, length(text) FROM notes WHERE last_item IS NOT NULL ORDER BY version"
+        ).fetchall()
+        turns = con.execute(
+            "SELECT name, item, length(content), content FROM turns WHERE name IN (?, ?)",
+            (SEARCH_TOOL_NAME, MOVED_TURN_NAME),
+        ).fetchall()
+    covered = [int(last) for last, _ in versions]
+    sizes = [length // 4 for _, length in versions]
+    last_work_item: int | None = None
+    with (run_dir / "calls.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            call = json.loads(line)
+            row = rows[tenth(call["item"])]
+            kind = call["kind"]
+            if kind == "work":
+                row["work_calls"] += 1
+                prompts[tenth(call["item"])]["work"] += call["prompt_tokens"]
+                at = bisect.bisect_left(covered, call["item"]) - 1
+                row["notes_per_work_call"] += sizes[at] if at >= 0 else 0
+                if call["item"] == last_work_item:
+                    row["after_search"] += 1
+                last_work_item = call["item"]
+            elif kind == "notes":
+                row["notes_calls"] += 1
+                prompts[tenth(call["item"])]["notes"] += call["prompt_tokens"]
+            elif kind == "reask":
+                row["reasks"] += 1
+    for name, item, length, content in turns:
+        row = rows[tenth(item)]
+        if name == SEARCH_TOOL_NAME:
+            row["searches"] += 1
+            row["search_tokens"] += length // 4
+        else:
+            row["moved"] += sum(1 for text in content.splitlines() if text.startswith("- "))
+    for row, prompt in zip(rows, prompts, strict=True):
+        work = row["work_calls"] or 1
+        row["notes_per_work_call"] /= work
+        row["work_prompt_avg"] = prompt["work"] / work
+        row["notes_prompt_avg"] = prompt["notes"] / (row["notes_calls"] or 1)
+    return rows
+
+
+def render_breakdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The breakdown as a markdown table, one row per tenth."""
+    lines = [
+        "| tenth | " + " | ".join(label for _, label, _ in _COLUMNS) + " |",
+        "| --- " * (len(_COLUMNS) + 1) + "|",
+    ]
+    for number, row in enumerate(rows, start=1):
+        cells = [form.format(row[key]) for key, _, form in _COLUMNS]
+        lines.append(f"| {number} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

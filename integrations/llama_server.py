@@ -77,6 +77,8 @@ class LlamaServerConfig:
     slot_save_path: Path | None = None
     """The folder where ``/slots/{id}?action=save|restore`` keeps KV-cache files
     (``--slot-save-path``); ``None`` leaves slot saving off."""
+    extra_args: tuple[str, ...] = ()
+    """More command-line arguments for ``llama-server``, e.g. ``("--cache-ram", "0")``."""
     die_with_parent: bool = True
     """Linux: the kernel kills the server when the thread that started it ends (even by SIGKILL).
     Start servers from a long-lived thread, or turn this off and call ``stop`` yourself."""
@@ -152,6 +154,7 @@ def server_command(config: LlamaServerConfig, *, gguf: Path, port: int, alias: s
         *("-np", str(config.slots), "--jinja", "--metrics"),
         *(("--cache-reuse", str(config.cache_reuse)) if config.cache_reuse else ()),
         *(("--slot-save-path", str(config.slot_save_path)) if config.slot_save_path else ()),
+        *config.extra_args,
     ]
     listen = ["--host", config.host, "--port", str(port)]
     if not config.forced_tools:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from keeper_middleware.integrations.proxy.openai_format import (
     parse_chat_request,
 )
 from keeper_middleware.integrations.proxy.sessions import SessionStore
+from keeper_middleware.integrations.proxy.slots import SlotParking, SlotParkingConfig
 from keeper_middleware.integrations.proxy.streaming import (
     chunk_envelope,
     sse_delta,
@@ -150,6 +151,7 @@ def create_proxy_app(
     retriever: Retriever | str | None = None,
     store: SessionStore | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    slot_parking: SlotParkingConfig | None = None,
 ) -> Starlette:
     """The proxy as a Starlette app; ``app.state.proxy`` is its :class:`KeeperProxy`.
 
@@ -162,6 +164,8 @@ def create_proxy_app(
     pass ``httpx.MockTransport``). Everything is kept in ``archive_dir`` (SQLite, one process),
     or with ``archive_url`` (``postgresql://…``) in that database, where any number of replicas
     can serve any session: requests of one session take turns across replicas.
+    ``slot_parking`` manages a llama.cpp upstream's slots: sessions are pinned to slots and the
+    caches of evicted ones parked on disk (:mod:`.slots`).
     """
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be a positive number of bytes")
@@ -195,6 +199,9 @@ def create_proxy_app(
         max_upstream_calls=max_upstream_calls,
         store=store,
         tenant_quota_bytes=tenant_quota_bytes,
+        slots=None
+        if slot_parking is None
+        else SlotParking(slot_parking, upstream_url, transport=transport),
     )
 
     def caller_of(request: Request) -> Caller:
@@ -309,7 +316,15 @@ def create_proxy_app(
                 tenant, session, keeper.counters(name).to_json(), proxy.stats(name).to_json()
             )
 
-    registry = metrics_registry(counters, per_session=metrics_per_session)
+    def slot_counters() -> dict[str, Any]:
+        assert proxy.slots is not None
+        return asdict(proxy.slots.counters)
+
+    registry = metrics_registry(
+        counters,
+        per_session=metrics_per_session,
+        slots=slot_counters if proxy.slots is not None else None,
+    )
 
     async def metrics(request: Request) -> Response:
         try:

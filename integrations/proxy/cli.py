@@ -167,6 +167,41 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-upstream-calls", type=int, default=12, help="upstream calls per request at most"
     )
+    parking = parser.add_argument_group(
+        "slot parking (a llama.cpp llama-server upstream with more sessions than slots)"
+    )
+    parking.add_argument(
+        "--llama-slots",
+        type=int,
+        default=None,
+        help="manage the server's N slots (its -np): pin each active session to one and park "
+        "the KV caches of evicted sessions on disk; needs --slot-dir",
+    )
+    parking.add_argument(
+        "--slot-dir",
+        default=None,
+        help="the folder llama-server was started with as --slot-save-path",
+    )
+    parking.add_argument(
+        "--slot-disk-budget",
+        type=byte_size,
+        default="8G",
+        help="bytes the parked caches may take, e.g. 8G or 500M (default 8G); the least "
+        "recently used go first",
+    )
+    parking.add_argument(
+        "--slot-min-prefix",
+        type=int,
+        default=256,
+        help="restore a parked cache only when it shares this many leading tokens with the "
+        "request (default 256)",
+    )
+    parking.add_argument(
+        "--slot-model-file",
+        default=None,
+        help="the model .gguf, fingerprinted to refuse caches of another model (default: the "
+        "file the server names, when readable here)",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
         "--access-log",
@@ -175,6 +210,38 @@ def build_parser() -> argparse.ArgumentParser:
         "costs more than routing the request)",
     )
     return parser
+
+
+def byte_size(text: str) -> int:
+    """``8G``, ``500M``, ``64K`` or a plain number of bytes."""
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
+    factor = units.get(cleaned[-1:], 1)
+    number = cleaned[:-1] if cleaned[-1:] in units else cleaned
+    try:
+        value = int(float(number) * factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 8G or 500M") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive size")
+    return value
+
+
+def slot_parking_config(args: argparse.Namespace) -> Any:
+    """The slot parking settings the arguments ask for, or ``None``."""
+    if args.llama_slots is None and args.slot_dir is None:
+        return None
+    if args.llama_slots is None or args.slot_dir is None:
+        raise ValueError("slot parking needs both --llama-slots N and --slot-dir PATH")
+    from keeper_middleware.integrations.proxy.slots import SlotParkingConfig
+
+    return SlotParkingConfig(
+        slots=args.llama_slots,
+        slot_dir=Path(args.slot_dir),
+        disk_budget=args.slot_disk_budget,
+        min_prefix_tokens=args.slot_min_prefix,
+        model_file=Path(args.slot_model_file) if args.slot_model_file else None,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -219,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reasoning_effort=args.reasoning_effort,
             max_upstream_calls=args.max_upstream_calls,
             token_counter=args.tokenizer,
+            slot_parking=slot_parking_config(args),
         )
     except (KeeperError, ValueError) as exc:
         print(f"keeper-proxy: {exc}", file=sys.stderr)

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
@@ -49,6 +49,7 @@ from keeper_middleware.integrations.proxy.sessions import (
     SessionRecord,
     SessionStore,
 )
+from keeper_middleware.integrations.proxy.slots import SlotLease, SlotParking
 from keeper_middleware.integrations.proxy.tenants import split_stored
 from keeper_middleware.integrations.proxy.upstream import CallTally, Upstream, UpstreamError
 from keeper_middleware.keeper import Keeper, ModelSetup
@@ -106,6 +107,8 @@ class _Turn:
     counters if the request fails)."""
     usage: dict[str, int] = field(default_factory=dict)
     streamed: dict[str, str] = field(default_factory=dict)
+    lease: SlotLease | None = None
+    """The server slot every upstream call of the request is pinned to (slot parking)."""
 
     def add_usage(self, data: Mapping[str, Any]) -> None:
         usage = data.get("usage")
@@ -141,6 +144,7 @@ class KeeperProxy:
         store: SessionStore | None = None,
         tenant_quota_bytes: int | None = None,
         workers: int = 32,
+        slots: SlotParking | None = None,
     ) -> None:
         if max_upstream_calls < 1:
             raise ValueError("max_upstream_calls must be at least 1")
@@ -151,6 +155,7 @@ class KeeperProxy:
         self.max_upstream_calls = max_upstream_calls
         self.store: SessionStore = store or ArchiveSessionStore(keeper.archive)
         self.tenant_quota_bytes = tenant_quota_bytes
+        self.slots = slots
         self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
         self._rendered: dict[str, MessageMemo] = {}
         self._tenant_bytes: dict[str, int] = {}
@@ -202,6 +207,8 @@ class KeeperProxy:
     async def forget(self, session: str) -> bool:
         """Erase a session: its archive, NOTES, index and record. False if there was none."""
         async with self._holding(session):
+            if self.slots is not None:
+                await self.slots.forget(session)
             return await self._off_loop(self._forget, session)
 
     def _forget(self, session: str) -> bool:
@@ -228,8 +235,10 @@ class KeeperProxy:
         """Answer one chat request; with ``forward``, plain text is streamed to it as it comes.
         What another replica may have changed is read again in the first worker-thread step
         (:meth:`_before_call`), not in a thread hop of its own."""
-        async with self.keeper.asession(session):
+        async with self.keeper.asession(session), AsyncExitStack() as held:
             turn = self._turn(session, request, auth, forward)
+            if self.slots is not None:
+                turn.lease = await held.enter_async_context(self.slots.lease(session))
             try:
                 return await self._answer(turn, request)
             except WindowTooSmallError:
@@ -453,7 +462,11 @@ class KeeperProxy:
                     turn.streamed[key] = turn.streamed.get(key, "") + text
                 await sink(delta)
 
+        if turn.lease is not None:
+            body = await turn.lease.prepare(body)
         data = await self.upstream.chat(body, auth=turn.auth, tally=turn.tally, forward=forward)
+        if turn.lease is not None:
+            turn.lease.observe(data)
         turn.add_usage(data)
         return data
 
@@ -501,6 +514,8 @@ class KeeperProxy:
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
+        if self.slots is not None:
+            await self.slots.aclose()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self.keeper.close()

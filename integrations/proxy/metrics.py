@@ -8,14 +8,21 @@ default because they can carry what users typed into a client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-__all__ = ["KEEPER_METRICS", "PROXY_METRICS", "ProxyStats", "SessionCounters", "metrics_registry"]
+__all__ = [
+    "KEEPER_METRICS",
+    "PROXY_METRICS",
+    "SLOT_METRICS",
+    "ProxyStats",
+    "SessionCounters",
+    "metrics_registry",
+]
 
 
 @dataclass(slots=True)
@@ -148,10 +155,59 @@ class _SessionsCollector(Collector):  # type: ignore[misc]
         yield sessions
 
 
+SLOT_METRICS = (
+    ("parks", "counter", "Session KV caches saved to disk to free a server slot."),
+    ("park_failures", "counter", "Saves that failed (the session is re-read later)."),
+    ("restores", "counter", "Parked caches restored into a slot before a request."),
+    ("partial_restores", "counter", "Restores whose cache only partly starts the request."),
+    ("pruned", "counter", "Parked files deleted to stay within the disk budget."),
+    ("erased", "counter", "Slots erased (a forgotten session, a failed restore)."),
+    ("park_seconds", "counter", "Seconds spent saving slots."),
+    ("restore_seconds", "counter", "Seconds spent restoring slots."),
+    ("prompt_tokens_read", "counter", "Prompt tokens the server read on pinned calls."),
+    ("prompt_tokens_reused", "counter", "Prompt tokens the server did not have to read."),
+    ("tokens_spared_by_restores", "counter", "Of those, on the first call after a restore."),
+    ("parked_bytes", "gauge", "Bytes of parked KV caches on disk."),
+    ("parked_sessions", "gauge", "Sessions with a parked KV cache on disk."),
+)
+
+
+class _SlotsCollector(Collector):  # type: ignore[misc]
+    """The slot parking's counters (one server's slots, shared by every tenant)."""
+
+    def __init__(self, read: Callable[[], Mapping[str, Any]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        values = self.read()
+        for name, kind, help_text in SLOT_METRICS:
+            family: CounterMetricFamily | GaugeMetricFamily
+            if kind == "counter":
+                family = CounterMetricFamily(f"keeper_proxy_slot_{name}", help_text)
+            else:
+                family = GaugeMetricFamily(f"keeper_proxy_slot_{name}", help_text)
+            family.add_metric([], float(values.get(name, 0)))
+            yield family
+        refusals = CounterMetricFamily(
+            "keeper_proxy_slot_refusals",
+            "Parked caches not restored (the session was re-read), by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(dict(values.get("refusals", {})).items()):
+            refusals.add_metric([reason], float(count))
+        yield refusals
+
+
 def metrics_registry(
-    read: Callable[[], Iterable[SessionCounters]], *, per_session: bool = False
+    read: Callable[[], Iterable[SessionCounters]],
+    *,
+    per_session: bool = False,
+    slots: Callable[[], Mapping[str, Any]] | None = None,
 ) -> CollectorRegistry:
-    """A registry of its own per proxy app (so two apps in one process do not clash)."""
+    """A registry of its own per proxy app (so two apps in one process do not clash); with
+    ``slots``, the slot parking's counters too."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_SessionsCollector(read, per_session))
+    if slots is not None:
+        registry.register(_SlotsCollector(slots))
     return registry

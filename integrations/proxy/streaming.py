@@ -28,6 +28,8 @@ class StreamAssembler:
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
+        """llama-server's prompt and cache counts (its last chunk carries them)."""
         self.forwarded: dict[str, str] = {}
         """Text already passed to the agent, per field."""
 
@@ -42,6 +44,8 @@ class StreamAssembler:
                 self.envelope[key] = chunk[key]
         if isinstance(chunk.get("usage"), dict):
             self.usage = dict(chunk["usage"])
+        if isinstance(chunk.get("timings"), dict):
+            self.timings = dict(chunk["timings"])
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return {}
@@ -98,6 +102,8 @@ class StreamAssembler:
         }
         if self.usage is not None:
             body["usage"] = self.usage
+        if self.timings is not None:
+            body["timings"] = self.timings
         return body
 
 

@@ -140,13 +140,21 @@ def _requirement_closure(extras: tuple[str, ...]) -> set[str]:
     return found
 
 
+def _with_extra(requirement: str, extra: str) -> str:
+    """The requirement as the wheel's metadata writes it: its own marker, if any, and the extra."""
+    spec, _, marker = requirement.partition(";")
+    if marker.strip():
+        return f'{spec.strip()}; ({marker.strip()}) and extra == "{extra}"'
+    return f'{spec.strip()}; extra == "{extra}"'
+
+
 def _own_requirements() -> list[str]:
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lines = list(project["dependencies"])
     for extra, requirements in project["optional-dependencies"].items():
-        lines += [f'{r}; extra == "{extra}"' for r in requirements]
+        lines += [_with_extra(r, extra) for r in requirements]
     return lines
 
 

@@ -155,7 +155,9 @@ class Bench:
         async with self.client.stream(
             "POST", f"{base_url}/chat/completions", content=orjson.dumps(body)
         ) as response:
-            response.raise_for_status()
+            if response.status_code >= 400:
+                detail = (await response.aread()).decode("utf-8", "replace")[:500]
+                raise RuntimeError(f"the server answered {response.status_code}: {detail}")
             async for line in response.aiter_lines():
                 if not line.startswith("data:") or line.endswith("[DONE]"):
                     continue

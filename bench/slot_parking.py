@@ -85,6 +85,8 @@ class SwitchRow:
     window: int
     parked: Reply
     reread: Reply
+    kept: Reply | None = None
+    """The same turn from a session that never lost its slot: its cache is the server's own."""
 
 
 @dataclass(slots=True)
@@ -98,8 +100,9 @@ class ServerResult:
     parks: int = 0
     restores: int = 0
     refusals: int = 0
-    cut: tuple[Reply, Reply, int] | None = None
-    """After a cut: the partly restored reply, the re-read one, and the tokens kept."""
+    cut: tuple[Reply, Reply, int, Reply] | None = None
+    """After a cut: the partly restored reply, the re-read one, the tokens kept, and the reply
+    of a session that kept its slot (the server's own cache reused the same head)."""
 
 
 def ledger(session: int, lines: int) -> str:
@@ -215,6 +218,8 @@ class Bench:
             reread = await self.ask(server.base_url, body, time.perf_counter())
             window = await self.count(server.root_url, turns[s])
             result.rows.append(SwitchRow(s, window, parked[s], reread))
+        for row in result.rows:  # 4. the control: the session keeps its slot, nothing parked
+            row.kept = await self.kept_slot(server, turns[row.session], slots)
         if slots == min(self.settings.slot_counts):
             result.cut = await self.after_a_cut(parking, server, turns[0], slots)
         tally = parking.counters
@@ -224,13 +229,27 @@ class Bench:
         await parking.aclose()
         return result
 
+    async def kept_slot(
+        self, server: LocalLlamaServer, turns: list[dict[str, str]], slots: int
+    ) -> Reply:
+        """The turn as a session that never lost its slot gets it: its first request read from
+        nothing, then this one answered from the slot's own cache. A restore is right when it
+        gives this reply; a re-read from nothing may differ, since llama.cpp's numbers depend on
+        how the prompt was split into batches."""
+        for number in range(slots):
+            await self.client.post(f"{server.root_url}/slots/{number}", params={"action": "erase"})
+        first = {"model": "m", "messages": turns[: len(turns) - 2], "id_slot": 0}
+        await self.ask(server.base_url, first, time.perf_counter())
+        body = {"model": "m", "messages": turns, "id_slot": 0}
+        return await self.ask(server.base_url, body, time.perf_counter())
+
     async def after_a_cut(
         self,
         parking: SlotParking,
         server: LocalLlamaServer,
         turns: list[dict[str, str]],
         slots: int,
-    ) -> tuple[Reply, Reply, int]:
+    ) -> tuple[Reply, Reply, int, Reply]:
         """Session 0's window restarts from its task: the first half of its ledger, NOTES,
         a new question. Its parked cache matches only that head."""
         async with parking.lease("bench:s1"):  # park session 0 (if held) behind another
@@ -250,7 +269,12 @@ class Bench:
             await self.client.post(f"{server.root_url}/slots/{number}", params={"action": "erase"})
         body = {"model": "m", "messages": restarted, "id_slot": 0}
         reread = await self.ask(server.base_url, body, time.perf_counter())
-        return partial, reread, kept
+        for number in range(slots):
+            await self.client.post(f"{server.root_url}/slots/{number}", params={"action": "erase"})
+        before_cut = {"model": "m", "messages": turns, "id_slot": 0}
+        await self.ask(server.base_url, before_cut, time.perf_counter())
+        own_cache = await self.ask(server.base_url, body, time.perf_counter())
+        return partial, reread, kept, own_cache
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -271,6 +295,7 @@ def run(settings: ParkingBenchSettings) -> tuple[list[ServerResult], list[str]]:
                 slot_save_path=Path(folder),
                 extra_args=("--cache-ram", "0"),
                 ready_timeout=300.0,
+                forced_tools=False,  # no tool calls here: talk to llama-server itself
             )
             with LocalLlamaServer(config) as server:
                 results.append(asyncio.run(_one_server(settings, server, slots, Path(folder))))
@@ -293,6 +318,12 @@ def _load(when: str) -> str:
     return f"{when}: {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
+def _same(reply: Reply, other: Reply | None) -> str:
+    if other is None:
+        return "-"
+    return "yes" if reply.text == other.text else "NO"
+
+
 def report(results: Sequence[ServerResult], loads: Sequence[str], settings: Any) -> str:
     lines = [
         "# Slot parking: a session switch with its KV cache restored, against re-reading it",
@@ -312,15 +343,17 @@ def report(results: Sequence[ServerResult], loads: Sequence[str], settings: Any)
             f"## {result.slots} slot(s)",
             "",
             "| session | window (tokens) | TTFT re-read (s) | TTFT parked (s) | faster | "
-            "tokens reused after restore | tokens read after restore | same reply |",
-            "|---|---|---|---|---|---|---|---|",
+            "tokens reused after restore | tokens read after restore | same reply as the "
+            "kept slot | same reply as the re-read |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for row in result.rows:
             speedup = row.reread.ttft / row.parked.ttft if row.parked.ttft else float("inf")
             lines.append(
                 f"| {row.session} | {row.window:,} | {row.reread.ttft:.2f} | "
                 f"{row.parked.ttft:.2f} | {speedup:.0f}× | {row.parked.reused:,} | "
-                f"{row.parked.read:,} | {'yes' if row.parked.text == row.reread.text else 'NO'} |"
+                f"{row.parked.read:,} | {_same(row.parked, row.kept)} | "
+                f"{_same(row.parked, row.reread)} |"
             )
         speedups = [r.reread.ttft / r.parked.ttft for r in result.rows if r.parked.ttft]
         fill = statistics.median(r.ttft for r in result.fill)
@@ -336,16 +369,21 @@ def report(results: Sequence[ServerResult], loads: Sequence[str], settings: Any)
             "bytes per token)",
             f"- {result.parks} parks in {result.park_seconds:.2f} s, {result.restores} restores "
             f"in {result.restore_seconds:.2f} s, {result.refusals} refused",
-            f"- replies equal with and without a restore: "
+            f"- replies after a restore equal to the session that kept its slot: "
+            f"{sum(r.kept is not None and r.parked.text == r.kept.text for r in result.rows)}"
+            f"/{len(result.rows)}; equal to a re-read from nothing: "
             f"{sum(r.parked.text == r.reread.text for r in result.rows)}/{len(result.rows)}",
         ]
         if result.cut is not None:
-            partial, reread, kept = result.cut
-            same = "the same reply" if partial.text == reread.text else "a DIFFERENT reply"
+            partial, reread, kept, own_cache = result.cut
             lines.append(
                 f"- after a cut (window restarts from the task: the cache's head matches, its "
                 f"tail does not): restored and {kept:,} tokens kept, {partial.read:,} read, TTFT "
-                f"{partial.ttft:.2f} s against {reread.ttft:.2f} s re-read; {same}"
+                f"{partial.ttft:.2f} s against {reread.ttft:.2f} s re-read; the reply is "
+                f"{'the same as' if partial.text == own_cache.text else 'NOT the same as'} the "
+                "one a session that kept its slot gets, and "
+                f"{'the same as' if partial.text == reread.text else 'not the same as'} a "
+                "re-read from nothing"
             )
         lines.append("")
     return "\n".join(lines)

@@ -151,7 +151,11 @@ def wants_stream_usage(body: Mapping[str, Any]) -> bool:
 def create_compat_app(upstream: str, *, timeout: float | None = None) -> Starlette:
     """An app that forwards every request to ``upstream`` (the server's root URL) and enforces
     forced tool choices on the chat route."""
-    client = httpx.AsyncClient(base_url=upstream, timeout=timeout)
+    # llama-server closes an idle keep-alive connection after 5 s; a connection reused just as
+    # it closes fails the request, so idle connections are dropped well before that.
+    client = httpx.AsyncClient(
+        base_url=upstream, timeout=timeout, limits=httpx.Limits(keepalive_expiry=2.0)
+    )
 
     async def forward(request: Request) -> Response:
         raw = await request.body()
@@ -159,7 +163,10 @@ def create_compat_app(upstream: str, *, timeout: float | None = None) -> Starlet
             body = _json_object(raw)
             tools = forced_tools(body) if body is not None else []
             if body is not None and tools:
-                return await _forced_call(client, body, tools)
+                try:
+                    return await _forced_call(client, body, tools)
+                except httpx.TransportError as error:
+                    return _unanswered(error)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         upstream_request = client.build_request(
             request.method,
@@ -168,7 +175,10 @@ def create_compat_app(upstream: str, *, timeout: float | None = None) -> Starlet
             headers=headers,
             content=raw,
         )
-        response = await client.send(upstream_request, stream=True)
+        try:
+            response = await client.send(upstream_request, stream=True)
+        except httpx.TransportError as error:
+            return _unanswered(error)
         return StreamingResponse(
             _relay(response),
             status_code=response.status_code,
@@ -185,6 +195,12 @@ def create_compat_app(upstream: str, *, timeout: float | None = None) -> Starlet
     methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
     routes = [Route("/{path:path}", forward, methods=methods)]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _unanswered(error: httpx.TransportError) -> Response:
+    """A 502 that says what failed, where an unhandled error would be a bare 500."""
+    message = f"llama-server did not answer ({type(error).__name__}: {error}); retry the request"
+    return JSONResponse({"error": {"message": message, "type": "upstream"}}, status_code=502)
 
 
 async def _relay(response: httpx.Response) -> AsyncIterator[bytes]:

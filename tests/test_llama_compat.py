@@ -194,6 +194,25 @@ def test_the_layer_forces_tool_calls_and_passes_everything_else_through():
     assert ("/tokenize?x=1", {"content": "a b c"}) in seen
 
 
+def test_a_server_that_does_not_answer_is_a_502_that_says_so():
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    layer = create_compat_app(gone, timeout=5)
+    messages = [{"role": "user", "content": "weather?"}]
+    forced = {"messages": messages, "tools": [WEATHER], "tool_choice": named("get_weather")}
+    with serve_in_thread(layer) as url, httpx.Client(base_url=url, timeout=30) as client:
+        replies = [
+            client.post("/chat/completions", json={"messages": messages}),
+            client.post("/chat/completions", json=forced),
+        ]
+    for reply in replies:
+        assert reply.status_code == 502
+        assert "llama-server did not answer" in reply.json()["error"]["message"]
+
+
 def test_launcher_config_errors_say_what_to_pass(tmp_path: Path):
     with pytest.raises(ValueError, match="is not a file"):
         LlamaServerConfig(gguf=tmp_path / "missing.gguf")

@@ -127,7 +127,11 @@ def first_turn(session: int, lines: int) -> list[dict[str, str]]:
 class Bench:
     def __init__(self, settings: ParkingBenchSettings) -> None:
         self.settings = settings
-        self.client = httpx.AsyncClient(timeout=settings.timeout)
+        # No keep-alive: llama-server may close a connection just as it is reused after a
+        # streamed reply, and one failed request would end the run.
+        self.client = httpx.AsyncClient(
+            timeout=settings.timeout, limits=httpx.Limits(max_keepalive_connections=0)
+        )
 
     async def count(self, root: str, messages: list[dict[str, str]]) -> int:
         rendered = await self.client.post(f"{root}/apply-template", json={"messages": messages})

@@ -18,7 +18,6 @@ import contextlib
 import itertools
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -241,22 +240,6 @@ def build_arm_handle(
     return ArmHandle(arm.graph, arm.keeper, arm.close, arm.memory_kind)
 
 
-def open_checkpointer(path: Path) -> Any:
-    """A SQLite checkpointer that may also restore langmem's running summary (its peer arm keeps
-    one in the graph state; LangGraph would otherwise warn about an unregistered type)."""
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    from keeper_middleware.graphs.peers import LANGMEM_SUMMARY_TYPE
-
-    connection = sqlite3.connect(str(path), check_same_thread=False)
-    # its WAL journal then survives a killed process without a sync at every graph step (a run
-    # commits one per step); only a power cut could lose the last steps, which a resume redoes
-    connection.execute("PRAGMA synchronous=NORMAL")
-    serde = JsonPlusSerializer(allowed_msgpack_modules=[LANGMEM_SUMMARY_TYPE])
-    return SqliteSaver(connection, serde=serde)
-
-
 @dataclass(frozen=True, slots=True)
 class RunResult:
     run_dir: Path
@@ -342,22 +325,6 @@ def _progress(run_dir: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def _prune_checkpoints(saver: Any, config: Mapping[str, Any]) -> None:
-    """Keep only the thread's latest checkpoint: a resume never needs older ones, and a long
-    run would otherwise store its whole window once per graph step."""
-    latest = saver.get_tuple(config)
-    if latest is None:
-        return
-    checkpoint_id = latest.config["configurable"]["checkpoint_id"]
-    with saver.lock:
-        for table in ("checkpoints", "writes"):
-            saver.conn.execute(
-                f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_id != ?",
-                (THREAD, checkpoint_id),
-            )
-        saver.conn.commit()
-
-
 # -- one step -----------------------------------------------------------------------------------
 def _last_reply(values: Mapping[str, Any]) -> str:
     for message in reversed(list(values.get("messages", []))):
@@ -366,13 +333,18 @@ def _last_reply(values: Mapping[str, Any]) -> str:
     return ""
 
 
-def _run_step(graph: Any, step: Step, config: dict[str, Any]) -> Mapping[str, Any]:
-    """Run a step, or finish it from its checkpoint when an earlier process was cut short in it."""
-    snapshot = graph.get_state(config)
-    if snapshot.metadata and snapshot.metadata.get("bench_step") == step.index:
-        if not snapshot.next:
-            return dict(snapshot.values)  # done before the interruption
-        return dict(graph.invoke(None, config, durability="sync"))
+def _run_step(graph: Any, step: Step, config: dict[str, Any], *, first: bool) -> Mapping[str, Any]:
+    """Run a step, or finish it from its checkpoint when an earlier process was cut short in it.
+
+    Only the ``first`` step this process runs can have been begun by another one (every later
+    step starts after one this process finished), so only it reads the checkpoint first: for
+    an arm whose state holds the whole stream, that read cost as much as the step."""
+    if first:
+        snapshot = graph.get_state(config)
+        if snapshot.metadata and snapshot.metadata.get("bench_step") == step.index:
+            if not snapshot.next:
+                return dict(snapshot.values)  # done before the interruption
+            return dict(graph.invoke(None, config, durability="sync"))
     message: BaseMessage = HumanMessage(step.message, id=f"step-{step.index}")
     return dict(graph.invoke({"messages": [message]}, config, durability="sync"))
 
@@ -385,6 +357,8 @@ def run_arm(
     on_step: Callable[[Step, Mapping[str, Any]], None] | None = None,
 ) -> RunResult:
     """Drive ``options.arm`` through the stream into ``run_dir``; resume if it holds a part run."""
+    from keeper_middleware.bench.checkpoints import open_checkpointer
+
     folder = Path(run_dir)
     run = prepare_run_dir(options, folder)
     state = _progress(folder)
@@ -429,7 +403,9 @@ def run_arm(
             recorder.item = step.first_item
             if feeder is not None:
                 feeder.begin(step)
-            values = _run_step(arm.graph, step, _step_config(step, recorder))
+            values = _run_step(
+                arm.graph, step, _step_config(step, recorder), first=step.index == done
+            )
             recorder.item = step.last_item
             question = step.question
             if question is not None:
@@ -441,7 +417,7 @@ def run_arm(
                     )
                     answered.add(key)
             save_progress(steps_done=step.index + 1, served={})
-            _prune_checkpoints(saver, {"configurable": {"thread_id": THREAD}})
+            saver.keep_only_latest(THREAD)
             if on_step is not None:
                 on_step(step, values)
             bar.update(1)

@@ -101,12 +101,12 @@ class MessageSharingSaver(SqliteSaver):
             if not _is_message_list(value):
                 continue
             key = (_scope(config), channel)
-            known = self._refs.get(key)
-            if known is not None and known[0] == versions.get(channel):
+            known, version = self._refs.get(key), versions.get(channel)
+            if known is not None and version is not None and known[0] == version:
                 refs = known[1]  # unchanged since stored or restored: LangGraph's own contract
             else:
                 refs = [self._digest(m, new) for m in value]
-                self._refs[key] = (versions.get(channel), refs)
+                self._refs[key] = (version, refs)
             values[channel] = {MESSAGE_REFS: refs}
         if new:
             # in the transaction that the checkpoint's own insert commits (or an earlier one)

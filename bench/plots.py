@@ -83,8 +83,10 @@ def bucket_shares(results: Sequence[GradeResult], bucket: str) -> list[float]:
 
 
 def _spread(shares: Sequence[float]) -> tuple[float, float, float]:
+    """Mean and the distances down to the lowest and up to the highest share: never negative,
+    though the float mean of equal shares can land a hair above or below them."""
     mean = sum(shares) / len(shares)
-    return mean, mean - min(shares), max(shares) - mean
+    return mean, max(0.0, mean - min(shares)), max(0.0, max(shares) - mean)
 
 
 def save(figure: Any, path: Path | str) -> Path:

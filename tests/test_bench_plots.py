@@ -123,3 +123,14 @@ def test_a_small_run_has_a_curve_not_one_point_and_equal_runs_stay_apart():
 def test_the_score_plot_is_written_as_a_png(tmp_path):
     path = plot_score_by_distance(identical_arms(4, seeds=3), tmp_path / "s.png")
     assert path.read_bytes().startswith(PNG)
+
+
+def test_seeds_that_score_the_same_share_draw_even_when_the_float_mean_drifts(tmp_path):
+    # three seeds at 1/10 each: their float mean is a hair above 0.1, and the range must not
+    # come out negative (matplotlib refuses a negative error bar)
+    tenth = {"1–4": (1, 10), "5–24": (7, 10), NO_DISTANCE: (1, 10)}
+    runs = [result("arm", tenth) for _ in range(3)]
+    figure = score_by_distance_figure(runs)
+    lines = series_lines(figure.axes[0])
+    assert list(lines) == ["arm"]
+    pyplot().close(figure)

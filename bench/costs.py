@@ -28,6 +28,14 @@ def segment_width(total_tokens: int) -> int:
     return max(fitting) if fitting else SEGMENT_WIDTHS[0]
 
 
+def segment_count(total_tokens: int, width: int) -> int:
+    """Whole segments of ``width``, a tail of less than half a width joining the last one: a
+    run that ends a few thousand tokens past a round number (its final questions) would
+    otherwise get a sliver of a segment whose rate per 100K is that sliver's calls blown up."""
+    whole, rest = divmod(total_tokens, width)
+    return max(1, whole + (1 if 2 * rest >= width else 0))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallRecord:
     index: int
@@ -84,7 +92,8 @@ def prefix_reuse(prev: CallRecord, cur: CallRecord) -> PrefixReuse:
 class Segment:
     start_tokens: int
     end_tokens: int
-    """The slice of history this segment covers (see `segment_width`; the last may be shorter)."""
+    """The slice of history this segment covers (see `segment_width` and `segment_count`: the
+    last is between half a width and one and a half)."""
     minutes: float
     tokens_spent: int
     """Prompt + completion tokens of the calls made while the history was in this slice."""
@@ -141,7 +150,7 @@ class _SegmentTally:
         total = history_tokens_by_item[self.items[-1]] if self.items else 0
         self.total = total
         self.width = segment_width(total)
-        self.count = max(1, -(-total // self.width)) if self.items else 0
+        self.count = segment_count(total, self.width) if self.items else 0
         self.minutes = [0.0] * self.count
         self.spent = [0] * self.count
 
@@ -157,7 +166,12 @@ class _SegmentTally:
     def segments(self) -> tuple[Segment, ...]:
         width = self.width
         return tuple(
-            Segment(i * width, min(self.total, (i + 1) * width), self.minutes[i], self.spent[i])
+            Segment(
+                i * width,
+                self.total if i == self.count - 1 else (i + 1) * width,
+                self.minutes[i],
+                self.spent[i],
+            )
             for i in range(self.count)
         )
 

@@ -93,6 +93,26 @@ def test_every_size_gets_several_segments_that_tile_the_history(total):
     assert segment_width(total) <= SEGMENT_TOKENS
 
 
+@pytest.mark.parametrize("tail", [1, 3_000, 49_999])
+def test_a_short_tail_joins_the_last_segment_instead_of_making_a_sliver(tail):
+    # the final questions come a few thousand tokens past the round size: their calls must be
+    # spread over a segment's worth of history, not blown up by a sliver's width
+    total = 1_000_000 + tail
+    history = {1: 950_000, 2: total}
+    segments = summarize_costs([_call(0, item=1), _call(1, item=2)], history).segments
+    assert len(segments) == 10
+    assert (segments[-1].start_tokens, segments[-1].end_tokens) == (900_000, total)
+    assert segments[-1].minutes == 2.0
+    assert segments[-1].minutes_per_100k == pytest.approx(2.0 * 100_000 / (100_000 + tail))
+
+
+def test_a_tail_of_half_a_segment_or_more_is_a_segment_of_its_own():
+    total = 1_050_000
+    segments = summarize_costs([_call(0, item=1)], {1: total}).segments
+    assert len(segments) == 11
+    assert (segments[-1].start_tokens, segments[-1].end_tokens) == (1_000_000, total)
+
+
 def test_rates_are_per_100k_tokens_whatever_the_segment_width():
     small = summarize_costs([_call(0, item=1)], {1: 20_000}).segments
     width = small[0].end_tokens - small[0].start_tokens

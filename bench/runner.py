@@ -17,29 +17,35 @@ import argparse
 import contextlib
 import itertools
 import json
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.tools import InjectedToolCallId, StructuredTool
 
-from keeper_middleware.bench.audit import MEMORY_FILES, MemoryKind, MemoryVersion
+from keeper_middleware.bench.audit import MEMORY_FILES, MemoryKind
 from keeper_middleware.bench.cli import Command, audit_run, costs_of_run, grade_run
-from keeper_middleware.bench.costs import CallRecord, CostSummary
+from keeper_middleware.bench.costs import CostSummary
 from keeper_middleware.bench.grader import GradeResult
-from keeper_middleware.bench.reader.messages import NO_MORE_BATCHES, READ_TOOL
+from keeper_middleware.bench.reader.messages import READ_TOOL
 from keeper_middleware.bench.recording import CallRecorder
+from keeper_middleware.bench.run_folder import (
+    JsonlAppender,
+    SummaryLog,
+    complete_lines,
+    read_progress,
+    write_json_atomic,
+)
 from keeper_middleware.bench.run_options import (
     DELIVERIES,
     RunOptions,
     make_model,
     resolve_stream,
 )
+from keeper_middleware.bench.steps import BatchFeeder
 from keeper_middleware.bench.streams import (
     read_stream,
 )
@@ -47,124 +53,21 @@ from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages import text_of
 
+# isort: split
+# moved to their own modules; still importable from here, where callers have always found them
+from keeper_middleware.bench.run_folder import PROGRESS_FILE as PROGRESS_FILE
+from keeper_middleware.bench.run_folder import prepare_run_dir as prepare_run_dir
+from keeper_middleware.bench.run_folder import read_calls as read_calls
+from keeper_middleware.bench.steps import CONTINUE_TOOL as CONTINUE_TOOL
+from keeper_middleware.bench.steps import SYSTEM_PROMPT as SYSTEM_PROMPT
+from keeper_middleware.bench.steps import TASK_MESSAGES as TASK_MESSAGES
+from keeper_middleware.bench.steps import TASK_TOOL as TASK_TOOL
+from keeper_middleware.bench.steps import Step as Step
+from keeper_middleware.bench.steps import plan_steps as plan_steps
+
 THREAD = "bench"
-PROGRESS_FILE = "progress.json"
 CHECKPOINTS_FILE = "checkpoints.sqlite3"
 ARCHIVE_FILE = "archive.sqlite3"
-
-
-SYSTEM_PROMPT = "You read stories about counters and answer questions about them."
-TASK_MESSAGES = (
-    "Task: stories about counters arrive as numbered items, one message each. Keep track of "
-    "every counter, follow the standing rules and methods the stories give, and when questions "
-    'come, answer each on its own line as "N. answer".'
-)
-TASK_TOOL = (
-    "Task: stories about counters arrive as numbered items. Call read_next_batch (no arguments) "
-    f'until it answers "{NO_MORE_BATCHES}" Keep track of every counter, follow the standing '
-    "rules and methods the stories give, and when questions come, answer each on its own line "
-    'as "N. answer".'
-)
-CONTINUE_TOOL = f'More items have arrived: call read_next_batch (no arguments) until it answers "{NO_MORE_BATCHES}"'
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
-    """One invoke of the graph: a user message and, with tool delivery, the batches it reads."""
-
-    index: int
-    message: str
-    batches: tuple[str, ...] = ()
-    question: Mapping[str, Any] | None = None
-    first_item: int
-    last_item: int
-    history_tokens: int
-
-
-def plan_steps(records: Iterable[Mapping[str, Any]], delivery: str) -> Iterator[Step]:
-    """The task, then one step per batch and per question set (``messages``), or one reading
-    step per run of batches between question sets (``tool``; the first one is the task)."""
-    index, chars, item, first = 0, 0, 0, 0
-    pending: list[str] = []
-    if delivery == "messages":
-        yield Step(index=0, message=TASK_MESSAGES, first_item=0, last_item=0, history_tokens=0)
-        index = 1
-
-    def reading() -> Step:
-        return Step(
-            index=index,
-            message=TASK_TOOL if index == 0 else CONTINUE_TOOL,
-            batches=tuple(pending),
-            first_item=first,
-            last_item=item,
-            history_tokens=chars // 4,
-        )
-
-    for record in records:
-        chars += len(record["text"])
-        if record["type"] == "batch":
-            item = int(record["item"])
-            if delivery == "tool":
-                first = first if pending else item
-                pending.append(record["text"])
-                continue
-            yield Step(
-                index=index,
-                message=record["text"],
-                first_item=item,
-                last_item=item,
-                history_tokens=chars // 4,
-            )
-            index += 1
-            continue
-        if delivery == "tool" and (pending or index == 0):
-            yield reading()
-            index, pending = index + 1, []
-        yield Step(
-            index=index,
-            message=record["text"],
-            question=record,
-            first_item=item,
-            last_item=item,
-            history_tokens=chars // 4,
-        )
-        index += 1
-    if delivery == "tool" and pending:
-        yield reading()
-
-
-class BatchFeeder:
-    """Serves a step's batches to ``read_next_batch``. What each tool call got is saved by its
-    call id, so a tool call replayed after an interruption gets the same batch again."""
-
-    def __init__(
-        self, progress: dict[str, Any], save: Callable[..., None], recorder: CallRecorder
-    ) -> None:
-        self.progress, self.save, self.recorder = progress, save, recorder
-        self.step: Step | None = None
-        self.tool = StructuredTool.from_function(
-            self._read,
-            name=READ_TOOL,
-            description=f'Read the next batch of stories. Call it until it answers "{NO_MORE_BATCHES}"',
-        )
-
-    def begin(self, step: Step) -> None:
-        self.step = step
-
-    def _read(self, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
-        step = self.step
-        if step is None:
-            return NO_MORE_BATCHES
-        served: dict[str, int] = dict(self.progress.get("served") or {})
-        position = served.get(tool_call_id)
-        if position is None:
-            position = sum(1 for p in served.values() if p >= 0)
-            position = position if position < len(step.batches) else -1
-            self.save(served={**served, tool_call_id: position})
-        if position < 0:
-            return NO_MORE_BATCHES
-        self.recorder.item = step.first_item + position
-        return step.batches[position]
 
 
 # -- the arm ------------------------------------------------------------------------------------
@@ -250,81 +153,6 @@ class RunResult:
     seconds: float
 
 
-# -- the run folder's small files ---------------------------------------------------------------
-def _write_json_atomic(path: Path, data: Any) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
-
-
-def _complete_lines(path: Path) -> list[str]:
-    """The complete JSON lines of a file; a line torn by a kill is dropped (and the file fixed)."""
-    if not path.exists():
-        return []
-    raw = path.read_text(encoding="utf-8")
-    lines = raw.split("\n")
-    kept = [line for line in lines[:-1] if line.strip()]
-    if lines[-1].strip():  # no newline after it: written only in part
-        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    return kept
-
-
-class _SummaryLog:
-    """Saves each summary a summarising arm writes as a numbered version (for the audit)."""
-
-    def __init__(self, path: Path) -> None:
-        self.append = _JsonlAppender(path)
-        self.count = len(_complete_lines(path))
-
-    def __call__(self, last_item: int, text: str) -> None:
-        self.count += 1
-        version = MemoryVersion(self.count, 1, last_item, text, kind="summary")
-        self.append(version.to_json())
-
-
-class _JsonlAppender:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __call__(self, record: Mapping[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            handle.flush()
-
-
-_BEFORE_KEY: dict[str, Any] = {"rot": 0.0}
-"""Identity keys added later, and the value a run.json written before them means."""
-
-
-def prepare_run_dir(options: RunOptions, run_dir: Path) -> dict[str, Any]:
-    """Write run.json, or check that an existing one describes the same run (then resume)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    wanted = options.run_json(run_dir)
-    path = run_dir / "run.json"
-    if path.exists():
-        existing = json.loads(path.read_text(encoding="utf-8"))
-        differing = sorted(
-            k
-            for k in wanted
-            if k in options.identity_keys() and existing.get(k, _BEFORE_KEY.get(k)) != wanted[k]
-        )
-        if differing:
-            raise ValueError(
-                f"{run_dir} holds a different run (it differs in {', '.join(differing)}); "
-                "choose another --out folder, or delete that one to start again"
-            )
-        return dict(existing)
-    _write_json_atomic(path, wanted)
-    return wanted
-
-
-def _progress(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / PROGRESS_FILE
-    if not path.exists():
-        return {"steps_done": 0, "served": {}, "finished": False}
-    return dict(json.loads(path.read_text(encoding="utf-8")))
-
-
 # -- one step -----------------------------------------------------------------------------------
 def _last_reply(values: Mapping[str, Any]) -> str:
     for message in reversed(list(values.get("messages", []))):
@@ -361,21 +189,21 @@ def run_arm(
 
     folder = Path(run_dir)
     run = prepare_run_dir(options, folder)
-    state = _progress(folder)
+    state = read_progress(folder)
     done = int(state["steps_done"])
     started = time.perf_counter()
     calls_path = folder / "calls.jsonl"
-    call_count = len(_complete_lines(calls_path))
+    call_count = len(complete_lines(calls_path))
     answered = {
         (int(r["after_item"]), bool(r["final"]))
-        for r in map(json.loads, _complete_lines(folder / "answers.jsonl"))
+        for r in map(json.loads, complete_lines(folder / "answers.jsonl"))
     }
-    write_answer = _JsonlAppender(folder / "answers.jsonl")
-    write_call = _JsonlAppender(calls_path)
+    write_answer = JsonlAppender(folder / "answers.jsonl")
+    write_call = JsonlAppender(calls_path)
     recorder = CallRecorder(
         start_index=call_count,
         sink=lambda record: write_call(record.to_json()),
-        summary_sink=_SummaryLog(folder / MEMORY_FILES["summary"]),
+        summary_sink=SummaryLog(folder / MEMORY_FILES["summary"]),
     )
     # the steps are read from the stream as the run goes (a 10M-token stream is 40 MB of text);
     # only their number is counted up front, for the progress bar
@@ -384,7 +212,7 @@ def run_arm(
 
     def save_progress(**changes: Any) -> None:
         state.update(changes)
-        _write_json_atomic(folder / PROGRESS_FILE, state)
+        write_json_atomic(folder / PROGRESS_FILE, state)
 
     feeder = BatchFeeder(state, save_progress, recorder) if options.delivery == "tool" else None
     saver = open_checkpointer(folder / CHECKPOINTS_FILE)
@@ -488,13 +316,13 @@ def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
     time (`audit_run` reads the file line by line): a long run's versions add up to gigabytes.
     """
     grade = grade_run(folder)
-    _write_json_atomic(folder / "grade.json", grade.to_json())
+    write_json_atomic(folder / "grade.json", grade.to_json())
     costs = costs_of_run(folder)
     if costs is not None:
-        _write_json_atomic(folder / "costs.json", costs.to_json())
+        write_json_atomic(folder / "costs.json", costs.to_json())
     counters = arm.counters(THREAD)
     if counters is not None:
-        _write_json_atomic(folder / "keeper_counters.json", counters)
+        write_json_atomic(folder / "keeper_counters.json", counters)
     if arm.has_notes:
         kind = cast(MemoryKind, arm.memory_kind)
         with (folder / MEMORY_FILES[kind]).open("w", encoding="utf-8") as handle:
@@ -505,14 +333,8 @@ def _finish(folder: Path, arm: ArmHandle) -> dict[str, Any] | None:
     if result is None:
         return None
     audit = result.to_json()
-    _write_json_atomic(folder / "audit.json", audit)
+    write_json_atomic(folder / "audit.json", audit)
     return audit
-
-
-def read_calls(run_dir: Path) -> list[CallRecord]:
-    return [
-        CallRecord.from_json(json.loads(line)) for line in _complete_lines(run_dir / "calls.jsonl")
-    ]
 
 
 # -- the command --------------------------------------------------------------------------------

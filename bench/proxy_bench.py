@@ -22,27 +22,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
+from keeper_middleware.bench.proxy_heap import heap_by_history
 from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.runner import SYSTEM_PROMPT, plan_steps
+from keeper_middleware.bench.server_processes import serve_proxy, serve_upstream
+from keeper_middleware.bench.steps import SYSTEM_PROMPT, plan_steps
 from keeper_middleware.bench.streams import (
     SIZES,
     StreamSpec,
@@ -52,147 +46,16 @@ from keeper_middleware.bench.streams import (
     read_stream,
 )
 
-NOTE_MARKERS = ("[NOTES REQUEST]", "[NOTES CHECK]")
-BODY_LIMIT = 512 * 1024 * 1024
+# isort: split
+# moved to their own modules; still importable from here, where callers have always found them
+from keeper_middleware.bench.server_processes import ProxyProcess as ProxyProcess
+from keeper_middleware.bench.server_processes import instant_reply as instant_reply
+from keeper_middleware.bench.server_processes import proxy_process as proxy_process
+from keeper_middleware.bench.server_processes import upstream_process as upstream_process
+from keeper_middleware.bench.server_processes import upstream_server as upstream_server
 
 
-# -- the instant upstream -----------------------------------------------------------------------
-def _completion(text: str) -> dict[str, Any]:
-    return {
-        "id": "instant",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "instant",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1},
-    }
-
-
-def instant_reply(body: dict[str, Any]) -> str:
-    """``NO CHANGES`` to a note request, a fixed line to a work call."""
-    messages = body.get("messages") or [{}]
-    last = messages[-1].get("content") or ""
-    if isinstance(last, str) and last.startswith(NOTE_MARKERS):
-        return "NO CHANGES"
-    return "1. noted"
-
-
-def instant_upstream_app() -> Starlette:
-    async def chat(request: Request) -> Response:
-        return JSONResponse(_completion(instant_reply(json.loads(await request.body()))))
-
-    async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": "instant"}]})
-
-    return Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"]),
-        ]
-    )
-
-
-# -- the proxy in its own process ---------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyProcess:
-    pid: int
-    url: str
-
-    def cpu_seconds(self) -> float:
-        """CPU time of all the process's threads: in nanoseconds from each thread's
-        ``schedstat`` where the kernel keeps it, else in clock ticks (10 ms) from ``stat``."""
-        try:
-            tasks = Path(f"/proc/{self.pid}/task").iterdir()
-            return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
-        except (OSError, ValueError, IndexError):
-            pass
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
-
-    def memory_mb(self) -> tuple[float, float]:
-        """(resident now, peak resident) in MB."""
-        status = dict(
-            line.split(":", 1) for line in Path(f"/proc/{self.pid}/status").read_text().splitlines()
-        )
-        return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
-
-
-@contextmanager
-def _child(argument: str, spec: str) -> Iterator[tuple[int, str]]:
-    """This module run as a server process; yields (pid, base URL without /v1)."""
-    port = _free_port()
-    filled = spec.replace("{port}", str(port))
-    command = [sys.executable, "-m", "keeper_middleware.bench.proxy_bench", argument, filled]
-    child = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code < 500:
-                    break
-            except httpx.TransportError:
-                pass
-            if child.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{' '.join(command)} did not start")
-            time.sleep(0.1)
-        yield child.pid, url
-    finally:
-        child.terminate()
-        child.wait(timeout=30)
-
-
-@contextmanager
-def proxy_process(upstream: str, window: int, archive: Path) -> Iterator[ProxyProcess]:
-    with _child("--serve-proxy", f"{upstream} {window} {{port}} {archive}") as (pid, url):
-        yield ProxyProcess(pid, url)
-
-
-@contextmanager
-def upstream_server() -> Iterator[ProxyProcess]:
-    """The instant upstream in its own process (its pid, for its CPU time; its URL without /v1)."""
-    with _child("--serve-upstream", "{port}") as (pid, url):
-        yield ProxyProcess(pid, url)
-
-
-@contextmanager
-def upstream_process() -> Iterator[str]:
-    """The instant upstream in its own process, so the agents' load does not slow it."""
-    with upstream_server() as server:
-        yield f"{server.url}/v1"
-
-
-def _serve_upstream(port: str) -> None:
-    import uvicorn
-
-    uvicorn.run(instant_upstream_app(), host="127.0.0.1", port=int(port), log_level="warning")
-
-
-def _serve_proxy(spec: str) -> None:
-    import uvicorn
-
-    from keeper_middleware.integrations.proxy import create_proxy_app
-
-    upstream, window, port, archive = spec.split(" ", 3)
-    app = create_proxy_app(
-        upstream, window=int(window), archive_dir=Path(archive), max_body_bytes=BODY_LIMIT
-    )
-    uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
-
-
+# -- agents -------------------------------------------------------------------------------------
 def memory_stream(size: str, folder: Path) -> Path:
     """A rules+overdrawn stream of a preset size, or of ``size`` tokens (e.g. ``3000000``)."""
     families = frozenset({"base", "rules", "overdrawn"})
@@ -208,7 +71,6 @@ def memory_stream(size: str, folder: Path) -> Path:
     return folder
 
 
-# -- agents -------------------------------------------------------------------------------------
 def agent_turns(stream: Path, per_call: int) -> list[list[str]]:
     """The user messages of each call: the task alone, then ``per_call`` stream messages a call."""
     messages = [step.message for step in plan_steps(read_stream(stream), "messages")]
@@ -359,66 +221,6 @@ NOTES = (
 )
 
 
-# -- what the proxy keeps, without the request ---------------------------------------------------
-async def _heap_by_history(
-    turns: Sequence[Sequence[str]], window: int, archive: Path, every: int
-) -> list[tuple[int, float, float]]:
-    import gc
-    import tracemalloc
-
-    from keeper_middleware.integrations.proxy import create_proxy_app
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json=_completion(instant_reply(json.loads(request.content))))
-
-    app = create_proxy_app(
-        "http://upstream.invalid/v1",
-        window=window,
-        archive_dir=archive,
-        max_body_bytes=BODY_LIMIT,
-        transport=httpx.MockTransport(answer),
-    )
-    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
-    sent = [[{"role": "user", "content": text} for text in turn] for turn in turns]
-    points: list[tuple[int, float, float]] = []
-    chars, next_sample = 0, every
-    headers = {"x-keeper-session": "heap", "content-type": "application/json"}
-    transport = httpx.ASGITransport(app=app)
-    tracemalloc.start()
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
-            for turn in sent:
-                history += turn
-                chars += sum(len(message["content"]) for message in turn)
-                body = json.dumps({"model": "instant", "messages": history})
-                response = await client.post("/v1/chat/completions", content=body, headers=headers)
-                reply = response.json()["choices"][0]["message"]["content"]
-                history.append({"role": "assistant", "content": reply})
-                if chars // 4 >= next_sample:
-                    del body, response
-                    gc.collect()
-                    kept, peak = tracemalloc.get_traced_memory()
-                    points.append((chars // 4, kept / 1e6, peak / 1e6))
-                    next_sample += every
-    finally:
-        tracemalloc.stop()
-        await app.state.proxy.aclose()
-    return points
-
-
-def heap_by_history(
-    turns: Sequence[Sequence[str]], *, window: int, archive: Path, every: int
-) -> list[tuple[int, float, float]]:
-    """(history tokens, Python heap the proxy keeps between calls in MB, peak heap in MB).
-
-    In-process with ``tracemalloc``, started after the agent's messages are built, so only its
-    replies and its list of messages are counted besides the proxy: this separates what the
-    proxy keeps from what a request costs while it is parsed, which resident memory cannot.
-    """
-    shutil.rmtree(archive, ignore_errors=True)
-    return asyncio.run(_heap_by_history(turns, window, archive, every))
-
-
 # -- the command --------------------------------------------------------------------------------
 HEADER = (
     "| run | sessions | calls | added p50 (ms) | added p99 (ms) | proxy's own p50 (ms) "
@@ -504,10 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.serve_proxy is not None:
-        _serve_proxy(args.serve_proxy)
+        serve_proxy(args.serve_proxy)
         return 0
     if args.serve_upstream is not None:
-        _serve_upstream(args.serve_upstream)
+        serve_upstream(args.serve_upstream)
         return 0
     if args.side_by_side is not None:
         from keeper_middleware.bench import proxy_vs_direct

@@ -25,8 +25,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,16 +41,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from keeper_middleware.bench.postgres_audit import audit, size_per_million
+from keeper_middleware.bench.replicas import Replicas, free_port
+
 RESULTS = Path(__file__).resolve().parent / "results" / "scale_out.md"
 NOTE_MARKERS = ("[NOTES REQUEST]", "[NOTES CHECK]")
 TASK = "Task: keep the ledger of {tag}. Rule: answer with the session's name."
 FILLER = "The lamps were lit early near the gate and nobody spoke for a while. " * 12
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def tag_of(messages: list[dict[str, Any]]) -> str:
@@ -110,63 +105,6 @@ class Upstream:
     routes: dict[str, int] = field(default_factory=dict)
     """session tag -> replica its current request went to"""
     killed: int | None = None
-
-
-class Replicas:
-    """``keeper-proxy`` processes on one database, each on its own port."""
-
-    def __init__(self, count: int, upstream: str, database: str, window: int) -> None:
-        self.upstream, self.database, self.window = upstream, database, window
-        self.ports = [_free_port() for _ in range(count)]
-        self.children: list[subprocess.Popen[bytes] | None] = [None] * count
-        self.down: set[int] = set()
-
-    def urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{port}" for port in self.ports]
-
-    def start(self, number: int) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "keeper_middleware.integrations.proxy",
-            "--upstream",
-            self.upstream,
-            "--window",
-            str(self.window),
-            "--port",
-            str(self.ports[number]),
-            "--archive-url",
-            self.database,
-        ]
-        self.children[number] = subprocess.Popen(
-            command,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                httpx.get(f"{self.urls()[number]}/metrics", timeout=2)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"replica {number} did not start") from None
-                time.sleep(0.1)
-        self.down.discard(number)
-
-    def kill(self, number: int) -> None:
-        child = self.children[number]
-        if child is not None:
-            self.down.add(number)
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=30)
-
-    def stop(self) -> None:
-        for child in self.children:
-            if child is not None and child.poll() is None:
-                child.terminate()
-                child.wait(timeout=30)
 
 
 @dataclass
@@ -254,97 +192,6 @@ async def drive(
         return traffic, time.perf_counter() - started
 
 
-def audit(database: str, tags: list[str], turns: int) -> dict[str, Any]:
-    """Every session's archive against what its agent sent; raises AssertionError on a breach."""
-    from keeper_middleware.integrations.proxy.tenants import DEFAULT_TENANT
-    from keeper_middleware.postgres import PostgresArchive
-
-    problems: list[str] = []
-    cuts = versions_total = archived_tokens = 0
-    with PostgresArchive(database) as archive:
-        for tag in tags:
-            stored = f"{DEFAULT_TENANT}:{tag}"
-            turns_kept = list(archive.turns(stored))
-            contents = [t.content for t in turns_kept if t.role == "human"]
-            if len(contents) != len(set(contents)):
-                problems.append(f"{tag}: a turn archived twice")
-            if any(f"[[{tag}]]" not in c for c in contents):
-                problems.append(f"{tag}: another session's text in its archive")
-            items = sorted(int(c.split()[1]) for c in contents if c.startswith("Item "))
-            if items != list(range(1, len(items) + 1)):
-                problems.append(f"{tag}: archived items {items} skip or repeat one")
-            record = archive.get_value(stored, "proxy_session") or {}
-            window = " ".join(json.dumps(m) for m in record.get("window", []))
-            for item in range(len(items) + 1, turns + 1):
-                if f"Item {item} for [[{tag}]]" not in window:
-                    problems.append(f"{tag}: item {item} is neither archived nor in view")
-            versions = sum(1 for _ in archive.notes_versions(stored))
-            counted = (archive.get_value(stored, "counters") or {}).get("cuts", 0)
-            if versions != counted:
-                problems.append(f"{tag}: {versions} NOTES versions but {counted} cuts")
-            cuts += counted
-            versions_total += versions
-            archived_tokens += sum(len(t.content) for t in turns_kept) // 4
-        size = archive.size_bytes()
-    if problems:
-        raise AssertionError("; ".join(problems[:10]))
-    return {
-        "cuts": cuts,
-        "versions": versions_total,
-        "archived_tokens": archived_tokens,
-        "db_bytes": size,
-    }
-
-
-def size_per_million(database: str, tokens: int = 1_000_000, sessions: int = 8) -> dict[str, Any]:
-    """Bytes the database takes for ``tokens`` archived tokens (chars/4), archive and keyword
-    index together, written as the keeper writes them (cuts of turns, then their passages)."""
-    import psycopg
-
-    from keeper_middleware.archive import ArchivedTurn, NotesDraft
-    from keeper_middleware.bench.retrievers_bench import counter_names, story_sentences
-    from keeper_middleware.indexing import catch_up
-    from keeper_middleware.postgres import PostgresArchive
-    from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
-
-    schema = f"size_{os.getpid()}"
-    rng = random.Random(7)
-    names = counter_names(400, rng)
-    sentences = story_sentences(10**9, names, rng)
-    written = 0
-    try:
-        with PostgresArchive(database, schema=schema) as archive:
-            index = PostgresKeywordRetriever(archive.url, schema=schema)
-            cut = 0
-            while written < tokens * 4:
-                session = f"size-{cut % sessions}"
-                turns = []
-                for n in range(10):
-                    text = " ".join(next(sentences) for _ in range(12))
-                    written += len(text)
-                    turns.append(
-                        ArchivedTurn(
-                            session=session,
-                            msg_id=f"{cut}-{n}",
-                            item=cut,
-                            role="human" if n % 2 == 0 else "ai",
-                            content=text,
-                        )
-                    )
-                notes = NotesDraft(first_item=0, last_item=cut, text=f"[NOTES] STATE after {cut}")
-                archive.commit_cut(session, cut_key=f"cut-{cut}", turns=turns, notes=notes)
-                catch_up(archive, session, (index,))
-                cut += 1
-            index.close()
-            with psycopg.connect(archive.url, autocommit=True) as conn:
-                conn.execute(f"VACUUM ANALYZE {schema}.turns")
-            size = archive.size_bytes()
-    finally:
-        with psycopg.connect(database, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    return {"tokens": written // 4, "bytes": size}
-
-
 def _pct(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] * 1000
@@ -353,7 +200,7 @@ def _pct(values: list[float], share: float) -> float:
 @contextmanager
 def upstream_process(kill_after: int, on_note: Any) -> Iterator[str]:
     """The upstream as a child process; ``on_note(tag)`` runs when it announces a note request."""
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", __spec__.name, "--serve-upstream", str(port), str(kill_after)]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 

@@ -19,15 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.integrations.proxy.history import take_in
@@ -42,94 +41,29 @@ from keeper_middleware.integrations.proxy.openai_format import (
     message_to_openai,
     upstream_body,
 )
-from keeper_middleware.integrations.proxy.searching import run_search
+from keeper_middleware.integrations.proxy.searching import answer_searches
 from keeper_middleware.integrations.proxy.sessions import (
     ArchiveSessionStore,
     MessageMemo,
     SessionRecord,
     SessionStore,
 )
-from keeper_middleware.integrations.proxy.slots import SlotLease, SlotParking
+from keeper_middleware.integrations.proxy.slots import SlotParking
 from keeper_middleware.integrations.proxy.tenants import split_stored
-from keeper_middleware.integrations.proxy.upstream import CallTally, Upstream, UpstreamError
-from keeper_middleware.keeper import Keeper, ModelSetup
+from keeper_middleware.integrations.proxy.turns import Answer, Forward, Turn, new_id, shape_turn
+from keeper_middleware.integrations.proxy.upstream import Upstream, UpstreamError
+from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages import text_of
 from keeper_middleware.search import SEARCH_TOOL_NAME
 
 __all__ = ["Answer", "KeeperProxy", "QuotaError"]
 
-_NOT_FOR_NOTES = ("tool_choice", "response_format", "n", "logprobs", "top_logprobs")
-_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
-Forward = Callable[[dict[str, str]], Awaitable[None]]
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 class QuotaError(Exception):
     """Storing a request would take its tenant past its disk quota."""
-
-
-def _new_id() -> str:
-    return f"p-{uuid.uuid4().hex[:16]}"
-
-
-@dataclass(slots=True)
-class Answer:
-    """One request's answer: the last upstream envelope, the agent's message, the finish
-    reason, the usage of every upstream call of the turn, and the text already streamed."""
-
-    data: dict[str, Any]
-    message: dict[str, Any]
-    reason: str
-    usage: dict[str, Any] | None
-    streamed: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Turn:
-    """One request in flight: what every upstream call of it shares."""
-
-    session: str
-    setup: ModelSetup
-    tools: tuple[dict[str, Any], ...]
-    params: Mapping[str, Any]
-    note_params: Mapping[str, Any]
-    auth: str | None
-    forward: Forward | None
-    started: float = field(default_factory=time.perf_counter)
-    existed: bool = True
-    """Whether the session was stored before this request (set when it is taken in)."""
-    tally: CallTally = field(default_factory=CallTally)
-    counted: bool = False
-    """Whether the request's calls and time were added to the session's counters."""
-    unsaved: SessionRecord | None = None
-    """The record as taken in, while it is not saved yet (saved with the reply, or with the
-    counters if the request fails)."""
-    usage: dict[str, int] = field(default_factory=dict)
-    streamed: dict[str, str] = field(default_factory=dict)
-    lease: SlotLease | None = None
-    """The server slot every upstream call of the request is pinned to (slot parking)."""
-
-    def add_usage(self, data: Mapping[str, Any]) -> None:
-        usage = data.get("usage")
-        if not isinstance(usage, dict):
-            return
-        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            value = usage.get(key)
-            if isinstance(value, int):
-                self.usage[key] = self.usage.get(key, 0) + value
-        details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        if isinstance(cached, int):
-            self.usage["cached_tokens"] = self.usage.get("cached_tokens", 0) + cached
-
-    def summed_usage(self) -> dict[str, Any] | None:
-        if not self.usage:
-            return None
-        summed: dict[str, Any] = {k: v for k, v in self.usage.items() if k != "cached_tokens"}
-        if "cached_tokens" in self.usage:
-            summed["prompt_tokens_details"] = {"cached_tokens": self.usage["cached_tokens"]}
-        return summed
 
 
 class KeeperProxy:
@@ -236,7 +170,7 @@ class KeeperProxy:
         What another replica may have changed is read again in the first worker-thread step
         (:meth:`_before_call`), not in a thread hop of its own."""
         async with self.keeper.asession(session), AsyncExitStack() as held:
-            turn = self._turn(session, request, auth, forward)
+            turn = shape_turn(session, request, auth, forward, reserve=self.keeper.config.reserve)
             if self.slots is not None:
                 turn.lease = await held.enter_async_context(self.slots.lease(session))
             try:
@@ -255,7 +189,7 @@ class KeeperProxy:
                 await self._off_loop(self._account, turn)
                 raise
 
-    def _account(self, turn: _Turn) -> None:
+    def _account(self, turn: Turn) -> None:
         """Add the request's upstream calls and time to the session's counters and save them
         (with the record taken in, if it was not saved yet: a failed request keeps it)."""
         if turn.unsaved is not None:
@@ -264,7 +198,7 @@ class KeeperProxy:
         else:
             self.store.save_stats(turn.session, self._counted(turn))
 
-    def _counted(self, turn: _Turn) -> ProxyStats:
+    def _counted(self, turn: Turn) -> ProxyStats:
         """The session's counters with the request's upstream calls and time added."""
         stats = self.stats(turn.session)
         if turn.counted:  # a save that failed after counting is not counted twice
@@ -294,7 +228,7 @@ class KeeperProxy:
             self.record(session),
             request.messages,
             digests,
-            _new_id,
+            new_id,
             lambda ids: archive.archived_ids(session, ids),
         )
         old_ids = {str(m.id) for m in self.record(session).window}
@@ -321,28 +255,7 @@ class KeeperProxy:
             self._tenant_bytes[tenant] += size
         self.stats(session).stored_bytes += size
 
-    def _turn(
-        self, session: str, request: ChatRequest, auth: str | None, forward: Forward | None
-    ) -> _Turn:
-        own = [t["function"]["name"] for t in request.tools]
-        tools = request.tools if SEARCH_TOOL_NAME in own else (*request.tools, SEARCH_TOOL_SCHEMA)
-        reserve = self.keeper.config.reserve
-        params = dict(request.params)
-        for key in _LIMIT_FIELDS:  # the window leaves room for reply_reserve tokens, no more
-            if isinstance(params.get(key), int) and params[key] > reserve:
-                params[key] = reserve
-        note_params = {k: v for k, v in params.items() if k not in _NOT_FOR_NOTES}
-        return _Turn(
-            session=session,
-            setup=ModelSetup(system_prompt=request.system_prompt, tools=tuple(tools)),
-            tools=tuple(tools),
-            params=params,
-            note_params=note_params,
-            auth=auth,
-            forward=forward,
-        )
-
-    async def _answer(self, turn: _Turn, request: ChatRequest) -> Answer:
+    async def _answer(self, turn: Turn, request: ChatRequest) -> Answer:
         loop = asyncio.get_running_loop()
 
         async def note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
@@ -369,7 +282,7 @@ class KeeperProxy:
 
     def _before_call(
         self,
-        turn: _Turn,
+        turn: Turn,
         record: SessionRecord | None,
         request: ChatRequest,
         note_call: Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage],
@@ -400,7 +313,7 @@ class KeeperProxy:
 
     def _after_call(
         self,
-        turn: _Turn,
+        turn: Turn,
         record: SessionRecord,
         data: dict[str, Any],
         reply: AIMessage,
@@ -411,14 +324,14 @@ class KeeperProxy:
         session = turn.session
         searching = any(t is SEARCH_TOOL_SCHEMA for t in turn.tools)
         reply = self.keeper.record_reply(session, reply)
-        reply = reply.model_copy(update={"id": _new_id()})
+        reply = reply.model_copy(update={"id": new_id()})
         searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
         broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
         own_calls = len(reply.tool_calls) + len(reply.invalid_tool_calls) > len(searches) + len(
             broken
         )
         if searching and (searches or broken) and number < self.max_upstream_calls:
-            results = self._run_searches(session, reply)
+            results = answer_searches(self.keeper, session, reply)
             self.stats(session).search_rounds += 1
             if own_calls:  # the agent's calls go back to it; the results wait in view
                 record = record.appended([reply, *results[1:]])
@@ -433,7 +346,7 @@ class KeeperProxy:
 
     async def _main_call(
         self,
-        turn: _Turn,
+        turn: Turn,
         kwargs: dict[str, Any],
         messages: list[BaseMessage],
         body: dict[str, Any],
@@ -452,7 +365,7 @@ class KeeperProxy:
             reply = ai_from_completion(data)
         return data, reply
 
-    async def _call(self, turn: _Turn, body: dict[str, Any], main: bool = False) -> dict[str, Any]:
+    async def _call(self, turn: Turn, body: dict[str, Any], main: bool = False) -> dict[str, Any]:
         forward = None
         if main and turn.forward is not None:
             sink = turn.forward
@@ -470,25 +383,9 @@ class KeeperProxy:
         turn.add_usage(data)
         return data
 
-    def _run_searches(self, session: str, reply: AIMessage) -> list[BaseMessage]:
-        """The model's searches answered by the proxy: the call (searches only) and its results.
-        Nothing the model sends can make this fail: bad arguments get a "Refused: …" result."""
-        calls = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
-        broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
-        asked = reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": broken})
-        results: list[BaseMessage] = [asked]
-        for call in calls:
-            results.append(
-                _search_result(call["id"], run_search(self.keeper, session, call["args"]))
-            )
-        for bad in broken:
-            text = 'Refused: the arguments were not a JSON object like {"query": "a name"}.'
-            results.append(_search_result(bad["id"], text))
-        return results
-
     def _finish(
         self,
-        turn: _Turn,
+        turn: Turn,
         record: SessionRecord,
         data: dict[str, Any],
         reply: AIMessage,
@@ -519,9 +416,3 @@ class KeeperProxy:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self.keeper.close()
-
-
-def _search_result(call_id: str | None, text: str) -> ToolMessage:
-    return ToolMessage(
-        content=text, tool_call_id=call_id or "", name=SEARCH_TOOL_NAME, id=_new_id()
-    )

@@ -8,7 +8,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from keeper_middleware.integrations.proxy.turns import new_id
 from keeper_middleware.keeper import Keeper
+from keeper_middleware.search import SEARCH_TOOL_NAME
 from keeper_middleware.search_args import (
     MAX_ITEM,
     MAX_QUERY_CHARS,
@@ -18,7 +22,7 @@ from keeper_middleware.search_args import (
     parse_search_args,
 )
 
-__all__ = ["MAX_ITEM", "MAX_QUERY_CHARS", "run_search", "search_arguments"]
+__all__ = ["MAX_ITEM", "MAX_QUERY_CHARS", "answer_searches", "run_search", "search_arguments"]
 
 _log = logging.getLogger(__name__)
 
@@ -36,3 +40,22 @@ def run_search(keeper: Keeper, session: str, args: Mapping[str, Any]) -> str:
     except Exception as exc:  # the model must get an answer it can act on, not a 500
         _log.warning("archive search failed on %s: %r", session, exc)
         return f"Refused: the search could not run ({type(exc).__name__}); try other keywords."
+
+
+def answer_searches(keeper: Keeper, session: str, reply: AIMessage) -> list[BaseMessage]:
+    """The model's searches answered by the proxy: the call (searches only) and its results.
+    Nothing the model sends can make this fail: bad arguments get a "Refused: …" result."""
+    calls = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
+    broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
+    asked = reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": broken})
+    results: list[BaseMessage] = [asked]
+    for call in calls:
+        results.append(_search_result(call["id"], run_search(keeper, session, call["args"])))
+    for bad in broken:
+        text = 'Refused: the arguments were not a JSON object like {"query": "a name"}.'
+        results.append(_search_result(bad["id"], text))
+    return results
+
+
+def _search_result(call_id: str | None, text: str) -> ToolMessage:
+    return ToolMessage(content=text, tool_call_id=call_id or "", name=SEARCH_TOOL_NAME, id=new_id())

@@ -1,0 +1,115 @@
+"""One chat request in flight, shaped for the upstream, and the answer it gets.
+
+Kept apart from the engine (``engine.py``) because this is the request's own data, with no I/O:
+the tools the upstream is offered (the agent's, plus the archive search), the sampling limits
+capped to the keeper's reply reserve, the parameters note calls may take, and the usage of every
+upstream call of the turn summed into one. The engine holds sessions and calls the upstream.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from keeper_middleware.integrations.proxy.openai_format import SEARCH_TOOL_SCHEMA, ChatRequest
+from keeper_middleware.integrations.proxy.sessions import SessionRecord
+from keeper_middleware.integrations.proxy.slots import SlotLease
+from keeper_middleware.integrations.proxy.upstream import CallTally
+from keeper_middleware.keeper import ModelSetup
+from keeper_middleware.search import SEARCH_TOOL_NAME
+
+NOT_FOR_NOTES = ("tool_choice", "response_format", "n", "logprobs", "top_logprobs")
+LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
+Forward = Callable[[dict[str, str]], Awaitable[None]]
+
+
+def new_id() -> str:
+    """A message id the proxy gives what it adds to a session's window."""
+    return f"p-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(slots=True)
+class Answer:
+    """One request's answer: the last upstream envelope, the agent's message, the finish
+    reason, the usage of every upstream call of the turn, and the text already streamed."""
+
+    data: dict[str, Any]
+    message: dict[str, Any]
+    reason: str
+    usage: dict[str, Any] | None
+    streamed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Turn:
+    """One request in flight: what every upstream call of it shares."""
+
+    session: str
+    setup: ModelSetup
+    tools: tuple[dict[str, Any], ...]
+    params: Mapping[str, Any]
+    note_params: Mapping[str, Any]
+    auth: str | None
+    forward: Forward | None
+    started: float = field(default_factory=time.perf_counter)
+    existed: bool = True
+    """Whether the session was stored before this request (set when it is taken in)."""
+    tally: CallTally = field(default_factory=CallTally)
+    counted: bool = False
+    """Whether the request's calls and time were added to the session's counters."""
+    unsaved: SessionRecord | None = None
+    """The record as taken in, while it is not saved yet (saved with the reply, or with the
+    counters if the request fails)."""
+    usage: dict[str, int] = field(default_factory=dict)
+    streamed: dict[str, str] = field(default_factory=dict)
+    lease: SlotLease | None = None
+    """The server slot every upstream call of the request is pinned to (slot parking)."""
+
+    def add_usage(self, data: Mapping[str, Any]) -> None:
+        """Add one upstream call's usage (and its cached prompt tokens) to the turn's."""
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            return
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int):
+                self.usage[key] = self.usage.get(key, 0) + value
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if isinstance(cached, int):
+            self.usage["cached_tokens"] = self.usage.get("cached_tokens", 0) + cached
+
+    def summed_usage(self) -> dict[str, Any] | None:
+        """The turn's usage in OpenAI's shape, or None when no call reported any."""
+        if not self.usage:
+            return None
+        summed: dict[str, Any] = {k: v for k, v in self.usage.items() if k != "cached_tokens"}
+        if "cached_tokens" in self.usage:
+            summed["prompt_tokens_details"] = {"cached_tokens": self.usage["cached_tokens"]}
+        return summed
+
+
+def shape_turn(
+    session: str, request: ChatRequest, auth: str | None, forward: Forward | None, *, reserve: int
+) -> Turn:
+    """The request as every upstream call of it is sent: the search tool added to the agent's
+    tools, and reply limits no larger than ``reserve`` (the room the window leaves)."""
+    own = [t["function"]["name"] for t in request.tools]
+    tools = request.tools if SEARCH_TOOL_NAME in own else (*request.tools, SEARCH_TOOL_SCHEMA)
+    params = dict(request.params)
+    for key in LIMIT_FIELDS:  # the window leaves room for reply_reserve tokens, no more
+        if isinstance(params.get(key), int) and params[key] > reserve:
+            params[key] = reserve
+    note_params = {k: v for k, v in params.items() if k not in NOT_FOR_NOTES}
+    return Turn(
+        session=session,
+        setup=ModelSetup(system_prompt=request.system_prompt, tools=tuple(tools)),
+        tools=tuple(tools),
+        params=params,
+        note_params=note_params,
+        auth=auth,
+        forward=forward,
+    )

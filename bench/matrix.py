@@ -40,8 +40,9 @@ from keeper_middleware.bench.plots import plot_cost_by_segment, plot_score_by_di
 from keeper_middleware.bench.reader.faults import FAULT_PRESETS, ReaderFaults
 from keeper_middleware.bench.reader.rot import REALISTIC_ROT
 from keeper_middleware.bench.report import reader_label
+from keeper_middleware.bench.run_folder import PROGRESS_FILE
 from keeper_middleware.bench.run_options import RunOptions, resolve_stream
-from keeper_middleware.bench.runner import PROGRESS_FILE, run_arm
+from keeper_middleware.bench.runner import run_arm
 from keeper_middleware.bench.streams import SIZES
 
 REALISTIC_FAULTS = ",".join(

@@ -35,7 +35,13 @@ import httpx
 
 from keeper_middleware.bench.proxy_heap import heap_by_history
 from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.server_processes import serve_proxy, serve_upstream
+from keeper_middleware.bench.server_processes import (
+    ProxyProcess,
+    proxy_process,
+    serve_proxy,
+    serve_upstream,
+    upstream_process,
+)
 from keeper_middleware.bench.steps import SYSTEM_PROMPT, plan_steps
 from keeper_middleware.bench.streams import (
     SIZES,
@@ -45,14 +51,6 @@ from keeper_middleware.bench.streams import (
     preset_spec,
     read_stream,
 )
-
-# isort: split
-# moved to their own modules; still importable from here, where callers have always found them
-from keeper_middleware.bench.server_processes import ProxyProcess as ProxyProcess
-from keeper_middleware.bench.server_processes import instant_reply as instant_reply
-from keeper_middleware.bench.server_processes import proxy_process as proxy_process
-from keeper_middleware.bench.server_processes import upstream_process as upstream_process
-from keeper_middleware.bench.server_processes import upstream_server as upstream_server
 
 
 # -- agents -------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
 from keeper_middleware.bench.ledger import Ledger
 from keeper_middleware.bench.reader.server import create_reader_app, parse_messages
 from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.runner import SYSTEM_PROMPT, Step, plan_steps
+from keeper_middleware.bench.steps import SYSTEM_PROMPT, Step, plan_steps
 from keeper_middleware.bench.streams import SIZES, read_stream
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.integrations.proxy.cli import serve_in_thread

@@ -29,14 +29,10 @@ from typing import Any
 
 import httpx
 
-from keeper_middleware.bench.proxy_bench import (
-    ProxyProcess,
-    agent_turns,
-    proxy_process,
-    upstream_server,
-)
+from keeper_middleware.bench.proxy_bench import agent_turns
 from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.runner import SYSTEM_PROMPT
+from keeper_middleware.bench.server_processes import ProxyProcess, proxy_process, upstream_server
+from keeper_middleware.bench.steps import SYSTEM_PROMPT
 
 __all__ = ["Compared", "Pass", "compare", "main", "results_markdown"]
 

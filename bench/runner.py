@@ -33,9 +33,11 @@ from keeper_middleware.bench.grader import GradeResult
 from keeper_middleware.bench.reader.messages import READ_TOOL
 from keeper_middleware.bench.recording import CallRecorder
 from keeper_middleware.bench.run_folder import (
+    PROGRESS_FILE,
     JsonlAppender,
     SummaryLog,
     complete_lines,
+    prepare_run_dir,
     read_progress,
     write_json_atomic,
 )
@@ -45,25 +47,13 @@ from keeper_middleware.bench.run_options import (
     make_model,
     resolve_stream,
 )
-from keeper_middleware.bench.steps import BatchFeeder
+from keeper_middleware.bench.steps import SYSTEM_PROMPT, BatchFeeder, Step, plan_steps
 from keeper_middleware.bench.streams import (
     read_stream,
 )
 from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages import text_of
-
-# isort: split
-# moved to their own modules; still importable from here, where callers have always found them
-from keeper_middleware.bench.run_folder import PROGRESS_FILE as PROGRESS_FILE
-from keeper_middleware.bench.run_folder import prepare_run_dir as prepare_run_dir
-from keeper_middleware.bench.run_folder import read_calls as read_calls
-from keeper_middleware.bench.steps import CONTINUE_TOOL as CONTINUE_TOOL
-from keeper_middleware.bench.steps import SYSTEM_PROMPT as SYSTEM_PROMPT
-from keeper_middleware.bench.steps import TASK_MESSAGES as TASK_MESSAGES
-from keeper_middleware.bench.steps import TASK_TOOL as TASK_TOOL
-from keeper_middleware.bench.steps import Step as Step
-from keeper_middleware.bench.steps import plan_steps as plan_steps
 
 THREAD = "bench"
 CHECKPOINTS_FILE = "checkpoints.sqlite3"

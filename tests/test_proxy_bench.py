@@ -9,16 +9,10 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from keeper_middleware.bench.cli import grade_run
-from keeper_middleware.bench.proxy_bench import (
-    HEADER,
-    agent_turns,
-    instant_reply,
-    measure,
-    memory_stream,
-    upstream_process,
-)
+from keeper_middleware.bench.proxy_bench import HEADER, agent_turns, measure, memory_stream
 from keeper_middleware.bench.proxy_run import UpstreamMeter, results_markdown, run_through_proxy
 from keeper_middleware.bench.run_options import resolve_stream
+from keeper_middleware.bench.server_processes import instant_reply, upstream_process
 from keeper_middleware.integrations.proxy.openai_format import (
     message_from_openai,
     message_key,

@@ -16,6 +16,7 @@ from keeper_middleware.bench.cli import main as bench_main
 from keeper_middleware.bench.reader import REALISTIC_FAULTS, ContextRot, SimulatedReader
 from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.bench.recording import call_kind, request_fingerprint
+from keeper_middleware.bench.run_folder import prepare_run_dir
 from keeper_middleware.bench.run_options import (
     RunOptions,
     make_model,
@@ -23,14 +24,8 @@ from keeper_middleware.bench.run_options import (
     parse_model,
     resolve_stream,
 )
-from keeper_middleware.bench.runner import (
-    CONTINUE_TOOL,
-    TASK_MESSAGES,
-    TASK_TOOL,
-    plan_steps,
-    prepare_run_dir,
-    run_arm,
-)
+from keeper_middleware.bench.runner import run_arm
+from keeper_middleware.bench.steps import CONTINUE_TOOL, TASK_MESSAGES, TASK_TOOL, plan_steps
 from keeper_middleware.bench.streams import read_stream
 from keeper_middleware.messages import keeper_message
 

@@ -329,3 +329,14 @@ def test_vectors_are_embedded_shortest_first_and_each_stays_with_its_text(seed):
         best = retriever.search(text, session="s", k=1)[0]
         assert best.passage.position == position and best.score == pytest.approx(1.0)
     retriever.close()
+
+
+@pytest.mark.real_model
+def test_a_minilm_query_is_the_vector_of_its_text_and_leaves_the_thread_count_alone():
+    torch = pytest.importorskip("torch")
+    model = MiniLMEmbedder()
+    texts = ["When did Caroline go to the support group?", "Hi!"]
+    before = torch.get_num_threads()
+    for text, expected in zip(texts, model(texts), strict=True):
+        assert model.embed_query(text) == pytest.approx(expected, abs=1e-5)
+    assert torch.get_num_threads() == before

@@ -1,8 +1,10 @@
 """Semantic search: sentence embeddings in chromadb, indexed by a background worker.
 
-Embedding costs about 2 ms a sentence on a 2-core CPU (measured: ~500 sentences/s with
-all-MiniLM-L6-v2), so ``add`` only queues passages and returns; a worker thread embeds and writes
-them in batches while the agent waits for its next model call. ``search`` first waits for what is
+Embedding is the cost of indexing (measured on 2 cores: about 9.5 ms of CPU a LoCoMo sentence or
+message with all-MiniLM-L6-v2 in PyTorch, 3.7 ms with its int8 build ``minilm-q8``, against 0.25 ms
+for everything else; bench/results/locomo_recall.md), so ``add`` only queues passages and
+returns; a worker thread embeds and writes them in batches while the agent waits for its next
+model call. ``search`` first waits for what is
 queued for its session, so results are always complete: when passages arrive faster than they
 can be embedded the queue grows, and the next search of that session waits for it (see
 bench/results/retrievers.md for the rates). ``flush`` and ``close`` wait for everything.

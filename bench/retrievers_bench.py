@@ -26,7 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from keeper_middleware.retrievers.base import Passage
-from keeper_middleware.retrievers.embedders import embedder_from_name
+from keeper_middleware.retrievers.embedders import (
+    Embedder,
+    embed_query,
+    embedder_from_name,
+    embedder_name,
+)
 from keeper_middleware.retrievers.embedding import EmbeddingRetriever
 from keeper_middleware.retrievers.factory import make_retriever
 
@@ -137,11 +142,23 @@ def run_one(
     embedder: str | None = None,
     per_unit: int = 1,
     sentence_vectors: bool = True,
+    *,
+    built: bool = False,
+    query_embedder: str | None = None,
 ) -> dict[str, object]:
-    """``size`` passages of ``per_unit`` sentences each (3 stands for a chat message)."""
+    """``size`` passages of ``per_unit`` sentences each (3 stands for a chat message).
+
+    ``built``: the folder already holds this index (``--keep``), so only the searches run (the
+    stories are still generated, so the queries are the same as when it was built)."""
     rng = random.Random(size)
     names = counter_names(max(50, size // 500), rng)
     chosen_embedder = embedder_from_name(embedder) if embedder else None
+    if query_embedder:
+        chosen_embedder = QueryModelEmbedder(
+            chosen_embedder or embedder_from_name("minilm"), embedder_from_name(query_embedder)
+        )
+        chosen_embedder(["The query model loads before the clock starts."])
+        embed_query(chosen_embedder, "The query model loads before the clock starts.")
     retriever = (
         make_retriever(backend, path=folder, embedder=chosen_embedder)
         if sentence_vectors or backend != "embedding"
@@ -155,9 +172,11 @@ def run_one(
     ):
         batch.append(Passage(session=SESSION, item=item, position=position, text=sentence))
         if len(batch) == turn:
-            retriever.add(batch)
+            if not built:
+                retriever.add(batch)
             batch, item = [], item + 1
-    retriever.add(batch)
+    if not built:
+        retriever.add(batch)
     returned = time.perf_counter() - started
     retriever.flush()
     added = time.perf_counter() - started
@@ -178,6 +197,7 @@ def run_one(
     return {
         "backend": backend,
         "size": size,
+        "built_before": built,
         "add_per_s": size / added,
         "add_per_cpu_s": size / added_cpu if added_cpu else 0.0,
         "add_returned_s": returned,
@@ -189,6 +209,23 @@ def run_one(
         "disk_mb": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+class QueryModelEmbedder:
+    """Index vectors from one embedder, query vectors from a model: fills a large index fast
+    (``--embedder hashing``) while each search still pays for embedding its query with a real
+    model. The collection records the index embedder's name."""
+
+    def __init__(self, index: Embedder, query: Embedder) -> None:
+        self._index = index
+        self._query = query
+        self.name = embedder_name(index)
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        return self._index(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return embed_query(self._query, text)
 
 
 def _units(sentences: Iterator[str], per_unit: int) -> Iterator[str]:
@@ -215,14 +252,27 @@ def render(rows: list[dict[str, object]], note: str) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        if r.get("built_before"):
+            adding = "| built before | built before | – | – |"
+        else:
+            adding = (
+                f"| {r['add_per_s']:,.0f} | {r.get('add_per_cpu_s', float('nan')):,.0f} "
+                f"| {r['add_returned_s']:.1f} | {r['add_total_s']:.1f} |"
+            )
         lines.append(
-            f"| {r['backend']} | {r['size']:,} | {r['add_per_s']:,.0f} "
-            f"| {r.get('add_per_cpu_s', float('nan')):,.0f} | {r['add_returned_s']:.1f} "
-            f"| {r['add_total_s']:.1f} | {r.get('queries', 100)} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} "
+            f"| {r['backend']} | {r['size']:,} {adding}"
+            f" {r.get('queries', 100)} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} "
             f"| {r.get('cpu_p95_ms', float('nan')):.2f} "
             f"| {r['disk_mb']:.1f} | {r['peak_rss_mb']:.0f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _index_name(args: argparse.Namespace, backend: str, size: int) -> str:
+    """One folder per index a set of options builds (the query embedder is not part of it)."""
+    one = "-onevector" if args.one_vector and backend == "embedding" else ""
+    embedder = "" if backend == "keyword" else f"-{args.embedder or 'minilm'}{one}"
+    return f"{backend}-{size}-per{args.per_passage}-turn{args.turn}{embedder}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -255,20 +305,41 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="embedding: one vector per passage, not also one per sentence of a message",
     )
+    parser.add_argument(
+        "--query-embedder",
+        default=None,
+        help="embed queries with this model while the index's vectors come from --embedder "
+        "(e.g. --embedder hashing --query-embedder minilm: a large index fast, real query cost)",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="build each index once in this folder (outside the repository) and reuse it: a "
+        "later run with the same options times the searches only",
+    )
     parser.add_argument("--child", nargs=2, metavar=("BACKEND", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        with tempfile.TemporaryDirectory() as folder:
+        with tempfile.TemporaryDirectory() as scratch:
+            folder, built = Path(scratch), False
+            if args.keep is not None:
+                folder = args.keep / _index_name(args, args.child[0], int(args.child[1]))
+                built = (folder / "built").exists()
             result = run_one(
                 args.child[0],
                 int(args.child[1]),
                 args.turn,
-                Path(folder),
+                folder,
                 args.queries,
                 args.embedder,
                 args.per_passage,
                 not args.one_vector,
+                built=built,
+                query_embedder=args.query_embedder,
             )
+            if args.keep is not None:
+                (folder / "built").touch()
         print(json.dumps(result))
         return
     load_before = os.getloadavg()
@@ -289,6 +360,8 @@ def main(argv: list[str] | None = None) -> None:
                     *("--per-passage", str(args.per_passage)),
                     *(("--embedder", args.embedder) if args.embedder else ()),
                     *(("--one-vector",) if args.one_vector else ()),
+                    *(("--query-embedder", args.query_embedder) if args.query_embedder else ()),
+                    *(("--keep", str(args.keep)) if args.keep else ()),
                 ],
                 check=True,
                 capture_output=True,
@@ -306,7 +379,8 @@ def main(argv: list[str] | None = None) -> None:
     note = (
         f"{note}\nLoad average (1, 5, 15 min) before: {loads}; after: {after}; "
         f"{os.cpu_count()} CPUs. Queries: {args.queries}. "
-        f"Embedder: {args.embedder or 'minilm'}. Sentences per passage: {args.per_passage}"
+        f"Embedder: {args.embedder or 'minilm'}"
+        f"{f' (queries: {args.query_embedder})' if args.query_embedder else ''}. Sentences per passage: {args.per_passage}"
         f"{' (one vector each)' if args.one_vector else ''}."
     ).strip()
     table = render(rows, note)

@@ -160,6 +160,29 @@ def test_minilm_finds_a_paraphrase_with_no_shared_word():
     retriever.close()
 
 
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["minilm-int8", "minilm-q8"])
+def test_onnx_minilm_vectors_agree_with_pytorch_and_keep_the_input_order(name):
+    """The ONNX builds are the same model: vectors close to PyTorch's, in the order the texts
+    came (they are embedded shortest first), under a name of their own."""
+    texts = [
+        "A much longer sentence about the support group she went to on Sunday morning.",
+        "Hi!",
+        "The clerk recorded domo86 at nine.",
+    ]
+    made = embedders.embedder_from_name(name)
+    vectors = made(texts)
+    reference = MiniLMEmbedder()(texts)
+    for vector, expected in zip(vectors, reference, strict=True):
+        assert len(vector) == 384
+        assert math.isclose(sum(x * x for x in vector), 1.0, rel_tol=1e-4)
+        assert sum(a * b for a, b in zip(vector, expected, strict=True)) > 0.95
+    for again, first in zip(made(texts[::-1]), vectors[::-1], strict=True):
+        assert again == pytest.approx(first, abs=1e-5)
+    assert embedders.embedder_from_name(embedders.embedder_name(made)).name == made.name
+    assert embedders.embedder_name(made) != embedders.embedder_name(MiniLMEmbedder())
+
+
 def test_an_index_written_by_another_process_is_read_back(tmp_path):
     script = (
         "from keeper_middleware.retrievers import EmbeddingRetriever, HashingEmbedder, Passage\n"
@@ -257,3 +280,63 @@ def test_messages_of_many_sentences_still_give_k_distinct_hits(seed):
     assert len(hits) == 10 and len({h.passage.position for h in hits}) == 10
     assert {h.passage.position for h in hits[:6]} == {1, 3, 5, 7, 9, 11}
     retriever.close()
+
+
+class RecordingEmbedder:
+    """The hashing embedder, remembering the texts of every call it gets."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return HASHING(texts)
+
+
+def test_a_one_sentence_message_costs_one_vector(tmp_path):
+    embedder = RecordingEmbedder()
+    retriever = EmbeddingRetriever(tmp_path, embedder=embedder)
+    retriever.add([Passage(session="s", item=1, position=0, text="Only one sentence here.")])
+    retriever.add([Passage(session="s", item=1, position=1, text="First one. Second one.")])
+    retriever.flush()
+    assert sum(len(call) for call in embedder.calls) == 1 + 3
+    assert len(retriever._collection.get(include=[])["ids"]) == 1 + 3
+    retriever.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_vectors_are_embedded_shortest_first_and_each_stays_with_its_text(seed):
+    """Each write batch goes to the model in order of length (less padding); the order must not
+    change what is found: every passage and every sentence is its own nearest vector."""
+    rng = random.Random(seed)
+    texts = [message(rng, rng.randrange(1, 9), f"tag{n}x", at=0) for n in range(40)]
+    embedder = RecordingEmbedder()
+    retriever = EmbeddingRetriever(embedder=embedder, batch_size=16)
+    retriever.add([Passage(session="s", item=i, position=i, text=t) for i, t in enumerate(texts)])
+    retriever.flush()
+    passage_calls = [call for call in embedder.calls if len(call) > 1]
+    lengths = [len(text) for call in passage_calls for text in call]
+    assert lengths == sorted(lengths)  # one write batch here: sorted across its calls
+    assert all(len(call) <= 16 for call in passage_calls)
+    stored = retriever._collection.get(include=["embeddings", "documents"])
+    for document, vector in zip(stored["documents"], stored["embeddings"], strict=True):
+        expected = HASHING([document])[0]
+        # a sentence's vector is of "context: sentence" (no context here) or the sentence
+        assert max(abs(a - b) for a, b in zip(vector, expected, strict=True)) < 1e-6
+    for position, text in enumerate(texts):
+        best = retriever.search(text, session="s", k=1)[0]
+        assert best.passage.position == position and best.score == pytest.approx(1.0)
+    retriever.close()
+
+
+@pytest.mark.real_model
+def test_a_minilm_query_is_the_vector_of_its_text_and_leaves_the_thread_count_alone():
+    torch = pytest.importorskip("torch")
+    model = MiniLMEmbedder()
+    texts = ["When did Caroline go to the support group?", "Hi!"]
+    before = torch.get_num_threads()
+    for text, expected in zip(texts, model(texts), strict=True):
+        assert model.embed_query(text) == pytest.approx(expected, abs=1e-5)
+    assert torch.get_num_threads() == before

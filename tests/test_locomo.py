@@ -33,6 +33,7 @@ from keeper_middleware.bench.locomo.streams import conversation_from_stream
 from keeper_middleware.bench.run_options import resolve_stream
 from keeper_middleware.bench.streams import question_sets, read_stream
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
+from keeper_middleware.retrievers.sentences import split_sentences
 
 FILLER = [
     "Hey, how are you doing today?",
@@ -226,6 +227,34 @@ def test_recall_command_writes_a_table_for_every_method(locomo_file, tmp_path, c
     for method in ("keyword", "bm25s", "embedding:hashing"):
         assert f"| {method} | 8 |" in table  # categories 1–4 only
     assert "load average" in table
+
+
+@pytest.mark.parametrize("sentence_vectors", ["on", "off"])
+def test_index_command_counts_the_vectors_each_message_costs(
+    locomo_file, tmp_path, sentence_vectors
+):
+    out = tmp_path / "rate.md"
+    main(
+        [
+            "locomo", "index", "--data", str(locomo_file), "--embedders", "hashing",
+            "--sentence-vectors", sentence_vectors, "--out", str(out),
+        ]
+    )  # fmt: skip
+    indexed = [
+        conversation_passages(conversation, session="s", granularity="messages")
+        for conversation in load_locomo(locomo_file)
+    ]
+    sentences = [len(split_sentences(p.text)) for i in indexed for p in i.passages]
+    if sentence_vectors == "on":
+        expected = sum(1 + (count if count > 1 else 0) for count in sentences)
+    else:
+        expected = len(sentences)
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| hashing"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == ("yes" if sentence_vectors == "on" else "no")
+    assert cells[2] == str(sum(i.turns for i in indexed))
+    assert cells[3].startswith(f"{expected} (")
+    assert "Load average" in out.read_text()
 
 
 @pytest.mark.parametrize("text", ["keyword:paragraphs", "vector", "hybrid:w=x"])

@@ -2,9 +2,11 @@
 
     keeper-bench locomo recall --data locomo10.json
     keeper-bench locomo answer --data locomo10.json --arm rag --model openai:http://127.0.0.1:8080/v1
+    keeper-bench locomo index --data locomo10.json --embedders minilm,minilm-q8
 
 ``recall`` measures retrieval alone (no model); ``answer`` runs arms with a model and grades the
-answers as the dataset's paper does. Both print a markdown table and can write it (``--out``).
+answers as the dataset's paper does; ``index`` times the embedding backend indexing the turns.
+Each prints a markdown table and can write it (``--out``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,19 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     recall.add_argument("--conversations", default="", help="sample ids to keep (default all)")
     recall.add_argument("--out", type=Path, default=None, help="write the table here too")
     recall.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    index = actions.add_parser("index", help="the embedding backend's indexing rate")
+    index.add_argument("--data", type=Path, required=True, help="LoCoMo's JSON file")
+    index.add_argument("--embedders", default="minilm", help="comma-separated embedder names")
+    index.add_argument(
+        "--sentence-vectors",
+        choices=("on", "off", "both"),
+        default="both",
+        help="also one vector per sentence of a message (the default of the backend: on)",
+    )
+    index.add_argument("--threads", type=int, default=None, help="model threads (default: all)")
+    index.add_argument("--repeat", type=int, default=1, help="index the turns this many times")
+    index.add_argument("--conversations", default="", help="sample ids to keep (default all)")
+    index.add_argument("--out", type=Path, default=None, help="write the table here too")
     from keeper_middleware.bench.locomo.answers import configure_answer
 
     configure_answer(actions.add_parser("answer", help="run arms with a model; token-F1 grade"))
@@ -58,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.conversations:
         wanted = set(args.conversations.split(","))
         conversations = [c for c in conversations if c.sample_id in wanted]
+    if args.locomo_action == "index":
+        return _run_index(args, conversations, source)
     load = os.getloadavg()
     embedders: dict[str, Embedder] = {}
     results = []
@@ -79,6 +96,40 @@ def _run(args: argparse.Namespace) -> int:
         args.out.write_text(table, encoding="utf-8")
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in results], indent=1))
+    return 0
+
+
+def _run_index(args: argparse.Namespace, conversations: list[Conversation], source: str) -> int:
+    from keeper_middleware.bench.locomo.rate import measure_rate, render_rates
+
+    load = os.getloadavg()
+    modes = {"on": (True,), "off": (False,), "both": (True, False)}[args.sentence_vectors]
+    loaded: dict[str, tuple[Embedder, float]] = {}
+    rows = []
+    for name in (n.strip() for n in args.embedders.split(",") if n.strip()):
+        for sentence_vectors in modes:
+            for _ in range(max(args.repeat, 1)):
+                rows.append(
+                    measure_rate(
+                        name,
+                        conversations,
+                        sentence_vectors=sentence_vectors,
+                        threads=args.threads,
+                        loaded=loaded,
+                    )
+                )
+                print(render_rates(rows[-1:], note="").splitlines()[-3], flush=True)
+    note = (
+        f"# Embedding backend indexing rate\n\n{len(conversations)} conversation(s) from "
+        f"`{source}`, one message per add, model loaded first; threads "
+        f"{args.threads or 'default'}; load average before "
+        f"{', '.join(f'{x:.2f}' for x in load)} (1, 5, 15 min) on {os.cpu_count()} CPUs."
+    )
+    table = render_rates(rows, note=note)
+    print(table)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(table, encoding="utf-8")
     return 0
 
 

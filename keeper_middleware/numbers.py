@@ -40,8 +40,13 @@ _SCALE_VALUE = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billio
 _NUMBER_WORDS = set(_WORD_VALUE) | set(_SCALE_VALUE) | {"and", "minus", "negative"}
 
 _DIGITS = re.compile(r"(?<![\w.])[-−]?\d[\d,]*(?:\.\d+)?(?![\w])")
+FIRST_LETTERS = "".join(
+    sorted({word[0] for word in (*_WORD_VALUE, *_SCALE_VALUE, "minus", "negative")})
+)
+"""The letters a number word (or "minus", "negative") starts with: checked before the long
+alternation, so the scan skips every other word at once (twice as fast on English prose)."""
 _WORD_RUN = re.compile(
-    r"\b(?:(?:minus|negative)\s+)?(?:"
+    rf"\b(?=[{FIRST_LETTERS}])(?:(?:minus|negative)\s+)?(?:"
     + "|".join(sorted(set(_WORD_VALUE) | set(_SCALE_VALUE), key=len, reverse=True))
     + r")(?:[\s-]+(?:and[\s-]+)?(?:"
     + "|".join(sorted(set(_WORD_VALUE) | set(_SCALE_VALUE), key=len, reverse=True))
@@ -108,13 +113,22 @@ def parse_number(text: str) -> float | None:
     return None if value is None else float(value)
 
 
+SHORT_TEXT = 400
+"""Texts this long or shorter (a STATE value, a rule, a sentence) are read once and
+remembered; longer ones (the noted turns) only while a cut's checks read them."""
+SHORT_TEXTS_KEPT = 4_096
+"""How many short texts are remembered: ten times the entries the NOTES hold at the default
+budget of a 32K window (about 300), so the values the NOTES keep are not read again every cut."""
+
+
 def amounts_in(text: str) -> set[float]:
-    """Every amount a text states (see :func:`_amounts_in`); a fresh set the caller may change."""
+    """Every amount a text states (see :func:`_scan_amounts`); a fresh set the caller may change."""
+    if len(text) <= SHORT_TEXT:
+        return set(_short_amounts(text))
     return set(_amounts_in(text))
 
 
-@lru_cache(maxsize=64)
-def _amounts_in(text: str) -> frozenset[float]:
+def _scan_amounts(text: str) -> frozenset[float]:
     """Every amount a text states, in digits or in words (both signs of a bare amount count).
 
     "ten were taken" states 10; whether it is added or taken is the sentence's business, so the
@@ -130,6 +144,10 @@ def _amounts_in(text: str) -> frozenset[float]:
         if value is not None:
             found.add(float(abs(value)))
     return frozenset(found)
+
+
+_amounts_in = lru_cache(maxsize=64)(_scan_amounts)
+_short_amounts = lru_cache(maxsize=SHORT_TEXTS_KEPT)(_scan_amounts)
 
 
 def format_number(value: float) -> str:

@@ -20,7 +20,13 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Literal
 
-from keeper_middleware.numbers import parse_number, words_to_int
+from keeper_middleware.numbers import (
+    FIRST_LETTERS,
+    SHORT_TEXT,
+    SHORT_TEXTS_KEPT,
+    parse_number,
+    words_to_int,
+)
 
 Direction = Literal["add", "take", "set"]
 
@@ -48,7 +54,7 @@ _NUMBER_WORD = (
     r"eighty|ninety|hundred|thousand|million|billion"
 )
 _SIGNED_WORDS = re.compile(
-    rf"\b(?:(?:minus|negative)\s+)?(?:{_NUMBER_WORD})(?:[\s-]+(?:and[\s-]+)?(?:{_NUMBER_WORD}))*\b",
+    rf"\b(?=[{FIRST_LETTERS}])(?:(?:minus|negative)\s+)?(?:{_NUMBER_WORD})(?:[\s-]+(?:and[\s-]+)?(?:{_NUMBER_WORD}))*\b",
     re.IGNORECASE,
 )
 _MINUS_BEFORE = re.compile(r"(?:minus|negative)\s*$", re.IGNORECASE)
@@ -96,8 +102,21 @@ def _minus_before(text: str, end: int) -> bool:
 
 
 def signed_amounts_in(text: str) -> frozenset[float]:
-    """Every amount the text states, with the sign it is written with ("minus six" → -6)."""
+    """Every amount the text states, with the sign it is written with ("minus six" → -6).
+
+    A short text (a STATE value, a rule) is read once and remembered: every
+    cut's checks read every value the NOTES hold, and the same values come back cut after cut.
+    """
+    if len(text) <= SHORT_TEXT:
+        return _short_signed_amounts(text)
+    return _scan_signed_amounts(text)
+
+
+def _scan_signed_amounts(text: str) -> frozenset[float]:
     return frozenset(amount for _, amount in _signed_amounts(text))
+
+
+_short_signed_amounts = lru_cache(maxsize=SHORT_TEXTS_KEPT)(_scan_signed_amounts)
 
 
 def first_amount(text: str) -> float | None:
@@ -105,14 +124,34 @@ def first_amount(text: str) -> float | None:
     return min(_signed_amounts(text), default=(0, None))[1]
 
 
+SentenceFacts = tuple[tuple[Direction | Literal["mixed"] | None, frozenset[float]], ...]
+"""Each sentence's direction and the signed amounts it states, in order."""
+
+
+@lru_cache(maxsize=4)
+def sentence_facts(text: str) -> SentenceFacts:
+    """Each sentence's direction and signed amounts, read in one pass over the text.
+
+    The sign check needs both the value statements and the directions of the same noted text;
+    reading its sentences once for both halves the work of a cut's checks over the turns (the
+    biggest part of what a cut costs the keeper). Only the last few texts are kept: a cut's
+    checks all read the same one. The sentences are read afresh, not remembered with the
+    short texts (they would push out the NOTES' values, which come back every cut).
+    """
+    return tuple(
+        (sentence_direction(sentence), _scan_signed_amounts(sentence))
+        for sentence in sentences(text)
+    )
+
+
 @lru_cache(maxsize=64)
 def value_statements(text: str) -> frozenset[float]:
     """Signed amounts stated as values: in sentences that set a value or have no verb that moves
     one ("recorded domo86 at 342", "It was 342."), not in those that add or take an amount."""
     found: set[float] = set()
-    for sentence in sentences(text):
-        if sentence_direction(sentence) in ("set", None):
-            found |= signed_amounts_in(sentence)
+    for direction, amounts in sentence_facts(text):
+        if direction in ("set", None):
+            found |= amounts
     return frozenset(found)
 
 
@@ -120,10 +159,9 @@ def value_statements(text: str) -> frozenset[float]:
 def amount_directions(text: str) -> dict[float, frozenset[str]]:
     """For each amount (absolute value) the text states, the directions of its sentences."""
     directions: dict[float, set[str]] = {}
-    for sentence in sentences(text):
-        direction = sentence_direction(sentence) or "none"
-        for amount in signed_amounts_in(sentence):
-            directions.setdefault(abs(amount), set()).add(direction)
+    for direction, amounts in sentence_facts(text):
+        for amount in amounts:
+            directions.setdefault(abs(amount), set()).add(direction or "none")
     return {amount: frozenset(found) for amount, found in directions.items()}
 
 

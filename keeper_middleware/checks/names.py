@@ -81,12 +81,18 @@ class TrackedNamesAccounted:
         missing: dict[str, None] = {}
         for sentence in _SENTENCE_END.split(context.noted_text):
             sentence = sentence.strip()
-            if not sentence or sentence.endswith("?") or not amounts_in(sentence):
+            if not sentence or sentence.endswith("?"):
                 continue
-            for match in pattern.finditer(sentence):
-                folded = match.group().casefold()
-                if folded not in accounted and folded not in context.archived_keys:
-                    missing[match.group()] = None
+            # the names first: only a sentence naming one the lines leave out is read for amounts
+            # (most name only what the lines account for)
+            unaccounted = [
+                match.group()
+                for match in pattern.finditer(sentence)
+                if match.group().casefold() not in accounted
+                and match.group().casefold() not in context.archived_keys
+            ]
+            if unaccounted and amounts_in(sentence):
+                missing.update(dict.fromkeys(unaccounted))
         if not missing:
             return []
         names = ", ".join(missing)

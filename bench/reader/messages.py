@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from keeper_middleware.bench.reader.pinned import is_pinned_text, pinned_notes
 from keeper_middleware.bench.reader.text import (
+    TEXTS_REMEMBERED,
     AskedQuestion,
     Event,
     Recount,
@@ -141,7 +142,7 @@ def read_blocks(messages: Sequence[BaseMessage]) -> tuple[list[Block], Recount |
     return blocks, recount
 
 
-@lru_cache(maxsize=16_384)
+@lru_cache(maxsize=TEXTS_REMEMBERED)
 def _batch_pieces(text: str) -> tuple[tuple[int | None, str], ...]:
     """(item, text) of each batch in a message ("Item N." to the next head; None for text before
     the first head), passage lines left out; remembered, as every request re-sends the batches."""

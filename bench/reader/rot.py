@@ -31,7 +31,7 @@ from langchain_core.messages import BaseMessage
 from keeper_middleware.bench.reader.faults import unit_hash
 from keeper_middleware.bench.reader.messages import message_kind
 from keeper_middleware.bench.reader.pinned import PINNED_TAG, RULE_PREFIX, RULES_READ_SENTENCE
-from keeper_middleware.bench.reader.text import is_questions_message
+from keeper_middleware.bench.reader.text import TEXTS_REMEMBERED, is_questions_message
 from keeper_middleware.messages import text_of
 
 _SENTENCE_END = re.compile(r"(?<=[.?!])[ \t]+|\n")
@@ -146,7 +146,7 @@ def _overlooked(draw: float, chance: float) -> bool:
     return chance > 0.0 and draw < chance
 
 
-@lru_cache(maxsize=16_384)
+@lru_cache(maxsize=TEXTS_REMEMBERED)
 def _rot_plan(text: str, kind: str, seed: int) -> tuple[tuple[int, int, float | None], ...]:
     """(start, length, hash) of each piece of ``text``; the hash is None for a piece that never
     rots. Only the distance changes from one request to the next, so the pieces and their

@@ -117,8 +117,8 @@ SHORT_TEXT = 400
 """Texts this long or shorter (a STATE value, a rule, a sentence) are read once and
 remembered; longer ones (the noted turns) only while a cut's checks read them."""
 SHORT_TEXTS_KEPT = 4_096
-"""How many short texts are remembered: ten times the entries the NOTES hold at the default
-budget of a 32K window (about 300), so the values the NOTES keep are not read again every cut."""
+"""How many short texts are remembered: ten times the entries the NOTES hold at a 32K window
+(300–400), so the values the NOTES keep are not read again every cut."""
 
 
 def amounts_in(text: str) -> set[float]:

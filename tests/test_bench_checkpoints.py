@@ -219,3 +219,14 @@ def test_a_damaged_file_is_named_with_the_fix(tmp_path):
         connection.execute("DELETE FROM message_blobs WHERE rowid = 1")
     with pytest.raises(ValueError, match=r"missing from message_blobs.*delete the run folder"):
         latest(open_checkpointer(tmp_path / "c.sqlite3"))
+
+
+def test_the_saver_reads_messages_back_from_the_file_not_from_a_copy_it_kept(tmp_path):
+    # a long run writes every message of its stream once: the process must not hold them all
+    saver = open_checkpointer(tmp_path / "c.sqlite3")
+    put(saver, conversation(3), 1)
+    assert latest(saver)["messages"] == conversation(3)
+    saver.conn.execute("DELETE FROM message_blobs WHERE rowid = 2")
+    saver.conn.commit()
+    with pytest.raises(ValueError, match=r"missing from message_blobs"):
+        latest(saver)

@@ -19,7 +19,7 @@ from keeper_middleware.bench.matrix import MatrixSpec, run_matrix
 from keeper_middleware.bench.streams import question_sets
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "compare_arms.ipynb"
-RECORDED = Path(bench.__file__).parent / "results" / "matrix_240k"
+RECORDED = [Path(bench.__file__).parent / "results" / f"matrix_{size}" for size in ("240k", "1m")]
 SELF_EDIT = Path(bench.__file__).parent / "results" / "self_edit_arms"
 LIVE_ARMS = ("notes", "summarize", "peer_langchain_summarization_tuned", "self_edit_rules")
 PNG = b"\x89PNG"
@@ -56,8 +56,8 @@ def test_the_notebook_shows_the_recorded_and_the_live_comparison_as_the_runs_gra
     assert f"python: {sys.executable}" in printed  # the kernel is this environment's Python
 
     # part 1: the recorded comparison, exactly as bench/results holds it
-    recorded = (RECORDED / "README.md").read_text()
-    assert recorded in markdown
+    for recorded in RECORDED:
+        assert (recorded / "README.md").read_text() in markdown
     # the self-editing arms: each graph drawn, and their recorded comparison
     assert (SELF_EDIT / "README.md").read_text() in markdown
     for name in ("self_edit", "self_edit_archive", "self_edit_rules", "free_notes"):
@@ -72,7 +72,7 @@ def test_the_notebook_shows_the_recorded_and_the_live_comparison_as_the_runs_gra
 
     images = [base64.b64decode(png) for png in outputs(notebook, "image/png")]
     live_plots = sorted((tmp_path / "matrix").glob("*.png"))
-    recorded_plots = [*RECORDED.glob("*.png"), *SELF_EDIT.glob("*.png")]
+    recorded_plots = [*(p for r in RECORDED for p in r.glob("*.png")), *SELF_EDIT.glob("*.png")]
     assert len(images) == len(recorded_plots) + len(live_plots) >= 4
     assert all(image.startswith(PNG) for image in images)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
@@ -39,6 +39,7 @@ __all__ = [
     "ArchiveStore",
     "ArchivedTurn",
     "CutRecord",
+    "MovedUpdate",
     "NotesDraft",
     "NotesVersion",
     "open_archive",
@@ -46,7 +47,8 @@ __all__ = [
     "turn_from_message",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""SQLite archive layout: 2 keeps moved STATE entries one row each (``moved_rows``)."""
 ROLES = ("system", "human", "ai", "tool")
 
 
@@ -187,6 +189,39 @@ class NotesVersion:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MovedUpdate:
+    """How a cut changes the session's moved STATE entries (``moved_rows`` describes them),
+    applied in this order: ``drop``, then ``forget``, then ``add``."""
+
+    drop: tuple[str, ...] = ()
+    """Keys back in the NOTES: their rows go."""
+    forget: tuple[str, ...] = ()
+    """Keys that stay in the archive but whose value no longer applies (unset after a recall):
+    the row stays without a value, so it is never recalled."""
+    add: tuple[tuple[str, str | None], ...] = ()
+    """Entries moved out now, in order, each with its latest value: a key moved before gets the
+    new value and moves to the end of the order."""
+
+    def __post_init__(self) -> None:
+        for field, keys in (
+            ("drop", self.drop),
+            ("forget", self.forget),
+            ("add", tuple(key for key, _ in self.add)),
+        ):
+            for key in keys:
+                if not isinstance(key, str) or not key:
+                    raise ValueError(f"{field} keys must be non-empty strings, got {key!r}")
+        for key, value in self.add:
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"the value of moved key {key!r} must be str or None, got {value!r}"
+                )
+
+    def __bool__(self) -> bool:
+        return bool(self.drop or self.forget or self.add)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CutRecord:
     """What one committed cut did."""
 
@@ -214,10 +249,33 @@ class ArchiveStore(Protocol):
         cut_key: str,
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
+        moved: MovedUpdate | None = None,
     ) -> CutRecord:
         """In one transaction: add the turns not yet archived (by msg_id), the notes version
-        (if any) and the cut record. A cut_key already committed returns its first record and
-        changes nothing."""
+        (if any), the change to the moved entries (if any) and the cut record. A cut_key
+        already committed returns its first record and changes nothing."""
+        ...
+
+    def update_moved(self, session: str, update: MovedUpdate) -> None:
+        """Apply ``update`` to the moved entries outside a cut (copying an archive), in one
+        transaction."""
+        ...
+
+    def moved_named(self, session: str, words: Collection[str]) -> list[tuple[str, str]]:
+        """The moved entries that have a value and whose key's first case-folded word is one of
+        ``words`` (``moved_rows.key_lookup``), in the order they moved: the candidates a text
+        with those words may name. Reads only the rows it returns."""
+        ...
+
+    def moved_among(self, session: str, folded: Collection[str]) -> list[str]:
+        """The moved keys whose case-folded form is one of ``folded`` (with a value or not)."""
+        ...
+
+    def moved_rows(self, session: str) -> Iterator[tuple[str, str | None]]:
+        """Every moved key with its value (None: none to recall), in the order they moved.
+
+        Sessions stored with the old layout (two JSON values) are moved to rows on first use of
+        any of these methods, in one transaction."""
         ...
 
     def find_cut(self, session: str, cut_key: str) -> CutRecord | None: ...

@@ -1,5 +1,6 @@
 """Finishing a cut: the new NOTES fitted to their budget, the window the cut leaves, and the
-turns that leave it archived word for word in the same transaction as the new NOTES version.
+turns that leave it archived word for word in the same transaction as the new NOTES version
+(and the change to which entries moved from the NOTES to the archive).
 
 A cut whose transaction committed before a crash is finished from the archive, not asked of the
 model again, so no turn is archived twice and no NOTES version is written twice.
@@ -18,8 +19,8 @@ from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import NoteOutcome
 from keeper_middleware.notes import Notes, notes_from_json, notes_to_json, render_notes
 from keeper_middleware.notes_budget import MOVED_TURN_NAME, fit_notes, moved_text
-from keeper_middleware.recall import track_moved
-from keeper_middleware.sessions import MOVED_ENTRIES, SessionState
+from keeper_middleware.recall import moved_update
+from keeper_middleware.sessions import SessionState
 from keeper_middleware.steps import Pending, StepResult
 from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.turns import leaving_turns
@@ -112,16 +113,11 @@ class CutCommit:
                 text=rendered,
                 data_json=notes_to_json(notes),
             ),
+            # which entries are in the archive rather than the NOTES changes with the NOTES
+            moved=moved_update(
+                notes, fitted.moved_state, back=[key for key, _ in pending.recalled]
+            ),
         )
-        self.sessions.track_moved_keys(session, notes, fitted.moved_state)
-        if fitted.moved_state or pending.moved_entries:
-            entries = track_moved(
-                pending.moved_entries,
-                notes,
-                fitted.moved_state,
-                back=[key for key, _ in pending.recalled],
-            )
-            self.archive.put_value(session, MOVED_ENTRIES, entries)
         self.sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))

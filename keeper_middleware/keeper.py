@@ -320,19 +320,23 @@ class Keeper:
         )
         if plan is None and request_tokens > budget:
             raise window.too_big_error(request_tokens, entries, setup)
-        moved = self.sessions.moved_keys(session) if plan is not None else frozenset()
-        recallable = self.sessions.moved_entries(session) if plan is not None else {}
-        return Pending(
+        pending = Pending(
             session,
             messages,
             kstate,
             plan,
             notes,
             replaced=bool(forged or shrunk),
-            archived_keys=moved,
-            moved_entries=recallable,
             entries=entries,
         )
+        if plan is not None and self.config.notes_mode == "in_place":
+            # only the moved entries the noted turns may name are read, not every one ever moved
+            noted = self.dialogue.noted_text(pending)
+            pending.moved_entries = self.sessions.moved_named(session, noted)
+            pending.archived_keys = self.sessions.archived_keys(
+                session, self.dialogue.named_names(noted)
+            )
+        return pending
 
     def _shrink_in_view(
         self,

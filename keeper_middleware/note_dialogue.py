@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
 from keeper_middleware.changes import SetLine, UnsetLine
 from keeper_middleware.checks import NoteCheck
+from keeper_middleware.checks.names import compile_names
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
 from keeper_middleware.messages import (
@@ -74,6 +75,14 @@ class NoteDialogue:
             if block:
                 text = f"{text}\n{block}"
         return [*convo, keeper_message(text, "notes_request")]
+
+    def named_names(self, noted_text: str) -> set[str]:
+        """The tracked names ``noted_text`` gives, case folded: the ones the checks ask the
+        archive about (``Pending.archived_keys``)."""
+        pattern = compile_names(self.config.tracked_names)
+        if pattern is None:
+            return set()
+        return {match.group().casefold() for match in pattern.finditer(noted_text)}
 
     def noted_text(self, pending: Pending) -> str:
         """The text of the turns being noted: question sets change nothing, and search results
@@ -136,7 +145,7 @@ class NoteDialogue:
             tracked_names=self.config.tracked_names,
             instruction_text=self.instruction_text(pending),
             max_rules=self.config.max_rules,
-            archived_keys=pending.archived_keys - recalled_keys,
+            archived_keys=pending.archived_keys.without(recalled_keys),
         )
         step: Ask | Done = taking.first_step()
         last_text = ""

@@ -41,6 +41,7 @@ from keeper_middleware.checks import (
 )
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.notes import NOTES_CHECK_TAG, NOTES_REQUEST_TAG, Notes, normalise_entry
+from keeper_middleware.recall import ArchivedKeys
 
 _FORMS = """\
 RULE: <text>
@@ -175,11 +176,12 @@ class NoteTaking:
         tracked_names: str | re.Pattern[str] | None = None,
         instruction_text: str | None = None,
         max_rules: int | None = None,
-        archived_keys: frozenset[str] = frozenset(),
+        archived_keys: frozenset[str] | ArchivedKeys = frozenset(),
     ) -> None:
         """``instruction_text`` is what the user and the system prompt said (the only text a RULE
         may quote; None: ``noted_text``); ``max_rules`` caps the RULES (None: no cap);
-        ``archived_keys`` are the STATE keys whose entries are in the archive, not the NOTES."""
+        ``archived_keys`` are the STATE keys whose entries are in the archive, not the NOTES (or
+        an ``ArchivedKeys`` that reads them from the archive as names come up)."""
         if max_reasks < 0:
             raise ConfigurationError(
                 f"max_reasks must be >= 0, got {max_reasks}; use 0 to never ask again."
@@ -192,7 +194,11 @@ class NoteTaking:
             tracked_names=pattern,
             instruction_text=instruction_text,
             max_rules=max_rules,
-            archived_keys=frozenset(key.casefold() for key in archived_keys),
+            archived_keys=(
+                archived_keys
+                if isinstance(archived_keys, ArchivedKeys)
+                else frozenset(key.casefold() for key in archived_keys)
+            ),
         )
         self._checks = tuple(default_checks(pattern) if checks is None else checks)
         self._max_reasks = max_reasks

@@ -12,7 +12,9 @@ duplicated: the key is held in one place at a time.
 The recall block is bounded (``room`` tokens), so the request stays within the window; entries
 that do not fit are simply not recalled this time (the note-taker is not asked about them).
 
-Pure: the caller stores the moved entries and counts the tokens.
+Pure: the caller stores the moved entries (one row each, ``moved_rows``) and counts the tokens;
+a cut reads only the rows whose key's first word its noted text holds, and ``named_in`` decides
+among those exactly as it would over every moved entry.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
+from keeper_middleware.archive import MovedUpdate
+from keeper_middleware.moved_rows import WORD, words_of
 from keeper_middleware.notes import ENTRY_PREFIX, STATE_SEPARATOR, Notes
 
 RECALL_HEADER = (
@@ -28,15 +32,18 @@ RECALL_HEADER = (
     "(update them with SET or UNSET lines like the NOTES' own entries):"
 )
 """The first line of the recall block in a notes request (docs/formats.md §2)."""
-_WORD = re.compile(r"\w+")
+_WORD = WORD
 
 
 def named_in(moved: Mapping[str, str], text: str) -> list[str]:
-    """The moved keys ``text`` names as whole words (any case), in the order they moved."""
+    """The moved keys ``text`` names as whole words (any case), in the order they moved.
+
+    Only keys whose first case-folded word is one of the text's words can be named, so
+    ``moved`` may be just those (``ArchiveStore.moved_named``): the answer is the same."""
     if not moved or not text:
         return []
     folded_text = text.casefold()
-    words = set(_WORD.findall(folded_text))
+    words = words_of(text)
     named = []
     for key in moved:
         folded = key.casefold()
@@ -149,3 +156,64 @@ def track_moved(
         moved.pop(key, None)
         moved[key] = value
     return moved
+
+
+def moved_update(
+    notes: Notes, moved_now: Sequence[tuple[str, str]], *, back: Collection[str] = ()
+) -> MovedUpdate:
+    """How a cut changes the stored moved entries (``track_moved`` is the same over a whole
+    mapping): the keys the NOTES hold leave the archive's list, a recalled entry the reply
+    unset (``back`` and not held) keeps its key there but no value to recall, and what moved
+    out now is added with its latest value."""
+    held = tuple(key for key, _ in notes.state)
+    kept = set(held)
+    return MovedUpdate(
+        drop=held,
+        forget=tuple(key for key in back if key not in kept),
+        add=tuple(moved_now),
+    )
+
+
+class ArchivedKeys:
+    """Whether a case-folded name is a moved key's (``CheckContext.archived_keys``), read from
+    the archive only for the names asked about: the names the noted text gives are looked up
+    at once (``prefetch``), any other when a check asks for it."""
+
+    def __init__(
+        self,
+        lookup: Callable[[Collection[str]], Collection[str]],
+        *,
+        prefetch: Collection[str] = (),
+        excluded: Collection[str] = (),
+    ) -> None:
+        self._lookup = lookup
+        self._excluded = frozenset(excluded)
+        self._keys: dict[str, set[str]] = {}
+        """Folded name → the moved keys that fold to it (as read)."""
+        if prefetch:
+            self._read(prefetch)
+
+    def _read(self, folded: Collection[str]) -> None:
+        found: dict[str, set[str]] = {name: set() for name in folded}
+        for key in self._lookup(folded):
+            found.setdefault(key.casefold(), set()).add(key)
+        self._keys.update(found)
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        if name not in self._keys:
+            self._read((name,))
+        return bool(self._keys[name] - self._excluded)
+
+    def without(self, keys: Collection[str]) -> ArchivedKeys:
+        """These, less ``keys`` (recalled entries: their values are in view)."""
+        if not keys:
+            return self
+        fewer = ArchivedKeys(self._lookup, excluded=self._excluded | set(keys))
+        fewer._keys = self._keys
+        return fewer
+
+
+NO_ARCHIVED_KEYS = ArchivedKeys(lambda folded: ())
+"""Nothing moved."""

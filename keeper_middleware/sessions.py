@@ -1,5 +1,6 @@
 """What the keeper keeps per session besides the turns: counters, the marking secret, the
-search guard, the room a message has in view, and which STATE keys were moved to the archive.
+search guard, the room a message has in view, and which STATE entries were moved to the archive
+(one row each, read only for the words a cut's noted text holds: ``moved_rows``).
 
 All of it lives in the archive (values per session), so a restarted keeper or another replica
 on a shared store reads it back; this process only caches what it read, and drops the cache
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -20,14 +21,18 @@ from keeper_middleware.archive import ArchiveStore
 from keeper_middleware.counters import Counters
 from keeper_middleware.marks import SECRET_KEY, new_secret, signed
 from keeper_middleware.messages import keeper_message
+from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
 from keeper_middleware.notes import Notes, notes_from_json
+from keeper_middleware.recall import ArchivedKeys
 from keeper_middleware.search import GuardState
 from keeper_middleware.session_locks import SessionLocks
 
-MOVED_KEYS = "notes_moved_keys"
-"""Per-session value: the STATE keys whose entries are in the archive rather than the NOTES."""
-MOVED_ENTRIES = "notes_moved_entries"
-"""Per-session value: those entries, key → value as last noted (a notes request recalls them)."""
+MOVED_KEYS = LEGACY_KEYS
+"""Per-session value of archives written before moved entries were rows: the moved STATE keys
+(read once and moved to rows on first use)."""
+MOVED_ENTRIES = LEGACY_ENTRIES
+"""Per-session value of archives written before moved entries were rows: key → value as last
+noted (read once and moved to rows on first use)."""
 
 
 class SessionState:
@@ -130,24 +135,16 @@ class SessionState:
         with self.lock:
             self._rooms[session] = room
 
-    def moved_keys(self, session: str) -> frozenset[str]:
-        """STATE keys whose entries are in the archive, not the NOTES."""
-        return frozenset(self.archive.get_value(session, MOVED_KEYS) or ())
+    def moved_named(self, session: str, text: str) -> dict[str, str]:
+        """The moved entries ``text`` may name (their key's first word is one of its words),
+        key → value as last noted, in the order they moved (``recall.named_in`` decides)."""
+        return dict(self.archive.moved_named(session, words_of(text)))
 
-    def moved_entries(self, session: str) -> dict[str, str]:
-        """The moved entries, key → value as last noted."""
-        return dict(self.archive.get_value(session, MOVED_ENTRIES) or {})
-
-    def track_moved_keys(
-        self, session: str, notes: Notes, moved: Sequence[tuple[str, str]]
-    ) -> None:
-        """Remember which keys are in the archive and not the NOTES (a SET brings one back)."""
-        before = self.archive.get_value(session, MOVED_KEYS) or []
-        if not before and not moved:
-            return
-        held = {key for key, _ in notes.state}
-        keys = [key for key in before if key not in held] + [key for key, _ in moved]
-        self.archive.put_value(session, MOVED_KEYS, list(dict.fromkeys(keys)))
+    def archived_keys(self, session: str, names: Collection[str]) -> ArchivedKeys:
+        """Whether a case-folded name is a moved key's, the ``names`` read at once."""
+        return ArchivedKeys(
+            lambda folded: self.archive.moved_among(session, folded), prefetch=names
+        )
 
 
 @functools.lru_cache(maxsize=64)

@@ -7,16 +7,18 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
+from keeper_middleware import sqlite_moved
 from keeper_middleware.archive import (
     SCHEMA_VERSION,
     ArchivedTurn,
     ArchiveSchemaError,
     CutRecord,
+    MovedUpdate,
     NotesDraft,
     NotesVersion,
     _distinct_turns,
@@ -31,6 +33,7 @@ from keeper_middleware.archive_rows import (
 )
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text
+from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
 
 _T = TypeVar("_T")
 
@@ -113,6 +116,12 @@ def _check_archive_path(path: Path) -> None:
         ) from exc
 
 
+def _run(conn: sqlite3.Connection, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 def _probe_write(conn: sqlite3.Connection) -> None:
     """A read-only file opens and reads; find out now, not at the first cut."""
     conn.execute("BEGIN IMMEDIATE")
@@ -192,6 +201,8 @@ class SQLiteArchive:
             conn.close()
             raise
         self._conn: sqlite3.Connection | None = conn
+        self._adopted: set[str] = set()
+        """Sessions whose moved entries are known to be rows (old values adopted or none)."""
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -200,10 +211,11 @@ class SQLiteArchive:
             row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
             found = row[0]
             if found is None:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+                _run(conn, _SCHEMA + sqlite_moved.SCHEMA)
                 conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+            elif found == 1:  # moved entries were two JSON values: adopted per session on use
+                _run(conn, sqlite_moved.SCHEMA)
+                conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
             elif found > SCHEMA_VERSION:
                 raise ArchiveSchemaError(
                     f"the archive {self.path!r} has schema version {found}, but this "
@@ -230,6 +242,7 @@ class SQLiteArchive:
         cut_key: str,
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
+        moved: MovedUpdate | None = None,
     ) -> CutRecord:
         _require_session(session)
         require_cut_key(cut_key)
@@ -267,6 +280,9 @@ class SQLiteArchive:
                     "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows.turns,
                 )
+                if moved:
+                    sqlite_moved.adopt_legacy(conn, session)
+                    sqlite_moved.apply(conn, session, moved)
                 self._before_commit(session, cut_key)
                 conn.execute("COMMIT")
             except BaseException:
@@ -417,6 +433,61 @@ class SQLiteArchive:
                     conn.execute("ROLLBACK")
                 raise
 
+    def update_moved(self, session: str, update: MovedUpdate) -> None:
+        _require_session(session)
+        self._write(session, lambda conn: sqlite_moved.apply(conn, session, update))
+
+    def _write(self, session: str, work: Callable[[sqlite3.Connection], None]) -> None:
+        """``work`` in one write transaction, after adopting the session's old values."""
+        with self._lock:
+            conn = self._live()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
+                sqlite_moved.adopt_legacy(conn, session)
+                work(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._adopted.add(session)
+
+    def _adopt(self, session: str) -> sqlite3.Connection:
+        """The connection, once the session's old values (if any) are rows (lock held)."""
+        conn = self._live()
+        if session not in self._adopted:
+            found = conn.execute(
+                "SELECT 1 FROM kv WHERE session = ? AND key IN (?, ?)",
+                (session, LEGACY_KEYS, LEGACY_ENTRIES),
+            ).fetchone()
+            if found is None:
+                self._adopted.add(session)
+            else:
+                self._write(session, lambda conn: None)
+        return conn
+
+    def moved_named(self, session: str, words: Collection[str]) -> list[tuple[str, str]]:
+        with self._lock:
+            return sqlite_moved.named(self._adopt(session), session, words)
+
+    def moved_among(self, session: str, folded: Collection[str]) -> list[str]:
+        with self._lock:
+            return sqlite_moved.among(self._adopt(session), session, folded)
+
+    def moved_rows(self, session: str) -> Iterator[tuple[str, str | None]]:
+        with self._lock:
+            self._adopt(session)
+        last = -1
+        while True:
+            with self._lock:
+                rows = sqlite_moved.every(self._live(), session, last, _TURN_PAGE)
+            if not rows:
+                return
+            for row in rows:
+                yield row[0], row[1]
+            last = rows[-1][2]
+
     def sessions(self) -> list[str]:
         return [row[0] for row in self._query("SELECT session FROM sessions ORDER BY session", ())]
 
@@ -424,6 +495,7 @@ class SQLiteArchive:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
         with self._lock:
             self._live().execute("DELETE FROM sessions WHERE session = ?", (session,))
+            self._adopted.discard(session)
 
     def close(self) -> None:
         with self._lock:

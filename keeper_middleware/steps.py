@@ -16,6 +16,7 @@ from langchain_core.messages import BaseMessage
 from keeper_middleware.cut import CutPlan
 from keeper_middleware.entries import Entry
 from keeper_middleware.notes import Notes
+from keeper_middleware.recall import NO_ARCHIVED_KEYS, ArchivedKeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +46,12 @@ class Pending:
     tool_schemas: list[dict[str, Any]] = field(default_factory=list)
     replaced: bool = False
     """A message was replaced under its own id (an excerpt, a forged tag removed)."""
-    archived_keys: frozenset[str] = frozenset()
-    """STATE keys whose entries are in the archive, not the NOTES (read with the archive)."""
+    archived_keys: ArchivedKeys = NO_ARCHIVED_KEYS
+    """Whether a case-folded name is a STATE key whose entry is in the archive, not the NOTES
+    (read from the archive as the names come up)."""
     moved_entries: Mapping[str, str] = field(default_factory=dict)
-    """Those entries, each as last noted (what a notes request may recall)."""
+    """The moved entries the noted turns may name, each as last noted (what a notes request
+    may recall; ``recall.named_in`` picks those the turns name)."""
     recalled: tuple[tuple[str, str], ...] = ()
     """The moved entries the notes request recalls (the noted turns name them)."""
     entries: list[Entry] = field(default_factory=list)

@@ -177,7 +177,7 @@ def test_a_moved_entry_the_turns_change_comes_back_and_is_updated_in_place(seed,
     assert keeper.counters("t1").reasks == reasks
     # nothing lost: the value it had when it moved out is still in the archive, word for word
     assert any(f"- {name} = {old}" in text.splitlines() for text in _overflow_texts(keeper))
-    assert name not in (keeper.archive.get_value("t1", "notes_moved_entries") or {})
+    assert name not in dict(keeper.archive.moved_rows("t1"))
     assert keeper.tokens.count_text(render_notes(notes)) <= NOTES_BUDGET
 
 
@@ -193,7 +193,7 @@ def test_a_moved_entry_only_named_stays_in_the_archive_as_it_was(window):
         parse_recall_block(text_of(request[-1])) for request in story.note_requests[asked_before:]
     )
     assert name not in keeper.notes("t1").state_dict()
-    moved = keeper.archive.get_value("t1", "notes_moved_entries")
+    moved = dict(keeper.archive.moved_rows("t1"))
     assert moved[name] == str(int(name[1:]) * 3)
     assert name in keeper.search("t1", name)
 

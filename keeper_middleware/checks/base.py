@@ -4,7 +4,7 @@ the protocol a check implements (the extension point)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -29,9 +29,10 @@ class CheckContext:
     RULE may quote. None: ``noted_text`` stands in (for callers that hold no other source)."""
     max_rules: int | None = None
     """The most rules the NOTES may hold; None: no cap."""
-    archived_keys: frozenset[str] = frozenset()
+    archived_keys: Container[str] = frozenset()
     """STATE keys (case folded) whose entries left the NOTES for the archive: their last value is
-    out of view, so a change to one cannot be worked out from the turns and the NOTES."""
+    out of view, so a change to one cannot be worked out from the turns and the NOTES. Ask it
+    with ``in`` (the keeper passes a lookup into the archive, not the whole list)."""
 
     @property
     def rule_source(self) -> str:

@@ -19,13 +19,14 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from keeper_middleware.archive import (
     ArchivedTurn,
     CutRecord,
+    MovedUpdate,
     NotesDraft,
     NotesVersion,
     _distinct_turns,
@@ -39,6 +40,7 @@ from keeper_middleware.archive_rows import (
     require_cut_key,
 )
 from keeper_middleware.errors import ArchiveError
+from keeper_middleware.postgres import moved as pg_moved
 from keeper_middleware.postgres.connect import (
     check_schema_name,
     connect,
@@ -172,6 +174,8 @@ class PostgresArchive:
             self._pool.open(wait=True, timeout=timeout)
         self._lock_conn: Any = None
         self._lock_mutex = threading.Lock()
+        self._adopted: set[str] = set()
+        """Sessions whose moved entries are known to be rows (old values adopted or none)."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -202,8 +206,9 @@ class PostgresArchive:
         cut_key: str,
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
+        moved: MovedUpdate | None = None,
     ) -> CutRecord:
-        return self.import_cut(session, cut_key=cut_key, turns=turns, notes=notes)
+        return self.import_cut(session, cut_key=cut_key, turns=turns, notes=notes, moved=moved)
 
     def import_cut(
         self,
@@ -213,6 +218,7 @@ class PostgresArchive:
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
         created: float | None = None,
+        moved: MovedUpdate | None = None,
     ) -> CutRecord:
         """``commit_cut`` keeping the time the cut was first made (for migrations)."""
         _require_session(session)
@@ -277,6 +283,9 @@ class PostgresArchive:
                 f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s WHERE session = %s",
                 (next_seq + len(new), next_version + (notes is not None), session),
             )
+            if moved:
+                pg_moved.adopt_legacy(conn, s, session)
+                pg_moved.apply(conn, s, session, moved)
             self._before_commit(session, cut_key)
         return record
 
@@ -326,10 +335,66 @@ class PostgresArchive:
                     rows,
                 )
 
+    def update_moved(self, session: str, update: MovedUpdate) -> None:
+        _require_session(session)
+        _no_nul(session, "session")
+        self._write_moved(session, lambda conn: pg_moved.apply(conn, self.schema, session, update))
+
+    def _write_moved(self, session: str, work: Callable[[Any], None]) -> None:
+        """``work`` in one transaction with the session's row locked, after adopting the
+        session's old values."""
+        s = self.schema
+        with (
+            self._errors("saving moved entries"),
+            self._live_pool().connection() as conn,
+            conn.transaction(),
+        ):
+            conn.execute(
+                f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
+                (session,),
+            )
+            conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session = %s FOR UPDATE", (session,))
+            pg_moved.adopt_legacy(conn, s, session)
+            work(conn)
+        self._adopted.add(session)
+
+    def _adopt(self, session: str) -> None:
+        """Move the session's old values (if any) to rows, once per process."""
+        if session in self._adopted:
+            return
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            found = pg_moved.has_legacy(conn, self.schema, session)
+        if found:
+            self._write_moved(session, lambda conn: None)
+        self._adopted.add(session)
+
+    def moved_named(self, session: str, words: Collection[str]) -> list[tuple[str, str]]:
+        self._adopt(session)
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return pg_moved.named(conn, self.schema, session, words)
+
+    def moved_among(self, session: str, folded: Collection[str]) -> list[str]:
+        self._adopt(session)
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return pg_moved.among(conn, self.schema, session, folded)
+
+    def moved_rows(self, session: str) -> Iterator[tuple[str, str | None]]:
+        self._adopt(session)
+        last = -1
+        while True:
+            with self._errors("reading"), self._live_pool().connection() as conn:
+                rows = pg_moved.page(conn, self.schema, session, last, _TURN_PAGE)
+            if not rows:
+                return
+            for key, value, _ in rows:
+                yield key, value
+            last = rows[-1][2]
+
     def delete_session(self, session: str) -> None:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
         with self._errors("deleting a session"), self._live_pool().connection() as conn:
             conn.execute(f"DELETE FROM {self.schema}.sessions WHERE session = %s", (session,))
+        self._adopted.discard(session)
 
     # ------------------------------------------------------------------ reading
 

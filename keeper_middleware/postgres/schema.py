@@ -70,6 +70,20 @@ MIGRATIONS: tuple[str, ...] = (
         value_json TEXT NOT NULL,
         PRIMARY KEY (session, key)
     )""",
+    # moved STATE entries, one row each (``value`` NULL: moved, nothing to recall); sessions
+    # that kept them as two JSON values in kv are adopted on first use (``postgres.moved``)
+    """CREATE TABLE {schema}.moved (
+        session TEXT NOT NULL REFERENCES {schema}.sessions (session) ON DELETE CASCADE,
+        key BYTEA NOT NULL,
+        value BYTEA,
+        seq BIGINT NOT NULL,
+        folded BYTEA NOT NULL,
+        word BYTEA,
+        PRIMARY KEY (session, key)
+    )""",
+    """CREATE INDEX moved_by_word ON {schema}.moved (session, word)""",
+    """CREATE INDEX moved_by_folded ON {schema}.moved (session, folded)""",
+    """CREATE INDEX moved_by_seq ON {schema}.moved (session, seq)""",
 )
 """Append only: a released statement is never edited, a change is a new statement."""
 

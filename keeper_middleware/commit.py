@@ -115,7 +115,10 @@ class CutCommit:
             ),
             # which entries are in the archive rather than the NOTES changes with the NOTES
             moved=moved_update(
-                notes, fitted.moved_state, back=[key for key, _ in pending.recalled]
+                notes,
+                fitted.moved_state,
+                back=[key for key, _ in pending.recalled],
+                held_before=[key for key, _ in pending.notes.state],
             ),
         )
         self.sync_index(session)

@@ -159,16 +159,27 @@ def track_moved(
 
 
 def moved_update(
-    notes: Notes, moved_now: Sequence[tuple[str, str]], *, back: Collection[str] = ()
+    notes: Notes,
+    moved_now: Sequence[tuple[str, str]],
+    *,
+    back: Collection[str] = (),
+    held_before: Collection[str] | None = None,
 ) -> MovedUpdate:
     """How a cut changes the stored moved entries (``track_moved`` is the same over a whole
     mapping): the keys the NOTES hold leave the archive's list, a recalled entry the reply
     unset (``back`` and not held) keeps its key there but no value to recall, and what moved
-    out now is added with its latest value."""
-    held = tuple(key for key, _ in notes.state)
+    out now is added with its latest value.
+
+    ``held_before``: the keys the NOTES held before the cut. None of them is on the list (each
+    cut's change commits with its NOTES), so only the keys new to the NOTES are looked for:
+    the work follows what the cut changed, not the size of the NOTES."""
+    held = [key for key, _ in notes.state]
     kept = set(held)
+    if held_before is not None:
+        before = set(held_before)
+        held = [key for key in held if key not in before]
     return MovedUpdate(
-        drop=held,
+        drop=tuple(held),
         forget=tuple(key for key in back if key not in kept),
         add=tuple(moved_now),
     )

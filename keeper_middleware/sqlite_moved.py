@@ -94,8 +94,9 @@ def named(conn: sqlite3.Connection, session: str, words: Collection[str]) -> lis
     if not words:
         return []
     rows = conn.execute(
-        f"SELECT key, value FROM moved WHERE session = ? AND word {_IN} AND value IS NOT NULL "
-        "ORDER BY seq",
+        # the planner would walk the session's rows in order (moved_by_seq): every row ever moved
+        f"SELECT key, value FROM moved INDEXED BY moved_by_word WHERE session = ? AND word {_IN} "
+        "AND value IS NOT NULL ORDER BY seq",
         (session, json.dumps(sorted(words))),
     ).fetchall()
     return [(row[0], row[1]) for row in rows]
@@ -105,7 +106,8 @@ def among(conn: sqlite3.Connection, session: str, folded: Collection[str]) -> li
     if not folded:
         return []
     rows = conn.execute(
-        f"SELECT key FROM moved WHERE session = ? AND folded {_IN} ORDER BY seq",
+        f"SELECT key FROM moved INDEXED BY moved_by_folded WHERE session = ? AND folded {_IN} "
+        "ORDER BY seq",
         (session, json.dumps(sorted(folded))),
     ).fetchall()
     return [row[0] for row in rows]

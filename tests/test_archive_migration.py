@@ -10,6 +10,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, SQLiteArchive, create_keeper_agent
+from keeper_middleware.archive import MovedUpdate
 from keeper_middleware.archive_cli import main
 from keeper_middleware.postgres import PostgresArchive
 from tests.fake_model import ScriptedChatModel
@@ -40,7 +41,8 @@ def snapshot(archive, session: str):
         (v.version, v.text, v.data_json, v.cut_key, v.created)
         for v in archive.notes_versions(session)
     ]
-    return turns, notes, archive.get_value(session, "counters")
+    moved = list(archive.moved_rows(session))
+    return turns, notes, archive.get_value(session, "counters"), moved
 
 
 @pytest.fixture
@@ -52,6 +54,10 @@ def proxy_folder(tmp_path):
     run_items(keeper, saver, "alpha", range(1, 19))
     run_items(keeper, saver, "beta", range(1, 9))
     keeper.archive.put_value("alpha", "zürich ✓", {"text": "a\x00b"})
+    # entries moved out of the NOTES, one forgotten (moved, nothing to recall)
+    keeper.archive.update_moved(
+        "alpha", MovedUpdate(add=(("c90", "3"), ("Łódź kasa", "a\x00b"), ("gone", None)))
+    )
     keeper.close()
     return folder, saver
 
@@ -78,6 +84,7 @@ def test_migrate_copies_every_session_exactly_and_can_run_again(
         for session in ("alpha", "beta"):
             assert snapshot(target, session) == snapshot(source, session)
             assert len(snapshot(target, session)[1]) >= 2, "several cuts were migrated"
+        assert target.moved_named("alpha", {"łódź"}) == [("Łódź kasa", "a\x00b")]
         assert target.get_value("alpha", "zürich ✓") == {"text": "a\x00b"}
     assert main(args) == 0  # again: nothing is copied twice
     with (

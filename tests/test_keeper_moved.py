@@ -196,12 +196,14 @@ def test_rows_follow_what_the_two_values_tracked_over_many_cuts(tmp_path):
             back_in = set(rng.sample(sorted(reference), min(3, len(reference))))
             rest = sorted(set(reference) - back_in)
             unset = set(rng.sample(rest, min(2, len(rest))))
+            before = set(held)
             held = (held | back_in) - unset
             out = [k for k in rng.sample(pool, 5) if k not in back_in]
             held -= set(out)
             moving = [(key, str(rng.randrange(100))) for key in out]
             notes = Notes(state=tuple((key, "1") for key in sorted(held)))
             reference = track_moved(reference, notes, moving, back=back_in | unset)
-            archive.update_moved("s", moved_update(notes, moving, back=back_in | unset))
+            change = moved_update(notes, moving, back=back_in | unset, held_before=before)
+            archive.update_moved("s", change)
             rows = [(key, value) for key, value in archive.moved_rows("s") if value is not None]
             assert rows == list(reference.items())

@@ -4,7 +4,8 @@ Cuts are replayed in the order they were made, each with its own turns and NOTES
 original time, through the same one-transaction commit as a live cut: ``seq`` and notes versions
 come out as they were, and a migration stopped at any point is finished by running it again
 (a cut already copied is recognised by its key and skipped). Per-session values (counters, search
-guards, the proxy's session records) are copied after the cuts, and the keyword index is rebuilt
+guards, the proxy's session records) and the entries moved out of the NOTES are copied after
+the cuts, and the keyword index is rebuilt
 in the database from the archived turns, so the new deployment needs none of the old files. The
 source is only read.
 """
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from keeper_middleware.archive import SCHEMA_VERSION, ArchivedTurn, NotesDraft
+from keeper_middleware.archive import SCHEMA_VERSION, ArchivedTurn, MovedUpdate, NotesDraft
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.indexing import INDEXED_SEQ, NEXT_POSITION, catch_up
 from keeper_middleware.postgres.archive import PostgresArchive
@@ -100,6 +101,15 @@ def _notes_of(raw: sqlite3.Connection, session: str, key: str) -> NotesDraft | N
     return NotesDraft(first_item=row[0], last_item=row[1], text=row[2], data_json=row[3])
 
 
+def _moved_of(raw: sqlite3.Connection, session: str) -> tuple[tuple[str, str | None], ...]:
+    """The session's moved entries in order (none in a file of the first layout: those are
+    values, copied as such and moved to rows by the target on first use)."""
+    if raw.execute("SELECT 1 FROM sqlite_master WHERE name = 'moved'").fetchone() is None:
+        return ()
+    rows = raw.execute("SELECT key, value FROM moved WHERE session = ? ORDER BY seq", (session,))
+    return tuple((key, value) for key, value in rows)
+
+
 def _one(raw: sqlite3.Connection, sql: str, *params: object) -> int:
     return int(raw.execute(sql, params).fetchone()[0])
 
@@ -137,6 +147,9 @@ def migrate_session(
         if key not in (INDEXED_SEQ, NEXT_POSITION):  # the index is rebuilt below
             target.put_value(session, key, json.loads(value_json))
             values += 1
+    moved = _moved_of(raw, session)
+    if moved:
+        target.update_moved(session, MovedUpdate(add=moved))
     index.delete_session(session)
     target.put_value(session, INDEXED_SEQ, -1)
     target.put_value(session, NEXT_POSITION, 0)

@@ -23,7 +23,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ class _Cuts:
         self.fresh = pool[count + 410 :]
         self.rng = rng
 
-    def cut(self, index: int, moved: Sequence[str]) -> tuple[str, Notes, list[tuple[str, str]]]:
+    def cut(self, index: int, moved: Collection[str]) -> tuple[str, Notes, list[tuple[str, str]]]:
         named = self.rng.sample(list(moved), min(6, len(moved)))
         others = self.rng.sample(self.held, 14)
         sentences = [f"Today {key} rose by {i + 2} to {i * 7}." for i, key in enumerate(named)]

@@ -34,7 +34,28 @@ from keeper_middleware.sqlite_archive import SQLiteArchive
 
 _SYLLABLES = ("ba", "do", "ri", "te", "lo", "nu", "di", "mi", "ka", "se", "fo", "gu")
 _FIRST = tuple(
-    "Ada Bo Cy Dee Eli Fay Gus Hal Ida Jo Kit Lu Max Ned Oz Pia Quin Rex Sol Tam".split()
+    [
+        "Ada",
+        "Bo",
+        "Cy",
+        "Dee",
+        "Eli",
+        "Fay",
+        "Gus",
+        "Hal",
+        "Ida",
+        "Jo",
+        "Kit",
+        "Lu",
+        "Max",
+        "Ned",
+        "Oz",
+        "Pia",
+        "Quin",
+        "Rex",
+        "Sol",
+        "Tam",
+    ]
 )
 _FILLER = "The counter went on quietly while the team checked the ledger again. "
 

@@ -18,7 +18,13 @@ from keeper_middleware.archive import MovedUpdate
 from keeper_middleware.messages import text_of
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
 from keeper_middleware.notes import Notes
-from keeper_middleware.recall import moved_update, named_in, parse_recall_block, track_moved
+from keeper_middleware.recall import (
+    ArchivedKeys,
+    moved_update,
+    named_in,
+    parse_recall_block,
+    track_moved,
+)
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 from tests.test_keeper_crash import BoomError, archive_at, crashing_once  # noqa: F401
@@ -207,3 +213,22 @@ def test_rows_follow_what_the_two_values_tracked_over_many_cuts(tmp_path):
             archive.update_moved("s", change)
             rows = [(key, value) for key, value in archive.moved_rows("s") if value is not None]
             assert rows == list(reference.items())
+
+
+def test_archived_keys_read_the_names_given_at_once_and_any_other_when_asked():
+    asked: list[set[str]] = []
+    stored = ["C1", "c1", "Ada Fenn", "Łódź"]
+
+    def lookup(folded):
+        asked.append(set(folded))
+        return [key for key in stored if key.casefold() in folded]
+
+    keys = ArchivedKeys(lookup, prefetch={"c1", "c2", "łódź"})
+    assert "c1" in keys and "łódź" in keys and "c2" not in keys
+    assert len(asked) == 1  # the names the text gives: one read
+    assert "ada fenn" in keys and "nobody" not in keys  # others: read when a check asks
+    assert len(asked) == 3
+    fewer = keys.without({"C1"})
+    assert "c1" in fewer  # "c1" is still moved
+    assert "c1" not in keys.without({"C1", "c1"})
+    assert "ada fenn" in fewer and len(asked) == 3  # nothing read again

@@ -50,66 +50,19 @@ from keeper_middleware.postgres.connect import (
     split_schema,
     translated_errors,
 )
+from keeper_middleware.postgres.rows import (
+    cut_from_row,
+    encoded,
+    notes_from_row,
+    refuse_nul,
+    turn_from_row,
+)
 from keeper_middleware.postgres.schema import setup
 
 _T = TypeVar("_T")
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _LOCK_CLASS = 0x6B707273  # the advisory key space of session locks: (class, hash of session)
-
-
-def _utf8(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
-def _text(data: bytes | memoryview) -> str:
-    return bytes(data).decode("utf-8", "surrogatepass")
-
-
-def _no_nul(value: str | None, field: str) -> None:
-    if value is not None and "\x00" in value:
-        raise ValueError(f"{field} {value!r:.60} holds a NUL character; use an id without one")
-
-
-def _turn(row: Sequence[Any]) -> ArchivedTurn:
-    session, msg_id, item, role, content, calls, call_id, name, reasoning, seq = row
-    return ArchivedTurn(
-        session=session,
-        msg_id=msg_id,
-        item=item,
-        role=role,
-        content=_text(content),
-        tool_calls_json=calls,
-        tool_call_id=call_id,
-        name=name,
-        reasoning=_text(reasoning),
-        seq=seq,
-    )
-
-
-def _notes(row: Sequence[Any]) -> NotesVersion:
-    session, version, first, last, text, data_json, key, created = row
-    return NotesVersion(
-        session=session,
-        version=version,
-        first_item=first,
-        last_item=last,
-        text=_text(text),
-        data_json=data_json,
-        cut_key=key,
-        created=created,
-    )
-
-
-def _cut(row: Sequence[Any]) -> CutRecord:
-    session, key, archived, version, created = row
-    return CutRecord(
-        session=session,
-        cut_key=key,
-        turns_archived=archived,
-        notes_version=version,
-        created=created,
-    )
 
 
 def session_lock_key(schema: str, session: str) -> int:
@@ -222,14 +175,14 @@ class PostgresArchive:
     ) -> CutRecord:
         """``commit_cut`` keeping the time the cut was first made (for migrations)."""
         _require_session(session)
-        _no_nul(session, "session")
+        refuse_nul(session, "session")
         require_cut_key(cut_key)
-        _no_nul(cut_key, "cut_key")
+        refuse_nul(cut_key, "cut_key")
         pending = _distinct_turns(session, turns)
         for turn in pending:
-            _no_nul(turn.msg_id, "msg_id")
-            _no_nul(turn.name, "name")
-            _no_nul(turn.tool_call_id, "tool_call_id")
+            refuse_nul(turn.msg_id, "msg_id")
+            refuse_nul(turn.name, "name")
+            refuse_nul(turn.tool_call_id, "tool_call_id")
         s = self.schema
         with (
             self._errors("committing a cut"),
@@ -249,7 +202,7 @@ class PostgresArchive:
                 (session, cut_key),
             ).fetchone()
             if row is not None:
-                return _cut(row)
+                return cut_from_row(row)
             already = self._archived_ids(conn, session, [t.msg_id for t in pending])
             new = [t for t in pending if t.msg_id not in already]
             rows = cut_rows(
@@ -260,7 +213,7 @@ class PostgresArchive:
                 notes_version=None if notes is None else next_version,
                 first_seq=next_seq,
                 created=time.time() if created is None else created,
-                text=_utf8,
+                text=encoded,
             )
             record = rows.record
             conn.execute(
@@ -304,10 +257,10 @@ class PostgresArchive:
     def put_values(self, session: str, values: Mapping[str, Any]) -> None:
         """Upsert several values in one transaction (in the mapping's order): all or none."""
         _require_session(session)
-        _no_nul(session, "session")
+        refuse_nul(session, "session")
         rows = []
         for key, value in values.items():
-            _no_nul(key, "key")
+            refuse_nul(key, "key")
             try:
                 value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -337,7 +290,7 @@ class PostgresArchive:
 
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         _require_session(session)
-        _no_nul(session, "session")
+        refuse_nul(session, "session")
         self._write_moved(session, lambda conn: pg_moved.apply(conn, self.schema, session, update))
 
     def _write_moved(self, session: str, work: Callable[[Any], None]) -> None:
@@ -403,7 +356,7 @@ class PostgresArchive:
             f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND cut_key = %s",
             (session, cut_key),
         )
-        return _cut(rows[0]) if rows else None
+        return cut_from_row(rows[0]) if rows else None
 
     def turns(
         self,
@@ -425,7 +378,7 @@ class PostgresArchive:
             f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
             f"ORDER BY seq LIMIT {_TURN_PAGE}"
         )
-        return self._pages(sql, lambda last: (session, last, *bounds), after_seq, 9, _turn)
+        return self._pages(sql, lambda last: (session, last, *bounds), after_seq, 9, turn_from_row)
 
     def _pages(
         self,
@@ -447,7 +400,7 @@ class PostgresArchive:
             f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s",
             (session, msg_id),
         )
-        return _turn(rows[0]) if rows else None
+        return turn_from_row(rows[0]) if rows else None
 
     def turn_count(self, session: str) -> int:
         rows = self._query(
@@ -466,7 +419,7 @@ class PostgresArchive:
             "ORDER BY version DESC LIMIT 1",
             (session,),
         )
-        return _notes(rows[0]) if rows else None
+        return notes_from_row(rows[0]) if rows else None
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
@@ -474,7 +427,7 @@ class PostgresArchive:
             f"SELECT {NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
             f"AND version > %s ORDER BY version LIMIT {_NOTES_PAGE}"
         )
-        return self._pages(sql, lambda last: (session, last), 0, 1, _notes)
+        return self._pages(sql, lambda last: (session, last), 0, 1, notes_from_row)
 
     def get_value(self, session: str, key: str) -> Any | None:
         rows = self._query(

@@ -128,10 +128,15 @@ class CutCommit:
         state["seen"] = [i for i in state["seen"] if i in live] + [str(notes_message.id)]
         state["items"] = {k: v for k, v in items.items() if k in live}
         counters = self.sessions.counters(session)
-        counters.cuts += 1
+        # a cut committed again under its key (a replica that died after committing it and
+        # saving the counters, the step redone elsewhere) is the same cut: count it once. The
+        # NOTES versions count up by one a cut, so the version is the number of cuts made.
+        made = record.notes_version if record.notes_version is not None else counters.cuts + 1
+        if made > counters.cuts:
+            counters.notes_entries_moved += len(fitted.moved_state) + len(fitted.moved_open)
+        counters.cuts = max(counters.cuts, made)
         counters.archive_turns = self.archive.turn_count(session)
         counters.notes_tokens = self.tokens.count_text(rendered)
-        counters.notes_entries_moved += len(fitted.moved_state) + len(fitted.moved_open)
         counters.peak_window = max(counters.peak_window, size)
         self.sessions.save_counters(session)
         log.info(

@@ -134,6 +134,25 @@ def test_crash_after_the_archive_commit_before_the_state_is_saved(archive_at):
     assert len({v.cut_key for v in versions}) == len(versions), "a cut was committed twice"
 
 
+def test_crash_after_the_cut_and_its_counters_are_saved_counts_the_cut_once(archive_at):
+    # the step is redone from the checkpoint and commits the same cut again, which the archive
+    # answers with the first record: the cut counter must not count it a second time
+    def inject(keeper, model):
+        save = keeper.sessions.save_counters
+
+        def saved_then_crash(session):
+            save(session)
+            if keeper.sessions.counters(session).cuts >= 1 and not state["crashed"]:
+                state["crashed"] = True
+                raise BoomError("injected crash")
+
+        state = {"crashed": False}
+        keeper.sessions.save_counters = saved_then_crash
+
+    keeper = run_until_crash_and_recover(archive_at, inject)
+    assert_consistent(keeper)
+
+
 def test_crash_while_indexing_is_caught_up_later(archive_at):
     def inject(keeper, model):
         keeper.retriever.add = crashing_once(keeper.retriever.add)

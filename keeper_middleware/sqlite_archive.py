@@ -8,15 +8,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
 from keeper_middleware import sqlite_moved
 from keeper_middleware.archive import (
-    SCHEMA_VERSION,
     ArchivedTurn,
-    ArchiveSchemaError,
     CutRecord,
     MovedUpdate,
     NotesDraft,
@@ -34,56 +31,9 @@ from keeper_middleware.archive_rows import (
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
+from keeper_middleware.sqlite_open import open_archive_file
 
 _T = TypeVar("_T")
-
-
-_SCHEMA = """
-CREATE TABLE sessions (session TEXT PRIMARY KEY);
-CREATE TABLE cuts (
-    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
-    cut_key TEXT NOT NULL,
-    turns_archived INTEGER NOT NULL,
-    notes_version INTEGER,
-    created REAL NOT NULL,
-    PRIMARY KEY (session, cut_key)
-);
-CREATE TABLE turns (
-    session TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    msg_id TEXT NOT NULL,
-    item INTEGER,
-    role TEXT NOT NULL,
-    content TEXT NOT NULL,
-    tool_calls_json TEXT NOT NULL,
-    tool_call_id TEXT,
-    name TEXT,
-    reasoning TEXT NOT NULL,
-    cut_key TEXT NOT NULL,
-    PRIMARY KEY (session, seq),
-    UNIQUE (session, msg_id),
-    FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
-);
-CREATE INDEX turns_by_item ON turns(session, item, seq);
-CREATE TABLE notes (
-    session TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    first_item INTEGER,
-    last_item INTEGER,
-    text TEXT NOT NULL,
-    data_json TEXT NOT NULL,
-    cut_key TEXT NOT NULL,
-    created REAL NOT NULL,
-    PRIMARY KEY (session, version),
-    FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
-);
-CREATE TABLE kv (
-    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
-    key TEXT NOT NULL,
-    value_json TEXT NOT NULL,
-    PRIMARY KEY (session, key)
-);
-"""
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _ID_CHUNK = 500
@@ -99,57 +49,6 @@ def _notes(row: sqlite3.Row) -> NotesVersion:
 
 def _cut(row: sqlite3.Row) -> CutRecord:
     return CutRecord(**dict(row))
-
-
-def _check_archive_path(path: Path) -> None:
-    """Fails early, naming the path, where sqlite would say only "unable to open"."""
-    if path.is_dir():
-        raise ArchiveError(
-            f"the archive {str(path)!r} is a directory; give a file path inside it, "
-            f"e.g. {str(path / 'archive.sqlite3')!r}"
-        )
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArchiveError(
-            f"cannot create the folder of the archive {str(path)!r}: {exc}; choose a writable path"
-        ) from exc
-
-
-def _run(conn: sqlite3.Connection, script: str) -> None:
-    for statement in script.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
-
-def _probe_write(conn: sqlite3.Connection) -> None:
-    """A read-only file opens and reads; find out now, not at the first cut."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("UPDATE schema_version SET version = version")
-    finally:
-        conn.execute("ROLLBACK")
-
-
-def _writable(path: Path) -> bool:
-    """Whether the file and its folder (for the -wal and -shm files) can be written."""
-    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
-
-
-def _open_failure(path: str, exc: sqlite3.DatabaseError) -> str:
-    text = str(exc)
-    if "readonly" in text or "read-only" in text or not _writable(Path(path)):
-        return (
-            f"cannot open the archive {path!r}: it is read-only ({text}), and the keeper writes to it at every cut; "
-            "make the file and its folder writable (SQLite adds -wal and -shm files beside it), "
-            "or open a writable copy"
-        )
-    if "not a database" in text or "malformed" in text:
-        return (
-            f"cannot open the archive {path!r}: it is not a keeper archive ({text}); point "
-            "archive= at a new file, or move this one away"
-        )
-    return f"cannot open the archive {path!r}: {text}"
 
 
 class SQLiteArchive:
@@ -178,54 +77,12 @@ class SQLiteArchive:
         if synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError(f'synchronous must be "NORMAL" or "FULL", got {synchronous!r}')
         self.path = str(path)
-        if self.path != ":memory:":
-            _check_archive_path(Path(self.path))
         self._lock = threading.RLock()
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.DatabaseError as exc:
-            raise ArchiveError(_open_failure(self.path, exc)) from exc
-        conn.row_factory = sqlite3.Row
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={synchronous}")
-            conn.execute("PRAGMA foreign_keys=ON")
-            self._migrate(conn)
-            _probe_write(conn)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise ArchiveError(_open_failure(self.path, exc)) from exc
-        except BaseException:
-            conn.close()
-            raise
-        self._conn: sqlite3.Connection | None = conn
+        self._conn: sqlite3.Connection | None = open_archive_file(
+            self.path, timeout=timeout, synchronous=synchronous
+        )
         self._adopted: set[str] = set()
         """Sessions whose moved entries are known to be rows (old values adopted or none)."""
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-            found = row[0]
-            if found is None:
-                _run(conn, _SCHEMA + sqlite_moved.SCHEMA)
-                conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-            elif found == 1:  # moved entries were two JSON values: adopted per session on use
-                _run(conn, sqlite_moved.SCHEMA)
-                conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-            elif found > SCHEMA_VERSION:
-                raise ArchiveSchemaError(
-                    f"the archive {self.path!r} has schema version {found}, but this "
-                    f"keeper-middleware reads up to {SCHEMA_VERSION}: upgrade keeper-middleware "
-                    "or open another file"
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def _live(self) -> sqlite3.Connection:
         if self._conn is None:

@@ -6,8 +6,9 @@ Needs the ``postgres`` extra (psycopg 3 and psycopg-pool)::
     Keeper(archive="postgresql://keeper:secret@db:5432/agents")
 """
 
-from keeper_middleware.postgres.archive import PostgresArchive, session_lock_key
+from keeper_middleware.postgres.archive import PostgresArchive
 from keeper_middleware.postgres.connect import is_postgres_url, redact_url
+from keeper_middleware.postgres.locks import session_lock_key
 from keeper_middleware.postgres.schema import MIGRATIONS
 
 __all__ = ["MIGRATIONS", "PostgresArchive", "is_postgres_url", "redact_url", "session_lock_key"]

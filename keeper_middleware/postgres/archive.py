@@ -7,17 +7,13 @@ not at all. A process killed at any point leaves either the whole cut or none of
 rolls back a transaction whose connection is gone), and committing the same ``cut_key`` again
 returns the first record.
 
-Beyond the contract it implements ``SessionLockBackend``: a session-level advisory lock per
-session, taken with ``pg_try_advisory_lock`` on one connection per process, so any number of
-sessions can be held at once without a connection each, and a process that dies releases its
-locks with its connection.
+Beyond the contract it implements ``SessionLockBackend`` with the server's advisory locks
+(``locks``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -50,6 +46,7 @@ from keeper_middleware.postgres.connect import (
     split_schema,
     translated_errors,
 )
+from keeper_middleware.postgres.locks import AdvisoryLocks
 from keeper_middleware.postgres.rows import (
     cut_from_row,
     encoded,
@@ -62,16 +59,6 @@ from keeper_middleware.postgres.schema import setup
 _T = TypeVar("_T")
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
-_LOCK_CLASS = 0x6B707273  # the advisory key space of session locks: (class, hash of session)
-
-
-def session_lock_key(schema: str, session: str) -> int:
-    """The advisory lock key of a session: a signed 32-bit hash of the schema and the session.
-
-    Two sessions that share a key only wait for each other; they never run at once wrongly.
-    """
-    digest = hashlib.blake2b(f"{schema}\x00{session}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big", signed=True)
 
 
 class PostgresArchive:
@@ -125,8 +112,7 @@ class PostgresArchive:
         )
         with self._errors("opening the connection pool"):
             self._pool.open(wait=True, timeout=timeout)
-        self._lock_conn: Any = None
-        self._lock_mutex = threading.Lock()
+        self._locks = AdvisoryLocks(url, self.schema, timeout=timeout)
         self._adopted: set[str] = set()
         """Sessions whose moved entries are known to be rows (old values adopted or none)."""
 
@@ -453,35 +439,16 @@ class PostgresArchive:
     # ------------------------------------------------------------------ session locks
 
     def try_lock_session(self, session: str) -> bool:
-        key = session_lock_key(self.schema, session)
-        with self._lock_mutex, self._errors("locking a session"):
-            if self._lock_conn is None or self._lock_conn.closed:
-                self._live_pool()
-                self._lock_conn = connect(self.url, timeout=self.timeout)
-            row = self._lock_conn.execute(
-                "SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_CLASS, key)
-            ).fetchone()
-            return bool(row[0])
+        self._live_pool()
+        return self._locks.try_lock(session)
 
     def unlock_session(self, session: str) -> None:
-        key = session_lock_key(self.schema, session)
-        with self._lock_mutex:
-            conn = self._lock_conn
-            if conn is None or conn.closed:
-                return  # the server released every lock of that connection when it went
-            psycopg = require_psycopg()
-            try:
-                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_CLASS, key))
-            except psycopg.OperationalError:
-                conn.close()
+        self._locks.unlock(session)
 
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        with self._lock_mutex:
-            if self._lock_conn is not None:
-                self._lock_conn.close()
-                self._lock_conn = None
+        self._locks.close()
         if self._pool is not None:
             self._pool.close()
             self._pool = None

@@ -1,0 +1,166 @@
+"""Opening an SQLite archive file: the path checked, the tables created or migrated forward,
+the file proven writable, and every failure explained with the fix.
+
+Kept apart from ``sqlite_archive`` so the backend's transactions read without the file's setup;
+the moved entries' table is ``sqlite_moved``'s (schema version 2).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Literal
+
+from keeper_middleware import sqlite_moved
+from keeper_middleware.archive import SCHEMA_VERSION, ArchiveSchemaError
+from keeper_middleware.errors import ArchiveError
+
+_SCHEMA = """
+CREATE TABLE sessions (session TEXT PRIMARY KEY);
+CREATE TABLE cuts (
+    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
+    cut_key TEXT NOT NULL,
+    turns_archived INTEGER NOT NULL,
+    notes_version INTEGER,
+    created REAL NOT NULL,
+    PRIMARY KEY (session, cut_key)
+);
+CREATE TABLE turns (
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    msg_id TEXT NOT NULL,
+    item INTEGER,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    tool_calls_json TEXT NOT NULL,
+    tool_call_id TEXT,
+    name TEXT,
+    reasoning TEXT NOT NULL,
+    cut_key TEXT NOT NULL,
+    PRIMARY KEY (session, seq),
+    UNIQUE (session, msg_id),
+    FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
+);
+CREATE INDEX turns_by_item ON turns(session, item, seq);
+CREATE TABLE notes (
+    session TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    first_item INTEGER,
+    last_item INTEGER,
+    text TEXT NOT NULL,
+    data_json TEXT NOT NULL,
+    cut_key TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (session, version),
+    FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
+);
+CREATE TABLE kv (
+    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    value_json TEXT NOT NULL,
+    PRIMARY KEY (session, key)
+);
+"""
+
+
+def open_archive_file(
+    path: str, *, timeout: float, synchronous: Literal["NORMAL", "FULL"]
+) -> sqlite3.Connection:
+    """A connection to the archive at ``path`` (or ``":memory:"``), its tables current, or an
+    ``ArchiveError`` that says why not."""
+    if path != ":memory:":
+        _check_archive_path(Path(path))
+    try:
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    except sqlite3.DatabaseError as exc:
+        raise ArchiveError(_open_failure(path, exc)) from exc
+    conn.row_factory = sqlite3.Row
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        _migrate(conn, path)
+        _probe_write(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise ArchiveError(_open_failure(path, exc)) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        found = row[0]
+        if found is None:
+            _run(conn, _SCHEMA + sqlite_moved.SCHEMA)
+            conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+        elif found == 1:  # moved entries were two JSON values: adopted per session on use
+            _run(conn, sqlite_moved.SCHEMA)
+            conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+        elif found > SCHEMA_VERSION:
+            raise ArchiveSchemaError(
+                f"the archive {path!r} has schema version {found}, but this "
+                f"keeper-middleware reads up to {SCHEMA_VERSION}: upgrade keeper-middleware "
+                "or open another file"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _check_archive_path(path: Path) -> None:
+    """Fails early, naming the path, where sqlite would say only "unable to open"."""
+    if path.is_dir():
+        raise ArchiveError(
+            f"the archive {str(path)!r} is a directory; give a file path inside it, "
+            f"e.g. {str(path / 'archive.sqlite3')!r}"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArchiveError(
+            f"cannot create the folder of the archive {str(path)!r}: {exc}; choose a writable path"
+        ) from exc
+
+
+def _run(conn: sqlite3.Connection, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _probe_write(conn: sqlite3.Connection) -> None:
+    """A read-only file opens and reads; find out now, not at the first cut."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("UPDATE schema_version SET version = version")
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def _writable(path: Path) -> bool:
+    """Whether the file and its folder (for the -wal and -shm files) can be written."""
+    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def _open_failure(path: str, exc: sqlite3.DatabaseError) -> str:
+    text = str(exc)
+    if "readonly" in text or "read-only" in text or not _writable(Path(path)):
+        return (
+            f"cannot open the archive {path!r}: it is read-only ({text}), and the keeper writes to it at every cut; "
+            "make the file and its folder writable (SQLite adds -wal and -shm files beside it), "
+            "or open a writable copy"
+        )
+    if "not a database" in text or "malformed" in text:
+        return (
+            f"cannot open the archive {path!r}: it is not a keeper archive ({text}); point "
+            "archive= at a new file, or move this one away"
+        )
+    return f"cannot open the archive {path!r}: {text}"

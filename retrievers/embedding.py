@@ -45,8 +45,13 @@ from keeper_middleware.retrievers.embedders import (
     import_chromadb,
     keeper_embedding_function,
 )
-from keeper_middleware.retrievers.passages import mark_hits
-from keeper_middleware.retrievers.sentences import has_searchable_text, split_sentences
+from keeper_middleware.retrievers.passages import best_sentence, mark_hits
+from keeper_middleware.retrievers.sentences import (
+    has_searchable_text,
+    long_sentences,
+    sentence_groups,
+    split_sentences,
+)
 
 DEFAULT_COLLECTION = "keeper-passages"
 _EMBED_BATCH = 64
@@ -56,6 +61,11 @@ _GROW = 4
 _MOST = 64
 """The most vectors per hit wanted asked for unfiltered before the session filter is used."""
 _MIN, _MAX = -(2**63), 2**63 - 1
+SENTENCE_WORDS = 1
+"""Fewest words a sentence vector covers (1: every sentence with a word has its own)."""
+SHORT_SENTENCES = ("join", "skip")
+"""What a sentence of fewer than ``sentence_words`` words gets: a share of its neighbours'
+vector, or no vector of its own."""
 
 
 class EmbeddingRetriever:
@@ -75,13 +85,31 @@ class EmbeddingRetriever:
         batch_size: int = _EMBED_BATCH,
         min_score: float | None = None,
         sentence_vectors: bool = True,
+        sentence_words: int = SENTENCE_WORDS,
+        short_sentences: str = "join",
     ) -> None:
         """``min_score`` (a cosine similarity) turns nearest neighbours into matches: without it
         every passage is a result, so an archive search always reads as a list cut short.
         ``sentence_vectors`` also embeds each sentence of a passage of several (a message), so a
         passage scores as its best sentence or itself; off, a passage has one vector (indexing
-        a message costs about half as much)."""
+        a message costs about half as much). ``sentence_words`` (1: a vector per sentence)
+        and ``short_sentences`` give fewer sentence vectors: a sentence of fewer words joins
+        its neighbours' vector ("join") or has none of its own ("skip"; the passage's vector
+        still covers it). Both cost recall on LoCoMo or the benchmark's streams, so the
+        default stays one vector per sentence (bench/results/locomo_recall.md)."""
+        if sentence_words < 1:
+            raise ValueError(
+                f"sentence_words must be a positive int (1: a vector per sentence), "
+                f"got {sentence_words}."
+            )
+        if short_sentences not in SHORT_SENTENCES:
+            raise ValueError(
+                f"short_sentences must be one of {', '.join(SHORT_SENTENCES)}, "
+                f"got {short_sentences!r}."
+            )
         self._sentence_vectors = sentence_vectors
+        self._sentence_words = sentence_words
+        self._short = short_sentences
         if min_score is not None and not -1.0 <= min_score <= 1.0:
             raise ValueError(f"min_score is a cosine similarity in [-1, 1], got {min_score}.")
         self._min_score = min_score
@@ -158,10 +186,12 @@ class EmbeddingRetriever:
         following = self._following(session, list(passages.values()))
         hits: list[Hit] = []
         marked: list[Hit] = []
-        for position, (distance, _, _, sentence) in found.items():
+        for position, (distance, _, document, sentence) in found.items():
             score = 1.0 - float(distance)
             if self._min_score is not None and score < self._min_score:
                 continue
+            if sentence is not None:  # a group of sentences: its best one is marked
+                sentence += best_sentence(document, query)
             hit = Hit(
                 passage=passages[position],
                 score=score,
@@ -273,11 +303,17 @@ class EmbeddingRetriever:
         }
         base = _passage_id(passage.session, passage.position)
         rows = [(base, passage.indexed_text, passage.text, meta)]
-        sentences = split_sentences(passage.text) if self._sentence_vectors else []
-        if len(sentences) > 1:
-            for index, sentence in enumerate(sentences):
-                indexed = f"{passage.context}: {sentence}" if passage.context else sentence
-                rows.append((f"{base}#{index}", indexed, sentence, {**meta, "sentence": index}))
+        if not self._sentence_vectors:
+            return rows
+        sentences = split_sentences(passage.text)
+        if self._short == "skip":
+            groups = long_sentences(sentences, self._sentence_words) if len(sentences) > 1 else []
+        else:
+            groups = sentence_groups(sentences, self._sentence_words)
+        if len(groups) > 1 or (self._short == "skip" and groups):
+            for index, text in groups:
+                indexed = f"{passage.context}: {text}" if passage.context else text
+                rows.append((f"{base}#{index}", indexed, text, {**meta, "sentence": index}))
         return rows
 
     def _drop_old_sentences(self, passages: list[Passage]) -> None:

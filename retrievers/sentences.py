@@ -9,6 +9,7 @@ boundaries into chunks of at most ``MAX_PASSAGE_CHARS``, so no passage drowns it
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from keeper_middleware.retrievers.base import Passage
 
@@ -37,6 +38,7 @@ _CODE_HINT = re.compile(
 )
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _WORD = re.compile(r"\w", re.UNICODE)
+_WORDS = re.compile(r"\w+", re.UNICODE)
 
 
 def has_searchable_text(query: str) -> bool:
@@ -68,6 +70,36 @@ def passages_from_text(session: str, item: int, text: str, start_position: int) 
         Passage(session=session, item=item, position=start_position + offset, text=sentence)
         for offset, sentence in enumerate(split_sentences(text))
     ]
+
+
+def long_sentences(sentences: Sequence[str], min_words: int) -> list[tuple[int, str]]:
+    """The sentences of at least ``min_words`` words, as (index, text)."""
+    return [(i, s) for i, s in enumerate(sentences) if len(_WORDS.findall(s)) >= min_words]
+
+
+def sentence_groups(sentences: Sequence[str], min_words: int) -> list[tuple[int, str]]:
+    """Consecutive sentences joined until each group holds at least ``min_words`` words, as
+    (index of its first sentence, text); a short rest joins the group before it.
+
+    A vector per punctuation mark spends most of its work on interjections ("Thanks, Mel!",
+    "Wow!") that say nothing alone and on the context repeated in front of each; a group of a
+    statement's worth of words costs fewer vectors and keeps each one about something.
+    ``min_words`` 1 gives each sentence with a word its own group."""
+    if min_words < 1:
+        raise ValueError(f"min_words must be a positive int, got {min_words}.")
+    groups: list[tuple[int, list[str]]] = []
+    words = 0
+    for index, sentence in enumerate(sentences):
+        if groups and words < min_words:
+            groups[-1][1].append(sentence)
+        else:
+            groups.append((index, [sentence]))
+            words = 0
+        words += len(_WORDS.findall(sentence))
+    if len(groups) > 1 and words < min_words:
+        _, rest = groups.pop()
+        groups[-1][1].extend(rest)
+    return [(first, " ".join(group)) for first, group in groups]
 
 
 def _looks_like_code(line: str) -> bool:

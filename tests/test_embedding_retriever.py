@@ -344,3 +344,104 @@ def test_a_minilm_query_is_the_vector_of_its_text_and_leaves_the_thread_count_al
     for text, expected in zip(texts, model(texts), strict=True):
         assert model.embed_query(text) == pytest.approx(expected, abs=1e-5)
     assert torch.get_num_threads() == before
+
+
+def stored_vectors(retriever: EmbeddingRetriever) -> dict[str, str]:
+    got = retriever._collection.get(include=["documents"])
+    return dict(zip(got["ids"], got["documents"], strict=True))
+
+
+def test_a_sentence_without_a_word_has_no_vector_of_its_own(tmp_path):
+    retriever = EmbeddingRetriever(tmp_path, embedder=RecordingEmbedder())
+    retriever.add([Passage(session="s", item=1, position=0, text="The vault held tamo12. …")])
+    retriever.flush()
+    assert len(stored_vectors(retriever)) == 1  # one group: the passage's vector covers it
+    retriever.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("short_sentences", ["join", "skip"])
+def test_short_sentences_cost_no_vector_of_their_own_and_the_long_one_is_marked(
+    seed, short_sentences
+):
+    rng = random.Random(seed)
+    interjections = ["Thanks, Mel!", "Wow!", "Cute, right?", "Hey Caroline!", "Sounds great!"]
+    statements = [message(rng, 1) for _ in range(3)]
+    statements[1] = message(rng, 1, "vela44")
+    texts: list[str] = []
+    for statement in statements:
+        texts += [rng.choice(interjections), statement.replace(".", " in the orchard.")]
+    text = " ".join(texts)
+    retriever = EmbeddingRetriever(
+        embedder=HASHING, sentence_words=4, short_sentences=short_sentences
+    )
+    retriever.add([Passage(session="s", item=1, position=0, text=text)])
+    retriever.add([Passage(session="s", item=1, position=1, text=message(rng, 4))])
+    retriever.flush()
+    ids = stored_vectors(retriever)
+    sentence_ids = sorted(i for i in ids if i.startswith("s:0#"))
+    assert len(sentence_ids) == 3  # one vector a statement, none an interjection's alone
+    if short_sentences == "skip":
+        assert all(ids[i] in texts[1::2] for i in sentence_ids)
+    query = texts[3].rstrip(".")
+    hit = retriever.search(query, session="s", k=1)[0]
+    assert hit.passage.position == 0 and hit.passage.text == text
+    assert hit.sentence == 3  # the statement, not the interjection it shares a vector with
+    retriever.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"sentence_words": 0}, "sentence_words"), ({"short_sentences": "drop"}, "short_sentences")],
+)
+def test_sentence_vector_options_are_checked(options, field):
+    with pytest.raises(ValueError, match=field):
+        EmbeddingRetriever(embedder=HASHING, **options)
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["minilm", "minilm-int8"])
+def test_batches_side_by_side_give_each_text_its_vector_alone(name):
+    """Batches run on parallel threads, one torch/onnxruntime thread each: every text gets the
+    vector it gets embedded alone, in the order given, and torch's thread count is put back."""
+    torch = pytest.importorskip("torch")
+    rng = random.Random(7)
+    texts = [message(rng, rng.randrange(1, 4)) for _ in range(40)] + ["Hi!", "…"]
+    rng.shuffle(texts)
+    before = torch.get_num_threads()
+    made = embedders.embedder_from_name(name)
+    together = made(texts)
+    assert torch.get_num_threads() == before
+    for text, vector in zip(texts[:6], together, strict=False):
+        assert vector == pytest.approx(made([text])[0], abs=1e-4)
+    single = (
+        embedders.MiniLMEmbedder(threads=1, batch_size=8)
+        if name == "minilm"
+        else embedders.OnnxMiniLMEmbedder(threads=1, batch_size=8)
+    )
+    for vector, expected in zip(together, single(texts), strict=True):
+        assert vector == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.real_model
+def test_concurrent_calls_share_torchs_one_thread_and_give_it_back():
+    torch = pytest.importorskip("torch")
+    model = MiniLMEmbedder()
+    texts = [f"The clerk recorded domo{n} at nine in the morning." for n in range(30)]
+    expected = model(texts)
+    before = torch.get_num_threads()
+    results: list[list[list[float]]] = [[] for _ in range(4)]
+
+    def embed(slot: int) -> None:
+        results[slot] = model(texts) if slot % 2 else [model.embed_query(t) for t in texts[:5]]
+
+    threads = [threading.Thread(target=embed, args=(slot,)) for slot in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert torch.get_num_threads() == before
+    for slot, made in enumerate(results):
+        wanted = expected if slot % 2 else expected[:5]
+        for vector, reference in zip(made, wanted, strict=True):
+            assert vector == pytest.approx(reference, abs=1e-4)

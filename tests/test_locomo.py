@@ -33,7 +33,7 @@ from keeper_middleware.bench.locomo.streams import conversation_from_stream
 from keeper_middleware.bench.run_options import resolve_stream
 from keeper_middleware.bench.streams import question_sets, read_stream
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
-from keeper_middleware.retrievers.sentences import split_sentences
+from keeper_middleware.retrievers.sentences import sentence_groups, split_sentences
 
 FILLER = [
     "Hey, how are you doing today?",
@@ -255,6 +255,41 @@ def test_index_command_counts_the_vectors_each_message_costs(
     assert cells[2] == str(sum(i.turns for i in indexed))
     assert cells[3].startswith(f"{expected} (")
     assert "Load average" in out.read_text()
+
+
+def test_index_command_counts_fewer_vectors_when_short_sentences_join(locomo_file, tmp_path):
+    out = tmp_path / "rate.md"
+    main(
+        [
+            "locomo", "index", "--data", str(locomo_file), "--embedders", "hashing",
+            "--sentence-vectors", "on", "--sentence-words", "1,6", "--out", str(out),
+        ]
+    )  # fmt: skip
+    passages = [
+        p
+        for conversation in load_locomo(locomo_file)
+        for p in conversation_passages(conversation, session="s", granularity="messages").passages
+    ]
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| hashing")]
+    for row, words in zip(rows, (1, 6), strict=True):
+        groups = [len(sentence_groups(split_sentences(p.text), words)) for p in passages]
+        expected = sum(1 + (count if count > 1 else 0) for count in groups)
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[1] == f"yes, {words}+ words"
+        assert cells[3].startswith(f"{expected} (")
+
+
+@pytest.mark.parametrize(
+    ("text", "words", "short"),
+    [
+        ("embedding:sw=6", 6, "join"),
+        ("hybrid:minilm-q8:skip=3", 3, "skip"),
+        ("embedding", None, "join"),
+    ],
+)
+def test_sentence_vector_options_parse(text, words, short):
+    spec = MethodSpec.parse(text)
+    assert (spec.sentence_words, spec.short) == (words, short)
 
 
 @pytest.mark.parametrize("text", ["keyword:paragraphs", "vector", "hybrid:w=x"])

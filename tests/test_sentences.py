@@ -1,12 +1,17 @@
 """Sentence splitting: benchmark text, ordinary prose, lists and code."""
 
+import random
+import re
+
 import pytest
 
 from keeper_middleware.retrievers.base import Passage
 from keeper_middleware.retrievers.sentences import (
     MAX_PASSAGE_CHARS,
     has_searchable_text,
+    long_sentences,
     passages_from_text,
+    sentence_groups,
     split_sentences,
 )
 
@@ -127,3 +132,56 @@ def test_passages_are_numbered_from_the_start_position_under_one_item():
 )
 def test_only_queries_with_a_word_are_searchable(query, searchable):
     assert has_searchable_text(query) is searchable
+
+
+WORDS = ["thanks", "wow", "river", "lamp", "orchard", "ladder", "violin", "harbour", "pepper"]
+
+
+def words_in(text: str) -> int:
+    return len(re.findall(r"\w+", text))
+
+
+def random_sentences(rng: random.Random) -> list[str]:
+    return [
+        " ".join(rng.choices(WORDS, k=rng.randrange(0, 12))).capitalize() + "!"
+        for _ in range(rng.randrange(0, 9))
+    ]
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("min_words", [1, 3, 6, 16])
+def test_sentence_groups_cover_every_sentence_once_in_order_with_enough_words(seed, min_words):
+    sentences = random_sentences(random.Random(seed))
+    groups = sentence_groups(sentences, min_words)
+    assert " ".join(text for _, text in groups) == " ".join(sentences)
+    firsts = [first for first, _ in groups]
+    assert firsts == sorted(set(firsts)) and (not groups or firsts[0] == 0)
+    ends = [*firsts[1:], len(sentences)] if groups else []
+    for (first, text), after in zip(groups, ends, strict=True):
+        assert text == " ".join(sentences[first:after])  # each group its own run of sentences
+    if len(groups) > 1:  # only a whole message shorter than min_words makes a short group
+        assert all(words_in(text) >= min_words for _, text in groups)
+
+
+def test_an_interjection_joins_the_statement_after_it_and_a_short_rest_the_one_before():
+    sentences = ["Thanks, Mel!", "I went to the support group on Sunday.", "It was great.", "Wow!"]
+    assert sentence_groups(sentences, 4) == [
+        (0, "Thanks, Mel! I went to the support group on Sunday."),
+        (2, "It was great. Wow!"),
+    ]
+    assert sentence_groups(sentences, 6) == [(0, " ".join(sentences))]
+    assert sentence_groups(sentences, 1) == list(enumerate(sentences))
+    assert sentence_groups(["Hi!", "Yo!"], 6) == [(0, "Hi! Yo!")]
+    assert sentence_groups([], 6) == []
+
+
+def test_long_sentences_keep_their_own_index():
+    sentences = ["Thanks, Mel!", "I went to the support group on Sunday.", "Wow!"]
+    assert long_sentences(sentences, 3) == [(1, sentences[1])]
+    assert long_sentences(sentences, 1) == list(enumerate(sentences))
+
+
+@pytest.mark.parametrize("min_words", [0, -2])
+def test_a_group_needs_a_positive_word_count(min_words):
+    with pytest.raises(ValueError, match="min_words"):
+        sentence_groups(["One."], min_words)

@@ -55,7 +55,18 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         default="both",
         help="also one vector per sentence of a message (the default of the backend: on)",
     )
-    index.add_argument("--threads", type=int, default=None, help="model threads (default: all)")
+    index.add_argument(
+        "--sentence-words",
+        default="",
+        help="comma-separated: a sentence vector covers consecutive sentences of at least this "
+        "many words (1: one per sentence; default: the backend's)",
+    )
+    index.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="batches the model runs side by side, one thread each (default: the CPUs, at most 4)",
+    )
     index.add_argument("--repeat", type=int, default=1, help="index the turns this many times")
     index.add_argument("--conversations", default="", help="sample ids to keep (default all)")
     index.add_argument("--out", type=Path, default=None, help="write the table here too")
@@ -104,21 +115,24 @@ def _run_index(args: argparse.Namespace, conversations: list[Conversation], sour
 
     load = os.getloadavg()
     modes = {"on": (True,), "off": (False,), "both": (True, False)}[args.sentence_vectors]
+    words: list[int | None] = [int(w) for w in args.sentence_words.split(",") if w.strip()]
     loaded: dict[str, tuple[Embedder, float]] = {}
     rows = []
     for name in (n.strip() for n in args.embedders.split(",") if n.strip()):
         for sentence_vectors in modes:
-            for _ in range(max(args.repeat, 1)):
-                rows.append(
-                    measure_rate(
-                        name,
-                        conversations,
-                        sentence_vectors=sentence_vectors,
-                        threads=args.threads,
-                        loaded=loaded,
+            for sentence_words in (words or [None]) if sentence_vectors else [None]:
+                for _ in range(max(args.repeat, 1)):
+                    rows.append(
+                        measure_rate(
+                            name,
+                            conversations,
+                            sentence_vectors=sentence_vectors,
+                            sentence_words=sentence_words,
+                            threads=args.threads,
+                            loaded=loaded,
+                        )
                     )
-                )
-                print(render_rates(rows[-1:], note="").splitlines()[-3], flush=True)
+                    print(render_rates(rows[-1:], note="").splitlines()[-3], flush=True)
     note = (
         f"# Embedding backend indexing rate\n\n{len(conversations)} conversation(s) from "
         f"`{source}`, one message per add, model loaded first; threads "

@@ -51,6 +51,7 @@ class TimedEmbedder:
 class RateRow:
     embedder: str
     sentence_vectors: bool
+    sentence_words: int | None
     messages: int
     vectors: int
     wall_s: float
@@ -72,6 +73,7 @@ def measure_rate(
     conversations: Sequence[Conversation],
     *,
     sentence_vectors: bool,
+    sentence_words: int | None = None,
     threads: int | None = None,
     loaded: dict[str, tuple[Embedder, float]] | None = None,
 ) -> RateRow:
@@ -94,7 +96,8 @@ def measure_rate(
         by_turn: dict[str, list[Any]] = {}
         for passage in passages.passages:
             by_turn.setdefault(passages.turn_of[passage.position], []).append(passage)
-        retriever = EmbeddingRetriever(embedder=timed, sentence_vectors=sentence_vectors)
+        words = {} if sentence_words is None else {"sentence_words": sentence_words}
+        retriever = EmbeddingRetriever(embedder=timed, sentence_vectors=sentence_vectors, **words)
         try:
             started, started_cpu = time.perf_counter(), time.process_time()
             for batch in by_turn.values():
@@ -108,6 +111,7 @@ def measure_rate(
     return RateRow(
         embedder=embedder_key,
         sentence_vectors=sentence_vectors,
+        sentence_words=sentence_words if sentence_vectors else None,
         messages=messages,
         vectors=timed.texts,
         wall_s=wall,
@@ -131,6 +135,14 @@ def _make(key: str, threads: int | None) -> Embedder:
     raise ValueError(f"--threads applies to minilm, minilm-int8 and minilm-q8, not {key!r}.")
 
 
+def _sentence_vectors(row: RateRow) -> str:
+    if not row.sentence_vectors:
+        return "no"
+    if row.sentence_words is None:
+        return "yes"
+    return f"yes, {row.sentence_words}+ words"
+
+
 def render_rates(rows: Sequence[RateRow], *, note: str) -> str:
     lines = [
         "| embedder | sentence vectors | messages | vectors (per message) | messages/s (wall) "
@@ -141,7 +153,7 @@ def render_rates(rows: Sequence[RateRow], *, note: str) -> str:
         model_ms = 1000 * row.embed_cpu_s / row.vectors if row.vectors else 0.0
         rest_ms = 1000 * (row.cpu_s - row.embed_cpu_s) / row.vectors if row.vectors else 0.0
         lines.append(
-            f"| {row.embedder} | {'yes' if row.sentence_vectors else 'no'} | {row.messages} "
+            f"| {row.embedder} | {_sentence_vectors(row)} | {row.messages} "
             f"| {row.vectors} ({row.vectors / max(row.messages, 1):.2f}) "
             f"| {row.per_second:.0f} | {row.per_cpu_second:.0f} "
             f"| {model_ms:.2f} / {rest_ms:.2f} | {row.load_s:.1f} |"

@@ -13,7 +13,8 @@ turns, MiniLM unless an embedder is named). Options: a granularity (``messages``
 ``hashing``), ``w=X`` (hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the
 fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
 (keyword: no Porter stemming; the first, shorter stop-word list), ``onevector`` (embedding: one
-vector per passage, not also one per sentence of a message).
+vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
+vector covers consecutive sentences of at least N words; 1: one per sentence).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class MethodSpec:
     stemming: bool = True
     first_stopwords: bool = False
     sentence_vectors: bool = True
+    sentence_words: int | None = None
+    """None: the backend's default."""
+    short: str = "join"
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -79,6 +83,11 @@ class MethodSpec:
                 given["stemming"] = False
             elif option == "oldstop":
                 given["first_stopwords"] = True
+            elif option.startswith("sw="):
+                given["sentence_words"] = int(option[3:])
+            elif option.startswith("skip="):
+                given["sentence_words"] = int(option[5:])
+                given["short"] = "skip"
             elif option == "onevector":
                 given["sentence_vectors"] = False
             else:
@@ -252,8 +261,12 @@ def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriev
 
     if spec.backend == "keyword":
         return keyword()
+    words = {} if spec.sentence_words is None else {"sentence_words": spec.sentence_words}
     embedding = EmbeddingRetriever(
-        embedder=shared_embedder(spec.embedder, embedders), sentence_vectors=spec.sentence_vectors
+        embedder=shared_embedder(spec.embedder, embedders),
+        sentence_vectors=spec.sentence_vectors,
+        short_sentences=spec.short,
+        **words,
     )
     if spec.backend == "embedding":
         return embedding

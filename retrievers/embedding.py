@@ -1,7 +1,7 @@
 """Semantic search: sentence embeddings in chromadb, indexed by a background worker.
 
-Embedding is the cost of indexing (measured on 2 cores: about 9.5 ms of CPU a LoCoMo sentence or
-message with all-MiniLM-L6-v2 in PyTorch, 3.7 ms with its int8 build ``minilm-q8``, against 0.25 ms
+Embedding is the cost of indexing (measured on 2 cores: about 8.3 ms of CPU a LoCoMo sentence or
+message with all-MiniLM-L6-v2 in PyTorch, 2.7 ms with its int8 build ``minilm-q8``, against 0.25 ms
 for everything else; bench/results/locomo_recall.md), so ``add`` only queues passages and
 returns; a worker thread embeds and writes them in batches while the agent waits for its next
 model call. ``search`` first waits for what is queued for its session, so results are always

@@ -445,3 +445,28 @@ def test_concurrent_calls_share_torchs_one_thread_and_give_it_back():
         wanted = expected if slot % 2 else expected[:5]
         for vector, reference in zip(made, wanted, strict=True):
             assert vector == pytest.approx(reference, abs=1e-4)
+
+
+@pytest.mark.real_model
+def test_the_quantized_graph_is_cached_so_a_later_load_needs_no_onnx(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    load = embedders._load_onnx_minilm_once
+    texts = ["When did Caroline go to the support group?", "Hi!", "The clerk recorded domo86."]
+    load.cache_clear()
+    try:
+        first = embedders.OnnxMiniLMEmbedder(quantized=True, threads=1)(texts)
+        (cached,) = (tmp_path / "keeper-middleware").glob("minilm-q8-*.onnx")
+        load.cache_clear()
+        monkeypatch.setitem(sys.modules, "onnxruntime.quantization", None)  # as without onnx
+        again = embedders.OnnxMiniLMEmbedder(quantized=True, threads=1)(texts)
+        assert again == first  # the same graph, read from the file
+        cached.write_bytes(cached.read_bytes()[:1000])  # a truncated file is made again
+        load.cache_clear()
+        with pytest.raises(MissingExtraError, match=r"keeper-middleware\[onnx\]"):
+            embedders.OnnxMiniLMEmbedder(quantized=True)(texts)
+        monkeypatch.delitem(sys.modules, "onnxruntime.quantization")
+        load.cache_clear()
+        assert embedders.OnnxMiniLMEmbedder(quantized=True, threads=1)(texts) == first
+        assert cached.stat().st_size > 1000
+    finally:
+        load.cache_clear()

@@ -120,7 +120,7 @@ def test_a_missing_sentence_transformers_says_which_extra_to_install(monkeypatch
     with pytest.raises(
         MissingExtraError, match=r"sentence_transformers.*keeper-middleware\[embeddings\]"
     ):
-        embedders._load_minilm_once.__wrapped__(None)
+        embedders._load_minilm_once.__wrapped__()
 
 
 def test_hashing_vectors_are_unit_length_and_closer_for_shared_words():
@@ -470,3 +470,18 @@ def test_the_quantized_graph_is_cached_so_a_later_load_needs_no_onnx(tmp_path, m
         assert cached.stat().st_size > 1000
     finally:
         load.cache_clear()
+
+
+@pytest.mark.parametrize("sentence_context", [True, False])
+def test_sentence_vectors_carry_the_context_unless_told_not_to(sentence_context):
+    embedder = RecordingEmbedder()
+    retriever = EmbeddingRetriever(embedder=embedder, sentence_context=sentence_context)
+    text = "I painted the lake. It took all summer."
+    retriever.add([Passage(session="s", item=1, position=0, text=text, context="Ana (1 May)")])
+    retriever.flush()
+    embedded = sorted(t for call in embedder.calls for t in call)
+    sentences = ["I painted the lake.", "It took all summer."]
+    if sentence_context:
+        sentences = [f"Ana (1 May): {s}" for s in sentences]
+    assert embedded == sorted([f"Ana (1 May): {text}", *sentences])  # the message keeps it
+    retriever.close()

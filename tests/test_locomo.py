@@ -280,16 +280,17 @@ def test_index_command_counts_fewer_vectors_when_short_sentences_join(locomo_fil
 
 
 @pytest.mark.parametrize(
-    ("text", "words", "short"),
+    ("text", "words", "short", "context"),
     [
-        ("embedding:sw=6", 6, "join"),
-        ("hybrid:minilm-q8:skip=3", 3, "skip"),
-        ("embedding", None, "join"),
+        ("embedding:sw=6", 6, "join", True),
+        ("hybrid:minilm-q8:skip=3", 3, "skip", True),
+        ("embedding:baresentences", None, "join", False),
+        ("embedding", None, "join", True),
     ],
 )
-def test_sentence_vector_options_parse(text, words, short):
+def test_sentence_vector_options_parse(text, words, short, context):
     spec = MethodSpec.parse(text)
-    assert (spec.sentence_words, spec.short) == (words, short)
+    assert (spec.sentence_words, spec.short, spec.sentence_context) == (words, short, context)
 
 
 @pytest.mark.parametrize("text", ["keyword:paragraphs", "vector", "hybrid:w=x"])

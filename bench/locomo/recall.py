@@ -14,7 +14,9 @@ turns, MiniLM unless an embedder is named). Options: a granularity (``messages``
 fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
 (keyword: no Porter stemming; the first, shorter stop-word list), ``onevector`` (embedding: one
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
-vector covers consecutive sentences of at least N words; 1: one per sentence).
+vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
+(embedding: a sentence of fewer than N words has no vector of its own), ``baresentences``
+(embedding: sentence vectors without the passage's context).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class MethodSpec:
     sentence_words: int | None = None
     """None: the backend's default."""
     short: str = "join"
+    sentence_context: bool = True
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -88,6 +91,8 @@ class MethodSpec:
             elif option.startswith("skip="):
                 given["sentence_words"] = int(option[5:])
                 given["short"] = "skip"
+            elif option == "baresentences":
+                given["sentence_context"] = False
             elif option == "onevector":
                 given["sentence_vectors"] = False
             else:
@@ -266,6 +271,7 @@ def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriev
         embedder=shared_embedder(spec.embedder, embedders),
         sentence_vectors=spec.sentence_vectors,
         short_sentences=spec.short,
+        sentence_context=spec.sentence_context,
         **words,
     )
     if spec.backend == "embedding":

@@ -79,7 +79,7 @@ def measure_rate(
 ) -> RateRow:
     """Indexes every conversation's turns with one embedder (loaded once; its load time is
     ``load_s``) and times it."""
-    from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+    from keeper_middleware.retrievers.embedding import SENTENCE_WORDS, EmbeddingRetriever
 
     cache = loaded if loaded is not None else {}
     if embedder_key not in cache:
@@ -96,8 +96,11 @@ def measure_rate(
         by_turn: dict[str, list[Any]] = {}
         for passage in passages.passages:
             by_turn.setdefault(passages.turn_of[passage.position], []).append(passage)
-        words = {} if sentence_words is None else {"sentence_words": sentence_words}
-        retriever = EmbeddingRetriever(embedder=timed, sentence_vectors=sentence_vectors, **words)
+        retriever = EmbeddingRetriever(
+            embedder=timed,
+            sentence_vectors=sentence_vectors,
+            sentence_words=sentence_words or SENTENCE_WORDS,
+        )
         try:
             started, started_cpu = time.perf_counter(), time.process_time()
             for batch in by_turn.values():

@@ -256,7 +256,7 @@ def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
 
 
 def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
-    from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+    from keeper_middleware.retrievers.embedding import SENTENCE_WORDS, EmbeddingRetriever
     from keeper_middleware.retrievers.hybrid import HybridRetriever
     from keeper_middleware.retrievers.keyword import KeywordRetriever
 
@@ -266,13 +266,12 @@ def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriev
 
     if spec.backend == "keyword":
         return keyword()
-    words = {} if spec.sentence_words is None else {"sentence_words": spec.sentence_words}
     embedding = EmbeddingRetriever(
         embedder=shared_embedder(spec.embedder, embedders),
         sentence_vectors=spec.sentence_vectors,
         short_sentences=spec.short,
         sentence_context=spec.sentence_context,
-        **words,
+        sentence_words=spec.sentence_words or SENTENCE_WORDS,
     )
     if spec.backend == "embedding":
         return embedding

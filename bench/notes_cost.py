@@ -26,15 +26,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from keeper_middleware.bench.costs import CallRecord, prefix_reuse
 from keeper_middleware.bench.notes_cost_breakdown import breakdown, render_breakdown
+from keeper_middleware.bench.notes_cost_tenths import (
+    Mark,
+    StreamEnd,
+    attribute,
+    calls_in_first_bytes,
+    figures,
+    read_calls,
+    render_tenths,
+)
+
+if TYPE_CHECKING:
+    from keeper_middleware.bench.steps import Step
 
 SIZES = ("240k", "1m", "10m")
-TENTHS = 10
 
 
 # -- the keeper's CPU ---------------------------------------------------------------------------
@@ -127,24 +137,36 @@ def measure_one(size: str, folder: Path, seed: int, window: int) -> dict[str, An
         generate_stream(preset_spec(size, seed=seed, families=frozenset({"harder"})), stream)
     options = RunOptions.create(arm="notes", stream=stream, model="sim", window=window)
     clock = KeeperClock()
-    marks: list[tuple[int, float]] = []  # (stream tokens so far, keeper CPU so far) per step
+    marks: list[Mark] = []  # the stream tokens and keeper CPU so far, at the end of each step
+    calls_path = folder / "run" / "calls.jsonl"
+    end = {"tokens": 0, "bytes": 0}  # the last step before the final questions
+
+    def on_step(step: Step, _values: Mapping[str, Any]) -> None:
+        after = step.question is not None and bool(step.question.get("final"))
+        marks.append(
+            Mark(history_tokens=step.history_tokens, keeper_cpu_s=clock.keeper, after_stream=after)
+        )
+        if not after:
+            end["tokens"] = step.history_tokens
+            end["bytes"] = calls_path.stat().st_size if calls_path.exists() else 0
+
     started = time.perf_counter()
     with clock.installed():
-        result = run_arm(
-            options,
-            folder / "run",
-            progress=False,
-            on_step=lambda step, _values: marks.append((step.history_tokens, clock.keeper)),
-        )
+        result = run_arm(options, folder / "run", progress=False, on_step=on_step)
     seconds = time.perf_counter() - started
+    stream_end = StreamEnd(
+        tokens=end["tokens"], calls=calls_in_first_bytes(calls_path, end["bytes"])
+    )
+    stream_end.save(folder / "run")
+    by_item = history_tokens_by_item(stream)
     counters = json.loads((folder / "run" / "keeper_counters.json").read_text(encoding="utf-8"))
     return {
         "size": size,
         "window": window,
         "seconds": round(seconds, 1),
         "score": f"{result.grade.right}/{result.grade.asked}",
-        "tenths": tenths(folder / "run", stream, marks),
-        "breakdown": breakdown(folder / "run", history_tokens_by_item(stream)),
+        **figures(attribute(read_calls(folder / "run"), by_item, marks, stream_end)),
+        "breakdown": breakdown(folder / "run", by_item, stream_end),
         "notes_tokens": counters.get("notes_tokens", 0),
         "notes_entries": _final_entries(folder / "run"),
         "notes_entries_moved": counters.get("notes_entries_moved", 0),
@@ -164,52 +186,7 @@ def _final_entries(run_dir: Path) -> int:
     return sum(1 for line in text.splitlines() if line.startswith("- "))
 
 
-def tenths(
-    run_dir: Path, stream: Path, marks: Sequence[tuple[int, float]]
-) -> list[dict[str, float]]:
-    """Per tenth of the stream: prompt, uncached prompt and keeper CPU per 100K stream tokens."""
-    from keeper_middleware.bench.streams import history_tokens_by_item
-
-    by_item = history_tokens_by_item(stream)
-    total = max(by_item.values(), default=0) or 1
-    width = total / TENTHS
-    prompt = [0.0] * TENTHS
-    uncached = [0.0] * TENTHS
-    cpu = [0.0] * TENTHS
-    items = sorted(by_item)
-    previous: CallRecord | None = None
-    with (run_dir / "calls.jsonl").open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            record = CallRecord.from_json(json.loads(line))
-            history = by_item.get(record.item, by_item[items[0]] if items else 0)
-            tenth = min(TENTHS - 1, int(history / width))
-            prompt[tenth] += record.prompt_tokens
-            reused = prefix_reuse(previous, record).tokens_estimate if previous else 0
-            uncached[tenth] += max(0, record.prompt_tokens - reused)
-            previous = record
-    spent_before = 0.0
-    for history, spent in marks:
-        tenth = min(TENTHS - 1, int(history / width))
-        cpu[tenth] += spent - spent_before
-        spent_before = spent
-    scale = 100_000 / width
-    return [
-        {
-            "prompt": prompt[i] * scale,
-            "uncached": uncached[i] * scale,
-            "keeper_cpu_s": cpu[i] * scale,
-        }
-        for i in range(TENTHS)
-    ]
-
-
 # -- the table ----------------------------------------------------------------------------------
-def _change(first: float, last: float) -> str:
-    return f"{(last / first - 1) * 100:+.0f}%" if first else "n/a"
-
-
 def render(results: Sequence[dict[str, Any]]) -> str:
     lines = [
         "Notes arm on the harder stream, cost per 100K stream tokens in each tenth of the run "
@@ -217,35 +194,12 @@ def render(results: Sequence[dict[str, Any]]) -> str:
         "",
     ]
     for result in results:
-        rows = result["tenths"]
         lines += [
             f"### {result['size']} tokens, window {result['window']:,} "
             f"({result['seconds']} s, score {result['score']}, simulated reader)",
             "",
-            "| tenth | prompt tok / 100K | uncached prompt tok / 100K (≈) | keeper CPU s / 100K |",
-            "| --- | --- | --- | --- |",
+            *render_tenths(result),
         ]
-        for number, row in enumerate(rows, start=1):
-            lines.append(
-                f"| {number} | {row['prompt']:,.0f} | {row['uncached']:,.0f} | "
-                f"{row['keeper_cpu_s']:.2f} |"
-            )
-        first, last = rows[0], rows[-1]
-        lines.append(
-            f"| last vs first | {_change(first['prompt'], last['prompt'])} | "
-            f"{_change(first['uncached'], last['uncached'])} | "
-            f"{_change(first['keeper_cpu_s'], last['keeper_cpu_s'])} |"
-        )
-        inner = rows[1:-1]
-        if inner:
-            lines.append(
-                "| tenths 2–9, max vs min | "
-                + " | ".join(
-                    _change(min(r[k] for r in inner), max(r[k] for r in inner))
-                    for k in ("prompt", "uncached", "keeper_cpu_s")
-                )
-                + " |"
-            )
         lines += [
             "",
             f"Final NOTES: {result['notes_tokens']:,} tokens, {result['notes_entries']:,} entries "
@@ -283,7 +237,8 @@ def _run(args: argparse.Namespace) -> int:
         from keeper_middleware.bench.streams import history_tokens_by_item
 
         for folder in sorted(args.explain.glob("harder-*-seed*")):
-            rows = breakdown(folder / "run", history_tokens_by_item(folder / "stream"))
+            run = folder / "run"
+            rows = breakdown(run, history_tokens_by_item(folder / "stream"), StreamEnd.load(run))
             print(f"### {folder.name}\n\n{render_breakdown(rows)}\n")
         return 0
     if args.one is not None:  # the child process: one size, figures as JSON on stdout
@@ -313,6 +268,7 @@ def _run(args: argparse.Namespace) -> int:
             env = {**os.environ, "HF_HUB_OFFLINE": "1"}
             done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            (folder / "result.json").write_text(json.dumps(results[-1]) + "\n", encoding="utf-8")
             print(render(results[-1:]), flush=True)
     text = render(results)
     if args.out:

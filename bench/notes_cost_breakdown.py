@@ -7,6 +7,8 @@ that left the NOTES for the archive. Read from a finished run folder: ``calls.js
 per model call) and the keeper's ``archive.sqlite3`` (NOTES versions and archived turns).
 
 Sizes are the simulated reader's estimate (about four characters a token), as in the cost table.
+With the stream's end recorded (``stream_end.json``), the final questions, asked after the
+stream's last token, are an eleventh row of their own, as in the cost table.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from keeper_middleware.bench.notes_cost_tenths import StreamEnd
 from keeper_middleware.notes_budget import MOVED_TURN_NAME
 from keeper_middleware.search import SEARCH_TOOL_NAME
 
@@ -36,41 +39,47 @@ _COLUMNS = (
 )
 
 
-def breakdown(run_dir: Path, by_item: dict[int, int]) -> list[dict[str, float]]:
-    """Per tenth of the stream (``by_item``: item → stream tokens so far), what the run did."""
+def breakdown(
+    run_dir: Path, by_item: dict[int, int], end: StreamEnd | None = None
+) -> list[dict[str, float]]:
+    """Per tenth of the stream (``by_item``: item → stream tokens so far), what the run did; with
+    ``end``, an eleventh row for what was done after the stream (the final questions)."""
     total = max(by_item.values(), default=0) or 1
-    width = total / TENTHS
+    width = (end.tokens if end is not None and end.tokens > 0 else total) / TENTHS
     items = sorted(by_item)
+    after_seq = _final_step_seq(run_dir) if end is not None else None
 
     def tenth(item: int | None) -> int:
         history = by_item.get(item if item is not None else -1, by_item[items[0]] if items else 0)
         return min(TENTHS - 1, int(history / width))
 
     keys = [key for key, _, _ in _COLUMNS]
-    rows: list[dict[str, float]] = [dict.fromkeys(keys, 0.0) for _ in range(TENTHS)]
-    prompts = [{"work": 0.0, "notes": 0.0} for _ in range(TENTHS)]
+    count = TENTHS + (1 if end is not None else 0)
+    rows: list[dict[str, float]] = [dict.fromkeys(keys, 0.0) for _ in range(count)]
+    prompts = [{"work": 0.0, "notes": 0.0} for _ in range(count)]
     # a NOTES version's size, from the item it covers to the next (a call carries the latest)
     with sqlite3.connect(f"file:{run_dir / 'archive.sqlite3'}?mode=ro", uri=True) as con:
         versions = con.execute(
             "SELECT last_item, length(text) FROM notes WHERE last_item IS NOT NULL ORDER BY version"
         ).fetchall()
         turns = con.execute(
-            "SELECT name, item, length(content), content FROM turns WHERE name IN (?, ?)",
+            "SELECT name, item, length(content), content, seq FROM turns WHERE name IN (?, ?)",
             (SEARCH_TOOL_NAME, MOVED_TURN_NAME),
         ).fetchall()
     covered = [int(last) for last, _ in versions]
     sizes = [length // 4 for _, length in versions]
     last_work_item: int | None = None
     with (run_dir / "calls.jsonl").open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
+        for index, line in enumerate(line for line in handle if line.strip()):
             call = json.loads(line)
-            row = rows[tenth(call["item"])]
+            at_row = TENTHS if end is not None and index >= end.calls else tenth(call["item"])
+            if end is not None and index == end.calls:
+                last_work_item = None  # the final questions' first call follows no search
+            row = rows[at_row]
             kind = call["kind"]
             if kind == "work":
                 row["work_calls"] += 1
-                prompts[tenth(call["item"])]["work"] += call["prompt_tokens"]
+                prompts[at_row]["work"] += call["prompt_tokens"]
                 at = bisect.bisect_left(covered, call["item"]) - 1
                 row["notes_per_work_call"] += sizes[at] if at >= 0 else 0
                 if call["item"] == last_work_item:
@@ -78,11 +87,11 @@ def breakdown(run_dir: Path, by_item: dict[int, int]) -> list[dict[str, float]]:
                 last_work_item = call["item"]
             elif kind == "notes":
                 row["notes_calls"] += 1
-                prompts[tenth(call["item"])]["notes"] += call["prompt_tokens"]
+                prompts[at_row]["notes"] += call["prompt_tokens"]
             elif kind == "reask":
                 row["reasks"] += 1
-    for name, item, length, content in turns:
-        row = rows[tenth(item)]
+    for name, item, length, content, seq in turns:
+        row = rows[TENTHS if after_seq is not None and seq > after_seq else tenth(item)]
         if name == SEARCH_TOOL_NAME:
             row["searches"] += 1
             row["search_tokens"] += length // 4
@@ -96,6 +105,25 @@ def breakdown(run_dir: Path, by_item: dict[int, int]) -> list[dict[str, float]]:
     return rows
 
 
+def _final_step_seq(run_dir: Path) -> int | None:
+    """The archive position of the final questions' message (None: not archived, or none)."""
+    answers = run_dir / "answers.jsonl"
+    if not answers.exists():
+        return None
+    steps = [
+        int(record["step"])
+        for record in map(json.loads, filter(str.strip, answers.read_text("utf-8").splitlines()))
+        if record.get("final")
+    ]
+    if not steps:
+        return None
+    with sqlite3.connect(f"file:{run_dir / 'archive.sqlite3'}?mode=ro", uri=True) as con:
+        found = con.execute(
+            "SELECT seq FROM turns WHERE msg_id = ?", (f"step-{min(steps)}",)
+        ).fetchone()
+    return int(found[0]) if found else None
+
+
 def render_breakdown(rows: Sequence[dict[str, Any]]) -> str:
     """The breakdown as a markdown table, one row per tenth."""
     lines = [
@@ -104,5 +132,6 @@ def render_breakdown(rows: Sequence[dict[str, Any]]) -> str:
     ]
     for number, row in enumerate(rows, start=1):
         cells = [form.format(row[key]) for key, _, form in _COLUMNS]
-        lines.append(f"| {number} | " + " | ".join(cells) + " |")
+        label = "after the stream" if number > TENTHS else str(number)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

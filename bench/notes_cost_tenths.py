@@ -16,7 +16,7 @@ Pure: the caller reads the run's files and measures the CPU.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,10 +146,13 @@ def attribute(
     )
 
 
-def read_calls(run_dir: Path) -> list[CallRecord]:
-    """The run's model calls, in the order they were made."""
+def read_calls(run_dir: Path) -> Iterator[CallRecord]:
+    """The run's model calls, in the order they were made, one at a time (a 10M-token run makes
+    some 10,000, and the run's peak memory is measured after they are read)."""
     with (run_dir / "calls.jsonl").open(encoding="utf-8") as handle:
-        return [CallRecord.from_json(json.loads(line)) for line in handle if line.strip()]
+        for line in handle:
+            if line.strip():
+                yield CallRecord.from_json(json.loads(line))
 
 
 def calls_in_first_bytes(path: Path, size: int) -> int:

@@ -8,10 +8,21 @@ the prompt tokens per 100K stream tokens rose 17% from the first tenth to the la
 NOTES (the work calls and cuts per tenth stayed the same).
 
 So the NOTES take the place of turns: they count toward the cadence as the items their size is
-worth, twice, because they are in view at both ends of a cycle (right after a cut and at the next
-one). The average call then stays the size it was with empty NOTES, and the conversation is noted
-a little more often as the NOTES fill. The cadence never drops below ``floor`` items, so a chat of
-short messages beside big NOTES is not noted after every message.
+worth, and the conversation is noted a little more often as they fill. How much they count is a
+trade between two costs that cannot both stay flat. The average call carries the NOTES and half a
+cycle of new turns; every cut sends the new NOTES and the turns kept in view again, which a
+server's prefix cache cannot serve. Counted twice (the NOTES are in view at both ends of a
+cycle), they keep the average call the size it was with empty NOTES, but the cycle shortens by
+all of their growth: on the ``harder`` stream at 10M tokens, 1,339 cuts instead of 920, and the
+uncached prompt tokens per 100K stream tokens grew 20% from the first tenth to the last while the
+prompt stayed flat (−2%). Not counted, the prompt grows with the NOTES (+15% at 1M). Counted once,
+the growth is shared: the average call grows by half the NOTES' growth and the cycle shortens by
+the other half; measured at 10M, prompt +10%, uncached +12% (and at 1M +13%, +9%), the score the
+same (simulated reader), 6.7% fewer uncached tokens over the run and 18% more prompt tokens
+(``bench/results/notes_cost.md``, "Cadence and the stream's edges"). Counting the NOTES' budget
+from the start instead of their size keeps the cadence constant, and the prompt grows with the
+NOTES (+22% to +28% at 10M). The cadence never drops below ``floor`` items, so a chat of short
+messages beside big NOTES is not noted after every message.
 
 Pure: the caller counts the tokens.
 """
@@ -20,8 +31,9 @@ from __future__ import annotations
 
 import math
 
-NOTES_WEIGHT = 2
-"""How many items' worth each item-sized piece of the NOTES counts for (both ends of a cycle)."""
+NOTES_WEIGHT = 1
+"""How many items' worth each item-sized piece of the NOTES counts for: once, so the NOTES'
+growth is shared between the calls' size and how often the NOTES are sent again."""
 
 
 def items_due(*, every: int, notes_tokens: int, new_tokens: int, new_items: int) -> int:

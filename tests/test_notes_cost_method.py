@@ -54,6 +54,24 @@ def test_bigger_notes_call_for_notes_sooner_but_never_under_half_the_cadence(see
     assert min(due) == max(1, -(-every // 2))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_notes_growth_is_shared_between_the_calls_size_and_how_often_they_are_resent(seed):
+    """The average call (NOTES plus half a cycle of new items) grows by about half the NOTES'
+    growth, not by none of it (every cut would resend them sooner) nor all of it."""
+    rng = random.Random(seed)
+    every = rng.randrange(8, 40)
+    per_item = rng.randrange(200, 3000)
+    items = rng.randrange(1, every + 1)
+    for _ in range(20):
+        notes = rng.randrange(per_item, per_item * (every // 2))  # short of the floor
+        due = items_due(
+            every=every, notes_tokens=notes, new_tokens=per_item * items, new_items=items
+        )
+        average_call_growth = notes + per_item * (due - every) / 2
+        assert notes / 2 - per_item / 2 <= average_call_growth <= notes / 2 + per_item / 2
+        assert due < every  # the NOTES are still noted sooner as they fill
+
+
 def test_the_cadence_refuses_sizes_that_cannot_be():
     with pytest.raises(ValueError, match="every must be >= 1"):
         items_due(every=0, notes_tokens=0, new_tokens=0, new_items=0)

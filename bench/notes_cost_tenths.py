@@ -193,7 +193,8 @@ def render_tenths(result: Mapping[str, Any]) -> list[str]:
     after = result.get("after_stream")
     if after and after.get("calls"):
         lines.append(
-            f"| after the stream ({after['calls']:,.0f} calls: the final questions; totals, not "
+            f"| after the stream ({after['calls']:,.0f} call{'' if after['calls'] == 1 else 's'}: "
+            "the final questions; totals, not "
             f"per 100K) | {after['prompt']:,.0f} | {after['uncached']:,.0f} | "
             f"{after['keeper_cpu_s']:.2f} s |"
         )

@@ -15,13 +15,13 @@ server's prefix cache cannot serve. Counted twice (the NOTES are in view at both
 cycle), they keep the average call the size it was with empty NOTES, but the cycle shortens by
 all of their growth: on the ``harder`` stream at 10M tokens, 1,339 cuts instead of 920, and the
 uncached prompt tokens per 100K stream tokens grew 20% from the first tenth to the last while the
-prompt stayed flat (−2%). Not counted, the prompt grows with the NOTES (+15% at 1M). Counted once,
+prompt stayed flat (−2%). Not counted, the prompt grows with the NOTES (+21% at 10M). Counted once,
 the growth is shared: the average call grows by half the NOTES' growth and the cycle shortens by
-the other half; measured at 10M, prompt +10%, uncached +12% (and at 1M +13%, +9%), the score the
-same (simulated reader), 6.7% fewer uncached tokens over the run and 18% more prompt tokens
+the other half; measured at 10M, prompt +10%, uncached +12% (and at 1M +13%, +9%), scores within
+noise (simulated reader), 6.7% fewer uncached tokens over the run and 18% more prompt tokens
 (``bench/results/notes_cost.md``, "Cadence and the stream's edges"). Counting the NOTES' budget
 from the start instead of their size keeps the cadence constant, and the prompt grows with the
-NOTES (+22% to +28% at 10M). The cadence never drops below ``floor`` items, so a chat of short
+NOTES (+22% to +27% at 10M). The cadence never drops below ``floor`` items, so a chat of short
 messages beside big NOTES is not noted after every message.
 
 Pure: the caller counts the tokens.

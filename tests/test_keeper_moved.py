@@ -154,9 +154,10 @@ def test_a_session_stored_with_the_old_values_goes_on_recalling(archive_at):  # 
     name, old, story = change_one_moved(reopened, saver, 16, 0)
     assert_updated_in_place(reopened, name, old, story)
     assert reopened.archive.get_value("t1", LEGACY_ENTRIES) is None
-    assert [key for key, _ in reopened.archive.moved_rows("t1")] == [
-        key for key, _ in rows if key != name
-    ]
+    # the old rows stay, in their order, but the changed one; later cuts may move out more
+    before = [key for key, _ in rows]
+    after = [key for key, _ in reopened.archive.moved_rows("t1")]
+    assert [key for key in after if key in before] == [key for key in before if key != name]
 
 
 # -- the lookup names what a scan of every moved entry named ---------------------------------------

@@ -345,12 +345,13 @@ def test_a_verbose_note_taker_never_ends_the_conversation(seed, window):
 
 def test_a_change_to_a_counter_whose_entry_is_in_the_archive_is_not_asked_for_again():
     """The note-taker cannot work out "added 4 to c1" once c1's value has left the NOTES: asking
-    again would only repeat the same reply, at the cost of a whole request each time."""
+    again would only repeat the same reply, at the cost of a whole request each time. (Notes
+    every item, so each change is noted in a cut of its own.)"""
     keeper = Keeper(
         KeeperConfig(
             window=4096,
             reply_reserve=256,
-            notes_every_items=2,
+            notes_every_items=1,
             notes_budget=("tokens", 64),
             tracked_names=r"\bc\d+\b",
         )

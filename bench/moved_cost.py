@@ -30,7 +30,7 @@ from typing import Any
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
 from keeper_middleware.notes import Notes
 from keeper_middleware.recall import moved_update, named_in, track_moved
-from keeper_middleware.sqlite_archive import SQLiteArchive
+from keeper_middleware.sqlite import SQLiteArchive
 
 _SYLLABLES = ("ba", "do", "ri", "te", "lo", "nu", "di", "mi", "ka", "se", "fo", "gu")
 _FIRST = tuple(

@@ -24,7 +24,7 @@ from keeper_middleware.notes import Notes, parse_notes, render_notes
 from keeper_middleware.questions import PatternQuestionDetector, QuestionDetector
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever
 from keeper_middleware.search_tool import archive_search_tool
-from keeper_middleware.sqlite_archive import SQLiteArchive
+from keeper_middleware.sqlite import SQLiteArchive
 from keeper_middleware.tokens import ApproximateTokenCounter, TokenCounter
 
 __all__ = [

@@ -329,7 +329,7 @@ class ArchiveStore(Protocol):
 
 def put_values(store: ArchiveStore, session: str, values: Mapping[str, Any]) -> None:
     """Write ``values`` (in order) in one transaction where the store can (a ``put_values``
-    method, as :class:`~keeper_middleware.sqlite_archive.SQLiteArchive` has), else one
+    method, as :class:`~keeper_middleware.sqlite.SQLiteArchive` has), else one
     ``put_value`` each: a store without batches stays correct, only slower."""
     batch = getattr(store, "put_values", None)
     if batch is not None:
@@ -349,7 +349,7 @@ def open_archive(path_or_store: str | os.PathLike[str] | ArchiveStore) -> Archiv
 
         return PostgresArchive(path_or_store)
     if isinstance(path_or_store, str | os.PathLike):
-        from keeper_middleware.sqlite_archive import SQLiteArchive
+        from keeper_middleware.sqlite import SQLiteArchive
 
         return SQLiteArchive(path_or_store)
     if isinstance(path_or_store, ArchiveStore):

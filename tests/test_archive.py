@@ -28,7 +28,7 @@ from keeper_middleware.archive import (
     turn_from_message,
 )
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
-from keeper_middleware.sqlite_archive import SQLiteArchive
+from keeper_middleware.sqlite import SQLiteArchive
 
 
 def make_turns(session: str, cut: int, count: int = 3, *, size: int = 20) -> list[ArchivedTurn]:
@@ -396,7 +396,7 @@ def test_a_failure_inside_a_cut_leaves_no_part_of_it(store, monkeypatch):
 WRITER_IMPORTS = """
 import json, os, signal, sys
 from keeper_middleware.archive import ArchiveStore, ArchivedTurn, NotesDraft
-from keeper_middleware.sqlite_archive import SQLiteArchive
+from keeper_middleware.sqlite import SQLiteArchive
 """
 WRITER = textwrap.dedent(
     """

@@ -45,7 +45,7 @@ from keeper_middleware.bench.recording import CallRecorder
 from keeper_middleware.bench.run_options import parse_model
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.notes import parse_notes
-from keeper_middleware.sqlite_archive import SQLiteArchive
+from keeper_middleware.sqlite import SQLiteArchive
 
 WAYS = ("direct", "middleware", "proxy")
 SESSION = "marathon"

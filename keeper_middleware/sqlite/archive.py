@@ -1,4 +1,4 @@
-"""The SQLite archive backend: WAL mode, one transaction per cut (see ``archive`` for the contract)."""
+"""The SQLite archive backend: WAL mode, one transaction per cut (see ``keeper_middleware.archive`` for the contract)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from keeper_middleware import sqlite_moved
 from keeper_middleware.archive import (
     ArchivedTurn,
     CutRecord,
@@ -31,7 +30,8 @@ from keeper_middleware.archive_rows import (
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
-from keeper_middleware.sqlite_open import open_archive_file
+from keeper_middleware.sqlite import moved as sqlite_moved
+from keeper_middleware.sqlite.open import open_archive_file
 
 _T = TypeVar("_T")
 _TURN_PAGE = 256

@@ -1,8 +1,8 @@
 """Opening an SQLite archive file: the path checked, the tables created or migrated forward,
 the file proven writable, and every failure explained with the fix.
 
-Kept apart from ``sqlite_archive`` so the backend's transactions read without the file's setup;
-the moved entries' table is ``sqlite_moved``'s (schema version 2).
+Kept apart from ``archive`` so the backend's transactions read without the file's setup;
+the moved entries' table is ``moved``'s (schema version 2).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sqlite3
 from pathlib import Path
 from typing import Literal
 
-from keeper_middleware import sqlite_moved
 from keeper_middleware.archive import SCHEMA_VERSION, ArchiveSchemaError
 from keeper_middleware.errors import ArchiveError
+from keeper_middleware.sqlite import moved as sqlite_moved
 
 _SCHEMA = """
 CREATE TABLE sessions (session TEXT PRIMARY KEY);

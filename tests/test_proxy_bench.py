@@ -9,10 +9,14 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from keeper_middleware.bench.cli import grade_run
-from keeper_middleware.bench.proxy_bench import HEADER, agent_turns, measure, memory_stream
-from keeper_middleware.bench.proxy_run import UpstreamMeter, results_markdown, run_through_proxy
+from keeper_middleware.bench.proxy.cost import HEADER, agent_turns, measure, memory_stream
+from keeper_middleware.bench.proxy.servers import instant_reply, upstream_process
+from keeper_middleware.bench.proxy.stream_run import (
+    UpstreamMeter,
+    results_markdown,
+    run_through_proxy,
+)
 from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.server_processes import instant_reply, upstream_process
 from keeper_middleware.integrations.proxy.openai_format import (
     message_from_openai,
     message_key,
@@ -62,7 +66,7 @@ def test_the_run_folder_grades_and_audits_like_any_other(proxy_run: Path) -> Non
 
 
 def test_the_results_table_names_the_reader_and_the_window_check(proxy_run: Path) -> None:
-    from keeper_middleware.bench.proxy_run import ProxyRunResult
+    from keeper_middleware.bench.proxy.stream_run import ProxyRunResult
 
     result = ProxyRunResult(
         proxy_run, grade_run(proxy_run), json.loads((proxy_run / "proxy.json").read_text())
@@ -212,8 +216,8 @@ def test_the_overhead_benchmark_measures_a_proxy_process(tiny_stream: Path, tmp_
 
 
 def test_the_side_by_side_row_pairs_passes_and_fills_every_column() -> None:
-    from keeper_middleware.bench.proxy_vs_direct import HEADER as SIDE_HEADER
-    from keeper_middleware.bench.proxy_vs_direct import Compared, Pass
+    from keeper_middleware.bench.proxy.vs_direct import HEADER as SIDE_HEADER
+    from keeper_middleware.bench.proxy.vs_direct import Compared, Pass
 
     direct = (Pass(1.0, (0.001,) * 100, 0.05, None), Pass(2.0, (0.002,) * 100, 0.05, None))
     proxied = (

@@ -1,6 +1,6 @@
 """A benchmark stream through the keeper proxy, driven by an agent that manages nothing.
 
-    python -m keeper_middleware.bench.proxy_run --size 1m --window 32768 --out runs/proxy-1m
+    python -m keeper_middleware.bench.proxy.stream_run --size 1m --window 32768 --out runs/proxy-1m
 
 The simulated reader is served over HTTP, the proxy sits in front of it, and an agent loop using
 the official ``openai`` client keeps its whole history and sends all of it on every call: the

@@ -1,6 +1,6 @@
 """The keeper proxy side by side with its upstream called directly: the same agents, one run.
 
-    python -m keeper_middleware.bench.proxy_vs_direct --results bench/results/proxy_vs_direct.md
+    python -m keeper_middleware.bench.proxy.vs_direct --results bench/results/proxy_vs_direct.md
 
 An instant upstream (its own process) is called by the same agents first directly, then through
 the keeper proxy (its own process), each agent resending its whole history every call. On a
@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from keeper_middleware.bench.proxy_bench import agent_turns
+from keeper_middleware.bench.proxy.cost import agent_turns
+from keeper_middleware.bench.proxy.servers import ProxyProcess, proxy_process, upstream_server
 from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.server_processes import ProxyProcess, proxy_process, upstream_server
 from keeper_middleware.bench.steps import SYSTEM_PROMPT
 
 __all__ = ["Compared", "Pass", "compare", "main", "results_markdown"]
@@ -289,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(rows[-1].row(), flush=True)
     given = list(argv) if argv is not None else sys.argv[1:]
-    command = " ".join(["python -m keeper_middleware.bench.proxy_vs_direct", *given])
+    command = " ".join(["python -m keeper_middleware.bench.proxy.vs_direct", *given])
     label = f"{args.stream}, first {len(turns)} calls, 1 batch a call"
     table = results_markdown(
         rows,

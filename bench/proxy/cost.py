@@ -1,6 +1,6 @@
 """What the keeper proxy costs: added latency, CPU and memory against an instant upstream.
 
-    python -m keeper_middleware.bench.proxy_bench --out runs/proxy-bench
+    python -m keeper_middleware.bench.proxy.cost --out runs/proxy-bench
 
 The proxy runs in its own process (so its CPU time and memory are its own, read from ``/proc``;
 Linux only) in front of an upstream that answers at once: ``NO CHANGES`` to note requests, a
@@ -33,15 +33,15 @@ from typing import Any
 
 import httpx
 
-from keeper_middleware.bench.proxy_heap import heap_by_history
-from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.server_processes import (
+from keeper_middleware.bench.proxy.heap import heap_by_history
+from keeper_middleware.bench.proxy.servers import (
     ProxyProcess,
     proxy_process,
     serve_proxy,
     serve_upstream,
     upstream_process,
 )
+from keeper_middleware.bench.run_options import resolve_stream
 from keeper_middleware.bench.steps import SYSTEM_PROMPT, plan_steps
 from keeper_middleware.bench.streams import (
     SIZES,
@@ -214,7 +214,7 @@ NOTES = (
     "- Memory rows: one session; the agent's request is its whole history, parsed on every call, "
     "so the proxy's resident memory follows the largest request, not the archive (which is on "
     "disk, in SQLite).",
-    "- Reproduce: `python -m keeper_middleware.bench.proxy_bench --memory-streams 1m,3000000,10m "
+    "- Reproduce: `python -m keeper_middleware.bench.proxy.cost --memory-streams 1m,3000000,10m "
     "--results bench/results/proxy_bench.md` (about 5 minutes here).",
 )
 
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve_upstream(args.serve_upstream)
         return 0
     if args.side_by_side is not None:
-        from keeper_middleware.bench import proxy_vs_direct
+        from keeper_middleware.bench.proxy import vs_direct as proxy_vs_direct
 
         return proxy_vs_direct.main(
             [

@@ -1,8 +1,8 @@
 """The benchmark's servers, each in its own process: an instant upstream, and the keeper proxy.
 
-Kept apart from the measuring (``proxy_bench.py``, ``proxy_vs_direct.py``) because both
+Kept apart from the measuring (``cost.py``, ``vs_direct.py``) because both
 benchmarks start the same processes and read the same ``/proc`` figures from them. A server
-process is ``python -m keeper_middleware.bench.proxy_bench --serve-proxy/--serve-upstream``
+process is ``python -m keeper_middleware.bench.proxy.cost --serve-proxy/--serve-upstream``
 (that command's hidden options call ``serve_proxy`` and ``serve_upstream`` here), so its CPU
 time and memory are its own, not the agents'.
 """
@@ -111,7 +111,7 @@ def _child(argument: str, spec: str) -> Iterator[tuple[int, str]]:
     """This module run as a server process; yields (pid, base URL without /v1)."""
     port = _free_port()
     filled = spec.replace("{port}", str(port))
-    command = [sys.executable, "-m", "keeper_middleware.bench.proxy_bench", argument, filled]
+    command = [sys.executable, "-m", "keeper_middleware.bench.proxy.cost", argument, filled]
     child = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     url = f"http://127.0.0.1:{port}"
     try:

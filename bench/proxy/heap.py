@@ -1,6 +1,6 @@
 """What the keeper proxy keeps between calls, apart from the request it is parsing.
 
-Kept apart from ``proxy_bench.py``'s process measurements because it measures another way: the
+Kept apart from ``cost.py``'s process measurements because it measures another way: the
 proxy in this process behind a mock upstream, its Python heap traced with ``tracemalloc``, where
 the other rows read a separate process's resident memory from ``/proc``.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from keeper_middleware.bench.server_processes import (
+from keeper_middleware.bench.proxy.servers import (
     BODY_LIMIT,
     instant_completion,
     instant_reply,

@@ -58,7 +58,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
     "keeper_middleware.bench.locomo.cli",
-    "keeper_middleware.bench.notes_cost",
+    "keeper_middleware.bench.notes_cost.command",
     "keeper_middleware.bench.moved_cost",
     "keeper_middleware.bench.marathon.cli",
 )

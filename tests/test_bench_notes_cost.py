@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keeper_middleware.bench.notes_cost import main
+from keeper_middleware.bench.notes_cost.command import main
 
 
 def test_the_command_writes_a_row_per_tenth_and_labels_the_reader(tmp_path, capsys):

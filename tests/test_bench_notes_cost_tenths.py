@@ -9,8 +9,8 @@ import random
 import pytest
 
 from keeper_middleware.bench.costs import CallRecord
-from keeper_middleware.bench.notes_cost import main
-from keeper_middleware.bench.notes_cost_tenths import (
+from keeper_middleware.bench.notes_cost.command import main
+from keeper_middleware.bench.notes_cost.tenths import (
     TENTHS,
     Mark,
     StreamEnd,

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from keeper_middleware.bench.notes_cost_tenths import StreamEnd
+from keeper_middleware.bench.notes_cost.tenths import StreamEnd
 from keeper_middleware.notes_budget import MOVED_TURN_NAME
 from keeper_middleware.search import SEARCH_TOOL_NAME
 

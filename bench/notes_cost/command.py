@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keeper_middleware.bench.notes_cost_breakdown import breakdown, render_breakdown
-from keeper_middleware.bench.notes_cost_tenths import (
+from keeper_middleware.bench.notes_cost.breakdown import breakdown, render_breakdown
+from keeper_middleware.bench.notes_cost.tenths import (
     Mark,
     StreamEnd,
     attribute,
@@ -255,7 +255,7 @@ def _run(args: argparse.Namespace) -> int:
             command = [
                 sys.executable,
                 "-m",
-                "keeper_middleware.bench.notes_cost",
+                "keeper_middleware.bench.notes_cost.command",
                 "--one",
                 size,
                 "--work",

@@ -1,0 +1,4 @@
+"""``keeper-bench notes-cost``: the notes arm's cost per 100K stream tokens in each tenth of a run
+(``command``), which calls fall in which tenth and after the stream (``tenths``), and what each
+tenth is made of (``breakdown``, ``--explain``).
+"""

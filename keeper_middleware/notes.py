@@ -84,25 +84,8 @@ class Notes:
     older than every listed key, in STATE order; entries leave the NOTES in this order."""
 
     def __post_init__(self) -> None:
-        for rule in self.rules:
-            _check_entry(rule, "rule")
-        for entry in self.open:
-            _check_entry(entry, "open entry")
-        seen: set[str] = set()
-        for key, value in self.state:
-            _check_entry(key, "state key")
-            _check_entry(value, f"value of state key {key!r}")
-            if STATE_SEPARATOR in key:
-                raise ValueError(
-                    f"State key {key!r} contains ' = ', which separates keys from values; "
-                    "choose a key without it."
-                )
-            if key in seen:
-                raise ValueError(
-                    f"State key {key!r} appears twice; keys are unique: replace the value "
-                    "in place instead of adding the key again."
-                )
-            seen.add(key)
+        if not _all_valid(self):
+            _explain_invalid(self)  # raises the first problem found, naming the entry
         if self.moved < 0:
             raise ValueError(f"moved counts entries moved to the archive: >= 0, got {self.moved}.")
         if (self.first_item is None) != (self.last_item is None):
@@ -146,6 +129,47 @@ class Notes:
     def is_empty(self) -> bool:
         """True when the notes hold no rule, state entry or open entry (the range is ignored)."""
         return not (self.rules or self.state or self.open)
+
+
+def _all_valid(notes: Notes) -> bool:
+    """Whether every entry is valid, checked over all entries at once: every version of the NOTES
+    is built again from the one before (a SET, a move, a recall), and checking entry by entry
+    made each of the dozen versions a cut builds cost a Python call per entry."""
+    keys = [key for key, _ in notes.state]
+    texts = (*notes.rules, *notes.open, *keys, *(value for _, value in notes.state))
+    try:
+        joined = "\x00".join(texts)
+        joined_keys = "\x00".join(keys)
+    except TypeError:  # not text: the entry-by-entry check names it
+        return False
+    if "\n" in joined or "\r" in joined or STATE_SEPARATOR in joined_keys:
+        return False
+    if not all(texts) or any(text != text.strip() for text in texts):
+        return False
+    return len(set(keys)) == len(keys)
+
+
+def _explain_invalid(notes: Notes) -> None:
+    """Raise the error for the first invalid entry, in the order the fields are declared."""
+    for rule in notes.rules:
+        _check_entry(rule, "rule")
+    for entry in notes.open:
+        _check_entry(entry, "open entry")
+    seen: set[str] = set()
+    for key, value in notes.state:
+        _check_entry(key, "state key")
+        _check_entry(value, f"value of state key {key!r}")
+        if STATE_SEPARATOR in key:
+            raise ValueError(
+                f"State key {key!r} contains ' = ', which separates keys from values; "
+                "choose a key without it."
+            )
+        if key in seen:
+            raise ValueError(
+                f"State key {key!r} appears twice; keys are unique: replace the value "
+                "in place instead of adding the key again."
+            )
+        seen.add(key)
 
 
 def _check_entry(text: str, what: str) -> None:

@@ -44,23 +44,23 @@ def fit_notes(notes: Notes, *, budget: int, count_text: Callable[[str], int]) ->
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0 tokens, got {budget}")
-    if count_text(render_notes(notes)) <= budget:
+    whole = count_text(render_notes(notes))
+    if whole <= budget:
         return Fitted(notes)
     state = dict(notes.state)
     order = notes.least_recent_keys()
-    cost = {key: count_text(_state_line(key, state[key])) + 1 for key in order}
-    open_cost = [count_text(ENTRY_PREFIX + entry) + 1 for entry in notes.open]
-    total = count_text(render_notes(notes)) + 16  # room for the one line saying what moved
+    total = whole + 16  # room for the one line saying what moved
     moved_keys: list[str] = []
     moved_open = 0
     while True:
+        # only the entries that leave are counted: a cut moves a few of hundreds
         for key in order[len(moved_keys) :]:
             if total <= budget:
                 break
             moved_keys.append(key)
-            total -= cost[key]
+            total -= count_text(_state_line(key, state[key])) + 1
         while total > budget and moved_open < len(notes.open):
-            total -= open_cost[moved_open]
+            total -= count_text(ENTRY_PREFIX + notes.open[moved_open]) + 1
             moved_open += 1
         fitted = _without(notes, moved_keys, moved_open)
         size = count_text(render_notes(fitted))

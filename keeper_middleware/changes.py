@@ -262,3 +262,9 @@ def apply_changes(notes: Notes, changes: Sequence[Change]) -> Notes:
 def unapplied(notes: Notes, changes: Sequence[Change]) -> list[Change]:
     """The CLOSE lines that matched no open entry (or several), and UNSET lines of absent keys."""
     return _apply(notes, changes)[1]
+
+
+def apply_and_report(notes: Notes, changes: Sequence[Change]) -> tuple[Notes, list[Change]]:
+    """:func:`apply_changes` and :func:`unapplied` in one pass over the notes (a cut needs both,
+    and each pass goes over every entry)."""
+    return _apply(notes, changes)

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from keeper_middleware.changes import (
     Change,
     RuleLine,
-    apply_changes,
+    apply_and_report,
     parse_changes,
-    unapplied,
 )
 from keeper_middleware.checks import (
     CheckContext,
@@ -293,8 +292,9 @@ class NoteTaking:
         named = {normalise_entry(c.text) for c in changes if isinstance(c, RuleLine)}
         restored = tuple(rule for key, rule in self._rules.items() if key not in named)
         final = _within_rule_cap(changes + restored, self._notes, self._context.max_rules)
+        applied, not_applied = apply_and_report(self._notes, final)
         self._outcome = NoteOutcome(
-            notes=apply_changes(self._notes, final),
+            notes=applied,
             changes=final,
             dropped=dropped,
             asks=self._asks,
@@ -302,7 +302,7 @@ class NoteTaking:
             garbage_lines=self._garbage,
             usable=True,
             unresolved=unresolved,
-            unapplied=tuple(unapplied(self._notes, final)),
+            unapplied=tuple(not_applied),
         )
         return Done(self._outcome)
 

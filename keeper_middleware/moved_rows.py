@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 LEGACY_KEYS = "notes_moved_keys"
@@ -32,9 +33,13 @@ MovedRow = tuple[str, str | None]
 (the note-taker unset it after a recall)."""
 
 
-def words_of(text: str) -> set[str]:
-    """The case-folded words of ``text``: what a lookup by word is given."""
-    return set(WORD.findall(text.casefold()))
+@lru_cache(maxsize=4)
+def words_of(text: str) -> frozenset[str]:
+    """The case-folded words of ``text``: what a lookup by word is given. Remembered for the
+    last few texts: a cut reads the words of its noted turns twice (the rows its words may
+    name, then which of those the turns name), and the noted turns run to tens of thousands
+    of characters."""
+    return frozenset(WORD.findall(text.casefold()))
 
 
 def key_lookup(key: str) -> tuple[str, str | None]:

@@ -20,7 +20,7 @@ from keeper_middleware.note_taking import NoteOutcome
 from keeper_middleware.notes import Notes, notes_from_json, notes_to_json, render_notes
 from keeper_middleware.notes_budget import MOVED_TURN_NAME, fit_notes, moved_text
 from keeper_middleware.recall import moved_update
-from keeper_middleware.sessions import SessionState
+from keeper_middleware.sessions import SessionState, remember_notes
 from keeper_middleware.steps import Pending, StepResult
 from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.turns import leaving_turns
@@ -103,6 +103,7 @@ class CutCommit:
                     name=MOVED_TURN_NAME,
                 )
             )
+        data_json = notes_to_json(notes)
         record = self.archive.commit_cut(
             session,
             cut_key=pending.key,
@@ -111,7 +112,7 @@ class CutCommit:
                 first_item=notes.first_item,
                 last_item=notes.last_item,
                 text=rendered,
-                data_json=notes_to_json(notes),
+                data_json=data_json,
             ),
             # which entries are in the archive rather than the NOTES changes with the NOTES
             moved=moved_update(
@@ -121,6 +122,7 @@ class CutCommit:
                 held_before=[key for key, _ in pending.notes.state],
             ),
         )
+        remember_notes(data_json, notes)  # the next step reads this version: not parsed back
         self.sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))

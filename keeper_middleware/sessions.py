@@ -9,8 +9,8 @@ each time it takes a session (another process may have moved the session on mean
 
 from __future__ import annotations
 
-import functools
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -147,8 +147,40 @@ class SessionState:
         )
 
 
-@functools.lru_cache(maxsize=64)
+_NOTES_KEPT = 64
+_read_notes: OrderedDict[str, Notes] = OrderedDict()
+_read_notes_lock = threading.Lock()
+
+
 def _notes_of(data_json: str) -> Notes:
     """The notes a stored version holds, read once: every step reads the latest version, and
     reading thousands of entries again each time made a step's cost grow with the NOTES."""
-    return notes_from_json(data_json)
+    with _read_notes_lock:
+        found = _read_notes.get(data_json)
+        if found is not None:
+            _read_notes.move_to_end(data_json)
+            return found
+    notes = notes_from_json(data_json)
+    remember_notes(data_json, notes)
+    return notes
+
+
+def remember_notes(data_json: str, notes: Notes) -> None:
+    """Remember that the stored version ``data_json`` holds ``notes`` (``notes_to_json(notes)``
+    wrote it): the step after a cut reads the version the cut wrote, and parsing its hundreds
+    of entries back cost more than the rest of that step's reading."""
+    if not _as_read(notes):
+        return  # reading it back would give tuples where these notes hold other sequences
+    with _read_notes_lock:
+        _read_notes[data_json] = notes
+        _read_notes.move_to_end(data_json)
+        while len(_read_notes) > _NOTES_KEPT:
+            _read_notes.popitem(last=False)
+
+
+def _as_read(notes: Notes) -> bool:
+    """Whether ``notes`` holds its entries as ``notes_from_json`` gives them (tuples)."""
+    held = (notes.rules, notes.open, notes.recency, notes.state)
+    return all(type(part) is tuple for part in held) and all(
+        type(pair) is tuple for pair in notes.state
+    )

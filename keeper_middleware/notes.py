@@ -131,12 +131,6 @@ class Notes:
         return not (self.rules or self.state or self.open)
 
 
-_BLANK_AT_EDGE = re.compile(r"(?:\A|\x00)\s|\s(?:\x00|\Z)")
-"""Whitespace at either end of an entry, in the entries joined by NUL characters: what
-``str.strip`` strips (the pattern's whitespace class and ``str.isspace`` agree on every
-character)."""
-
-
 def _all_valid(notes: Notes) -> bool:
     """Whether every entry is valid, checked over all entries at once: every version of the NOTES
     is built again from the one before (a SET, a move, a recall), and checking entry by entry
@@ -150,7 +144,7 @@ def _all_valid(notes: Notes) -> bool:
         return False
     if "\n" in joined or "\r" in joined or STATE_SEPARATOR in joined_keys:
         return False
-    if not all(texts) or _BLANK_AT_EDGE.search(joined) is not None:
+    if not all(texts) or tuple(map(str.strip, texts)) != texts:
         return False
     return len(set(keys)) == len(keys)
 

@@ -22,3 +22,18 @@ def test_the_command_writes_a_row_per_tenth_and_labels_the_reader(tmp_path, caps
     explained = capsys.readouterr().out
     assert "harder-tiny-seed0" in explained
     assert explained.count("\n| ") >= 11
+
+
+def test_the_search_tool_the_graphs_call_counts_as_the_keepers_cpu():
+    from keeper_middleware.bench.notes_cost.command import KeeperClock
+    from keeper_middleware.keeper import Keeper
+
+    keeper = Keeper()
+    clock = KeeperClock()
+    with clock.installed():
+        for number in range(200):
+            keeper.run_search_tool("s", {"query": f"where did counter {number} end up"})
+    assert clock.keeper > 0
+    spent = clock.keeper
+    keeper.run_search_tool("s", {"query": "after the clock is gone"})
+    assert clock.keeper == spent

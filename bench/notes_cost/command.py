@@ -65,10 +65,13 @@ class KeeperClock:
             (Keeper, "step"): Keeper.step,
             (Keeper, "astep"): Keeper.astep,
             (Keeper, "search"): Keeper.search,
+            (Keeper, "run_search_tool"): Keeper.run_search_tool,
             (SimulatedReader, "_generate"): SimulatedReader._generate,
         }
         Keeper.step = self._keeper_call(Keeper.step)  # type: ignore[method-assign]
         Keeper.search = self._keeper_call(Keeper.search)  # type: ignore[method-assign]
+        # the search tool of the graphs calls this, not ``search``: both count as the keeper's
+        Keeper.run_search_tool = self._keeper_call(Keeper.run_search_tool)  # type: ignore[method-assign]
         Keeper.astep = self._keeper_async(Keeper.astep)  # type: ignore[method-assign]
         SimulatedReader._generate = self._model_call(SimulatedReader._generate)  # type: ignore[method-assign]
         try:

@@ -16,8 +16,9 @@ This module holds the step's order and its I/O; each phase lives beside it:
 :mod:`~keeper_middleware.arrivals` (taking new messages in), :mod:`~keeper_middleware.window`
 (sizes, when and what to cut; pure), :mod:`~keeper_middleware.room` (sharing the room among
 messages; pure), :mod:`~keeper_middleware.note_dialogue` (the note-taking conversation),
-:mod:`~keeper_middleware.commit` (finishing a cut), :mod:`~keeper_middleware.sessions`
-(per-session values) and :mod:`~keeper_middleware.archive_search` (the search tool's body).
+:mod:`~keeper_middleware.commit` (finishing a cut), :mod:`~keeper_middleware.oversized`
+(messages archived whole, an excerpt in view), :mod:`~keeper_middleware.sessions` (per-session
+values) and :mod:`~keeper_middleware.archive_search` (the search tool's body).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -41,10 +42,7 @@ from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.commit import CutCommit
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
-from keeper_middleware.cut import cut_key
-from keeper_middleware.entries import Entry, messages_of
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, excerpt_within, pointer_cost
 from keeper_middleware.indexing import catch_up
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.marks import verified
@@ -57,6 +55,7 @@ from keeper_middleware.model_setup import AsyncNoteCall, ModelSetup, NoteCall, T
 from keeper_middleware.namespaces import archive_namespace, database_of
 from keeper_middleware.note_dialogue import NoteDialogue
 from keeper_middleware.notes import Notes
+from keeper_middleware.oversized import OversizedMessages
 from keeper_middleware.questions import (
     PatternQuestionDetector,
     QuestionDetector,
@@ -71,7 +70,6 @@ from keeper_middleware.sessions import MOVED_ENTRIES, MOVED_KEYS, SessionState
 from keeper_middleware.steps import Pending, StepResult
 from keeper_middleware.thinking import call_kwargs, retry_of
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
-from keeper_middleware.turns import archived_turn
 from keeper_middleware.window import NOTES_FRAME_TOKENS, WindowPolicy
 
 __all__ = [
@@ -154,6 +152,13 @@ class Keeper:
         self.sessions = SessionState(self.archive, self.locks)
         self.window = WindowPolicy(self.config, self.tokens, self.detector)
         self.dialogue = NoteDialogue(self.config, self.tokens, self.checks, self.detector)
+        self.oversized = OversizedMessages(
+            archive=self.archive,
+            tokens=self.tokens,
+            window=self.window,
+            page_tokens=self.config.page_tokens,
+            sync_index=lambda session: self._sync_index(session),
+        )
         self.searcher = ArchiveSearch(
             sessions=self.sessions, retriever=self.retriever, config=self.config, tokens=self.tokens
         )
@@ -163,7 +168,7 @@ class Keeper:
             window=self.window,
             sessions=self.sessions,
             archive=self.archive,
-            excerpter=self._excerpter,
+            excerpter=self.oversized.excerpter,
             sync_index=lambda session: self._sync_index(session),
         )
         self.arrivals = Arrivals(
@@ -174,7 +179,7 @@ class Keeper:
             window=self.window,
             sessions=self.sessions,
             passages=self.passages_retriever,
-            archive_whole=self._archive_whole,
+            archive_whole=self.oversized.archive_whole,
         )
         self._lock = self.sessions.lock
 
@@ -289,7 +294,7 @@ class Keeper:
         for _ in range(8):
             if plan is not None or request_tokens <= budget:
                 break
-            messages, more = self._shrink_in_view(session, entries, kstate, setup)
+            messages, more = self.oversized.shrink_in_view(session, entries, kstate, setup)
             if not more:
                 break
             shrunk = True
@@ -301,7 +306,7 @@ class Keeper:
             messages = window.shrink_largest(
                 entries,
                 setup,
-                self._excerpter(session, kstate.get("items", {})),
+                self.oversized.excerpter(session, kstate.get("items", {})),
                 start=layout.head_end,
             )
             shrunk = True
@@ -337,62 +342,6 @@ class Keeper:
                 session, self.dialogue.named_names(noted)
             )
         return pending
-
-    def _shrink_in_view(
-        self,
-        session: str,
-        entries: Sequence[Entry],
-        kstate: Mapping[str, Any],
-        setup: ModelSetup,
-    ) -> tuple[list[BaseMessage], bool]:
-        """Excerpt what :meth:`WindowPolicy.in_view_excess` names; each is archived whole."""
-        over, level = self.window.in_view_excess(entries, setup)
-        items: Mapping[str, int] = kstate.get("items", {})
-        result = messages_of(entries)
-        changed = False
-        for index in over:
-            message = entries[index].message
-            shrunk = self._archive_whole(session, message, items.get(str(message.id)), level)
-            changed = changed or shrunk is not message
-            result[index] = shrunk
-        return result, changed
-
-    def _excerpter(
-        self, session: str, items: Mapping[str, int]
-    ) -> Callable[[BaseMessage, int], BaseMessage]:
-        def excerpt(message: BaseMessage, cap: int) -> BaseMessage:
-            return self._archive_whole(session, message, items.get(str(message.id)), cap)
-
-        return excerpt
-
-    def _archive_whole(
-        self, session: str, message: BaseMessage, item: int | None, cap: int
-    ) -> BaseMessage:
-        """Archive ``message`` word for word now, and return its excerpt (same id) for the view.
-
-        A later cut archives the excerpt's id again, which the archive skips: the turn is in it
-        exactly once, whole.
-        """
-        msg_id = str(message.id)
-        ref = excerpt_ref(session, msg_id)
-        size = self.tokens.count_messages([message])
-        cap = max(cap, pointer_cost(ref, self.tokens.count_text) + MIN_EXCERPT_TOKENS)
-        if size <= cap:
-            return message  # an excerpt would be no smaller than the message itself
-        turn = archived_turn(session, message, item)
-        self.archive.commit_cut(
-            session, cut_key=f"whole-{cut_key(session, [], msg_id)}", turns=[turn], notes=None
-        )
-        self.archive.put_value(session, f"ref:{ref}", msg_id)
-        self._sync_index(session)
-        return excerpt_within(
-            message,
-            cap=cap,
-            ref=ref,
-            page_tokens=self.config.page_tokens,
-            count=self.tokens.count_text,
-            count_message=lambda m: self.tokens.count_messages([m]),
-        )
 
     def _warn_if_archive_outlived_state(self, session: str) -> None:
         archived = self.archive.turn_count(session)

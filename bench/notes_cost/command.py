@@ -4,6 +4,9 @@ Runs the notes arm with the simulated reader on the ``harder`` stream at each si
 tokens by default), each in its own process so its peak memory is its own, and prints per tenth
 of the run: prompt tokens, uncached prompt tokens and keeper CPU seconds per 100K stream tokens,
 then the final NOTES size and the peak RSS. The table is written to ``--out`` (markdown).
+With ``--repeat N`` each size runs N times, one run after the other, each in its own process and
+its own folder (``run1`` ... ``runN``); the keeper CPU is then their median per tenth with the
+spread beside it (``repeats``), and the figures the simulated reader fixes must agree.
 
 - Prompt tokens are the simulated reader's estimate (about four characters a token).
 - Uncached prompt tokens: the server reports none, so they are estimated from the leading
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keeper_middleware.bench.notes_cost.breakdown import breakdown, render_breakdown
+from keeper_middleware.bench.notes_cost.repeats import combine
 from keeper_middleware.bench.notes_cost.tenths import (
     Mark,
     StreamEnd,
@@ -125,8 +129,11 @@ class KeeperClock:
 
 
 # -- one size, in its own process ---------------------------------------------------------------
-def measure_one(size: str, folder: Path, seed: int, window: int) -> dict[str, Any]:
-    """Run the notes arm on the harder stream of ``size`` and return the per-tenth figures."""
+def measure_one(
+    size: str, folder: Path, seed: int, window: int, run_name: str = "run"
+) -> dict[str, Any]:
+    """Run the notes arm on the harder stream of ``size`` (in ``folder``, the run in its
+    ``run_name`` sub-folder) and return the per-tenth figures."""
     from keeper_middleware.bench.run_options import RunOptions
     from keeper_middleware.bench.runner import run_arm
     from keeper_middleware.bench.streams import (
@@ -141,7 +148,8 @@ def measure_one(size: str, folder: Path, seed: int, window: int) -> dict[str, An
     options = RunOptions.create(arm="notes", stream=stream, model="sim", window=window)
     clock = KeeperClock()
     marks: list[Mark] = []  # the stream tokens and keeper CPU so far, at the end of each step
-    calls_path = folder / "run" / "calls.jsonl"
+    run_dir = folder / run_name
+    calls_path = run_dir / "calls.jsonl"
     end = {"tokens": 0, "bytes": 0}  # the last step before the final questions
 
     def on_step(step: Step, _values: Mapping[str, Any]) -> None:
@@ -155,23 +163,23 @@ def measure_one(size: str, folder: Path, seed: int, window: int) -> dict[str, An
 
     started = time.perf_counter()
     with clock.installed():
-        result = run_arm(options, folder / "run", progress=False, on_step=on_step)
+        result = run_arm(options, run_dir, progress=False, on_step=on_step)
     seconds = time.perf_counter() - started
     stream_end = StreamEnd(
         tokens=end["tokens"], calls=calls_in_first_bytes(calls_path, end["bytes"])
     )
-    stream_end.save(folder / "run")
+    stream_end.save(run_dir)
     by_item = history_tokens_by_item(stream)
-    counters = json.loads((folder / "run" / "keeper_counters.json").read_text(encoding="utf-8"))
+    counters = json.loads((run_dir / "keeper_counters.json").read_text(encoding="utf-8"))
     return {
         "size": size,
         "window": window,
         "seconds": round(seconds, 1),
         "score": f"{result.grade.right}/{result.grade.asked}",
-        **figures(attribute(read_calls(folder / "run"), by_item, marks, stream_end)),
-        "breakdown": breakdown(folder / "run", by_item, stream_end),
+        **figures(attribute(read_calls(run_dir), by_item, marks, stream_end)),
+        "breakdown": breakdown(run_dir, by_item, stream_end),
         "notes_tokens": counters.get("notes_tokens", 0),
-        "notes_entries": _final_entries(folder / "run"),
+        "notes_entries": _final_entries(run_dir),
         "notes_entries_moved": counters.get("notes_entries_moved", 0),
         "cuts": counters.get("cuts", 0),
         "searches": counters.get("searches", 0),
@@ -190,6 +198,27 @@ def _final_entries(run_dir: Path) -> int:
 
 
 # -- the table ----------------------------------------------------------------------------------
+def _header(result: Mapping[str, Any]) -> str:
+    heading = f"### {result['size']} tokens, window {result['window']:,}"
+    if "repeat" not in result:
+        return f"{heading} ({result['seconds']} s, score {result['score']}, simulated reader)"
+    seconds = ", ".join(f"{value}" for value in result["runs_seconds"])
+    return (
+        f"{heading} ({result['repeat']} runs, one after the other: {seconds} s; "
+        f"score {result['score']} in each, simulated reader)"
+    )
+
+
+def _peak(result: Mapping[str, Any]) -> str:
+    if "repeat" not in result:
+        return f"Peak RSS of the run's process: {result['peak_rss_mb']:.0f} MB."
+    each = ", ".join(f"{value:.0f}" for value in result["runs_peak_rss_mb"])
+    return (
+        f"Peak RSS of a run's process: {result['peak_rss_mb']:.0f} MB "
+        f"(the largest of the {result['repeat']} runs: {each} MB)."
+    )
+
+
 def render(results: Sequence[dict[str, Any]]) -> str:
     lines = [
         "Notes arm on the harder stream, cost per 100K stream tokens in each tenth of the run "
@@ -197,18 +226,21 @@ def render(results: Sequence[dict[str, Any]]) -> str:
         "",
     ]
     for result in results:
-        lines += [
-            f"### {result['size']} tokens, window {result['window']:,} "
-            f"({result['seconds']} s, score {result['score']}, simulated reader)",
-            "",
-            *render_tenths(result),
-        ]
+        lines += [_header(result), "", *render_tenths(result)]
+        if "repeat" in result:
+            lines += [
+                "",
+                f"Keeper CPU: the median of {result['repeat']} runs of this size, each in its own "
+                "process, with the lowest and highest run beside it; last vs first and tenths "
+                "2–9 from the medians, each run's own last vs first beside it. Token figures, "
+                "score, NOTES, cuts, searches and what each tenth is made of were the same in "
+                "every run (checked).",
+            ]
         lines += [
             "",
             f"Final NOTES: {result['notes_tokens']:,} tokens, {result['notes_entries']:,} entries "
             f"({result['notes_entries_moved']:,} entries moved to the archive over the run); "
-            f"{result['cuts']:,} cuts, {result['searches']:,} archive searches. "
-            f"Peak RSS of the run's process: {result['peak_rss_mb']:.0f} MB.",
+            f"{result['cuts']:,} cuts, {result['searches']:,} archive searches. {_peak(result)}",
             "",
         ]
         if result.get("breakdown"):
@@ -220,6 +252,18 @@ def render(results: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _repeat(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"--repeat is how many runs of each size, a whole number of 1 or more; got {text!r}"
+        )
+    return value
+
+
 def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default=",".join(SIZES), help="comma-separated stream sizes")
     parser.add_argument("--seed", type=int, default=0)
@@ -227,12 +271,53 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work", type=Path, default=None, help="folder for streams and runs")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
     parser.add_argument(
+        "--repeat",
+        type=_repeat,
+        default=1,
+        metavar="N",
+        help="run each size N times, one run after the other, and report the median keeper CPU "
+        "per tenth with the spread of the runs (default 1)",
+    )
+    parser.add_argument(
         "--explain",
         type=Path,
         default=None,
         help="print what each tenth is made of for the finished runs in this --work folder",
     )
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--run-name", default="run", help=argparse.SUPPRESS)
+
+
+def run_names(repeat: int) -> list[str]:
+    """The run sub-folders of one size: ``run`` for a single run, ``run1`` ... ``runN`` else."""
+    return ["run"] if repeat == 1 else [f"run{number}" for number in range(1, repeat + 1)]
+
+
+def _finished_runs(folder: Path) -> list[Path]:
+    found = [path for path in folder.glob("run*") if path.is_dir()]
+    runs = [path for path in found if path.name == "run" or path.name[3:].isdigit()]
+    return sorted(runs, key=lambda path: int(path.name[3:] or 0))
+
+
+def _measure_in_child(size: str, folder: Path, run_name: str, args: argparse.Namespace) -> Any:
+    command = [
+        sys.executable,
+        "-m",
+        "keeper_middleware.bench.notes_cost.command",
+        "--one",
+        size,
+        "--work",
+        str(folder),
+        "--run-name",
+        run_name,
+        "--seed",
+        str(args.seed),
+        "--window",
+        str(args.window),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -240,37 +325,31 @@ def _run(args: argparse.Namespace) -> int:
         from keeper_middleware.bench.streams import history_tokens_by_item
 
         for folder in sorted(args.explain.glob("harder-*-seed*")):
-            run = folder / "run"
-            rows = breakdown(run, history_tokens_by_item(folder / "stream"), StreamEnd.load(run))
-            print(f"### {folder.name}\n\n{render_breakdown(rows)}\n")
+            by_item = history_tokens_by_item(folder / "stream")
+            for run in _finished_runs(folder):
+                rows = breakdown(run, by_item, StreamEnd.load(run))
+                name = folder.name if run.name == "run" else f"{folder.name}/{run.name}"
+                print(f"### {name}\n\n{render_breakdown(rows)}\n")
         return 0
-    if args.one is not None:  # the child process: one size, figures as JSON on stdout
-        print(json.dumps(measure_one(args.one, args.work, args.seed, args.window)))
+    if args.one is not None:  # the child process: one run of one size, figures as JSON on stdout
+        print(json.dumps(measure_one(args.one, args.work, args.seed, args.window, args.run_name)))
         return 0
     results = []
+    names = run_names(args.repeat)
     with contextlib.ExitStack() as stack:
         work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for size in (s.strip() for s in args.sizes.split(",") if s.strip()):
             folder = work / f"harder-{size}-seed{args.seed}"
-            if (folder / "run").exists():
-                raise ValueError(f"{folder / 'run'} exists; give an empty --work folder")
+            if _finished_runs(folder):
+                raise ValueError(f"{folder} already holds runs; give an empty --work folder")
             folder.mkdir(parents=True, exist_ok=True)
-            command = [
-                sys.executable,
-                "-m",
-                "keeper_middleware.bench.notes_cost.command",
-                "--one",
-                size,
-                "--work",
-                str(folder),
-                "--seed",
-                str(args.seed),
-                "--window",
-                str(args.window),
-            ]
-            env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-            done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            runs = []
+            for name in names:  # the runs of one size back to back; sizes are not interleaved
+                runs.append(_measure_in_child(size, folder, name, args))
+                if len(names) > 1:
+                    text = json.dumps(runs[-1]) + "\n"
+                    (folder / name / "result.json").write_text(text, encoding="utf-8")
+            results.append(combine(size, runs))
             (folder / "result.json").write_text(json.dumps(results[-1]) + "\n", encoding="utf-8")
             print(render(results[-1:]), flush=True)
     text = render(results)

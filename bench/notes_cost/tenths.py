@@ -178,30 +178,54 @@ def _change(first: float, last: float) -> str:
     return f"{(last / first - 1) * 100:+.0f}%" if first else "n/a"
 
 
+def _cpu(value: float, span: Sequence[float] | None, unit: str = "") -> str:
+    """A keeper CPU cell: the figure, and with several runs the lowest and highest beside it."""
+    if span is None:
+        return f"{value:.2f}{unit}"
+    return f"{value:.2f}{unit} ({span[0]:.2f}–{span[1]:.2f})"
+
+
+def _runs_change(changes: Sequence[float | None]) -> str:
+    return ", ".join("n/a" if change is None else f"{change * 100:+.0f}%" for change in changes)
+
+
 def render_tenths(result: Mapping[str, Any]) -> list[str]:
-    """The cost table's lines: ten tenths, the row after the stream, the changes, the old figure."""
+    """The cost table's lines: ten tenths, the row after the stream, the changes, the old figure.
+
+    With several runs combined (``keeper_cpu_spread``), the keeper CPU is their median with the
+    lowest and highest run beside it, and each run's last-vs-first change beside the median's.
+    """
     rows = result["tenths"]
+    spread = result.get("keeper_cpu_spread")
+    cpu_label = (
+        "keeper CPU s / 100K"
+        if spread is None
+        else f"keeper CPU s / 100K, median of {result['repeat']} runs (lowest–highest)"
+    )
     lines = [
-        "| tenth | prompt tok / 100K | uncached prompt tok / 100K (≈) | keeper CPU s / 100K |",
+        f"| tenth | prompt tok / 100K | uncached prompt tok / 100K (≈) | {cpu_label} |",
         "| --- | --- | --- | --- |",
     ]
     for number, row in enumerate(rows, start=1):
+        span = spread["tenths"][number - 1] if spread else None
         lines.append(
             f"| {number} | {row['prompt']:,.0f} | {row['uncached']:,.0f} | "
-            f"{row['keeper_cpu_s']:.2f} |"
+            f"{_cpu(row['keeper_cpu_s'], span)} |"
         )
     after = result.get("after_stream")
     if after and after.get("calls"):
+        span = spread.get("after_stream") if spread else None
         lines.append(
             f"| after the stream ({after['calls']:,.0f} call{'' if after['calls'] == 1 else 's'}: "
             "the final questions; totals, not "
             f"per 100K) | {after['prompt']:,.0f} | {after['uncached']:,.0f} | "
-            f"{after['keeper_cpu_s']:.2f} s |"
+            f"{_cpu(after['keeper_cpu_s'], span, ' s')} |"
         )
     first, last = rows[0], rows[-1]
-    lines.append(
-        "| last vs first | " + " | ".join(_change(first[k], last[k]) for k in FIGURES) + " |"
-    )
+    changes = [_change(first[k], last[k]) for k in FIGURES]
+    if spread:
+        changes[-1] += f" (runs: {_runs_change(spread['last_vs_first_runs'])})"
+    lines.append("| last vs first | " + " | ".join(changes) + " |")
     inner = rows[1:-1]
     if inner:
         lines.append(
@@ -214,10 +238,11 @@ def render_tenths(result: Mapping[str, Any]) -> list[str]:
     folded = result.get("folded_tenths")
     if folded and after and after.get("calls"):
         old_first, old_last = folded[0], folded[-1]
+        span = spread["folded_tenths"][-1] if spread and "folded_tenths" in spread else None
         lines += [
             "| old figure: tenth 10 with the final questions in it | "
             f"{old_last['prompt']:,.0f} | {old_last['uncached']:,.0f} | "
-            f"{old_last['keeper_cpu_s']:.2f} |",
+            f"{_cpu(old_last['keeper_cpu_s'], span)} |",
             "| old figure: last vs first | "
             + " | ".join(_change(old_first[k], old_last[k]) for k in FIGURES)
             + " |",

@@ -161,3 +161,22 @@ def test_an_old_match_is_found_even_when_newer_matches_fill_the_candidates(retri
     hits = retriever.search("domo86", session="new", k=3, from_item=2, to_item=8)
     assert [h.passage.item for h in hits] == [8, 7, 6]  # equal scores: newest first
     assert len(retriever.search("domo86", session="new", k=20)) == 20  # k beyond the candidates
+
+
+def _automerge(path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT v FROM kw_fts_config WHERE k = 'automerge'").fetchone()[0])
+
+
+def test_the_index_merges_sixteen_segments_at_a_time_also_in_a_file_made_before(tmp_path):
+    path = tmp_path / "keyword.sqlite3"
+    KeywordRetriever(path).close()
+    assert _automerge(path) == keyword._AUTOMERGE == 16
+    with sqlite3.connect(path) as db:  # a file from before the setting: FTS5's default, 4
+        db.execute("INSERT INTO kw_fts (kw_fts, rank) VALUES ('automerge', 4)")
+    reopened = KeywordRetriever(path)
+    reopened.add([Passage(session="s", item=i, position=i, text=t) for i, t in enumerate(CORPUS)])
+    assert _automerge(path) == 16
+    best = reopened.search("domo86 river lost", session="s")[0]
+    assert best.passage.position == 1
+    reopened.close()

@@ -20,11 +20,11 @@ from langchain_core.messages import convert_to_messages
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
 from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app
+from keeper_middleware.integrations.proxy.completions import agent_reply
 from keeper_middleware.integrations.proxy.history import align, take_in, withdraw
 from keeper_middleware.integrations.proxy.openai_format import (
     ChatRequest,
     RequestError,
-    agent_reply,
     digest_of,
     message_from_openai,
     parse_chat_request,

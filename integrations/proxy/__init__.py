@@ -5,7 +5,7 @@ For each ``POST /v1/chat/completions`` the proxy aligns the agent's messages wit
 content (:mod:`.history`), runs the keeper step before every upstream call, sends the upstream at
 most the live window, answers the model's archive searches itself, and returns (or streams) the
 reply. The engine is the same ``Keeper`` the LangGraph node drives; this package converts
-formats (:mod:`.openai_format`, :mod:`.streaming`), identifies callers (:mod:`.tenants`), keeps
+formats (:mod:`.openai_format`, :mod:`.completions`, :mod:`.streaming`), identifies callers (:mod:`.tenants`), keeps
 session records (:mod:`.sessions`), calls the upstream (:mod:`.upstream`) and serves it all
 (:mod:`.app`, :mod:`.cli`).
 

@@ -30,11 +30,11 @@ from starlette.routing import Route
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
 from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.integrations.proxy.completions import completion_body
 from keeper_middleware.integrations.proxy.engine import Answer, KeeperProxy, QuotaError
 from keeper_middleware.integrations.proxy.metrics import SessionCounters, metrics_registry
 from keeper_middleware.integrations.proxy.openai_format import (
     RequestError,
-    completion_body,
     error_body,
     parse_chat_request,
 )

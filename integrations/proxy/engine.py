@@ -29,13 +29,12 @@ from typing import Any, ParamSpec, TypeVar
 from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.integrations.proxy.completions import agent_reply, ai_from_completion
 from keeper_middleware.integrations.proxy.history import take_in
 from keeper_middleware.integrations.proxy.metrics import ProxyStats
 from keeper_middleware.integrations.proxy.openai_format import (
     SEARCH_TOOL_SCHEMA,
     ChatRequest,
-    agent_reply,
-    ai_from_completion,
     digest_of,
     message_from_openai,
     message_to_openai,

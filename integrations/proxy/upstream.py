@@ -22,13 +22,13 @@ from typing import Any
 import httpx
 import orjson
 
+from keeper_middleware.integrations.proxy.completions import ai_from_completion
 from keeper_middleware.integrations.proxy.http_clients import (
     HttpClient,
     HttpReply,
     TransportError,
     default_client,
 )
-from keeper_middleware.integrations.proxy.openai_format import ai_from_completion
 from keeper_middleware.integrations.proxy.streaming import StreamAssembler
 
 __all__ = ["CallTally", "RetryPolicy", "Upstream", "UpstreamError"]

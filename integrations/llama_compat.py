@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -168,15 +168,18 @@ def create_compat_app(upstream: str, *, timeout: float | None = None) -> Starlet
                 except httpx.TransportError as error:
                     return _unanswered(error)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
-        upstream_request = client.build_request(
-            request.method,
-            request.url.path,
-            params=request.url.query,
-            headers=headers,
-            content=raw,
-        )
+
+        def upstream_request() -> httpx.Request:
+            return client.build_request(
+                request.method,
+                request.url.path,
+                params=request.url.query,
+                headers=headers,
+                content=raw,
+            )
+
         try:
-            response = await client.send(upstream_request, stream=True)
+            response = await _send(client, upstream_request, stream=True)
         except httpx.TransportError as error:
             return _unanswered(error)
         return StreamingResponse(
@@ -197,6 +200,23 @@ def create_compat_app(upstream: str, *, timeout: float | None = None) -> Starlet
     return Starlette(routes=routes, lifespan=lifespan)
 
 
+async def _send(
+    client: httpx.AsyncClient, build: Callable[[], httpx.Request], *, stream: bool
+) -> httpx.Response:
+    """Send, and once more on a new connection if the server closed the one reused for it.
+
+    llama-server closes an idle keep-alive connection after 5 s. Dropping idle connections at 2 s
+    is not enough on a loaded machine (the event loop can hold one past the server's limit): the
+    request then meets a closed socket and no response at all (``RemoteProtocolError: Server
+    disconnected without sending a response``), although the server never read it. That one case
+    is sent again, once; every other failure, and a second one, is the caller's 502.
+    """
+    try:
+        return await client.send(build(), stream=stream)
+    except httpx.RemoteProtocolError:
+        return await client.send(build(), stream=stream)
+
+
 def _unanswered(error: httpx.TransportError) -> Response:
     """A 502 that says what failed, where an unhandled error would be a bare 500."""
     message = f"llama-server did not answer ({type(error).__name__}: {error}); retry the request"
@@ -214,7 +234,10 @@ async def _relay(response: httpx.Response) -> AsyncIterator[bytes]:
 async def _forced_call(
     client: httpx.AsyncClient, body: dict[str, Any], tools: Sequence[Mapping[str, Any]]
 ) -> Response:
-    reply = await client.post(CHAT_PATH, json=forced_request(body, tools))
+    request = forced_request(body, tools)
+    reply = await _send(
+        client, lambda: client.build_request("POST", CHAT_PATH, json=request), stream=False
+    )
     if reply.status_code != 200:
         content_type = reply.headers.get("content-type", "application/json")
         return Response(reply.content, reply.status_code, media_type=content_type)

@@ -362,7 +362,10 @@ class ServerTokenCounter(_TextCountingCounter):
         self.flavor: ServerFlavor = flavor
         self.model = model
         self.url = root + _ENDPOINTS[flavor]
-        self._client: httpx.Client = httpx.Client(timeout=timeout)
+        # llama-server closes an idle keep-alive connection after 5 s: drop ours before that
+        self._client: httpx.Client = httpx.Client(
+            timeout=timeout, limits=httpx.Limits(keepalive_expiry=2.0)
+        )
 
     def _payload(self, text: str) -> dict[str, Any]:
         if self.flavor == "llama.cpp":
@@ -376,7 +379,12 @@ class ServerTokenCounter(_TextCountingCounter):
         import httpx
 
         try:
-            response = self._client.post(self.url, json=self._payload(text))
+            try:
+                response = self._client.post(self.url, json=self._payload(text))
+            except httpx.RemoteProtocolError:
+                # a kept-alive connection the server closed just as it was reused: the request
+                # never reached it, and counting is safe to ask again, once
+                response = self._client.post(self.url, json=self._payload(text))
         except httpx.HTTPError as exc:
             raise TokenizeEndpointError(
                 f"cannot reach the tokenize endpoint {self.url} ({exc!r}); is the {self.flavor} "

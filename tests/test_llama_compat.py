@@ -7,6 +7,8 @@ The same behaviour is checked against the real server in ``test_real_server.py``
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from keeper_middleware.integrations.llama_server import (
     server_command,
 )
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
+from keeper_middleware.tokens import ServerTokenCounter
 
 
 def weather_tool(name: str = "get_weather") -> dict[str, Any]:
@@ -195,8 +198,6 @@ def test_the_layer_forces_tool_calls_and_passes_everything_else_through():
 
 
 def test_a_server_that_does_not_answer_is_a_502_that_says_so():
-    import socket
-
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         gone = f"http://127.0.0.1:{probe.getsockname()[1]}"
@@ -211,6 +212,118 @@ def test_a_server_that_does_not_answer_is_a_502_that_says_so():
     for reply in replies:
         assert reply.status_code == 502
         assert "llama-server did not answer" in reply.json()["error"]["message"]
+
+
+class DroppingUpstream:
+    """Answers the first request on each connection (kept alive) and closes the connection,
+    unanswered, when the next request arrives on it: what llama-server does to a kept-alive
+    connection that sat idle past its limit, seen from a client that reuses it just then."""
+
+    def __init__(self, replies: dict[str, bytes]) -> None:
+        self.replies = replies
+        self.answered = self.dropped = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as stream:
+            path = self._read_request(stream)
+            if path is None:
+                return
+            body = self.replies[path.split("?")[0]]
+            head = (
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: keep-alive\r\n\r\n"
+            )
+            conn.sendall(head.encode() + body)
+            self.answered += 1
+            if self._read_request(stream) is not None:
+                self.dropped += 1  # closed without a word, as a server past its idle limit
+
+    @staticmethod
+    def _read_request(stream: Any) -> str | None:
+        line = stream.readline()
+        if not line:
+            return None
+        length = 0
+        while (header := stream.readline()) not in (b"\r\n", b""):
+            name, _, value = header.decode().partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        stream.read(length)
+        return str(line.split()[1].decode())
+
+
+def test_a_connection_the_server_closed_as_it_was_reused_is_sent_again_not_a_502():
+    tool_call = completion('{"name": "get_weather", "arguments": {"city": "Oslo"}}')
+    upstream = DroppingUpstream(
+        {
+            "/tokenize": b'{"tokens": [1, 2, 3]}',
+            "/v1/chat/completions": json.dumps(tool_call).encode(),
+        }
+    )
+    layer = create_compat_app(upstream.url, timeout=30)
+    messages = [{"role": "user", "content": "weather?"}]
+    forced = {"messages": messages, "tools": [WEATHER], "tool_choice": named("get_weather")}
+    try:
+        with serve_in_thread(layer) as url, httpx.Client(base_url=url, timeout=30) as client:
+            root = url.removesuffix("/v1")
+            replies = [client.post(root + "/tokenize", json={"content": "a b c"}) for _ in range(3)]
+            replies += [client.post("/chat/completions", json=forced) for _ in range(3)]
+    finally:
+        upstream.close()
+    assert [reply.status_code for reply in replies] == [200] * 6
+    assert all(reply.json() == {"tokens": [1, 2, 3]} for reply in replies[:3])
+    calls = [reply.json()["choices"][0]["message"]["tool_calls"][0] for reply in replies[3:]]
+    assert all(json.loads(call["function"]["arguments"]) == {"city": "Oslo"} for call in calls)
+    assert upstream.dropped >= 4  # every request after the first met a closed connection once
+
+
+def test_the_token_counter_asks_again_when_a_kept_alive_connection_was_closed_under_it():
+    upstream = DroppingUpstream({"/tokenize": b'{"tokens": [1, 2, 3, 4]}'})
+    counter = ServerTokenCounter(upstream.url, flavor="llama.cpp")
+    try:
+        counts = [counter.count_text(text) for text in ("one", "two", "three")]
+    finally:
+        counter.close()
+        upstream.close()
+    assert counts == [4, 4, 4]
+    assert upstream.dropped == 2
+
+
+def test_a_second_failure_in_a_row_is_the_502_that_says_so():
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts, then closes every connection
+
+    def refuse() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rb") as stream:
+                DroppingUpstream._read_request(stream)
+
+    threading.Thread(target=refuse, daemon=True).start()
+    layer = create_compat_app(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=30)
+    try:
+        with serve_in_thread(layer) as url, httpx.Client(timeout=30) as client:
+            reply = client.post(url.removesuffix("/v1") + "/tokenize", json={"content": "a"})
+    finally:
+        listener.close()
+    assert reply.status_code == 502
+    assert "Server disconnected" in reply.json()["error"]["message"]
 
 
 def test_launcher_config_errors_say_what_to_pass(tmp_path: Path):

@@ -16,7 +16,10 @@ fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), 
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
 vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
 (embedding: a sentence of fewer than N words has no vector of its own), ``baresentences``
-(embedding: sentence vectors without the passage's context).
+(embedding: sentence vectors without the passage's context), ``prf`` or ``prf=D/T`` (keyword and
+the hybrid's keyword side: pseudo-relevance feedback, T words of the top D hits added and the
+expanded ranking fused with the original; 5/5 by default), ``prfonly`` / ``prfonly=D/T`` (the
+expanded ranking alone).
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class MethodSpec:
     """None: the backend's default."""
     short: str = "join"
     sentence_context: bool = True
+    feedback: tuple[int, int] | None = None
+    """Pseudo-relevance feedback on the keyword side: (docs, terms); None: none."""
+    feedback_fused: bool = True
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -95,9 +101,25 @@ class MethodSpec:
                 given["sentence_context"] = False
             elif option == "onevector":
                 given["sentence_vectors"] = False
+            elif option.partition("=")[0] in ("prf", "prfonly"):
+                given["feedback"] = _feedback_setting(option)
+                given["feedback_fused"] = option.startswith("prf=") or option == "prf"
             else:
                 raise ValueError(f"Unknown option {option!r} in method {text!r} (see --help).")
         return cls(**given)
+
+
+def _feedback_setting(option: str) -> tuple[int, int]:
+    """``prf`` → (5, 5); ``prf=10/8`` → (10, 8)."""
+    _, _, value = option.partition("=")
+    if not value:
+        return (5, 5)
+    docs, slash, terms = value.partition("/")
+    if not slash or not docs.isdigit() or not terms.isdigit() or min(int(docs), int(terms)) < 1:
+        raise ValueError(
+            f"Option {option!r}: write prf=DOCS/TERMS with positive ints, e.g. prf=5/5."
+        )
+    return (int(docs), int(terms))
 
 
 @dataclass(slots=True)
@@ -256,13 +278,20 @@ def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
 
 
 def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
+    from keeper_middleware.bench.locomo.feedback import FeedbackKeywordRetriever
     from keeper_middleware.retrievers.embedding import SENTENCE_WORDS, EmbeddingRetriever
     from keeper_middleware.retrievers.hybrid import HybridRetriever
     from keeper_middleware.retrievers.keyword import KeywordRetriever
 
-    def keyword() -> KeywordRetriever:
+    def keyword() -> Retriever:
         stopwords = FIRST_STOPWORDS if spec.first_stopwords else STOPWORDS
-        return KeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
+        plain = KeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
+        if spec.feedback is None:
+            return plain
+        docs, terms = spec.feedback
+        return FeedbackKeywordRetriever(
+            plain, feedback_docs=docs, feedback_terms=terms, fused=spec.feedback_fused
+        )
 
     if spec.backend == "keyword":
         return keyword()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import random
 import signal
 import sqlite3
 import subprocess
@@ -130,6 +131,22 @@ def test_a_turn_already_archived_is_skipped_never_duplicated(store):
     assert record.turns_archived == 3
     assert store.turn_count("s") == 6
     assert store.archived_ids("s", ["c1-t0", "c2-t2", "never"]) == {"c1-t0", "c2-t2"}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_turn_count_is_the_turns_stored_whatever_mix_of_cuts_made_them(store, seed):
+    rng = random.Random(seed)
+    for cut in range(1, 13):  # new turns, turns archived before, a cut key committed again
+        turns = make_turns("s", cut, rng.randint(0, 5))
+        if cut > 1 and rng.random() < 0.5:
+            turns = [*make_turns("s", rng.randint(1, cut - 1), 2), *turns]
+        key = f"cut-{rng.randint(1, cut)}"
+        store.commit_cut("s", cut_key=key, turns=turns, notes=None)
+        assert store.turn_count("s") == len(list(store.turns("s")))
+    store.delete_session("s")
+    assert store.turn_count("s") == 0
+    store.commit_cut("s", cut_key="again", turns=make_turns("s", 99, 2), notes=None)
+    assert store.turn_count("s") == 2 == len(list(store.turns("s")))
 
 
 def test_two_different_turns_under_one_id_in_a_cut_are_refused(store):

@@ -111,7 +111,10 @@ def content_words(text: str) -> set[str]:
 def best_sentence(text: str, query: str) -> int:
     """The index of the sentence of ``text`` sharing the most content words with ``query``
     (the first one on a tie, and 0 when none shares a word)."""
-    wanted = content_words(query)
+    return _best_sentence(text, content_words(query))
+
+
+def _best_sentence(text: str, wanted: set[str]) -> int:
     best, best_count = 0, 0
     for index, sentence in enumerate(split_sentences(text)):
         count = len(wanted & content_words(sentence))
@@ -123,8 +126,9 @@ def best_sentence(text: str, query: str) -> int:
 def mark_hits(hits: Sequence[Hit], query: str) -> list[Hit]:
     """Hits with their best-matching sentence found (a one-sentence passage keeps 0)."""
     marked: list[Hit] = []
+    wanted = content_words(query)
     for hit in hits:
-        index = best_sentence(hit.passage.text, query)
+        index = _best_sentence(hit.passage.text, wanted)
         marked.append(
             hit
             if index == hit.sentence

@@ -220,9 +220,14 @@ def test_two_real_runs_agree_and_report_the_median_with_its_spread(tmp_path, cap
         values = [run["tenths"][number]["keeper_cpu_s"] for run in runs]
         assert row["keeper_cpu_s"] == pytest.approx(sum(values) / 2)
     assert combined["peak_rss_mb"] == max(run["peak_rss_mb"] for run in runs)
+    for number, row in enumerate(combined["phases"]):
+        for phase, seconds in row.items():
+            values = [run["phases"][number][phase] for run in runs]
+            assert seconds == pytest.approx(sum(values) / 2)
 
     table = out.read_text(encoding="utf-8")
-    cost = table.partition("What each tenth is made of")[0]
+    cost, _, by_phase = table.partition("The keeper's CPU by phase")
+    assert "(median of 2 runs, phase by phase)" in by_phase
     rows = [line for line in cost.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [row.split(" | ")[0] for row in rows] == [f"| {n}" for n in range(1, 11)]
     assert all(CELL.match(row.split(" | ")[-1].removesuffix(" |")) for row in rows)

@@ -120,3 +120,39 @@ def test_a_run_reports_the_final_questions_after_the_stream(tmp_path, seed, caps
     assert main(["--explain", str(work)]) == 0
     explained = capsys.readouterr().out
     assert explained.count("| after the stream |") == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("items", [12, 90, 400])
+def test_each_phase_is_split_like_the_keeper_cpu_and_none_is_lost(seed, items):
+    rng = random.Random(seed)
+    calls, by_item, plain, before = _stream_run(seed, items)
+    names = ("prepare", "commit", "search")
+    so_far = dict.fromkeys(names, 0.0)
+    marks = []
+    for mark in plain:
+        for name in names:
+            so_far[name] += rng.uniform(0.0, 0.01)
+        marks.append(
+            Mark(
+                history_tokens=mark.history_tokens,
+                keeper_cpu_s=sum(so_far.values()),
+                after_stream=mark.after_stream,
+                phases=dict(so_far),
+            )
+        )
+    end = StreamEnd(tokens=plain[-2].history_tokens, calls=before)
+    split = attribute(calls, by_item, marks, end)
+    assert len(split.phase_tenths) == TENTHS
+    for phases, tenth in zip(split.phase_tenths, split.tenths, strict=True):
+        assert sum(phases.values()) == pytest.approx(tenth["keeper_cpu_s"])
+    assert sum(split.phase_after.values()) == pytest.approx(split.after["keeper_cpu_s"])
+    for name in names:
+        spent = sum(row[name] for row in split.phase_tenths) + split.phase_after[name]
+        assert spent == pytest.approx(so_far[name])
+
+
+def test_marks_without_phases_leave_no_phase_figures():
+    calls, by_item, marks, before = _stream_run(4, 30)
+    split = attribute(calls, by_item, marks, StreamEnd(tokens=1, calls=before))
+    assert split.phase_tenths == [] and split.phase_after == {}

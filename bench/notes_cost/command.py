@@ -13,7 +13,10 @@ spread beside it (``repeats``), and the figures the simulated reader fixes must 
   messages each call shared with the one before (what a prefix cache could reuse).
 - Keeper CPU is the process CPU time spent inside ``Keeper.step``/``astep``/``search``, less the
   CPU time of the model calls made from inside them (the reader writing notes): the keeper's own
-  work (token counting, planning, checks, the archive transaction, indexing, search).
+  work (token counting, planning, checks, the archive transaction, indexing, search). A second
+  table splits it by phase (``clock.PHASES``: preparing a step, the note request, the commit,
+  indexing, the search, the rest), each second in exactly one phase, so a growth can be traced to
+  the work that grows.
 
 Results come from the simulated reader, never a language model; label them so.
 """
@@ -29,11 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keeper_middleware.bench.notes_cost.breakdown import breakdown, render_breakdown
+from keeper_middleware.bench.notes_cost.clock import KeeperClock
+from keeper_middleware.bench.notes_cost.phases import render_phases
 from keeper_middleware.bench.notes_cost.repeats import combine
 from keeper_middleware.bench.notes_cost.tenths import (
     Mark,
@@ -51,84 +56,6 @@ if TYPE_CHECKING:
 SIZES = ("240k", "1m", "10m")
 
 
-# -- the keeper's CPU ---------------------------------------------------------------------------
-class KeeperClock:
-    """CPU seconds spent in the keeper, less the model calls it makes (measured in-process)."""
-
-    def __init__(self) -> None:
-        self.keeper = 0.0
-        self._depth = 0
-        self._model_inside = 0.0
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        from keeper_middleware.bench.reader import SimulatedReader
-        from keeper_middleware.keeper import Keeper
-
-        originals = {
-            (Keeper, "step"): Keeper.step,
-            (Keeper, "astep"): Keeper.astep,
-            (Keeper, "search"): Keeper.search,
-            (Keeper, "run_search_tool"): Keeper.run_search_tool,
-            (SimulatedReader, "_generate"): SimulatedReader._generate,
-        }
-        Keeper.step = self._keeper_call(Keeper.step)  # type: ignore[method-assign]
-        Keeper.search = self._keeper_call(Keeper.search)  # type: ignore[method-assign]
-        # the search tool of the graphs calls this, not ``search``: both count as the keeper's
-        Keeper.run_search_tool = self._keeper_call(Keeper.run_search_tool)  # type: ignore[method-assign]
-        Keeper.astep = self._keeper_async(Keeper.astep)  # type: ignore[method-assign]
-        SimulatedReader._generate = self._model_call(SimulatedReader._generate)  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            for (owner, name), original in originals.items():
-                setattr(owner, name, original)
-
-    def _keeper_call(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            outer = self._depth == 0
-            if outer:
-                self._model_inside = 0.0
-                started = time.process_time()
-            self._depth += 1
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self._depth -= 1
-                if outer:
-                    self.keeper += time.process_time() - started - self._model_inside
-
-        return timed
-
-    def _keeper_async(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        async def timed(*args: Any, **kwargs: Any) -> Any:
-            outer = self._depth == 0
-            if outer:
-                self._model_inside = 0.0
-                started = time.process_time()
-            self._depth += 1
-            try:
-                return await method(*args, **kwargs)
-            finally:
-                self._depth -= 1
-                if outer:
-                    self.keeper += time.process_time() - started - self._model_inside
-
-        return timed
-
-    def _model_call(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.process_time()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                if self._depth > 0:
-                    self._model_inside += time.process_time() - started
-
-        return timed
-
-
-# -- one size, in its own process ---------------------------------------------------------------
 def measure_one(
     size: str, folder: Path, seed: int, window: int, run_name: str = "run"
 ) -> dict[str, Any]:
@@ -155,7 +82,12 @@ def measure_one(
     def on_step(step: Step, _values: Mapping[str, Any]) -> None:
         after = step.question is not None and bool(step.question.get("final"))
         marks.append(
-            Mark(history_tokens=step.history_tokens, keeper_cpu_s=clock.keeper, after_stream=after)
+            Mark(
+                history_tokens=step.history_tokens,
+                keeper_cpu_s=clock.keeper,
+                after_stream=after,
+                phases=clock.keeper_phases(),
+            )
         )
         if not after:
             end["tokens"] = step.history_tokens
@@ -243,6 +175,8 @@ def render(results: Sequence[dict[str, Any]]) -> str:
             f"{result['cuts']:,} cuts, {result['searches']:,} archive searches. {_peak(result)}",
             "",
         ]
+        if result.get("phases"):
+            lines += [*render_phases(result), ""]
         if result.get("breakdown"):
             lines += ["What each tenth is made of:", "", render_breakdown(result["breakdown"]), ""]
     lines.append(

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from keeper_middleware.bench.notes_cost.phases import median_phases
+
 CPU = "keeper_cpu_s"
 _TOKEN_FIGURES = ("prompt", "uncached")
 _AFTER_FIGURES = ("prompt", "uncached", "calls")
@@ -172,4 +174,6 @@ def combine(size: str, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             combined[key] = {**runs[0][key], CPU: statistics.median(values)}
             spread[key] = (min(values), max(values))
     combined["keeper_cpu_spread"] = spread
+    if all(run.get("phases") for run in runs):
+        combined["phases"] = median_phases([run["phases"] for run in runs])
     return combined

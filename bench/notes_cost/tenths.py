@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,8 @@ class Mark:
     keeper_cpu_s: float
     after_stream: bool
     """The step asked the final questions (after the stream's last token)."""
+    phases: Mapping[str, float] = field(default_factory=dict)
+    """The keeper's CPU so far in each of its phases (``clock.PHASES``); empty when not timed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +85,10 @@ class Attribution:
     """Stream tokens in a tenth (the stream up to its end)."""
     folded_width: float
     """Stream tokens in a tenth of the folded figure (the final questions' text included)."""
+    phase_tenths: list[dict[str, float]] = field(default_factory=list)
+    """The keeper's CPU per phase in each tenth of the stream (empty: phases not timed)."""
+    phase_after: dict[str, float] = field(default_factory=dict)
+    """The keeper's CPU per phase after the stream's last token."""
 
     def per_100k(self, rows: Sequence[Mapping[str, float]], width: float) -> list[dict[str, float]]:
         scale = 100_000 / width
@@ -133,16 +139,33 @@ def attribute(
         row["prompt"] += record.prompt_tokens
         row["uncached"] += uncached
     spent_before = 0.0
+    names = list(marks[-1].phases) if marks else []
+    phase_tenths = [dict.fromkeys(names, 0.0) for _ in range(TENTHS)] if names else []
+    phase_after = dict.fromkeys(names, 0.0)
+    phases_before = dict.fromkeys(names, 0.0)
     for mark in marks:
         spent = mark.keeper_cpu_s - spent_before
         spent_before = mark.keeper_cpu_s
         folded[min(TENTHS - 1, int(mark.history_tokens / folded_width))]["keeper_cpu_s"] += spent
         if end is not None and mark.after_stream:
             after["keeper_cpu_s"] += spent
+            phase_row = phase_after
         else:
-            tenths[min(TENTHS - 1, int(mark.history_tokens / width))]["keeper_cpu_s"] += spent
+            tenth = min(TENTHS - 1, int(mark.history_tokens / width))
+            tenths[tenth]["keeper_cpu_s"] += spent
+            phase_row = phase_tenths[tenth] if phase_tenths else phase_after
+        for name in names:
+            now = mark.phases.get(name, phases_before[name])
+            phase_row[name] += now - phases_before[name]
+            phases_before[name] = now
     return Attribution(
-        tenths=tenths, after=after, folded=folded, width=width, folded_width=folded_width
+        tenths=tenths,
+        after=after,
+        folded=folded,
+        width=width,
+        folded_width=folded_width,
+        phase_tenths=phase_tenths,
+        phase_after=phase_after,
     )
 
 
@@ -171,6 +194,21 @@ def figures(attribution: Attribution) -> dict[str, Any]:
         "folded_tenths": attribution.per_100k(attribution.folded, attribution.folded_width),
         "stream_tokens": round(attribution.width * TENTHS),
         "totals": attribution.totals(),
+        **_phase_figures(attribution),
+    }
+
+
+def _phase_figures(attribution: Attribution) -> dict[str, Any]:
+    """The keeper's CPU by phase: per 100K in the tenths, totals after them (none if untimed)."""
+    if not attribution.phase_tenths:
+        return {}
+    scale = 100_000 / attribution.width
+    return {
+        "phases": [
+            {name: seconds * scale for name, seconds in row.items()}
+            for row in attribution.phase_tenths
+        ],
+        "phases_after_stream": dict(attribution.phase_after),
     }
 
 

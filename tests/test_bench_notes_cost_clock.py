@@ -1,0 +1,101 @@
+"""The notes-cost clock: every second of the keeper's CPU in exactly one phase, none of the model's.
+
+A hand-turned clock stands in for the process's CPU time, so the figures are exact."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from keeper_middleware.bench.notes_cost.clock import MODEL, PHASES, KeeperClock
+
+
+class HandClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_phase_inside_another_is_taken_out_of_the_outer_ones_time() -> None:
+    hand = HandClock()
+    clock = KeeperClock(hand)
+    index = clock.timed("indexing", lambda: hand.spend(2.0))
+
+    def commit() -> None:
+        hand.spend(1.0)
+        index()
+        hand.spend(0.5)
+
+    clock.timed("commit", commit)()
+    assert clock.phases["commit"] == pytest.approx(1.5)
+    assert clock.phases["indexing"] == pytest.approx(2.0)
+    assert clock.keeper == pytest.approx(3.5)
+
+
+def test_the_models_reply_inside_a_note_request_is_not_the_keepers() -> None:
+    hand = HandClock()
+    clock = KeeperClock(hand)
+    reply = clock._model_call(lambda: hand.spend(3.0))
+
+    def note_request() -> None:
+        hand.spend(0.25)
+        reply()
+
+    clock.timed("note request", note_request)()
+    assert clock.phases[MODEL] == pytest.approx(3.0)
+    assert clock.keeper_phases()["note request"] == pytest.approx(0.25)
+    assert clock.keeper == pytest.approx(0.25)
+
+
+def test_a_work_call_outside_the_keeper_is_not_timed_at_all() -> None:
+    hand = HandClock()
+    clock = KeeperClock(hand)
+    clock._model_call(lambda: hand.spend(5.0))()
+    assert clock.phases[MODEL] == 0.0
+    assert clock.keeper == 0.0
+
+
+def test_a_phase_that_raises_still_counts_and_leaves_the_stack_clean() -> None:
+    hand = HandClock()
+    clock = KeeperClock(hand)
+
+    def failing() -> None:
+        hand.spend(1.0)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        clock.timed("search", failing)()
+    clock.timed("prepare", lambda: hand.spend(2.0))()
+    assert clock.phases["search"] == pytest.approx(1.0)
+    assert clock.phases["prepare"] == pytest.approx(2.0)
+
+
+def test_an_async_phase_takes_out_what_its_worker_threads_timed() -> None:
+    hand = HandClock()
+    clock = KeeperClock(hand)
+    prepare = clock.timed("prepare", lambda: hand.spend(0.75))
+
+    async def step() -> None:
+        hand.spend(0.25)
+        await asyncio.to_thread(prepare)
+
+    asyncio.run(clock.timed_async("rest", step)())
+    assert clock.phases["prepare"] == pytest.approx(0.75)
+    assert clock.phases["rest"] == pytest.approx(0.25)
+
+
+def test_installing_times_the_keepers_methods_and_gives_them_back() -> None:
+    from keeper_middleware.keeper import Keeper
+
+    before = {name: Keeper.__dict__[name] for name in ("step", "astep", "_prepare", "search")}
+    clock = KeeperClock()
+    with clock.installed():
+        assert all(Keeper.__dict__[name] is not method for name, method in before.items())
+    assert {name: Keeper.__dict__[name] for name in before} == before
+    assert set(clock.keeper_phases()) == set(PHASES)

@@ -85,10 +85,7 @@ def passages_of(
     if unit == "messages":
         return passages_from_message(session, item, text, start_position, context=context)
     if unit == "sentences":
-        return [
-            Passage(session=session, item=item, position=p.position, text=p.text, context=context)
-            for p in passages_from_text(session, item, text, start_position)
-        ]
+        return passages_from_text(session, item, text, start_position, context=context)
     raise ValueError(f"passages must be one of {', '.join(PASSAGE_UNITS)}, got {unit!r}.")
 
 

@@ -64,10 +64,19 @@ def split_sentences(text: str) -> list[str]:
     return passages
 
 
-def passages_from_text(session: str, item: int, text: str, start_position: int) -> list[Passage]:
-    """Numbers the sentences of one input from ``start_position`` on, all under the same item."""
+def passages_from_text(
+    session: str, item: int, text: str, start_position: int, *, context: str = ""
+) -> list[Passage]:
+    """Numbers the sentences of one input from ``start_position`` on, all under the same item
+    and with the same context."""
     return [
-        Passage(session=session, item=item, position=start_position + offset, text=sentence)
+        Passage(
+            session=session,
+            item=item,
+            position=start_position + offset,
+            text=sentence,
+            context=context,
+        )
         for offset, sentence in enumerate(split_sentences(text))
     ]
 

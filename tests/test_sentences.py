@@ -6,6 +6,7 @@ import re
 import pytest
 
 from keeper_middleware.retrievers.base import Passage
+from keeper_middleware.retrievers.passages import passages_of
 from keeper_middleware.retrievers.sentences import (
     MAX_PASSAGE_CHARS,
     has_searchable_text,
@@ -125,6 +126,15 @@ def test_passages_are_numbered_from_the_start_position_under_one_item():
         Passage(session="s1", item=7, position=40, text="Ten were taken."),
         Passage(session="s1", item=7, position=41, text="The rain kept on."),
     ]
+
+
+def test_every_sentence_of_an_input_carries_its_context_into_the_index():
+    context = "Ada (8 May 2023)"
+    passages = passages_of(
+        "sentences", "s1", 7, "Ten were taken. The rain kept on.", 0, context=context
+    )
+    assert [p.context for p in passages] == [context, context]
+    assert passages[1].indexed_text == f"{context}: The rain kept on."
 
 
 @pytest.mark.parametrize(

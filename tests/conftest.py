@@ -6,6 +6,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 
+# the shared modules whose helpers assert (a proxy conversation, an archive audit) report a failed
+# assert with its values, as the test modules do
+pytest.register_assert_rewrite("tests.proxy_upstream", "tests.archive_stores")
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -54,7 +58,13 @@ def pg_schema(postgres_url):
 
 
 PROXY_SUITES = (
-    "tests.test_proxy_inprocess",
+    "tests.test_proxy_protocol",
+    "tests.test_proxy_sessions",
+    "tests.test_proxy_window",
+    "tests.test_proxy_searches",
+    "tests.test_proxy_bad_input",
+    "tests.test_proxy_metrics",
+    "tests.test_proxy_pure_parts",
     "tests.test_proxy_tenants",
     "tests.test_proxy_faults",
     "tests.test_proxy_history",
@@ -95,7 +105,7 @@ def proxy_archive(request, monkeypatch):
         schema = schemas.setdefault(str(archive_dir), f"p_{uuid.uuid4().hex[:12]}")
         return original(*args, archive_url=f"{url}?schema={schema}", **options)
 
-    for module in {request.module, sys.modules.get("tests.test_proxy_inprocess")} - {None}:
+    for module in {request.module, sys.modules.get("tests.proxy_upstream")} - {None}:
         if hasattr(module, "create_proxy_app"):
             monkeypatch.setattr(module, "create_proxy_app", on_postgres)
     yield backend

@@ -422,7 +422,7 @@ def test_every_adapters_step_closes_a_call_left_without_its_result():
 
 @pytest.mark.anyio
 async def test_the_proxy_never_sends_a_call_without_its_result(tmp_path):
-    from tests.test_proxy_inprocess import ScriptedUpstream, chat, client_for, make_app
+    from tests.proxy_upstream import ScriptedUpstream, chat, client_for, make_app
 
     upstream = ScriptedUpstream()
     app = make_app(upstream, tmp_path, window=8192)

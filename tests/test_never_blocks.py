@@ -51,7 +51,7 @@ def test_the_async_agent_never_blocks_the_loop(build, archive, tmp_path):
 
 
 def test_the_proxy_never_blocks_the_loop(tmp_path: Path):
-    from tests.test_proxy_inprocess import ScriptedUpstream, chat, client_for, convo, make_app
+    from tests.proxy_upstream import ScriptedUpstream, chat, client_for, convo, make_app
 
     upstream = ScriptedUpstream()
     app = make_app(upstream, tmp_path, window=4096)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from keeper_middleware.integrations.proxy import RetryPolicy
-from tests.test_proxy_inprocess import (
+from tests.proxy_upstream import (
     SYSTEM,
     ScriptedUpstream,
     chat,

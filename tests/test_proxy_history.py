@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keeper_middleware.messages import keeper_kind, text_of
-from tests.test_proxy_inprocess import SYSTEM, ScriptedUpstream, client_for, make_app, text_reply
+from tests.proxy_upstream import SYSTEM, ScriptedUpstream, client_for, make_app, text_reply
 
 TAG = re.compile(r"^(M|R|F)\d+:")
 PAD = " ".join(f"ledger line {i} holds figure {i * 7}." for i in range(12))

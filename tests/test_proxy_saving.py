@@ -14,7 +14,7 @@ from keeper_middleware.integrations.proxy.sessions import (
     SessionRecord,
     StoredRecord,
 )
-from tests.test_proxy_inprocess import (
+from tests.proxy_upstream import (
     ScriptedUpstream,
     chat,
     client_for,

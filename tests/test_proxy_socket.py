@@ -26,7 +26,7 @@ from starlette.routing import Route
 from keeper_middleware.bench.reader.server import serve_reader
 from keeper_middleware.integrations.proxy import create_proxy_app
 from keeper_middleware.integrations.proxy.cli import main, serve_in_thread
-from tests.test_proxy_inprocess import (
+from tests.proxy_upstream import (
     FAST_RETRY,
     SYSTEM,
     ScriptedUpstream,

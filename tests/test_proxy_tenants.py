@@ -11,7 +11,7 @@ import pytest
 
 from keeper_middleware.integrations.proxy.searching import search_arguments
 from keeper_middleware.integrations.proxy.tenants import Tenants, parse_keys
-from tests.test_proxy_inprocess import (
+from tests.proxy_upstream import (
     ScriptedUpstream,
     chat,
     client_for,

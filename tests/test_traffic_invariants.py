@@ -60,7 +60,7 @@ from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import parse_notes
 from keeper_middleware.questions import PatternQuestionDetector
 from tests.fake_model import ScriptedChatModel
-from tests.test_proxy_inprocess import FAST_RETRY, completion
+from tests.proxy_upstream import FAST_RETRY, completion
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:create_react_agent has been moved:langgraph.warnings.LangGraphDeprecatedSinceV10"

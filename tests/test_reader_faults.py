@@ -8,7 +8,7 @@ from langchain_core.messages import HumanMessage
 from keeper_middleware.bench.reader import SimulatedReader
 from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.changes import RuleLine, SetLine, parse_changes
-from tests.test_reader import (
+from tests.reader_stories import (
     ITEM_2,
     SEARCH_TOOL,
     TALLY,

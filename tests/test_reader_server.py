@@ -13,7 +13,7 @@ from openai import OpenAI
 
 from keeper_middleware.bench.reader import SimulatedReader
 from keeper_middleware.bench.reader.server import create_reader_app, main, serve_reader
-from tests.test_reader import ITEM_2, SEARCH_TOOL, TALLY, item_1, questions, search_result, story
+from tests.reader_stories import ITEM_2, SEARCH_TOOL, TALLY, item_1, questions, search_result, story
 
 ANSWERING = [
     *story(item_1(TALLY), ITEM_2),

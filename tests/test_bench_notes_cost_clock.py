@@ -99,3 +99,44 @@ def test_installing_times_the_keepers_methods_and_gives_them_back() -> None:
         assert all(Keeper.__dict__[name] is not method for name, method in before.items())
     assert {name: Keeper.__dict__[name] for name in before} == before
     assert set(clock.keeper_phases()) == set(PHASES)
+
+
+def test_a_collection_inside_a_keeper_phase_is_timed_as_gc_and_not_as_the_phase() -> None:
+    hand = HandClock()
+    clock = KeeperClock(hand)
+
+    def prepare() -> None:
+        hand.spend(1.0)
+        clock.collector_event("start", {})
+        hand.spend(0.5)
+        clock.collector_event("stop", {})
+
+    clock.timed("prepare", prepare)()
+    assert clock.phases["prepare"] == pytest.approx(1.0)
+    assert clock.phases["gc"] == pytest.approx(0.5)
+    assert clock.keeper == pytest.approx(1.5)
+
+
+def test_a_collection_in_the_models_reply_or_outside_the_keeper_is_not_the_keepers() -> None:
+    hand = HandClock()
+    clock = KeeperClock(hand)
+
+    def collect() -> None:
+        clock.collector_event("start", {})
+        hand.spend(2.0)
+        clock.collector_event("stop", {})
+
+    collect()
+    clock.timed("note request", clock._model_call(collect))()
+    assert clock.phases["gc"] == 0.0
+    assert clock.keeper == 0.0
+    assert clock.phases[MODEL] == pytest.approx(2.0)
+
+
+def test_installing_hooks_the_collector_only_while_installed() -> None:
+    import gc
+
+    clock = KeeperClock()
+    with clock.installed():
+        assert clock.collector_event in gc.callbacks
+    assert clock.collector_event not in gc.callbacks

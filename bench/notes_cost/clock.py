@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,8 +29,9 @@ from typing import Any
 MODEL = "model"
 """The reader's own replies: timed only to be taken out of the keeper's phases."""
 
-PHASES = ("prepare", "note request", "commit", "indexing", "search", "rest")
-"""The keeper's phases, in the order a step meets them."""
+PHASES = ("prepare", "note request", "commit", "indexing", "search", "rest", "gc")
+"""The keeper's phases, in the order a step meets them; "gc" is Python's garbage collector
+when it ran inside one of the others."""
 
 PHASE_MEANINGS = {
     "prepare": "reading the new messages, sizing them and planning the cut (every step)",
@@ -38,6 +40,11 @@ PHASE_MEANINGS = {
     "indexing": "adding the archived turns to the search index (each cut)",
     "search": "the archive search tool (each search)",
     "rest": "the rest of a step (finishing a step without a cut, bookkeeping)",
+    "gc": (
+        "Python's garbage collector, run while the keeper worked (a full collection walks "
+        "every object of the process, most of them imported modules, and lands in whichever "
+        "tenth the allocations reach its threshold: the same tenths in every run)"
+    ),
 }
 
 
@@ -51,6 +58,7 @@ class KeeperClock:
         self._clock = clock
         self._lock = threading.Lock()
         self._stack: list[list[Any]] = []  # [phase, started, time of the phases inside it]
+        self._collecting_since: float | None = None
         self.phases: dict[str, float] = dict.fromkeys((*PHASES, MODEL), 0.0)
 
     @property
@@ -73,6 +81,23 @@ class KeeperClock:
             self.phases[phase] += spent - inside
             if self._stack:
                 self._stack[-1][2] += spent
+
+    def collector_event(self, event: str, _info: dict[str, Any]) -> None:
+        """A ``gc.callbacks`` hook: a collection inside a keeper phase is timed as "gc" and
+        taken out of that phase (inside the model's reply, or outside the keeper, it is not the
+        keeper's)."""
+        if event == "start":
+            self._collecting_since = self._clock()
+            return
+        started, self._collecting_since = self._collecting_since, None
+        if started is None:
+            return
+        # no lock: the collector runs inside whatever allocated, the stack's own updates too
+        if not self._stack or self._stack[-1][0] == MODEL:
+            return
+        spent = self._clock() - started
+        self.phases["gc"] += spent
+        self._stack[-1][2] += spent
 
     def timed(self, phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
         """``method`` with its CPU counted to ``phase`` (and not to the phase it runs in)."""
@@ -145,8 +170,10 @@ class KeeperClock:
         SimulatedReader._generate = self._model_call(  # type: ignore[method-assign]
             originals[(SimulatedReader, "_generate")]
         )
+        gc.callbacks.append(self.collector_event)
         try:
             yield
         finally:
+            gc.callbacks.remove(self.collector_event)
             for (owner, name), original in originals.items():
                 setattr(owner, name, original)

@@ -140,7 +140,7 @@ def attribute(
         row["uncached"] += uncached
     spent_before = 0.0
     names = list(marks[-1].phases) if marks else []
-    phase_tenths = [dict.fromkeys(names, 0.0) for _ in range(TENTHS)] if names else []
+    phase_tenths = [dict.fromkeys(names, 0.0) for _ in range(TENTHS)]
     phase_after = dict.fromkeys(names, 0.0)
     phases_before = dict.fromkeys(names, 0.0)
     for mark in marks:
@@ -153,7 +153,7 @@ def attribute(
         else:
             tenth = min(TENTHS - 1, int(mark.history_tokens / width))
             tenths[tenth]["keeper_cpu_s"] += spent
-            phase_row = phase_tenths[tenth] if phase_tenths else phase_after
+            phase_row = phase_tenths[tenth]
         for name in names:
             now = mark.phases.get(name, phases_before[name])
             phase_row[name] += now - phases_before[name]
@@ -164,7 +164,7 @@ def attribute(
         folded=folded,
         width=width,
         folded_width=folded_width,
-        phase_tenths=phase_tenths,
+        phase_tenths=phase_tenths if names else [],
         phase_after=phase_after,
     )
 

@@ -71,8 +71,12 @@ class KeeperClock:
         return {phase: self.phases[phase] for phase in PHASES}
 
     def _enter(self, phase: str) -> None:
+        # the entry is made before the clock is read: a collection its allocation sets off
+        # belongs to the phase around, not to this one as well
+        entry: list[Any] = [phase, 0.0, 0.0]
         with self._lock:
-            self._stack.append([phase, self._clock(), 0.0])
+            entry[1] = self._clock()
+            self._stack.append(entry)
 
     def _leave(self) -> None:
         with self._lock:

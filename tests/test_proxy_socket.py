@@ -253,3 +253,35 @@ def test_the_command_line_refuses_a_bad_setting_with_a_message(capsys, tmp_path)
     )
     assert code == 2
     assert "window=100 is too small" in capsys.readouterr().err
+
+
+def test_the_server_starts_with_its_start_up_objects_out_of_the_collectors_sight(
+    monkeypatch, tmp_path
+):
+    import gc
+
+    import uvicorn
+
+    seen: dict[str, int] = {}
+
+    def run(app, **_options):  # the server itself is not started: only what precedes it
+        seen["frozen"] = gc.get_freeze_count()
+        seen["tracked"] = len(gc.get_objects())
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    try:
+        code = main(
+            [
+                "--upstream",
+                "http://127.0.0.1:1/v1",
+                "--window",
+                "32768",
+                "--archive-dir",
+                str(tmp_path),
+            ]
+        )
+    finally:
+        gc.unfreeze()
+    assert code == 0
+    assert seen["frozen"] > 10_000  # the imported modules and the app
+    assert seen["tracked"] < seen["frozen"]  # a full collection walks only what came after

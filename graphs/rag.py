@@ -40,7 +40,7 @@ from keeper_middleware.messages import keeper_message, text_of
 from keeper_middleware.questions import PatternQuestionDetector, QuestionDetector
 from keeper_middleware.retrievers.base import Hit, Retriever
 from keeper_middleware.retrievers.passages import PASSAGE_UNITS, passages_of
-from keeper_middleware.search_tool import session_of
+from keeper_middleware.search.tool import session_of
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
 RAG_STATE_KEY = "rag"

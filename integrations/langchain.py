@@ -53,7 +53,7 @@ from langgraph.managed import RemainingSteps
 from langgraph.runtime import Runtime
 
 from keeper_middleware.agent import make_keeper
-from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
@@ -66,7 +66,7 @@ from keeper_middleware.model_calls import (
 )
 from keeper_middleware.node import KeeperNode, checked_tools, state_update
 from keeper_middleware.retrievers.factory import RetrieverSpec
-from keeper_middleware.search_tool import DEFAULT_SESSION, archive_search_tool, session_of
+from keeper_middleware.search.tool import DEFAULT_SESSION, archive_search_tool, session_of
 from keeper_middleware.tokens import TokenCounter
 
 try:

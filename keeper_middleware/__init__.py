@@ -6,7 +6,7 @@ RULES wherever new questions arrive.
 """
 
 from keeper_middleware.agent import create_keeper_agent
-from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesVersion
+from keeper_middleware.archive.store import ArchivedTurn, ArchiveStore, NotesVersion
 from keeper_middleware.checks import CheckContext, Issue, NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
 from keeper_middleware.counters import Counters
@@ -23,7 +23,7 @@ from keeper_middleware.node import KeeperGraphState, KeeperNode, keeper_node
 from keeper_middleware.notes import Notes, parse_notes, render_notes
 from keeper_middleware.questions import PatternQuestionDetector, QuestionDetector
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever
-from keeper_middleware.search_tool import archive_search_tool
+from keeper_middleware.search.tool import archive_search_tool
 from keeper_middleware.sqlite import SQLiteArchive
 from keeper_middleware.tokens import ApproximateTokenCounter, TokenCounter
 

@@ -28,7 +28,7 @@ from keeper_middleware.messages import keeper_kind, role_of
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.questions import QuestionDetector
 from keeper_middleware.retrievers.base import Retriever
-from keeper_middleware.search import after_new_input
+from keeper_middleware.search.guards import after_new_input
 from keeper_middleware.sessions import SessionState
 from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.window import WindowPolicy

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesDraft
+from keeper_middleware.archive.store import ArchivedTurn, ArchiveStore, NotesDraft
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import cut_key
 from keeper_middleware.model_setup import ModelSetup

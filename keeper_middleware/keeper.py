@@ -18,7 +18,7 @@ This module holds the step's order and its I/O; each phase lives beside it:
 messages; pure), :mod:`~keeper_middleware.note_dialogue` (the note-taking conversation),
 :mod:`~keeper_middleware.commit` (finishing a cut), :mod:`~keeper_middleware.oversized`
 (messages archived whole, an excerpt in view), :mod:`~keeper_middleware.sessions` (per-session
-values) and :mod:`~keeper_middleware.archive_search` (the search tool's body).
+values) and :mod:`~keeper_middleware.search.searcher` (the search tool's body).
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from keeper_middleware.archive import ArchiveStore, open_archive
-from keeper_middleware.archive_search import ArchiveSearch
+from keeper_middleware.archive.store import ArchiveStore, open_archive
 from keeper_middleware.arrivals import Arrivals
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.commit import CutCommit
@@ -64,7 +63,8 @@ from keeper_middleware.questions import (
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.room import unkeep
-from keeper_middleware.search import GuardState
+from keeper_middleware.search.guards import GuardState
+from keeper_middleware.search.searcher import ArchiveSearch
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions import MOVED_ENTRIES, MOVED_KEYS, SessionState
 from keeper_middleware.steps import Pending, StepResult
@@ -440,7 +440,7 @@ class Keeper:
         """Answer one ``search_archive`` call from the model's raw arguments.
 
         Never raises for anything the model can send: bad arguments get a "Refused: …" text
-        (:func:`~keeper_middleware.search_args.parse_search_args`). The guards' state is read,
+        (:func:`~keeper_middleware.search.args.parse_search_args`). The guards' state is read,
         decided and written under one lock, so parallel searches cannot race past them. The
         reply is sized to the room a message has in view.
         """

@@ -11,7 +11,7 @@ import hashlib
 import uuid
 from pathlib import Path
 
-from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.postgres.archive import PostgresArchive
 from keeper_middleware.postgres.connect import redact_url
 

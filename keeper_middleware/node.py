@@ -27,8 +27,8 @@ from keeper_middleware.model_calls import (
     resolve_chat_model,
     tool_refusal,
 )
-from keeper_middleware.search import SEARCH_TOOL_NAME
-from keeper_middleware.search_tool import archive_search_tool, session_of
+from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.tool import archive_search_tool, session_of
 
 KEEPER_STATE_KEY = "keeper"
 

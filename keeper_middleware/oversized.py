@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.cut import cut_key
 from keeper_middleware.entries import Entry, messages_of
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, excerpt_within, pointer_cost

@@ -17,14 +17,14 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.archive import ArchiveStore
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.counters import Counters
 from keeper_middleware.marks import SECRET_KEY, new_secret, signed
 from keeper_middleware.messages import keeper_message
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
 from keeper_middleware.notes import Notes, notes_from_json
 from keeper_middleware.recall import ArchivedKeys
-from keeper_middleware.search import GuardState
+from keeper_middleware.search.guards import GuardState
 from keeper_middleware.session_locks import SessionLocks
 
 MOVED_KEYS = LEGACY_KEYS

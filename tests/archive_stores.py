@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from keeper_middleware.archive import ArchivedTurn, ArchiveStore, NotesDraft
+from keeper_middleware.archive.store import ArchivedTurn, ArchiveStore, NotesDraft
 from keeper_middleware.sqlite import SQLiteArchive
 
 

@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from keeper_middleware.archive import ArchivedTurn, NotesDraft, put_values, turn_from_message
+from keeper_middleware.archive.store import ArchivedTurn, NotesDraft, put_values, turn_from_message
 from keeper_middleware.sqlite import SQLiteArchive
 from tests.archive_stores import (
     _fields,

@@ -10,8 +10,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, SQLiteArchive, create_keeper_agent
-from keeper_middleware.archive import MovedUpdate
-from keeper_middleware.archive_cli import main
+from keeper_middleware.archive.cli import main
+from keeper_middleware.archive.store import MovedUpdate
 from keeper_middleware.postgres import PostgresArchive
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
@@ -68,7 +68,7 @@ def test_migrate_copies_every_session_exactly_and_can_run_again(
     folder, _ = proxy_folder
     args = ["migrate", str(folder), postgres_url, "--schema", pg_schema]
     done = subprocess.run(
-        [sys.executable, "-m", "keeper_middleware.archive_cli", *args],
+        [sys.executable, "-m", "keeper_middleware.archive.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -8,14 +8,14 @@ import sqlite3
 
 import pytest
 
-from keeper_middleware.archive import (
+from keeper_middleware.archive.store import (
     SCHEMA_VERSION,
     ArchivedTurn,
-    ArchiveError,
     ArchiveSchemaError,
     NotesDraft,
     open_archive,
 )
+from keeper_middleware.errors import ArchiveError
 from keeper_middleware.sqlite import SQLiteArchive
 from tests.archive_stores import (
     open_store,

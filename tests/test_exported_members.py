@@ -62,3 +62,52 @@ def test_a_star_import_gives_exactly_the_public_names():
     namespace: dict[str, object] = {}
     exec("from keeper_middleware import *", namespace)
     assert {k for k in namespace if not k.startswith("__")} == EXPECTED
+
+
+# The archive and search packages keep the names their modules had before they became packages:
+# ``from keeper_middleware.archive import ArchiveStore`` and the like are in users' code.
+ARCHIVE_NAMES = {
+    "ROLES",
+    "SCHEMA_VERSION",
+    "ArchiveError",
+    "ArchiveSchemaError",
+    "ArchiveStore",
+    "ArchivedTurn",
+    "CutRecord",
+    "MovedUpdate",
+    "NotesDraft",
+    "NotesVersion",
+    "open_archive",
+    "put_values",
+    "turn_from_message",
+}
+SEARCH_NAMES = {
+    "PASSAGE_CHARS",
+    "QUERY_ECHO_CHARS",
+    "SEARCH_TOOL_DESCRIPTION",
+    "SEARCH_TOOL_NAME",
+    "SEARCH_TOOL_PARAMETERS",
+    "STOP_LINE",
+    "GuardDecision",
+    "GuardState",
+    "ReadArgs",
+    "Refusal",
+    "SearchArgs",
+    "SearchCommand",
+    "Verdict",
+    "after_new_input",
+    "decide",
+    "parse_search_args",
+    "render_results",
+}
+
+
+def test_the_archive_and_search_packages_keep_their_modules_names():
+    import keeper_middleware.archive as archive
+    import keeper_middleware.search as search
+
+    assert set(archive.__all__) == ARCHIVE_NAMES
+    assert set(search.__all__) == SEARCH_NAMES
+    for package, names in ((archive, ARCHIVE_NAMES), (search, SEARCH_NAMES)):
+        for name in names:
+            assert getattr(package, name) is not None, f"{package.__name__}.{name}"

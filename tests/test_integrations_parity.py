@@ -40,7 +40,7 @@ from keeper_middleware.integrations.langchain import (
 )
 from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import parse_notes
-from keeper_middleware.search_tool import archive_search_tool
+from keeper_middleware.search.tool import archive_search_tool
 from tests.fake_model import Received, ScriptedChatModel
 
 SYSTEM = "You are a careful clerk. Use the tools when you need them."

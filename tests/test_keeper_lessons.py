@@ -14,7 +14,7 @@ from keeper_middleware import Keeper, KeeperConfig, ModelSetup, ThinkingPolicy, 
 from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import parse_notes
 from keeper_middleware.retrievers.base import Passage
-from keeper_middleware.search import STOP_LINE
+from keeper_middleware.search.guards import STOP_LINE
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch, note_lines
 
@@ -133,7 +133,7 @@ def test_lesson_6_a_loop_of_three_searches_is_refused_the_third_time_round():
     assert replies[6].startswith("Refused:") and "twice since the last new input" in replies[6]
     keeper._set_guard(
         "s",
-        __import__("keeper_middleware.search", fromlist=["after_new_input"]).after_new_input(
+        __import__("keeper_middleware.search.guards", fromlist=["after_new_input"]).after_new_input(
             keeper._guard("s")
         ),
     )

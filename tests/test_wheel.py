@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ["retrievers", "graphs", "integrations", "integrations.proxy", "bench"]
+SUBPACKAGES = [
+    "archive",
+    "search",
+    "retrievers",
+    "graphs",
+    "integrations",
+    "integrations.proxy",
+    "bench",
+]
 
 
 @pytest.mark.wheel
@@ -279,6 +287,8 @@ def test_the_base_install_runs_the_keeper_and_names_the_extra_for_the_rest(built
         cwd=tmp_path,
     )
     assert proxy.returncode == 2 and "pip install 'keeper-middleware[proxy]'" in proxy.stderr
+    archive = _run(python, "-c", ENTRY, "keeper-archive", "--help", cwd=tmp_path)
+    assert archive.returncode == 0 and "migrate" in archive.stdout, archive.stderr
     middleware = _run(python, "-c", "import keeper_middleware.integrations.langchain", cwd=tmp_path)
     assert "pip install 'keeper-middleware[langchain]'" in middleware.stderr
     for module in ("tqdm", "langchain_openai", "langchain", "starlette"):

@@ -11,7 +11,7 @@ from keeper_middleware import ConfigurationError, KeeperConfig, create_keeper_ag
 from keeper_middleware.config import scaled_reply_reserve
 from keeper_middleware.keeper import ModelSetup
 from keeper_middleware.messages import text_of
-from keeper_middleware.search_tool import archive_search_tool
+from keeper_middleware.search.tool import archive_search_tool
 from tests.test_integrations_parity import SYSTEM, THREAD, TOOLS, scenario, scripted_model, thread
 
 WINDOWS = [2048, 3000, 4096, 8192, 32_768, 131_072, 1_000_000]

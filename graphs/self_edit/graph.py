@@ -32,7 +32,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Checkpointer
 
-from keeper_middleware.archive import NotesDraft, turn_from_message
+from keeper_middleware.archive.store import NotesDraft, turn_from_message
 from keeper_middleware.graphs.baselines import (
     ArmState,
     ModelCall,
@@ -57,8 +57,8 @@ from keeper_middleware.items import ItemNumbering
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
 from keeper_middleware.messages import is_input, keeper_kind, keeper_message, safe_boundary
 from keeper_middleware.questions import PatternQuestionDetector
-from keeper_middleware.search import GuardState, after_new_input
-from keeper_middleware.search_tool import archive_search_tool, session_of
+from keeper_middleware.search.guards import GuardState, after_new_input
+from keeper_middleware.search.tool import archive_search_tool, session_of
 from keeper_middleware.tokens import TokenCounter, resolve_token_counter
 
 STATE_KEY = "self_edit"

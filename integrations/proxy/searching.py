@@ -12,8 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from keeper_middleware.integrations.proxy.turns import new_id
 from keeper_middleware.keeper import Keeper
-from keeper_middleware.search import SEARCH_TOOL_NAME
-from keeper_middleware.search_args import (
+from keeper_middleware.search.args import (
     MAX_ITEM,
     MAX_QUERY_CHARS,
     ReadArgs,
@@ -21,6 +20,7 @@ from keeper_middleware.search_args import (
     SearchArgs,
     parse_search_args,
 )
+from keeper_middleware.search.guards import SEARCH_TOOL_NAME
 
 __all__ = ["MAX_ITEM", "MAX_QUERY_CHARS", "answer_searches", "run_search", "search_arguments"]
 

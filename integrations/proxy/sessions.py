@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
-from keeper_middleware.archive import ArchiveStore, put_values
+from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.integrations.proxy.metrics import ProxyStats
 from keeper_middleware.session_locks import SessionLockBackend
 

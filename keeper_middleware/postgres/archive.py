@@ -1,4 +1,6 @@
-"""The PostgreSQL archive backend: many processes, one database (see ``archive`` for the contract).
+"""The PostgreSQL archive backend: many processes, one database.
+
+The contract it meets is ``ArchiveStore`` (``keeper_middleware.archive.store``).
 
 A cut is one transaction, as in SQLite: the session's row is locked (``FOR UPDATE``) first, so
 two processes committing cuts of one session take turns, ``seq`` stays gap-free and notes
@@ -19,7 +21,14 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from keeper_middleware.archive import (
+from keeper_middleware.archive.rows import (
+    CUT_COLUMNS,
+    NOTES_COLUMNS,
+    TURN_COLUMNS,
+    cut_rows,
+    require_cut_key,
+)
+from keeper_middleware.archive.store import (
     ArchivedTurn,
     CutRecord,
     MovedUpdate,
@@ -27,13 +36,6 @@ from keeper_middleware.archive import (
     NotesVersion,
     _distinct_turns,
     _require_session,
-)
-from keeper_middleware.archive_rows import (
-    CUT_COLUMNS,
-    NOTES_COLUMNS,
-    TURN_COLUMNS,
-    cut_rows,
-    require_cut_key,
 )
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.postgres import moved as pg_moved

@@ -1,4 +1,7 @@
-"""The SQLite archive backend: WAL mode, one transaction per cut (see ``keeper_middleware.archive`` for the contract)."""
+"""The SQLite archive backend: WAL mode, one transaction per cut.
+
+The contract it meets is ``ArchiveStore`` (``keeper_middleware.archive.store``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,14 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from keeper_middleware.archive import (
+from keeper_middleware.archive.rows import (
+    CUT_COLUMNS,
+    NOTES_COLUMNS,
+    TURN_COLUMNS,
+    cut_rows,
+    require_cut_key,
+)
+from keeper_middleware.archive.store import (
     ArchivedTurn,
     CutRecord,
     MovedUpdate,
@@ -19,13 +29,6 @@ from keeper_middleware.archive import (
     NotesVersion,
     _distinct_turns,
     _require_session,
-)
-from keeper_middleware.archive_rows import (
-    CUT_COLUMNS,
-    NOTES_COLUMNS,
-    TURN_COLUMNS,
-    cut_rows,
-    require_cut_key,
 )
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text

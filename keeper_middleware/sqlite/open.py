@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Literal
 
-from keeper_middleware.archive import SCHEMA_VERSION, ArchiveSchemaError
+from keeper_middleware.archive.store import SCHEMA_VERSION, ArchiveSchemaError
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.sqlite import moved as sqlite_moved
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from keeper_middleware.archive import ArchiveStore, open_archive
+from keeper_middleware.archive.store import ArchiveStore, open_archive
 from keeper_middleware.errors import KeeperError
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from keeper_middleware.archive.store import ArchivedTurn, NotesDraft
+from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
 from keeper_middleware.config import KeeperConfig, Size
 from keeper_middleware.keeper import Keeper, ModelSetup
 from keeper_middleware.messages import keeper_kind, text_of

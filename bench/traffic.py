@@ -25,7 +25,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from keeper_middleware.excerpts import EXCERPT_TAG
 from keeper_middleware.messages import keeper_kind, storable_args, text_of
 from keeper_middleware.notes import NOTES_CHECK_TAG, NOTES_REQUEST_TAG
-from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 __all__ = ["RULE", "TOOL_NAMES", "Call", "Session", "TrafficModel", "Turn", "coding_session"]
 

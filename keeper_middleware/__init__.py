@@ -6,7 +6,8 @@ RULES wherever new questions arrive.
 """
 
 from keeper_middleware.agent import create_keeper_agent
-from keeper_middleware.archive.store import ArchivedTurn, ArchiveStore, NotesVersion
+from keeper_middleware.archive.records import ArchivedTurn, NotesVersion
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.checks import CheckContext, Issue, NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
 from keeper_middleware.counters import Counters

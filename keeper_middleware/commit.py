@@ -12,7 +12,8 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from keeper_middleware.archive.store import ArchivedTurn, ArchiveStore, NotesDraft
+from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import cut_key
 from keeper_middleware.model_setup import ModelSetup

@@ -10,7 +10,7 @@ from __future__ import annotations
 from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.retrievers.base import Passage, Retriever
 from keeper_middleware.retrievers.passages import passages_of
-from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 INDEXED_SEQ = "indexed_seq"
 NEXT_POSITION = "next_position"

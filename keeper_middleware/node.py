@@ -27,7 +27,7 @@ from keeper_middleware.model_calls import (
     resolve_chat_model,
     tool_refusal,
 )
-from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.search.tool import archive_search_tool, session_of
 
 KEEPER_STATE_KEY = "keeper"

@@ -33,7 +33,7 @@ from keeper_middleware.questions import QuestionDetector
 from keeper_middleware.recall import named_in, recall_block, settle_recalled, with_recalled
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
 from keeper_middleware.rules import looks_like_instruction, quoted_in
-from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.steps import Pending
 from keeper_middleware.thinking import call_kwargs
 from keeper_middleware.tokens import TokenCounter

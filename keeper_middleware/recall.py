@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
-from keeper_middleware.archive.store import MovedUpdate
+from keeper_middleware.archive.records import MovedUpdate
 from keeper_middleware.moved_rows import WORD, words_of
 from keeper_middleware.notes import ENTRY_PREFIX, STATE_SEPARATOR, Notes
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from keeper_middleware.archive.store import ArchivedTurn
+from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.cut import CutPlan
 from keeper_middleware.entries import Entry
 from keeper_middleware.messages import (

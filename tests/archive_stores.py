@@ -12,7 +12,8 @@ import json
 
 import pytest
 
-from keeper_middleware.archive.store import ArchivedTurn, ArchiveStore, NotesDraft
+from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
+from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.sqlite import SQLiteArchive
 
 

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from keeper_middleware.archive.store import ArchivedTurn
+from keeper_middleware.archive.records import ArchivedTurn
 from tests.archive_stores import (
     _fields,
     audit,

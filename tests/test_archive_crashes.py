@@ -48,7 +48,8 @@ def test_a_failure_inside_a_cut_leaves_no_part_of_it(store, monkeypatch):
 
 WRITER_IMPORTS = """
 import json, os, signal, sys
-from keeper_middleware.archive.store import ArchiveStore, ArchivedTurn, NotesDraft
+from keeper_middleware.archive.store import ArchiveStore
+from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
 from keeper_middleware.sqlite import SQLiteArchive
 """
 WRITER = textwrap.dedent(

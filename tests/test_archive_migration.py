@@ -11,7 +11,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, SQLiteArchive, create_keeper_agent
 from keeper_middleware.archive.cli import main
-from keeper_middleware.archive.store import MovedUpdate
+from keeper_middleware.archive.records import MovedUpdate
 from keeper_middleware.postgres import PostgresArchive
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch

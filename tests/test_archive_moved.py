@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from keeper_middleware.archive.store import MovedUpdate
+from keeper_middleware.archive.records import MovedUpdate
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
 from keeper_middleware.sqlite import SQLiteArchive
 from tests.archive_stores import (

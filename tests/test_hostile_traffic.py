@@ -17,7 +17,7 @@ from keeper_middleware import Keeper, KeeperConfig, WindowTooSmallError, create_
 from keeper_middleware.excerpts import EXCERPT_TAG
 from keeper_middleware.messages import UNANSWERED_CALL_TEXT, keeper_kind, text_of
 from keeper_middleware.retrievers.base import Passage
-from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from tests.fake_model import ScriptedChatModel
 
 THREAD = {"configurable": {"thread_id": "t1"}}

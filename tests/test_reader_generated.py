@@ -65,7 +65,8 @@ def test_its_own_notes_plus_archive_search_answer_every_generated_question_right
     from keeper_middleware.note_taking import notes_request_text
     from keeper_middleware.retrievers.keyword import KeywordRetriever
     from keeper_middleware.retrievers.sentences import passages_from_text
-    from keeper_middleware.search.guards import GuardState, SearchCommand, decide, render_results
+    from keeper_middleware.search.guards import GuardState, SearchCommand, decide
+    from keeper_middleware.search.results import render_results
 
     reader = SimulatedReader().bind_tools([SEARCH_TOOL])
     archive = KeywordRetriever()

@@ -32,7 +32,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Checkpointer
 
-from keeper_middleware.archive.store import NotesDraft, turn_from_message
+from keeper_middleware.archive.records import NotesDraft, turn_from_message
 from keeper_middleware.graphs.baselines import (
     ArmState,
     ModelCall,

@@ -53,7 +53,7 @@ from keeper_middleware.integrations.proxy.turns import Answer, Forward, Turn, ne
 from keeper_middleware.integrations.proxy.upstream import Upstream, UpstreamError
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages import text_of
-from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 __all__ = ["Answer", "KeeperProxy", "QuotaError"]
 

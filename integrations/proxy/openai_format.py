@@ -33,8 +33,11 @@ from langchain_core.messages import (
 )
 
 from keeper_middleware.messages import text_of
-from keeper_middleware.search.args import SEARCH_TOOL_PARAMETERS
-from keeper_middleware.search.guards import SEARCH_TOOL_DESCRIPTION, SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import (
+    SEARCH_TOOL_DESCRIPTION,
+    SEARCH_TOOL_NAME,
+    SEARCH_TOOL_PARAMETERS,
+)
 
 __all__ = [
     "SEARCH_TOOL_SCHEMA",

@@ -20,7 +20,7 @@ from keeper_middleware.search.args import (
     SearchArgs,
     parse_search_args,
 )
-from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 __all__ = ["MAX_ITEM", "MAX_QUERY_CHARS", "answer_searches", "run_search", "search_arguments"]
 

@@ -19,7 +19,7 @@ from keeper_middleware.integrations.proxy.sessions import SessionRecord
 from keeper_middleware.integrations.proxy.slots import SlotLease
 from keeper_middleware.integrations.proxy.upstream import CallTally
 from keeper_middleware.keeper import ModelSetup
-from keeper_middleware.search.guards import SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 NOT_FOR_NOTES = ("tool_choice", "response_format", "n", "logprobs", "top_logprobs")
 LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")

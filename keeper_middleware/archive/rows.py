@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from keeper_middleware.archive.store import ArchivedTurn, CutRecord, NotesDraft
+from keeper_middleware.archive.records import ArchivedTurn, CutRecord, NotesDraft
 
 TURN_COLUMNS = (
     "session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, reasoning, seq"

@@ -1,4 +1,4 @@
-"""The archive: every turn that leaves the live window, word for word, never edited.
+"""The archive's storage contract: ``ArchiveStore``, and how a path or URL becomes a store.
 
 A cut is one transaction: the turns it moves out, the NOTES version written for them and the
 record of the cut itself are committed together or not at all, so after a crash at any point the
@@ -7,231 +7,40 @@ committing the same key again returns the first record and changes nothing, whic
 that crashed after the commit but before its graph state was saved recovers without writing a
 second notes version.
 
-Turns are numbered twice: ``seq`` is the order within the session (gap-free, assigned here), and
-``item`` is the content's own numbering (the batch, ticket or input a turn belongs to), the only
-numbering the model ever sees. Every NOTES version is kept with the item range it covers, so an
-audit can compare each one with the truth at that point.
-
 Storage sits behind ``ArchiveStore``: ``SQLiteArchive`` (one file, the embedded default) and
 ``PostgresArchive`` (one database shared by workers and replicas, ``keeper_middleware.postgres``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
+from keeper_middleware.archive.records import (
+    ArchivedTurn,
+    CutRecord,
+    MovedUpdate,
+    NotesDraft,
+    NotesVersion,
+)
 from keeper_middleware.errors import ArchiveError
-from keeper_middleware.messages import reasoning_of, text_of
-
-if TYPE_CHECKING:
-    from langchain_core.messages import BaseMessage
 
 __all__ = [
-    "ROLES",
     "SCHEMA_VERSION",
-    "ArchiveError",
     "ArchiveSchemaError",
     "ArchiveStore",
-    "ArchivedTurn",
-    "CutRecord",
-    "MovedUpdate",
-    "NotesDraft",
-    "NotesVersion",
     "open_archive",
     "put_values",
-    "turn_from_message",
 ]
 
 SCHEMA_VERSION = 2
 """SQLite archive layout: 2 keeps moved STATE entries one row each (``moved_rows``)."""
-ROLES = ("system", "human", "ai", "tool")
 
 
 class ArchiveSchemaError(ArchiveError):
     """The archive file was written by a newer version of keeper-middleware."""
-
-
-def _require_session(session: str) -> None:
-    if not isinstance(session, str) or not session:
-        raise ValueError(f"session must be a non-empty string, got {session!r}")
-
-
-def _require_json(text: str, field: str, kind: type) -> None:
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{field} must be a JSON string, got {text!r:.80}: {exc}") from exc
-    if not isinstance(value, kind):
-        raise ValueError(f"{field} must encode a JSON {kind.__name__}, got {text!r:.80}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ArchivedTurn:
-    """One message as it was in the conversation, kept word for word."""
-
-    session: str
-    """The conversation (thread) it belongs to."""
-    msg_id: str
-    """The message id; unique within a session, so archiving a turn twice is impossible."""
-    item: int | None
-    """The content's own number for the input this turn belongs to; None before the first item."""
-    role: str
-    """One of "system", "human", "ai", "tool"."""
-    content: str
-    """The text, word for word; multi-part content is passed as its text."""
-    tool_calls_json: str = "[]"
-    """The tool calls the turn made, as a JSON list (a string, so the turn stays hashable)."""
-    tool_call_id: str | None = None
-    """For a tool result, the call it answers."""
-    name: str | None = None
-    """The message's name (a tool's name for a tool result), if any."""
-    reasoning: str = ""
-    """Reasoning text, kept apart from the content: it is archived but never put back in view."""
-    seq: int = -1
-    """Order within the session (0-based, gap-free), assigned by the store; ignored on commit."""
-
-    def __post_init__(self) -> None:
-        _require_session(self.session)
-        if not isinstance(self.msg_id, str) or not self.msg_id:
-            raise ValueError(
-                f"msg_id must be a non-empty string, got {self.msg_id!r}: give every message "
-                "an id before archiving it"
-            )
-        if self.role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
-        if not isinstance(self.content, str):
-            raise TypeError(
-                f"content must be str, got {type(self.content).__name__}: pass the text"
-            )
-        _require_json(self.tool_calls_json, "tool_calls_json", list)
-
-
-def turn_from_message(message: BaseMessage, *, session: str, item: int | None) -> ArchivedTurn:
-    """Archive form of a LangChain message: text, tool calls and reasoning kept apart."""
-    if message.type not in ROLES:
-        raise ValueError(f"cannot archive a {message.type!r} message; expected one of {ROLES}")
-    tool_calls = getattr(message, "tool_calls", None) or []
-    return ArchivedTurn(
-        session=session,
-        msg_id=message.id or "",
-        item=item,
-        role=message.type,
-        content=text_of(message),
-        tool_calls_json=json.dumps(list(tool_calls), ensure_ascii=False, default=str),
-        tool_call_id=getattr(message, "tool_call_id", None),
-        name=message.name,
-        reasoning=reasoning_of(message),
-    )
-
-
-def _distinct_turns(session: str, turns: Sequence[ArchivedTurn]) -> list[ArchivedTurn]:
-    """Turns in order, each msg_id once; two different turns under one id is a caller bug."""
-    seen: dict[str, ArchivedTurn] = {}
-    for turn in turns:
-        if turn.session != session:
-            raise ValueError(
-                f"turn {turn.msg_id!r} is for session {turn.session!r}, not {session!r}"
-            )
-        first = seen.setdefault(turn.msg_id, turn)
-        if first != turn:
-            raise ValueError(
-                f"two different turns share msg_id {turn.msg_id!r} in one cut; "
-                "give every message its own id"
-            )
-    return list(seen.values())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NotesDraft:
-    """A NOTES version about to be saved with a cut."""
-
-    first_item: int | None
-    """The first item the notes account for; None while no item has arrived."""
-    last_item: int | None
-    """The last item the notes account for (inclusive)."""
-    text: str
-    """The rendered NOTES message text."""
-    data_json: str = "{}"
-    """The structured notes as JSON, for audits that must not parse the text."""
-
-    def __post_init__(self) -> None:
-        if (self.first_item is None) != (self.last_item is None):
-            raise ValueError("first_item and last_item must both be set or both be None")
-        if (
-            self.first_item is not None
-            and self.last_item is not None
-            and (self.first_item > self.last_item)
-        ):
-            raise ValueError(f"first_item {self.first_item} is after last_item {self.last_item}")
-        _require_json(self.data_json, "data_json", object)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NotesVersion:
-    """A saved NOTES version."""
-
-    session: str
-    version: int
-    """1-based, assigned by the store, one per cut that wrote notes."""
-    first_item: int | None
-    last_item: int | None
-    text: str
-    data_json: str
-    cut_key: str
-    """The cut that wrote it."""
-    created: float
-    """Unix time of the commit."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MovedUpdate:
-    """How a cut changes the session's moved STATE entries (``moved_rows`` describes them),
-    applied in this order: ``drop``, then ``forget``, then ``add``."""
-
-    drop: tuple[str, ...] = ()
-    """Keys back in the NOTES: their rows go."""
-    forget: tuple[str, ...] = ()
-    """Keys that stay in the archive but whose value no longer applies (unset after a recall):
-    the row stays without a value, so it is never recalled."""
-    add: tuple[tuple[str, str | None], ...] = ()
-    """Entries moved out now, in order, each with its latest value: a key moved before gets the
-    new value and moves to the end of the order."""
-
-    def __post_init__(self) -> None:
-        for field, keys in (
-            ("drop", self.drop),
-            ("forget", self.forget),
-            ("add", tuple(key for key, _ in self.add)),
-        ):
-            for key in keys:
-                if not isinstance(key, str) or not key:
-                    raise ValueError(f"{field} keys must be non-empty strings, got {key!r}")
-        for key, value in self.add:
-            if value is not None and not isinstance(value, str):
-                raise TypeError(
-                    f"the value of moved key {key!r} must be str or None, got {value!r}"
-                )
-
-    def __bool__(self) -> bool:
-        return bool(self.drop or self.forget or self.add)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CutRecord:
-    """What one committed cut did."""
-
-    session: str
-    cut_key: str
-    turns_archived: int
-    """Turns this cut added; turns already archived by an earlier cut are not counted."""
-    notes_version: int | None
-    """The NOTES version written with the cut, if any."""
-    created: float
 
 
 @runtime_checkable

@@ -21,14 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from keeper_middleware.archive.rows import (
-    CUT_COLUMNS,
-    NOTES_COLUMNS,
-    TURN_COLUMNS,
-    cut_rows,
-    require_cut_key,
-)
-from keeper_middleware.archive.store import (
+from keeper_middleware.archive.records import (
     ArchivedTurn,
     CutRecord,
     MovedUpdate,
@@ -36,6 +29,13 @@ from keeper_middleware.archive.store import (
     NotesVersion,
     _distinct_turns,
     _require_session,
+)
+from keeper_middleware.archive.rows import (
+    CUT_COLUMNS,
+    NOTES_COLUMNS,
+    TURN_COLUMNS,
+    cut_rows,
+    require_cut_key,
 )
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.postgres import moved as pg_moved

@@ -12,7 +12,7 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from keeper_middleware.archive.store import MovedUpdate
+from keeper_middleware.archive.records import MovedUpdate
 from keeper_middleware.moved_rows import (
     LEGACY_ENTRIES,
     LEGACY_KEYS,

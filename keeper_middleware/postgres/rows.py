@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from keeper_middleware.archive.store import ArchivedTurn, CutRecord, NotesVersion
+from keeper_middleware.archive.records import ArchivedTurn, CutRecord, NotesVersion
 
 
 def encoded(text: str) -> bytes:

@@ -7,7 +7,8 @@ tool call without its result in the history. Here every argument is read once, a
 becomes a ``Refused: …`` text the model can act on; nothing raises.
 
 The LangChain tool, :meth:`~keeper_middleware.Keeper.search` and the proxy all go through
-:func:`parse_search_args`, and publish the same JSON schema (:data:`SEARCH_TOOL_PARAMETERS`).
+:func:`parse_search_args`, and publish the same JSON schema
+(:data:`~keeper_middleware.search.schema.SEARCH_TOOL_PARAMETERS`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 MAX_QUERY_CHARS = 500
 """A search names a few keywords; a longer "query" is pasted text, and is refused."""
@@ -23,25 +23,6 @@ MAX_ITEM = 10**12
 """Item numbers beyond this are not item numbers (SQLite integers overflow at 2**63)."""
 MAX_PAGE = 100_000
 MAX_REF_CHARS = 200
-
-SEARCH_TOOL_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "A few keywords, e.g. a name."},
-        "from_item": {"type": "integer", "description": "First item to search (optional)."},
-        "to_item": {"type": "integer", "description": "Last item to search (optional)."},
-        "read": {
-            "type": "string",
-            "description": (
-                "Instead of searching: the reference of an archived message shown in view as an "
-                "excerpt, to read it whole, page by page."
-            ),
-        },
-        "page": {"type": "integer", "description": "The page to read (1 first; with read)."},
-    },
-    "required": [],
-}
-"""The tool's parameters as an OpenAI-style JSON schema (the same in every entry point)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from keeper_middleware.archive.store import ArchivedTurn
+from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
-from keeper_middleware.search.guards import SearchCommand, decide, render_results
+from keeper_middleware.search.guards import SearchCommand, decide
+from keeper_middleware.search.results import render_results
 from keeper_middleware.sessions import SessionState
 from keeper_middleware.tokens import TokenCounter
 

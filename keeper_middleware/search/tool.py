@@ -11,8 +11,11 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 
 from keeper_middleware.keeper import Keeper
-from keeper_middleware.search.args import SEARCH_TOOL_PARAMETERS
-from keeper_middleware.search.guards import SEARCH_TOOL_DESCRIPTION, SEARCH_TOOL_NAME
+from keeper_middleware.search.schema import (
+    SEARCH_TOOL_DESCRIPTION,
+    SEARCH_TOOL_NAME,
+    SEARCH_TOOL_PARAMETERS,
+)
 
 DEFAULT_SESSION = "default"
 

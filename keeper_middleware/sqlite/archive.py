@@ -14,14 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from keeper_middleware.archive.rows import (
-    CUT_COLUMNS,
-    NOTES_COLUMNS,
-    TURN_COLUMNS,
-    cut_rows,
-    require_cut_key,
-)
-from keeper_middleware.archive.store import (
+from keeper_middleware.archive.records import (
     ArchivedTurn,
     CutRecord,
     MovedUpdate,
@@ -29,6 +22,13 @@ from keeper_middleware.archive.store import (
     NotesVersion,
     _distinct_turns,
     _require_session,
+)
+from keeper_middleware.archive.rows import (
+    CUT_COLUMNS,
+    NOTES_COLUMNS,
+    TURN_COLUMNS,
+    cut_rows,
+    require_cut_key,
 )
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text

@@ -10,7 +10,7 @@ import json
 import sqlite3
 from collections.abc import Collection, Sequence
 
-from keeper_middleware.archive.store import MovedUpdate
+from keeper_middleware.archive.records import MovedUpdate
 from keeper_middleware.moved_rows import (
     LEGACY_ENTRIES,
     LEGACY_KEYS,

@@ -12,10 +12,14 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from langchain_core.messages import BaseMessage
+
 from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
 from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import cut_key
+from keeper_middleware.injection import render_rules_block
+from keeper_middleware.messages import is_input
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import NoteOutcome
 from keeper_middleware.notes import Notes, notes_from_json, notes_to_json, render_notes
@@ -55,6 +59,45 @@ class CutCommit:
         latest = self.archive.latest_notes(pending.session)
         return notes_from_json(latest.data_json) if latest else pending.notes
 
+    def _rules_beside_open_question(
+        self,
+        session: str,
+        window: list[BaseMessage],
+        pending: Pending,
+        notes: Notes,
+        setup: ModelSetup,
+        size: int,
+    ) -> tuple[list[BaseMessage], int, BaseMessage | None]:
+        """The RULES placed (or brought up to date) right after the open question, when the cut
+        that just ran wrote them.
+
+        A question is given the RULES as it arrives, from the NOTES of that moment. When the
+        same step makes a cut, those NOTES may not hold them yet: the first cut of a
+        conversation writes its first RULES, and a rule stated with the question is noted only
+        now. Without this the question went out with no RULES after it (a notes-only run of
+        realistic traffic, 8 of 26 conversations at their first cut). A block that no longer
+        fits the budget is not added: the NOTES above still hold the RULES.
+        """
+        if not (self.config.rules_next_to_questions and notes.rules):
+            return window, size, None
+        entries = self.window.classify(window, pending.entries)
+        latest = next((i for i in reversed(range(len(entries))) if is_input(window[i])), None)
+        if latest is None or not entries[latest].question:
+            return window, size, None
+        text = render_rules_block(notes.rules)
+        after = [i for i in range(latest + 1, len(entries)) if entries[i].kind == "rules"]
+        if after and entries[after[0]].text == text:
+            return window, size, None
+        block = self.sessions.own(session, text, "rules", f"rules-{entries[latest].id}")
+        if after:  # the block of the question's arrival, with the RULES of before this cut
+            grown = [*window[: after[0]], block, *window[after[0] + 1 :]]
+        else:
+            grown = [*window[: latest + 1], block, *window[latest + 1 :]]
+        grown_size = self.window.count(setup, grown)
+        if grown_size > self.config.budget:
+            return window, size, None
+        return grown, grown_size, block
+
     def finish(
         self, pending: Pending, outcome: NoteOutcome | Notes, setup: ModelSetup
     ) -> StepResult:
@@ -91,6 +134,9 @@ class CutCommit:
             size = self.window.count(setup, window)
         if size > self.config.budget:
             raise self.window.after_cut_error(size)
+        window, size, rules_block = self._rules_beside_open_question(
+            session, window, pending, notes, setup, size
+        )
         turns = leaving_turns(session, pending.entries, plan, items)
         if fitted.moved_any:
             # what left the NOTES is archived word for word with the cut, where search finds it
@@ -129,6 +175,8 @@ class CutCommit:
         state["notes_item"] = int(state.get("last_item", 0))
         live = {str(m.id) for m in window}
         state["seen"] = [i for i in state["seen"] if i in live] + [str(notes_message.id)]
+        if rules_block is not None and str(rules_block.id) not in state["seen"]:
+            state["seen"].append(str(rules_block.id))
         state["items"] = {k: v for k, v in items.items() if k in live}
         counters = self.sessions.counters(session)
         # a cut committed again under its key (a replica that died after committing it and
@@ -138,6 +186,8 @@ class CutCommit:
         if made > counters.cuts:
             counters.notes_entries_moved += len(fitted.moved_state) + len(fitted.moved_open)
         counters.cuts = max(counters.cuts, made)
+        if rules_block is not None:
+            counters.rules_injected += 1
         counters.archive_turns = self.archive.turn_count(session)
         counters.notes_tokens = self.tokens.count_text(rendered)
         counters.peak_window = max(counters.peak_window, size)

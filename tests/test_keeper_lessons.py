@@ -77,6 +77,27 @@ def test_lesson_2_a_rule_is_pinned_and_repeated_next_to_every_question():
         assert f"- {RULE}." in text_of(messages[-1])
 
 
+def test_lesson_2_a_question_that_sets_off_the_first_cut_has_the_rules_it_wrote_beside_it():
+    model = ScriptedChatModel(default=StoryModel())
+    keeper = Keeper(SMALL)
+    agent = create_keeper_agent(model, keeper=keeper, checkpointer=InMemorySaver())
+    start(agent)
+    for i in range(1, 4):  # inputs without item numbers: the question is an item of its own
+        agent.invoke({"messages": [HumanMessage(f"Today we set c{i} to {i * 3}.")]}, THREAD)
+    assert keeper.counters("t1").cuts == 0
+    agent.invoke({"messages": [HumanMessage("Questions: what is c1?")]}, THREAD)
+    assert keeper.counters("t1").cuts == 1  # the question's own step made the first NOTES
+    asked = [
+        r.messages
+        for r in model.received
+        if any("Questions: what is c1?" in text_of(m) for m in r.messages[-2:])
+    ]
+    assert asked
+    for messages in asked:
+        assert keeper_kind(messages[-1]) == "rules"
+        assert f"- {RULE}." in text_of(messages[-1])
+
+
 def test_lesson_3_thinking_stays_on_while_a_question_is_open():
     on, off = {"reasoning_effort": "high"}, {"reasoning_effort": "none"}
     keeper = Keeper(KeeperConfig(thinking=ThinkingPolicy(on=on, off=off)))

@@ -66,7 +66,8 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:create_react_agent has been moved:langgraph.warnings.LangGraphDeprecatedSinceV10"
 )
 CONFIG = KeeperConfig(window=8192, reply_reserve=1024, notes_every_items=4)
-SEEDS = (1, 2, 3)
+SEEDS = ((1, 10), (2, 10), (3, 10), (4, 16))
+"""(seed, turns): seed 4's first cut is made in the step its first question arrives."""
 THREAD = "traffic"
 LIMIT = {"recursion_limit": 400}
 DETECTOR = PatternQuestionDetector(CONFIG.question_patterns)
@@ -326,18 +327,18 @@ def check_run(run: Run, session: Session) -> None:
     assert RULE in run.keeper.notes(run.session).rules or run.keeper.counters(run.session).cuts == 0
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("seed", "turns"), SEEDS)
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
-def test_realistic_traffic_keeps_every_invariant(entry, seed):
-    session = coding_session(seed, turns=10)
+def test_realistic_traffic_keeps_every_invariant(entry, seed, turns):
+    session = coding_session(seed, turns=turns)
     run = ENTRY_POINTS[entry](session)
     check_run(run, session)
     assert run.keeper.counters(THREAD).cuts >= 1
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_realistic_traffic_through_the_proxy_keeps_every_invariant(seed, tmp_path):
-    session = coding_session(seed, turns=10)
+@pytest.mark.parametrize(("seed", "turns"), SEEDS)
+def test_realistic_traffic_through_the_proxy_keeps_every_invariant(seed, turns, tmp_path):
+    session = coding_session(seed, turns=turns)
     run = run_proxy(session, tmp_path)
     try:
         check_run(run, session)

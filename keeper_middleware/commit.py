@@ -68,15 +68,14 @@ class CutCommit:
         setup: ModelSetup,
         size: int,
     ) -> tuple[list[BaseMessage], int, BaseMessage | None]:
-        """The RULES placed (or brought up to date) right after the open question, when the cut
-        that just ran wrote them.
+        """The RULES placed right after the open question when the cut that just ran wrote
+        the first of them.
 
         A question is given the RULES as it arrives, from the NOTES of that moment. When the
-        same step makes a cut, those NOTES may not hold them yet: the first cut of a
-        conversation writes its first RULES, and a rule stated with the question is noted only
-        now. Without this the question went out with no RULES after it (a notes-only run of
-        realistic traffic, 8 of 26 conversations at their first cut). A block that no longer
-        fits the budget is not added: the NOTES above still hold the RULES.
+        same step makes the first cut of a conversation, those NOTES do not exist yet, and the
+        question went out with the RULES only in the new NOTES above it (realistic traffic at
+        16 turns: 8 of 26 conversations, through every entry point). A block that does not fit
+        the budget is not added: the NOTES still hold the RULES.
         """
         if not (self.config.rules_next_to_questions and notes.rules):
             return window, size, None
@@ -84,15 +83,11 @@ class CutCommit:
         latest = next((i for i in reversed(range(len(entries))) if is_input(window[i])), None)
         if latest is None or not entries[latest].question:
             return window, size, None
-        text = render_rules_block(notes.rules)
-        after = [i for i in range(latest + 1, len(entries)) if entries[i].kind == "rules"]
-        if after and entries[after[0]].text == text:
+        if any(entry.kind == "rules" for entry in entries[latest + 1 :]):
             return window, size, None
+        text = render_rules_block(notes.rules)
         block = self.sessions.own(session, text, "rules", f"rules-{entries[latest].id}")
-        if after:  # the block of the question's arrival, with the RULES of before this cut
-            grown = [*window[: after[0]], block, *window[after[0] + 1 :]]
-        else:
-            grown = [*window[: latest + 1], block, *window[latest + 1 :]]
+        grown = [*window[: latest + 1], block, *window[latest + 1 :]]
         grown_size = self.window.count(setup, grown)
         if grown_size > self.config.budget:
             return window, size, None

@@ -5,7 +5,7 @@ and test logs, parallel tool calls, pasted text, verbose replies, CJK/Japanese/e
 loops and hostile search arguments), deterministic by seed. Each runs through
 ``create_keeper_agent``, a hand-built ``StateGraph`` with ``KeeperNode``, ``KeeperMiddleware``
 with ``create_agent``, ``keeper_pre_model_hook`` with ``create_react_agent``, and the proxy
-(in-process ASGI). For every request the model received:
+(in-process ASGI; answering in JSON and streamed as server-sent events). For every request the model received:
 
 - it is within the window by the configured counter;
 - the system message is first, and the only one;
@@ -60,7 +60,7 @@ from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import parse_notes
 from keeper_middleware.questions import PatternQuestionDetector
 from tests.fake_model import ScriptedChatModel
-from tests.proxy_upstream import FAST_RETRY, completion
+from tests.proxy_upstream import FAST_RETRY, as_sse, completion, sse_payloads
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:create_react_agent has been moved:langgraph.warnings.LangGraphDeprecatedSinceV10"
@@ -192,8 +192,9 @@ def run_hook(session: Session) -> Run:
     return Run([r.messages for r in model.received], schemas_of(hook.tools), keeper, THREAD, view)
 
 
-def run_proxy(session: Session, tmp_path: Path) -> Run:
-    """An OpenAI-style agent that sends its whole history every time, through the proxy."""
+def run_proxy(session: Session, tmp_path: Path, *, stream: bool = False) -> Run:
+    """An OpenAI-style agent that sends its whole history every time, through the proxy
+    (``stream``: asking for server-sent events, which the upstream then sends too)."""
     model = TrafficModel(session)
     received: list[list[BaseMessage]] = []
     schemas: list[dict[str, Any]] = []
@@ -216,7 +217,13 @@ def run_proxy(session: Session, tmp_path: Path) -> Run:
                 for c in reply.tool_calls
             ]
             message = {"role": "assistant", "content": None, "tool_calls": calls}
-        return httpx.Response(200, json=completion(message))
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        if body.get("stream"):
+            events = as_sse(completion(message, finish=finish))
+            return httpx.Response(
+                200, content=events, headers={"content-type": "text/event-stream"}
+            )
+        return httpx.Response(200, json=completion(message, finish=finish))
 
     app = create_proxy_app(
         "http://upstream.test/v1",
@@ -236,13 +243,17 @@ def run_proxy(session: Session, tmp_path: Path) -> Run:
             for text in inputs(session):
                 history.append({"role": "user", "content": text})
                 for _ in range(20):
+                    body = {"model": "m", "messages": history, "tools": agent_tools}
                     response = await client.post(
                         "/v1/chat/completions",
-                        json={"model": "m", "messages": history, "tools": agent_tools},
+                        json={**body, "stream": stream},
                         headers={"X-Keeper-Session": THREAD},
                     )
                     assert response.status_code == 200, response.text
-                    reply = response.json()["choices"][0]["message"]
+                    if stream:
+                        reply = reassembled(sse_payloads(response.text))
+                    else:
+                        reply = response.json()["choices"][0]["message"]
                     history.append(reply)
                     if not reply.get("tool_calls"):
                         break
@@ -258,6 +269,28 @@ def run_proxy(session: Session, tmp_path: Path) -> Run:
     (stored,) = app.state.proxy.sessions()  # the session's name as the proxy stores it
     view = list(app.state.proxy.record(stored).window)
     return Run(received, schemas, keeper, stored, view, close=app.state.proxy.aclose)
+
+
+def reassembled(events: list[Any]) -> dict[str, Any]:
+    """The assistant message a streaming client builds from the events' deltas."""
+    content = ""
+    calls: dict[int, dict[str, Any]] = {}
+    for event in events:
+        assert event == "[DONE]" or "error" not in event, event
+        for choice in [] if event == "[DONE]" else event.get("choices", []):
+            delta = choice.get("delta", {})
+            content += delta.get("content") or ""
+            for part in delta.get("tool_calls") or []:
+                call = calls.setdefault(
+                    part["index"], {"type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                call["id"] = part.get("id") or call.get("id")
+                for key in ("name", "arguments"):
+                    call["function"][key] += (part.get("function") or {}).get(key) or ""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+    return message
 
 
 ENTRY_POINTS: dict[str, Callable[..., Run]] = {
@@ -336,10 +369,11 @@ def test_realistic_traffic_keeps_every_invariant(entry, seed, turns):
     assert run.keeper.counters(THREAD).cuts >= 1
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
 @pytest.mark.parametrize(("seed", "turns"), SEEDS)
-def test_realistic_traffic_through_the_proxy_keeps_every_invariant(seed, turns, tmp_path):
+def test_realistic_traffic_through_the_proxy_keeps_every_invariant(seed, turns, stream, tmp_path):
     session = coding_session(seed, turns=turns)
-    run = run_proxy(session, tmp_path)
+    run = run_proxy(session, tmp_path, stream=stream)
     try:
         check_run(run, session)
     finally:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,24 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:create_react_agent has been moved:langgraph.warnings.LangGraphDeprecatedSinceV10"
 )
 CONFIG = KeeperConfig(window=8192, reply_reserve=1024, notes_every_items=4)
-SEEDS = ((1, 10), (2, 10), (3, 10), (4, 16))
+
+
+def _seeds(default: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """``KEEPER_TRAFFIC_SEEDS=4-29:16`` runs other conversations: seeds 4 to 29, 16 turns each
+    (several ranges separated by commas), for a longer search for a broken invariant than the
+    suite's own few."""
+    spec = os.environ.get("KEEPER_TRAFFIC_SEEDS", "").strip()
+    if not spec:
+        return default
+    chosen: list[tuple[int, int]] = []
+    for part in spec.split(","):
+        seeds, _, turns = part.partition(":")
+        first, _, last = seeds.partition("-")
+        chosen += [(s, int(turns or 10)) for s in range(int(first), int(last or first) + 1)]
+    return tuple(chosen)
+
+
+SEEDS = _seeds(((1, 10), (2, 10), (3, 10), (4, 16)))
 """(seed, turns): seed 4's first cut is made in the step its first question arrives."""
 THREAD = "traffic"
 LIMIT = {"recursion_limit": 400}

@@ -60,3 +60,32 @@ def test_the_phases_of_each_tenth_add_up_to_its_keeper_cpu(tmp_path, capsys):
     total = {name: sum(row[name] for row in result["phases"]) for name in PHASES}
     assert total["prepare"] > 0 and total["note request"] > 0 and total["commit"] > 0
     assert total["indexing"] > 0
+
+
+def test_a_baseline_arm_is_the_control_with_no_keeper_cpu_and_no_notes(tmp_path, capsys):
+    out = tmp_path / "control.md"
+    work = tmp_path / "work"
+    argv = ["--sizes", "tiny", "--arm", "window_drop", "--work", str(work), "--out", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    table = out.read_text(encoding="utf-8")
+    assert table.startswith("Arm window_drop on the harder stream")
+    assert ", arm window_drop" in table and "simulated reader" in table
+    assert "runs no keeper: its keeper CPU is 0 and it has no NOTES" in table
+    assert "Final NOTES" not in table and "What each tenth is made of" not in table
+    result = json.loads((work / "harder-tiny-seed0" / "result.json").read_text())
+    assert result["arm"] == "window_drop" and result["keeper"] is False
+    assert len(result["tenths"]) == 10
+    assert all(row["keeper_cpu_s"] == 0 for row in result["tenths"])
+    # the control still sends requests, and they are counted the same way as the notes arm's
+    assert sum(row["prompt"] for row in result["tenths"]) > 0
+
+
+def test_the_notes_arm_is_named_in_its_result_and_its_table_keeps_its_title(tmp_path, capsys):
+    out = tmp_path / "notes.md"
+    assert main(["--sizes", "tiny", "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    result = json.loads((tmp_path / "work" / "harder-tiny-seed0" / "result.json").read_text())
+    assert result["arm"] == "notes" and result["keeper"] is True
+    table = out.read_text(encoding="utf-8")
+    assert table.startswith("Notes arm on the harder stream") and ", arm " not in table

@@ -7,6 +7,8 @@ then the final NOTES size and the peak RSS. The table is written to ``--out`` (m
 With ``--repeat N`` each size runs N times, one run after the other, each in its own process and
 its own folder (``run1`` ... ``runN``); the keeper CPU is then their median per tenth with the
 spread beside it (``repeats``), and the figures the simulated reader fixes must agree.
+``--arm`` runs another arm the same way: a baseline with no keeper is the control that shows
+what the stream and the window alone do to each tenth (its keeper CPU is 0).
 
 - Prompt tokens are the simulated reader's estimate (about four characters a token).
 - Uncached prompt tokens: the server reports none, so they are estimated from the leading
@@ -54,13 +56,24 @@ if TYPE_CHECKING:
     from keeper_middleware.bench.steps import Step
 
 SIZES = ("240k", "1m", "10m")
+ARM = "notes"
+"""The arm measured unless ``--arm`` names another (a control)."""
 
 
 def measure_one(
-    size: str, folder: Path, seed: int, window: int, run_name: str = "run"
+    size: str,
+    folder: Path,
+    seed: int,
+    window: int,
+    run_name: str = "run",
+    arm: str = ARM,
 ) -> dict[str, Any]:
-    """Run the notes arm on the harder stream of ``size`` (in ``folder``, the run in its
-    ``run_name`` sub-folder) and return the per-tenth figures."""
+    """Run ``arm`` (the notes arm by default) on the harder stream of ``size`` (in ``folder``,
+    the run in its ``run_name`` sub-folder) and return the per-tenth figures.
+
+    Another arm is the control the notes arm's figures need: a baseline with no keeper shows
+    what the stream and the window alone do to the cost per tenth (the first tenth of a 240K
+    stream is shorter than a 32K window, so every arm's first tenth sends smaller requests)."""
     from keeper_middleware.bench.run_options import RunOptions
     from keeper_middleware.bench.runner import run_arm
     from keeper_middleware.bench.streams import (
@@ -72,7 +85,7 @@ def measure_one(
     stream = folder / "stream"
     if not (stream / "spec.json").exists():
         generate_stream(preset_spec(size, seed=seed, families=frozenset({"harder"})), stream)
-    options = RunOptions.create(arm="notes", stream=stream, model="sim", window=window)
+    options = RunOptions.create(arm=arm, stream=stream, model="sim", window=window)
     clock = KeeperClock()
     marks: list[Mark] = []  # the stream tokens and keeper CPU so far, at the end of each step
     run_dir = folder / run_name
@@ -102,16 +115,20 @@ def measure_one(
     )
     stream_end.save(run_dir)
     by_item = history_tokens_by_item(stream)
-    counters = json.loads((run_dir / "keeper_counters.json").read_text(encoding="utf-8"))
+    counters_path = run_dir / "keeper_counters.json"
+    kept = counters_path.exists()  # an arm with no keeper leaves no counters and no archive
+    counters = json.loads(counters_path.read_text(encoding="utf-8")) if kept else {}
     return {
         "size": size,
+        "arm": arm,
+        "keeper": kept,
         "window": window,
         "seconds": round(seconds, 1),
         "score": f"{result.grade.right}/{result.grade.asked}",
         **figures(attribute(read_calls(run_dir), by_item, marks, stream_end)),
-        "breakdown": breakdown(run_dir, by_item, stream_end),
+        "breakdown": breakdown(run_dir, by_item, stream_end) if kept else [],
         "notes_tokens": counters.get("notes_tokens", 0),
-        "notes_entries": _final_entries(run_dir),
+        "notes_entries": _final_entries(run_dir) if kept else 0,
         "notes_entries_moved": counters.get("notes_entries_moved", 0),
         "cuts": counters.get("cuts", 0),
         "searches": counters.get("searches", 0),
@@ -132,6 +149,8 @@ def _final_entries(run_dir: Path) -> int:
 # -- the table ----------------------------------------------------------------------------------
 def _header(result: Mapping[str, Any]) -> str:
     heading = f"### {result['size']} tokens, window {result['window']:,}"
+    if result.get("arm", ARM) != ARM:
+        heading += f", arm {result['arm']}"
     if "repeat" not in result:
         return f"{heading} ({result['seconds']} s, score {result['score']}, simulated reader)"
     seconds = ", ".join(f"{value}" for value in result["runs_seconds"])
@@ -152,8 +171,10 @@ def _peak(result: Mapping[str, Any]) -> str:
 
 
 def render(results: Sequence[dict[str, Any]]) -> str:
+    arms = list(dict.fromkeys(str(result.get("arm", ARM)) for result in results)) or [ARM]
+    named = "Notes arm" if arms == [ARM] else "Arm " + ", ".join(arms)
     lines = [
-        "Notes arm on the harder stream, cost per 100K stream tokens in each tenth of the run "
+        f"{named} on the harder stream, cost per 100K stream tokens in each tenth of the run "
         "(simulated reader)",
         "",
     ]
@@ -168,6 +189,14 @@ def render(results: Sequence[dict[str, Any]]) -> str:
                 "score, NOTES, cuts, searches and what each tenth is made of were the same in "
                 "every run (checked).",
             ]
+        if not result.get("keeper", True):
+            lines += [
+                "",
+                f"The {result['arm']} arm runs no keeper: its keeper CPU is 0 and it has no NOTES. "
+                f"{_peak(result)}",
+                "",
+            ]
+            continue
         lines += [
             "",
             f"Final NOTES: {result['notes_tokens']:,} tokens, {result['notes_entries']:,} entries "
@@ -202,6 +231,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default=",".join(SIZES), help="comma-separated stream sizes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=32_768)
+    parser.add_argument(
+        "--arm",
+        default=ARM,
+        help="the arm to run (default notes); a baseline such as window_drop or summarize is "
+        "the control that shows what the stream and the window alone do to each tenth",
+    )
     parser.add_argument("--work", type=Path, default=None, help="folder for streams and runs")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
     parser.add_argument(
@@ -248,6 +283,8 @@ def _measure_in_child(size: str, folder: Path, run_name: str, args: argparse.Nam
         str(args.seed),
         "--window",
         str(args.window),
+        "--arm",
+        args.arm,
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
@@ -266,7 +303,8 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"### {name}\n\n{render_breakdown(rows)}\n")
         return 0
     if args.one is not None:  # the child process: one run of one size, figures as JSON on stdout
-        print(json.dumps(measure_one(args.one, args.work, args.seed, args.window, args.run_name)))
+        result = measure_one(args.one, args.work, args.seed, args.window, args.run_name, args.arm)
+        print(json.dumps(result))
         return 0
     results = []
     names = run_names(args.repeat)

@@ -27,6 +27,7 @@ _TOKEN_FIGURES = ("prompt", "uncached")
 _AFTER_FIGURES = ("prompt", "uncached", "calls")
 _RUN_FIGURES = (
     "size",
+    "arm",
     "window",
     "score",
     "stream_tokens",

@@ -89,3 +89,29 @@ def test_the_notes_arm_is_named_in_its_result_and_its_table_keeps_its_title(tmp_
     assert result["arm"] == "notes" and result["keeper"] is True
     table = out.read_text(encoding="utf-8")
     assert table.startswith("Notes arm on the harder stream") and ", arm " not in table
+
+
+def test_a_cut_costs_its_tenths_cpu_over_its_notes_calls_and_a_tenth_without_one_has_none():
+    from keeper_middleware.bench.notes_cost.breakdown import cost_per_cut, render_cost_per_cut
+
+    # 1M tokens: a tenth is 100K, so CPU per 100K is the tenth's CPU in seconds
+    tenths = [
+        {"keeper_cpu_s": cpu} for cpu in (0.0, 0.42, 0.48, 0.56, 0.48, 0.48, 0.48, 0.5, 0.5, 0.54)
+    ]
+    rows = [{"notes_calls": cuts} for cuts in (0, 7, 8, 8, 8, 8, 8, 8, 8, 9)]
+    costs = cost_per_cut(tenths, rows, 1_000_000)
+    assert costs[0] is None
+    assert costs[1] == pytest.approx(0.06) and costs[-1] == pytest.approx(0.06)
+    assert costs[3] == pytest.approx(0.07)
+    # a stream of 240K: a tenth is 24K tokens, so a tenth's CPU is a quarter of its figure
+    assert cost_per_cut([{"keeper_cpu_s": 0.5}], [{"notes_calls": 2}], 240_000) == [
+        pytest.approx(0.5 * 0.24 / 2)
+    ]
+    # no sentence while the first tenth made no cut
+    result = {"tenths": tenths, "breakdown": rows, "stream_tokens": 1_000_000}
+    assert render_cost_per_cut(result) == ""
+    rows[0] = {"notes_calls": 5}
+    tenths[0] = {"keeper_cpu_s": 0.25}
+    sentence = render_cost_per_cut(result)
+    assert sentence.startswith("Keeper CPU a cut")
+    assert "first tenth 50.0 ms, last 60.0 ms (+20%); tenths 2–9 60.0–70.0 ms." in sentence

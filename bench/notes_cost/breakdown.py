@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +135,35 @@ def render_breakdown(rows: Sequence[dict[str, Any]]) -> str:
         label = "after the stream" if number > TENTHS else str(number)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def cost_per_cut(
+    tenths: Sequence[Mapping[str, float]], rows: Sequence[Mapping[str, float]], stream_tokens: int
+) -> list[float | None]:
+    """Each tenth's keeper CPU (seconds) over the cuts it made (its notes calls), None where it
+    made none.
+
+    Most of the keeper's work is done when a cut archives what came in before it, so a tenth's
+    CPU follows how many cuts fall in it: the first cut waits for the window to fill, and a tenth
+    of a short stream holds only a few cuts, so one cut more or less moves its cost by a tenth
+    or more. The cost of a cut says whether the work itself grows.
+    """
+    width = stream_tokens / TENTHS
+    return [
+        tenth["keeper_cpu_s"] * width / 100_000 / row["notes_calls"] if row["notes_calls"] else None
+        for tenth, row in zip(tenths, rows[:TENTHS], strict=False)
+    ]
+
+
+def render_cost_per_cut(result: Mapping[str, Any]) -> str:
+    """One sentence: the keeper CPU a cut in the first and last tenth, and the range between."""
+    costs = cost_per_cut(result["tenths"], result.get("breakdown") or [], result["stream_tokens"])
+    if len(costs) < TENTHS or costs[0] is None or costs[-1] is None:
+        return ""
+    inner = [cost for cost in costs[1:-1] if cost is not None]
+    between = f"; tenths 2–9 {min(inner) * 1000:.1f}–{max(inner) * 1000:.1f} ms" if inner else ""
+    change = (costs[-1] / costs[0] - 1) * 100
+    return (
+        "Keeper CPU a cut (each tenth's keeper CPU over its notes calls): first tenth "
+        f"{costs[0] * 1000:.1f} ms, last {costs[-1] * 1000:.1f} ms ({change:+.0f}%){between}."
+    )

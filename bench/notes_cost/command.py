@@ -38,7 +38,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keeper_middleware.bench.notes_cost.breakdown import breakdown, render_breakdown
+from keeper_middleware.bench.notes_cost.breakdown import (
+    breakdown,
+    render_breakdown,
+    render_cost_per_cut,
+)
 from keeper_middleware.bench.notes_cost.clock import KeeperClock
 from keeper_middleware.bench.notes_cost.phases import render_phases
 from keeper_middleware.bench.notes_cost.repeats import combine
@@ -204,6 +208,9 @@ def render(results: Sequence[dict[str, Any]]) -> str:
             f"{result['cuts']:,} cuts, {result['searches']:,} archive searches. {_peak(result)}",
             "",
         ]
+        per_cut = render_cost_per_cut(result)
+        if per_cut:
+            lines += [per_cut, ""]
         if result.get("phases"):
             lines += [*render_phases(result), ""]
         if result.get("breakdown"):

@@ -26,6 +26,7 @@ from keeper_middleware.questions import PatternQuestionDetector, QuestionDetecto
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever
 from keeper_middleware.search.tool import archive_search_tool
 from keeper_middleware.sqlite import SQLiteArchive
+from keeper_middleware.startup import freeze_startup_objects
 from keeper_middleware.tokens import ApproximateTokenCounter, TokenCounter
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "archive_search_tool",
     "create_keeper_agent",
     "default_checks",
+    "freeze_startup_objects",
     "keeper_node",
     "parse_notes",
     "render_notes",

@@ -115,3 +115,11 @@ def test_a_cut_costs_its_tenths_cpu_over_its_notes_calls_and_a_tenth_without_one
     sentence = render_cost_per_cut(result)
     assert sentence.startswith("Keeper CPU a cut")
     assert "first tenth 50.0 ms, last 60.0 ms (+20%); tenths 2–9 60.0–70.0 ms." in sentence
+
+
+def test_the_runs_process_freezes_its_start_up_objects_after_the_first_step(tmp_path, capsys):
+    assert main(["--sizes", "tiny", "--work", str(tmp_path / "work")]) == 0
+    capsys.readouterr()
+    result = json.loads((tmp_path / "work" / "harder-tiny-seed0" / "result.json").read_text())
+    # the imported modules and the built graph: a full collection no longer walks them
+    assert result["frozen_objects"] > 10_000

@@ -37,6 +37,7 @@ EXPECTED = {
     "archive_search_tool",
     "create_keeper_agent",
     "default_checks",
+    "freeze_startup_objects",
     "keeper_node",
     "parse_notes",
     "render_notes",

@@ -164,7 +164,9 @@ def _converts_safely(raw: object) -> bool:
     it can make :func:`message_from_openai` refuse it."""
     if not isinstance(raw, dict) or raw.get("role") not in ("user", "assistant"):
         return False
-    # tool_calls, when present, is a list or null; map() keeps this C-speed per message
+    if raw.get("tool_calls") is not None:
+        return False  # a list is converted at once; anything else is refused at once
+    # map() keeps this C-speed per message
     return all(map(isinstance, raw.values(), repeat(_TEXT_OR_NULL)))
 
 
@@ -305,7 +307,9 @@ def _tool_calls(raw: object, position: int) -> tuple[list[ToolCall], list[Invali
         return [], []
     if not isinstance(raw, list):
         raise RequestError(
-            f"messages[{position}].tool_calls must be a list.", param=f"messages[{position}]"
+            f"messages[{position}].tool_calls must be a list of tool calls or null, not "
+            f"{type(raw).__name__}.",
+            param=f"messages[{position}].tool_calls",
         )
     calls: list[ToolCall] = []
     invalid: list[InvalidToolCall] = []

@@ -61,6 +61,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.notes_cost.command",
     "keeper_middleware.bench.moved_cost",
     "keeper_middleware.bench.marathon.cli",
+    "keeper_middleware.bench.proxy.overhead",
 )
 
 

@@ -280,9 +280,9 @@ class Keeper:
         # each message is classified once per step (kind, text, size, question), here where
         # it enters; a message replaced on the way (an excerpt) is classified anew
         entries = window.classify(messages)
-        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup)
+        notes = self.notes(session)  # read once a step: nothing below writes a version
+        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
         entries = window.classify(messages, entries)
-        notes = self.notes(session)
         plan, request_tokens = window.plan(messages, kstate, setup, notes)
         if plan is None and request_tokens > budget:
             # what was kept in view as already noted may leave with the next cut instead

@@ -25,6 +25,7 @@ from keeper_middleware.integrations.proxy.openai_format import (
 from keeper_middleware.integrations.proxy.sessions import (
     RECORD_KEY,
     TAKEN_CHUNK,
+    WINDOW_CHUNK,
     SessionRecord,
     StoredRecord,
 )
@@ -147,9 +148,12 @@ def test_messages_with_structured_fields_get_no_key() -> None:
 # -- the stored session record: fingerprints in chunks -------------------------------------------
 
 
-def _record(count: int) -> SessionRecord:
+_WINDOW = tuple(HumanMessage(f"hi {i}", id=f"m-{i}") for i in range(3 * WINDOW_CHUNK + 4))
+
+
+def _record(count: int, shown: int = 1) -> SessionRecord:
     return SessionRecord(
-        window=(HumanMessage("hi", id="m-0"),),
+        window=_WINDOW[:shown],
         keeper_state={"items": 1},
         taken=tuple((f"d{i}", f"m-{i}") for i in range(count)),
     )
@@ -176,6 +180,16 @@ def test_a_save_after_new_messages_rewrites_only_the_last_chunk() -> None:
     assert len(writes) == 2  # the last chunk, then the head
     assert stale == [first.chunk_keys[-1]]
     assert _load(values).record == _record(2 * TAKEN_CHUNK + 9)
+
+
+def test_a_save_after_new_window_messages_rewrites_only_the_windows_last_chunk() -> None:
+    first, writes, _ = StoredRecord(SessionRecord()).saved(_record(5, 3 * WINDOW_CHUNK + 1))
+    values: dict[str, object] = dict(writes)
+    _, writes, stale = first.saved(_record(5, 3 * WINDOW_CHUNK + 4))
+    values.update(writes)
+    assert list(writes) == [first.window_keys[-1].rsplit(".", 1)[0] + ".2", RECORD_KEY]
+    assert stale == [first.window_keys[-1]]
+    assert _load(values).record == _record(5, 3 * WINDOW_CHUNK + 4)
 
 
 def test_a_save_cut_short_before_its_head_leaves_the_previous_record() -> None:

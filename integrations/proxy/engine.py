@@ -88,7 +88,11 @@ class KeeperProxy:
         self.keeper = keeper
         self.upstream = upstream
         self.max_upstream_calls = max_upstream_calls
-        self.store: SessionStore = store or ArchiveSessionStore(keeper.archive)
+        self.store: SessionStore = store or ArchiveSessionStore(
+            keeper.archive,
+            also=keeper.sessions.unsaved_values,
+            saved_also=keeper.sessions.values_saved,
+        )
         self.tenant_quota_bytes = tenant_quota_bytes
         self.slots = slots
         self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
@@ -148,6 +152,7 @@ class KeeperProxy:
 
     def _forget(self, session: str) -> bool:
         if session not in self.sessions():
+            self.keeper.sessions.drop(session)  # what a refused request read: nothing to write
             return False
         tenant = split_stored(session)[0]
         if tenant in self._tenant_bytes:
@@ -171,6 +176,9 @@ class KeeperProxy:
         What another replica may have changed is read again in the first worker-thread step
         (:meth:`_before_call`), not in a thread hop of its own."""
         async with self.keeper.asession(session), AsyncExitStack() as held:
+            if isinstance(self.store, ArchiveSessionStore) and self.store.also is not None:
+                # the keeper's counters go with the request's own save: one transaction
+                held.enter_context(self.keeper.sessions.saving_later(session))
             turn = shape_turn(session, request, auth, forward, reserve=self.keeper.config.reserve)
             if self.slots is not None:
                 turn.lease = await held.enter_async_context(self.slots.lease(session))

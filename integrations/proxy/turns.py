@@ -8,8 +8,8 @@ upstream call of the turn summed into one. The engine holds sessions and calls t
 
 from __future__ import annotations
 
+import random
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +31,10 @@ LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
 def new_id() -> str:
-    """A message id the proxy gives what it adds to a session's window."""
-    return f"p-{uuid.uuid4().hex[:16]}"
+    """A message id the proxy gives what it adds to a session's window: 64 random bits from
+    the ``random`` module, which is seeded from the system at start and again in a forked
+    child (``uuid4`` reads the system's randomness on every call, a system call per id)."""
+    return f"p-{random.getrandbits(64):016x}"
 
 
 @dataclass(slots=True)

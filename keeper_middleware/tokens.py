@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import operator
 import math
+import operator
 import re
 import threading
 from collections import OrderedDict

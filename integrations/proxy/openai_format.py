@@ -173,7 +173,11 @@ def _call_key(call: object) -> tuple[Any, str, str] | None:
     if not isinstance(function, dict):
         return None
     name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id")
-    if type(name) is not str or type(arguments) is not str or not isinstance(call_id, _TEXT_OR_NULL):
+    if (
+        type(name) is not str
+        or type(arguments) is not str
+        or not isinstance(call_id, _TEXT_OR_NULL)
+    ):
         return None
     return call_id, name, arguments
 

@@ -27,12 +27,12 @@ from keeper_middleware.session_locks import SessionLockBackend
 __all__ = [
     "RECORD_KEY",
     "STATS_KEY",
+    "WINDOW_CHUNK",
     "ArchiveSessionStore",
     "MessageMemo",
     "SessionRecord",
     "SessionStore",
     "StoredRecord",
-    "WINDOW_CHUNK",
 ]
 
 RECORD_KEY = "proxy_session"

@@ -50,7 +50,6 @@ class SessionState:
         self._saved_counters: dict[str, dict[str, Any]] = {}
         self._secrets: dict[str, str] = {}
         self._rooms: dict[str, int] = {}
-        self._guards: dict[str, GuardState] = {}
         self._later: set[str] = set()
         """Sessions whose counter writes wait for their host's own save (:meth:`saving_later`)."""
 
@@ -78,7 +77,6 @@ class SessionState:
             return
         with self.lock:
             self._counters.pop(session, None)
-            self._guards.pop(session, None)
 
     def drop(self, session: str) -> None:
         """Forget everything cached of a session (after it was erased from the archive)."""
@@ -87,7 +85,6 @@ class SessionState:
             self._saved_counters.pop(session, None)
             self._secrets.pop(session, None)
             self._rooms.pop(session, None)
-            self._guards.pop(session, None)
 
     def counters(self, session: str) -> Counters:
         """The session's counters (read from the archive once per hold)."""
@@ -158,20 +155,12 @@ class SessionState:
         return signed(keeper_message(text, kind, msg_id=msg_id), self.secret(session))
 
     def guard(self, session: str) -> GuardState:
-        """The search guard's state (searches since the last new input, repeats)."""
-        with self.lock:
-            if session not in self._guards:
-                stored = self.archive.get_value(session, "search_guard")
-                self._guards[session] = GuardState.from_json(stored)
-            return self._guards[session]
+        """The search guard's state (searches since the last new input, repeats). Read at every
+        use: arms that manage their own memory reset it in the archive directly."""
+        return GuardState.from_json(self.archive.get_value(session, "search_guard"))
 
     def set_guard(self, session: str, guard: GuardState) -> None:
-        """Write the guard's state (not when it is what was last read or written)."""
-        with self.lock:
-            if self._guards.get(session) == guard:
-                return
-            self.archive.put_value(session, "search_guard", guard.to_json())
-            self._guards[session] = guard
+        self.archive.put_value(session, "search_guard", guard.to_json())
 
     def room(self, session: str, default: int) -> int:
         """The room one message has in view, as the last step measured it."""

@@ -46,7 +46,7 @@ class Recorded:
 
 @dataclass
 class AgentUpstream:
-    """The scripted upstream. ``replies`` counts what it answered, by API."""
+    """The scripted upstream; ``requests`` holds every request it was sent, in order."""
 
     session: CodingSession
     notes_reply: Callable[[Turn], str] = lambda turn: "NO CHANGES"

@@ -296,8 +296,8 @@ def responses_events(
             emit("response.reasoning_summary_text.done", **where, text=text)
             emit("response.reasoning_summary_part.done", **where, part={**part, "text": text})
         elif item["type"] == "message":
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "status": "in_progress", "content": []})  # fmt: skip
+            opening = {**item, "status": "in_progress", "content": []}
+            emit("response.output_item.added", output_index=index, item=opening)
             text = item["content"][0]["text"]
             part = {"type": "output_text", "text": "", "annotations": []}
             where = {"item_id": item_id, "output_index": index, "content_index": 0}
@@ -307,8 +307,8 @@ def responses_events(
             emit("response.output_text.done", **where, text=text, logprobs=[])
             emit("response.content_part.done", **where, part={**part, "text": text})
         else:
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "status": "in_progress", "arguments": ""})  # fmt: skip
+            opening = {**item, "status": "in_progress", "arguments": ""}
+            emit("response.output_item.added", output_index=index, item=opening)
             args = item["arguments"]
             where = {"item_id": item_id, "output_index": index}
             for i in range(0, len(args), 16):
@@ -401,13 +401,11 @@ def messages_events(
     for index, block in enumerate(whole["content"]):
         kind = block["type"]
         if kind == "text":
-            opening, deltas = (
-                {"type": "text", "text": ""},
-                [
-                    {"type": "text_delta", "text": block["text"][i : i + 16]}
-                    for i in range(0, len(block["text"]), 16)
-                ],
-            )
+            opening: dict[str, Any] = {"type": "text", "text": ""}
+            text = block["text"]
+            deltas = [
+                {"type": "text_delta", "text": text[i : i + 16]} for i in range(0, len(text), 16)
+            ]
         elif kind == "thinking":
             opening = {"type": "thinking", "thinking": "", "signature": ""}
             deltas = [

@@ -24,6 +24,7 @@ from tests import api_wire
 from tests.agent_upstream import AgentUpstream
 from tests.coding_session import (
     SEARCH_TOOL,
+    AssistantText,
     CodingSession,
     Reply,
     ToolCall,
@@ -180,7 +181,7 @@ def play_in_memory(session: CodingSession, tools: tuple[str, ...] = SHELL) -> li
             reply = next_reply(session, Turn("", tuple(items), tools))
             if not reply.calls:
                 finals.append(reply.text)
-                items.append(api_wire.AssistantText(reply.text or ""))
+                items.append(AssistantText(reply.text or ""))
                 break
             for call in reply.calls:
                 items.append(call)

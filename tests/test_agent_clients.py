@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from tests import agent_clients
 from tests.agent_clients import API_KEY, ClaudeSession, CodexSession, locate
 from tests.agent_upstream import AgentUpstream, OutsideTrafficSentinel
 from tests.coding_session import CodingSession
@@ -103,3 +104,21 @@ def test_a_client_reaching_beyond_the_loopback_is_caught_by_the_sentinel(
         outcome = codex.send(SESSION.prompts()[0])
     assert outcome.final == SESSION.expected_answers()[0], outcome.explain()
     assert sentinel.attempts and all(a.startswith("CONNECT ") for a in sentinel.attempts)
+
+
+def test_without_node_the_tier_skips_naming_why(monkeypatch):
+    monkeypatch.setattr(agent_clients.shutil, "which", lambda name: None)
+    with pytest.raises(pytest.skip.Exception, match="needs node and npm"):
+        locate("codex")
+
+
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("", pytest.skip.Exception), ("true", pytest.fail.Exception)]
+)
+def test_a_missing_client_skips_here_and_fails_in_ci(monkeypatch, tmp_path, ci, outcome):
+    """Where node is present, CI has run `make clients`: a client missing there is a defect."""
+    monkeypatch.setattr(agent_clients.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setenv("KEEPER_AGENT_CLIENTS", str(tmp_path))
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match=r"is not installed .*run `make clients`"):
+        locate("claude")

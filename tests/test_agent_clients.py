@@ -87,8 +87,15 @@ def test_claude_print_plays_the_session_on_the_messages_api(tmp_path, upstream, 
     assert sessions == {claude.session_id}
     assert {json.loads(r.body["metadata"]["user_id"])["session_id"] for r in calls} == sessions
     # the prompt-caching breakpoint rides on the newest message's last block
-    last = calls[-1].body["messages"][-1]["content"][-1]
-    assert last.get("cache_control") == {"type": "ephemeral"}
+    history = calls[-1].body["messages"]
+    assert history[-1]["content"][-1].get("cache_control") == {"type": "ephemeral"}
+    # thinking blocks come back verbatim, signature included
+    blocks = [b for m in history if m["role"] == "assistant" for b in m["content"]]
+    assert {
+        "type": "thinking",
+        "thinking": "Start TASK-1 by listing the folder.",
+        "signature": "sig-1",
+    } in blocks
 
 
 def test_a_client_reaching_beyond_the_loopback_is_caught_by_the_sentinel(

@@ -22,7 +22,8 @@ TEXTS_REMEMBERED = 2_048
 messages and each is re-read only while it is in view, so a few thousand keep every re-read a
 hit; at 16,384 a 10M-token run kept every batch it had read (peak RSS 248 MB, now 189 MB)."""
 
-EventKind = Literal["set", "add", "take", "add_held", "take_held"]
+EventKind = Literal["set", "add", "take", "add_held", "take_held", "hold"]
+""""hold" is no stream text: a change seen but not applied (the `stale_value` misread)."""
 QuestionKind = Literal["current", "old", "who", "tally"]
 
 CLERK = "the clerk"
@@ -41,6 +42,8 @@ class Event:
     """The stated amount; None for the *_held kinds, whose amount is ``source``'s value."""
     source: str | None
     actor: str
+    working: str | None = None
+    """Working the reader wrote for the amount (only the `invent_working` misread gives one)."""
 
 
 @dataclass(frozen=True, slots=True)

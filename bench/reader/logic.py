@@ -229,7 +229,7 @@ def value_of(
     gap = _gap(view, name, start_item + 1, through_item)
     for sighting in replay:
         event = sighting.event
-        if event.kind == "hold":  # seen but not applied: the value stays what it was
+        if not event.applied:  # seen but not applied: the value stays what it was
             continue
         if event.kind == "set":
             value = event.amount

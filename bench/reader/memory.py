@@ -83,7 +83,7 @@ def batch_values(
     for event in (event for group in groups for event in group):
         if event.name not in changed:
             changed.append(event.name)
-        if event.kind == "hold":
+        if not event.applied:
             continue
         workings.pop(event.name, None)
         if event.kind == "set":

@@ -106,7 +106,7 @@ def _candidates(
         if in_memory and kind not in _ON_MEMORY:
             continue
         for p, event in enumerate(group):
-            if event.kind == "hold":
+            if not event.applied:
                 continue
             if kind == "sign_flip":
                 ok = event.amount not in (None, 0) or event.kind in _FLIPPED
@@ -143,7 +143,7 @@ def _misread(kind: str, event: Event, group: Sequence[Event], which: float) -> E
         actors = _others(group, event, "actor")
         return replace(event, actor=str(actors[_pick(which, len(actors))]))
     if kind == "stale_value":
-        return replace(event, kind="hold", amount=None, source=None)
+        return replace(event, applied=False)
     # invent_working: the stated value plus or minus a plausible amount, with that working
     assert event.amount is not None
     amounts = [a for a in _others(group, event, "amount") if isinstance(a, int) and a > 0]

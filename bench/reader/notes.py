@@ -123,7 +123,7 @@ def write_changes(
     for event in (event for group in groups for event in group):
         if event.name not in changed:
             changed.append(event.name)
-        if event.kind == "hold":  # seen, not applied: the value before it is written
+        if not event.applied:  # seen, not applied: the value before it is written
             continue
         if event.kind == "set":
             values[event.name] = event.amount

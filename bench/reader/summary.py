@@ -132,13 +132,12 @@ def histories(pieces: Sequence[tuple[int | None, list[Event]]]) -> dict[str, lis
             if event.source is not None:
                 source_steps = steps.get(event.source) or []
                 amount = source_steps[-1].value if source_steps else None
-            past.append(Step(item, event, amount, _after(event.kind, before, amount)))
+            after = _after(event.kind, before, amount) if event.applied else before
+            past.append(Step(item, event, amount, after))
     return steps
 
 
 def _after(kind: str, before: int | None, amount: int | None) -> int | None:
-    if kind == "hold":  # seen, not applied (the `stale_value` misread)
-        return before
     if amount is None:
         return None
     if kind == "set":
@@ -151,7 +150,7 @@ def _after(kind: str, before: int | None, amount: int | None) -> int | None:
 def history_line(step: Step) -> str | None:
     """One change as a plain sentence with its item; None for a value line or an unknown amount."""
     event, amount = step.event, step.amount
-    if amount is None or not event.actor or event.kind == "hold":
+    if amount is None or not event.actor:
         return None
     if event.kind == "set":
         if event.actor == CLERK:

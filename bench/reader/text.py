@@ -22,8 +22,7 @@ TEXTS_REMEMBERED = 2_048
 messages and each is re-read only while it is in view, so a few thousand keep every re-read a
 hit; at 16,384 a 10M-token run kept every batch it had read (peak RSS 248 MB, now 189 MB)."""
 
-EventKind = Literal["set", "add", "take", "add_held", "take_held", "hold"]
-""""hold" is no stream text: a change seen but not applied (the `stale_value` misread)."""
+EventKind = Literal["set", "add", "take", "add_held", "take_held"]
 QuestionKind = Literal["current", "old", "who", "tally"]
 
 CLERK = "the clerk"
@@ -44,6 +43,9 @@ class Event:
     actor: str
     working: str | None = None
     """Working the reader wrote for the amount (only the `invent_working` misread gives one)."""
+    applied: bool = True
+    """False: the change was seen but not applied (the `stale_value` misread): the counter keeps
+    the value it had, and a history still lists the change."""
 
 
 @dataclass(frozen=True, slots=True)

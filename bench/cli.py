@@ -55,6 +55,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.runner",
     "keeper_middleware.bench.compare",
     "keeper_middleware.bench.matrix",
+    "keeper_middleware.bench.sensitivity",
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
     "keeper_middleware.bench.locomo.cli",

@@ -283,11 +283,90 @@ class Finding:
     number: int
     answer: str
     gap: Gap | None
+    more: tuple[Gap, ...] = ()
+    """Further searches that could add to it (one per counter an order or gist names)."""
+
+    @property
+    def gaps(self) -> tuple[Gap, ...]:
+        return tuple(g for g in (self.gap, *self.more) if g is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Questions about a counter's history: what the view shows of its changes, and where it is blind
+# ---------------------------------------------------------------------------------------------
+def changes_seen(view: ReaderView, name: str) -> list[Sighting]:
+    """The changes to ``name`` the view shows (with an actor: not a memory's value line)."""
+    return [s for s in view.sightings if s.event.name == name and s.event.actor]
+
+
+def before_last(view: ReaderView, name: str) -> Reading:
+    """The value ``name`` held before its last change: worked back from the value now when that
+    change moved it by a stated amount, else replayed up to the change."""
+    seen = changes_seen(view, name)
+    if not seen:
+        return Reading(None, _gap(view, name, 1, view.latest_item))
+    last = seen[-1]
+    after_gap = _gap(view, name, int(last.item) + 1, view.latest_item)
+    event = last.event
+    now = value_now(view, name)
+    if now.value is not None and event.amount is not None and event.kind in ("add", "take"):
+        back = now.value - event.amount if event.kind == "add" else now.value + event.amount
+        return Reading(back, after_gap or now.gap)
+    # the NOTES value already holds the change when the NOTES cover its item
+    through = int(last.item) if last.phase == 1 else int(last.item) - 1
+    earlier = value_of(view, name, before=last.key, through_item=through)
+    return Reading(earlier.value, after_gap or earlier.gap)
+
+
+def count_in(view: ReaderView, name: str, first: int, last: int) -> tuple[int, Gap | None]:
+    """How many changes to ``name`` the view shows in items ``first``–``last``, and the part of
+    the span where a search could show more."""
+    count = sum(1 for s in changes_seen(view, name) if first <= s.item <= last)
+    gap = _gap(view, name, first, last)
+    return count, None if gap is None else Gap(name, first, last)
+
+
+def first_seen(view: ReaderView, name: str) -> tuple[float | None, Gap | None]:
+    """The item of the first change to ``name`` the view shows, and the stretch before it where
+    an earlier one could hide."""
+    seen = changes_seen(view, name)
+    if not seen:
+        return None, _gap(view, name, 1, view.latest_item)
+    return seen[0].item, _gap(view, name, 1, int(seen[0].item) - 1)
+
+
+def _history_answer(view: ReaderView, question: AskedQuestion) -> Finding:
+    number, name = question.number, question.name
+    if question.kind == "before_last":
+        if name in view.rules.confidential:
+            return Finding(number, "protected", None)
+        reading = before_last(view, name)
+        return Finding(number, answer_text("old", name, reading.value, view.rules), reading.gap)
+    if question.kind == "count":
+        assert question.item is not None and question.until is not None
+        count, gap = count_in(view, name, question.item, question.until)
+        return Finding(number, str(count), gap)
+    if question.kind == "order":
+        names = (name, *question.others)
+        firsts = [first_seen(view, n) for n in names]
+        gaps = tuple(g for _, g in firsts if g is not None)
+        known = [(item, n) for (item, _), n in zip(firsts, names, strict=True) if item is not None]
+        text = min(known)[1] if len(known) == len(names) else UNKNOWN
+        return Finding(number, text, gaps[0] if gaps else None, gaps[1:])
+    assert question.item is not None and question.until is not None  # gist
+    names = (name, *question.others)
+    counted = [count_in(view, n, question.item, question.until) for n in names]
+    gaps = tuple(g for _, g in counted if g is not None)
+    best = max(count for count, _ in counted)
+    text = UNKNOWN if best == 0 else names[[c for c, _ in counted].index(best)]
+    return Finding(number, text, gaps[0] if gaps else None, gaps[1:])
 
 
 def answer(view: ReaderView, question: AskedQuestion) -> Finding:
     """Answer one question from the view (rules apply only when they are in the context)."""
     rules, name = view.rules, question.name
+    if question.kind in ("before_last", "count", "order", "gist"):
+        return _history_answer(view, question)
     if question.kind == "who":
         assert question.item is not None
         actor, gap = who_changed(view, name, question.item)

@@ -129,10 +129,8 @@ def plan_searches(
     attempted = {record.command for record in records}
     cut_short = {record.command for record in records if record.outcome == "cut_short"}
     commands: list[Command] = []
-    for finding in findings:
-        if finding.gap is None:
-            continue
-        command = next_command(finding.gap, attempted, cut_short, latest)
+    for gap in (gap for finding in findings for gap in finding.gaps):
+        command = next_command(gap, attempted, cut_short, latest)
         if command is not None and command not in commands:
             commands.append(command)
         if len(commands) == MAX_SEARCHES_PER_TURN:

@@ -159,8 +159,9 @@ class CallRecorder(BaseCallbackHandler):
         version: tuple[int, str] | None = None
         with self._lock:
             self._pending[run_id] = (kind, request_fingerprint(sent, tools), sent, self._clock())
-            if kind == "summary":
-                self._summarised_item = last_item_in(sent) or self.item
+            if kind == "summary":  # it re-reads the summary before it: never covers less
+                found = last_item_in(sent) or self.item
+                self._summarised_item = max(self._summarised_item or 0, found)
             elif kind == "work":
                 carried = summary_in(sent)
                 if carried is not None and carried != self._summary:

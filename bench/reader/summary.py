@@ -46,10 +46,12 @@ from keeper_middleware.messages import keeper_kind, text_of
 
 SUMMARY_REQUEST_TAG = "[SUMMARY REQUEST]"
 LANGMEM_SUMMARY_START = "Summary of the conversation so far:"
+DEEPAGENTS_SUMMARY_START = "You are in the middle of a conversation that has been summarized."
 _SUMMARY_RESULTS = (
     "[SUMMARY]",  # the summarize arm's stored summary
     "Here is a summary of the conversation to date",  # LangChain's
     LANGMEM_SUMMARY_START,
+    DEEPAGENTS_SUMMARY_START,  # Deep Agents' (its summary between <summary> tags)
 )
 _KEEPER_REQUESTS = frozenset({"notes_request", "notes_reask", "notes", "rules", "retrieved"})
 _ITEM_HEAD = re.compile(r"\bItem (\d+)\.")
@@ -256,6 +258,9 @@ def summary_in(messages: Sequence[BaseMessage]) -> str | None:
         text = text_of(message).lstrip()
         if text.startswith(LANGMEM_SUMMARY_START):
             return text[len(LANGMEM_SUMMARY_START) :].strip()
+        if text.startswith(DEEPAGENTS_SUMMARY_START):
+            inside = text.partition("<summary>")[2].rpartition("</summary>")[0]
+            return inside.strip()
         if text.startswith(_SUMMARY_RESULTS):
             return text.partition("\n")[2].strip()
     return None

@@ -16,9 +16,7 @@ from typing import Literal
 from keeper_middleware.numbers import to_words
 
 EventKind = Literal["set", "add", "take", "add_held", "take_held"]
-QuestionKind = Literal[
-    "current", "old", "who", "tally", "before_last", "count", "order", "gist"
-]
+QuestionKind = Literal["current", "old", "who", "tally", "before_last", "count", "order", "gist"]
 
 NAME_RE = re.compile(r"\b[a-z]{3,7}\d{2}\b")
 CLERK = "the clerk"

@@ -80,7 +80,9 @@ class SensitivitySpec:
 
         bad_arms = [a for a in self.arms if a not in ARMS]
         if bad_arms or not self.arms:
-            raise ValueError(f"arms: unknown {bad_arms or '(none given)'}; choose from {list(ARMS)}")
+            raise ValueError(
+                f"arms: unknown {bad_arms or '(none given)'}; choose from {list(ARMS)}"
+            )
         bad_kinds = [k for k in self.kinds if k not in FAULT_KINDS]
         if bad_kinds or not self.kinds:
             raise ValueError(f"kinds: unknown {bad_kinds}; choose from {', '.join(FAULT_KINDS)}")
@@ -185,7 +187,9 @@ def run_sensitivity(
         for r in results
     ]
     (folder / "sensitivity.json").write_text(
-        json.dumps({"window": spec.window, "families": spec.families, "cells": cells_json}, indent=1)
+        json.dumps(
+            {"window": spec.window, "families": spec.families, "cells": cells_json}, indent=1
+        )
         + "\n",
         encoding="utf-8",
     )
@@ -195,9 +199,7 @@ def run_sensitivity(
 def _total(results: Sequence[CellResult], **wanted: Any) -> tuple[int, int, int] | None:
     """(right, asked, seeds) summed over the seeds of the cells that match."""
     keys = ("size", "seed", "kind", "rate", "arm")
-    chosen = [
-        r for r in results if all(r.cell[keys.index(k)] == v for k, v in wanted.items())
-    ]
+    chosen = [r for r in results if all(r.cell[keys.index(k)] == v for k, v in wanted.items())]
     if not chosen:
         return None
     return sum(r.right for r in chosen), sum(r.asked for r in chosen), len(chosen)

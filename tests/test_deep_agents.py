@@ -29,9 +29,7 @@ class Requests(BaseCallbackHandler):
         self.sent.append([text_of(m) for m in messages[0]])
 
 
-def test_the_keeper_runs_inside_a_deep_agent_with_its_summariser_switched_off(
-    monkeypatch, capsys
-):
+def test_the_keeper_runs_inside_a_deep_agent_with_its_summariser_switched_off(monkeypatch, capsys):
     monkeypatch.delenv("KEEPER_BASE_URL", raising=False)
     monkeypatch.syspath_prepend(str(EXAMPLES))
     example = runpy.run_path(str(EXAMPLES / "deep_agent.py"))

@@ -121,7 +121,9 @@ def test_a_change_overlooked_is_missing_from_notes_summaries_and_answers():
     assert missed != clean
 
     def history(text: str) -> list[str]:
-        return [line for line in text.splitlines() if line.startswith("item ") and "stood" not in line]
+        return [
+            line for line in text.splitlines() if line.startswith("item ") and "stood" not in line
+        ]
 
     assert len(history(summarised(overlooked=1))) == len(history(summarised())) - 1
 

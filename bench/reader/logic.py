@@ -163,7 +163,8 @@ def _misread_view(
     read = misread(groups, misreads, memory=frozenset({0}))
     values = {e.name: e.amount for e in read[0] if e.amount is not None}
     new_blocks = [
-        replace(block, events=tuple(events)) for block, events in zip(blocks, read[1:], strict=False)
+        replace(block, events=tuple(events))
+        for block, events in zip(blocks, read[1:], strict=False)
     ]
     new_passages = list(passages)
     for indices, events in zip(by_item.values(), read[1 + len(blocks) :], strict=True):

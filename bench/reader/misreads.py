@@ -90,10 +90,15 @@ def misread(
     return result
 
 
-def _others(group: Sequence[Event], event: Event, field: str) -> list[object]:
-    values = [getattr(other, field) for other in group if other is not event]
-    own = getattr(event, field)
-    return sorted({v for v in values if v is not None and v != "" and v != own}, key=str)
+def _other_amounts(group: Sequence[Event], event: Event) -> list[int]:
+    """The other amounts the same text states (in a fixed order)."""
+    found = {o.amount for o in group if o is not event and o.amount is not None}
+    return sorted(found - {event.amount}, key=str)  # type: ignore[arg-type]
+
+
+def _other_actors(group: Sequence[Event], event: Event) -> list[str]:
+    """The other actors the same text names (in a fixed order)."""
+    return sorted({o.actor for o in group if o is not event and o.actor} - {event.actor})
 
 
 def _candidates(
@@ -111,11 +116,11 @@ def _candidates(
             if kind == "sign_flip":
                 ok = event.amount not in (None, 0) or event.kind in _FLIPPED
             elif kind == "other_amount":
-                ok = event.amount is not None and bool(_others(group, event, "amount"))
+                ok = event.amount is not None and bool(_other_amounts(group, event))
             elif kind == "overlooked":
                 ok = True
             elif kind == "wrong_actor":
-                ok = bool(event.actor) and bool(_others(group, event, "actor"))
+                ok = bool(event.actor) and bool(_other_actors(group, event))
             elif kind == "invent_working":
                 ok = event.kind == "set" and event.amount is not None and event.working is None
             else:  # stale_value: the last change to each counter
@@ -137,17 +142,17 @@ def _misread(kind: str, event: Event, group: Sequence[Event], which: float) -> E
             return replace(event, amount=-event.amount)
         return replace(event, kind=_FLIPPED[event.kind])  # type: ignore[arg-type]
     if kind == "other_amount":
-        amounts = _others(group, event, "amount")
-        return replace(event, amount=amounts[_pick(which, len(amounts))])  # type: ignore[arg-type]
+        amounts = _other_amounts(group, event)
+        return replace(event, amount=amounts[_pick(which, len(amounts))])
     if kind == "wrong_actor":
-        actors = _others(group, event, "actor")
-        return replace(event, actor=str(actors[_pick(which, len(actors))]))
+        actors = _other_actors(group, event)
+        return replace(event, actor=actors[_pick(which, len(actors))])
     if kind == "stale_value":
         return replace(event, applied=False)
     # invent_working: the stated value plus or minus a plausible amount, with that working
     assert event.amount is not None
-    amounts = [a for a in _others(group, event, "amount") if isinstance(a, int) and a > 0]
-    step = int(amounts[_pick(which, len(amounts))]) if amounts else 1 + int(which * 99)
+    amounts = [a for a in _other_amounts(group, event) if a > 0]
+    step = amounts[_pick(which, len(amounts))] if amounts else 1 + int(which * 99)
     sign = "+" if int(which * 1000) % 2 == 0 else "-"
     value = event.amount + step if sign == "+" else event.amount - step
     return replace(event, amount=value, working=f"{event.amount} {sign} {step}")

@@ -25,7 +25,6 @@ from keeper_middleware.bench.reader.faults import (
 )
 from keeper_middleware.bench.reader.logic import Finding, Gap, answer, read_view
 from keeper_middleware.bench.reader.memory import edits_memory, memory_turn
-from keeper_middleware.bench.reader.misreads import misreads_for
 from keeper_middleware.bench.reader.messages import (
     NO_MORE_BATCHES,
     READ_TOOL,
@@ -37,6 +36,7 @@ from keeper_middleware.bench.reader.messages import (
     stop_requested,
     story_blocks,
 )
+from keeper_middleware.bench.reader.misreads import misreads_for
 from keeper_middleware.bench.reader.notes import rewrite_notes, write_changes
 from keeper_middleware.bench.reader.rot import NO_ROT, ContextRot, with_rot
 from keeper_middleware.bench.reader.summary import (

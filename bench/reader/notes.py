@@ -173,9 +173,7 @@ def rewrite_notes(
     rules = list(old.rules)
     rules += [rule for rule in rule_sentences(messages[:end]) if rule not in rules]
     rules = [rule for rule in rules if keeps_rule(rule)]
-    invented = {
-        s.event.name: s.event for s in view.sightings if s.event.working is not None
-    }
+    invented = {s.event.name: s.event for s in view.sightings if s.event.working is not None}
     names = [key for key, _ in old.state]
     names += [s.event.name for s in view.sightings if s.event.name not in names]
     names = list(dict.fromkeys(names))

@@ -23,9 +23,7 @@ messages and each is re-read only while it is in view, so a few thousand keep ev
 hit; at 16,384 a 10M-token run kept every batch it had read (peak RSS 248 MB, now 189 MB)."""
 
 EventKind = Literal["set", "add", "take", "add_held", "take_held"]
-QuestionKind = Literal[
-    "current", "old", "who", "tally", "before_last", "count", "order", "gist"
-]
+QuestionKind = Literal["current", "old", "who", "tally", "before_last", "count", "order", "gist"]
 
 CLERK = "the clerk"
 PROTECTED = "protected"

@@ -55,7 +55,9 @@ CATEGORIES: tuple[Category, ...] = (
     "unknown",
 )
 NEW_KINDS: tuple[QuestionKind, ...] = ("before_last", "count", "order", "gist")
-"""One question of each of these in every question set, after the current/old/who ones."""
+"""One question of each of these at the end of every question set (after the rule, method,
+overdrawn and unknown ones): they need more searches than the others, and a keeper that runs
+out of searches (10 between inputs by default) then loses these, not the older kinds."""
 SPAN = (5, 12)
 """How many items a count or gist question's span covers (inclusive range)."""
 BUCKETS: tuple[tuple[str, int, int | None], ...] = (
@@ -439,6 +441,16 @@ class QuestionPicker:
                 if draft is not None:
                     drafts.append(draft)
                     break
+        extras: list[_Draft | None] = []
+        if rules:
+            extras.append(self._rule(after))
+            bucket = fits[set_index % len(fits)] if fits else 0
+            extras.append(self._tally(after, bucket) or self._tally(after, fits[0] if fits else 0))
+        if overdrawn:
+            extras.append(self._overdrawn(after, set_index))
+        extras.append(self._unknown(after, set_index))
+        drafts.extend(d for d in extras if d is not None)
+        # the new kinds come last: a reader that runs out of searches loses them first
         more: dict[str, Callable[[int], _Draft | None]] = {
             "before_last": lambda b: self._before_last(after, b),
             "count": lambda b: self._count(after, b),
@@ -452,15 +464,6 @@ class QuestionPicker:
                 if draft is not None:
                     drafts.append(draft)
                     break
-        extras: list[_Draft | None] = []
-        if rules:
-            extras.append(self._rule(after))
-            bucket = fits[set_index % len(fits)] if fits else 0
-            extras.append(self._tally(after, bucket) or self._tally(after, fits[0] if fits else 0))
-        if overdrawn:
-            extras.append(self._overdrawn(after, set_index))
-        extras.append(self._unknown(after, set_index))
-        drafts.extend(d for d in extras if d is not None)
         return [_finish(d, n, self._ledger, after) for n, d in enumerate(drafts, start=1)]
 
     def final_questions(self, after: int, count: int) -> list[QuestionRecord]:

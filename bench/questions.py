@@ -423,7 +423,14 @@ class QuestionPicker:
 
     # -- sets --------------------------------------------------------------------------------
     def question_set(
-        self, after: int, set_index: int, *, base: int, rules: bool, overdrawn: bool
+        self,
+        after: int,
+        set_index: int,
+        *,
+        base: int,
+        rules: bool,
+        overdrawn: bool,
+        history: bool = True,
     ) -> list[QuestionRecord]:
         fits = [i for i, (_, low, _) in enumerate(BUCKETS) if low <= after - 1]
         drafts: list[_Draft] = []
@@ -457,7 +464,7 @@ class QuestionPicker:
             "order": lambda b: self._order(after, b),
             "gist": lambda b: self._gist(after, b),
         }
-        for j, kind in enumerate(NEW_KINDS):
+        for j, kind in enumerate(NEW_KINDS if history else ()):
             start = (set_index + j) % len(fits) if fits else 0
             for offset in range(len(fits)):
                 draft = more[kind](fits[(start + offset) % len(fits)])

@@ -58,6 +58,8 @@ from keeper_middleware.messages import text_of
 THREAD = "bench"
 CHECKPOINTS_FILE = "checkpoints.sqlite3"
 ARCHIVE_FILE = "archive.sqlite3"
+STREAM_PASSAGES = "sentences"
+"""What the benchmark's arms index on its generated streams (every arm alike)."""
 
 
 # -- the arm ------------------------------------------------------------------------------------
@@ -116,7 +118,10 @@ def build_arm_handle(
 
     if options.arm not in ARMS:
         raise ValueError(f"unknown arm {options.arm!r}; choose one of: {', '.join(ARMS)}")
-    extra: dict[str, Any] = {"domain": "counters"}
+    # the streams' batches are long stories asked about one sentence at a time, and the
+    # simulated reader reads "item N: sentence" lines: the benchmark indexes sentences, set
+    # here rather than through the product's default (whole messages, chosen on LoCoMo)
+    extra: dict[str, Any] = {"domain": "counters", "passages": STREAM_PASSAGES}
     if options.delivery == "tool" and "item_tools" in ARM_OPTIONS[options.arm]:
         extra["item_tools"] = (READ_TOOL,)
     arm = build_arm(

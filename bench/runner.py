@@ -95,9 +95,10 @@ class ArmHandle:
 
 
 def make_retriever_for(options: RunOptions, archive: Path) -> Any:
-    """The retriever an arm gets: a backend name, or a retriever built with the chosen embedder
-    (its files beside the archive, where the arms keep theirs)."""
-    if options.embedder is None or options.retriever == "keyword":
+    """The retriever an arm gets: ``keyword`` by name, else one built with the chosen embedder
+    (its files beside the archive, where the arms keep theirs) whose searches wait for every
+    vector, so a run's answers never depend on how fast the background embedded them."""
+    if options.retriever == "keyword":
         return options.retriever
     from keeper_middleware.retrievers.embedders import HashingEmbedder, MiniLMEmbedder
     from keeper_middleware.retrievers.factory import make_retriever

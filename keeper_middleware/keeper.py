@@ -129,6 +129,7 @@ class Keeper:
             namespace=self.namespace,
             database=database,
             schema=schema,
+            vectors_may_lag=True,
         )
         self.passages_retriever = (
             self.retriever
@@ -139,6 +140,7 @@ class Keeper:
                 namespace=f"{self.namespace}-passages",
                 database=database,
                 schema=schema,
+                vectors_may_lag=True,
             )
         )
         shared = self.archive if isinstance(self.archive, SessionLockBackend) else None

@@ -184,6 +184,26 @@ class EmbeddingRetriever:
         if not has_searchable_text(query):
             return []
         self._wait(session)
+        return self.search_written(
+            query, session=session, k=k, from_item=from_item, to_item=to_item
+        )
+
+    def search_written(
+        self,
+        query: str,
+        *,
+        session: str,
+        k: int = 10,
+        from_item: int | None = None,
+        to_item: int | None = None,
+    ) -> list[Hit]:
+        """:meth:`search` over the passages written so far, without waiting for those still
+        queued (a hybrid ranks those by its keyword side meanwhile)."""
+        check_search_arguments(k, from_item, to_item)
+        if not has_searchable_text(query):
+            return []
+        with self._changed:
+            self._check_usable()
         with self._model_lock:
             vector = embed_query(self._embedder, query)
         found = self._nearest(list(vector), k, session, from_item, to_item)
@@ -245,40 +265,60 @@ class EmbeddingRetriever:
         return f"EmbeddingRetriever({self._where}, embedder={self._name!r})"
 
     def _wait(self, session: str | None) -> None:
-        """Returns once nothing is queued for ``session`` (or nothing at all): the queued write
-        runs in this thread rather than behind the worker's other jobs, and a write already
-        under way is waited for."""
+        """Returns once nothing is queued for ``session`` (or nothing at all). The caller writes
+        the session's queued passages itself, between two of the worker's batches, rather than
+        wait behind other sessions' work; ``None`` runs or waits for the whole queue."""
         while True:
             with self._changed:
                 self._check_usable()
                 left = self._pending[session] if session is not None else len(self._queue)
                 if not left:
                     return
-            self._worker.run_now(self._job)
-            with self._draining:  # a write another thread took out of the queue
-                pass
+            if session is None:
+                self._worker.run_now(self._job)
+                with self._draining:  # a batch another thread took out of the queue
+                    pass
+                continue
+            with self._draining:
+                with self._changed:
+                    mine = [p for p in self._queue if p.session == session]
+                if mine:
+                    self._write_batch(mine, taken=True)
 
     def _drain(self) -> None:
-        """Write what is queued, a batch at a time, until the queue is empty."""
-        with self._draining:
-            while True:
+        """Write what is queued, a batch at a time, until the queue is empty (a search may write
+        its own session's passages between two batches)."""
+        while True:
+            with self._draining:
                 with self._changed:
                     if not self._queue or self._failure is not None:
                         return
                     count = min(len(self._queue), self._max_batch)
                     batch = [self._queue[i] for i in range(count)]
-                try:
-                    self._write(batch)
-                except BaseException as error:  # kept and raised to the caller of the next call
-                    with self._changed:
-                        self._failure = error
-                        self._changed.notify_all()
+                if not self._write_batch(batch, taken=False):
                     return
-                with self._changed:
-                    for _ in batch:
-                        self._queue.popleft()
-                    self._pending.subtract(p.session for p in batch)
-                    self._changed.notify_all()
+
+    def _write_batch(self, batch: list[Passage], *, taken: bool) -> bool:
+        """Write ``batch`` and take it off the queue (the queue's first passages, or with
+        ``taken`` wherever they are); a failure is kept for the next caller. Holds the write
+        lock."""
+        try:
+            self._write(batch)
+        except BaseException as error:  # kept and raised to the caller of the next call
+            with self._changed:
+                self._failure = error
+                self._changed.notify_all()
+            return False
+        with self._changed:
+            if taken:
+                written = {id(p) for p in batch}
+                self._queue = deque(p for p in self._queue if id(p) not in written)
+            else:
+                for _ in batch:
+                    self._queue.popleft()
+            self._pending.subtract(p.session for p in batch)
+            self._changed.notify_all()
+        return True
 
     def _write(self, batch: list[Passage]) -> None:
         latest = {(p.session, p.position): p for p in batch}  # the last add of a position wins

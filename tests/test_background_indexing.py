@@ -101,12 +101,34 @@ def test_a_step_with_a_cut_returns_while_its_passages_are_still_being_embedded()
         agent, config = agent_on(keeper)
         read_until_cut(keeper, agent, config, range(1, 5))  # cut; the model calls no search
         assert embedder.waiting.wait(10)  # the worker is embedding the cut's passages...
-        assert keeper.indexing.pending() == 1  # ...and the steps returned without them
+        assert keeper.archive.get_value("t1", INDEXED_SEQ) is None  # ...and nothing is settled
         embedder.go.set()
         keeper.indexing.drain()
         assert keeper.retriever.count("t1") == expected_passages(keeper, "t1") > 0
+        assert keeper.archive.get_value("t1", INDEXED_SEQ) == keeper.archive.turn_count("t1") - 1
     finally:
         embedder.go.set()
+        keeper.close()
+
+
+def test_a_hybrid_search_before_the_vectors_are_made_ranks_the_new_passages_by_keyword(
+    held_worker,
+):
+    embedding = EmbeddingRetriever(embedder=HashingEmbedder())
+    hybrid = HybridRetriever(KeywordRetriever(), embedding, wait_for_vectors=False)
+    keeper = Keeper(CONFIG, retriever=hybrid)
+    try:
+        agent, config = agent_on(keeper)
+        read_until_cut(keeper, agent, config, range(1, 5))
+        found = keeper.search("t1", "c2")
+        assert "item 2:" in found  # by its keyword side...
+        assert embedding.search_written("c2", session="t1") == []  # ...no vector is written yet
+        assert not held_worker.opened.is_set()
+        held_worker.opened.set()
+        keeper.indexing.drain()
+        assert embedding.search_written("c2", session="t1")  # written in the background
+    finally:
+        held_worker.opened.set()
         keeper.close()
 
 
@@ -129,7 +151,7 @@ def test_a_search_right_after_a_cut_finds_its_passages_without_waiting_for_the_w
 
 
 @pytest.mark.real_model
-def test_right_after_a_cut_the_hybrid_finds_a_turn_by_its_meaning(held_worker):
+def test_once_its_vectors_are_written_the_hybrid_finds_a_turn_by_its_meaning():
     keeper = Keeper(CONFIG, retriever="hybrid")
     try:
         agent, config = agent_on(keeper)
@@ -138,11 +160,11 @@ def test_right_after_a_cut_the_hybrid_finds_a_turn_by_its_meaning(held_worker):
             config,
         )
         read_until_cut(keeper, agent, config, range(2, 6))
-        assert keeper.indexing.pending() == 1
+        assert not keeper.retriever.waits_for_vectors  # the keeper's own hybrid does not wait
+        keeper.indexing.drain()
         found = keeper.search("t1", "a small cat napping on the couch")
         assert "item 1:" in found  # no word in common: only the vectors find it
     finally:
-        held_worker.opened.set()
         keeper.close()
 
 

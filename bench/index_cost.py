@@ -40,6 +40,7 @@ from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.indexing import catch_up
 from keeper_middleware.keeper import Keeper, ModelSetup
+from keeper_middleware.retrievers.embedders import embedder_name
 
 SESSION = "big"
 WORDS = [
@@ -113,20 +114,40 @@ def chat_message(rng: random.Random, n: int, sentences: int = 1) -> str:
 
 
 class BulkEmbedder:
-    """Hashing vectors under MiniLM's name, for building a large index fast (see the module
-    docstring); a keeper opened on the folder then embeds with the real model."""
+    """Hashing vectors under the real embedder's name, for building a large index fast (see the
+    module docstring); a keeper opened on the folder then embeds with the real model."""
 
-    def __init__(self) -> None:
-        from keeper_middleware.retrievers.embedders import HashingEmbedder, MiniLMEmbedder
+    def __init__(self, name: str) -> None:
+        from keeper_middleware.retrievers.embedders import HashingEmbedder
 
-        self.name = MiniLMEmbedder.name
+        self.name = name
         self._hashing = HashingEmbedder(dim=384)
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
         return self._hashing(texts)
 
 
-def build_archive(folder: Path, messages: int, *, say: Callable[[str], None]) -> Path:
+def make_embedder(name: str) -> Any:
+    """The embedder the keepers use: ``minilm`` (the product's default) or ``hashing`` (tests)."""
+    from keeper_middleware.retrievers.embedders import HashingEmbedder, MiniLMEmbedder
+
+    return HashingEmbedder(dim=384) if name == "hashing" else MiniLMEmbedder()
+
+
+def hybrid_keeper(config: KeeperConfig, archive: Path, embedder: Any) -> Keeper:
+    """A keeper with the hybrid retriever as the keeper makes its own (searches do not wait for
+    vectors still being made), with the chosen embedder."""
+    from keeper_middleware.retrievers.factory import make_retriever
+
+    retriever = make_retriever(
+        "hybrid", path=archive.with_suffix(".index"), embedder=embedder, vectors_may_lag=True
+    )
+    return Keeper(config, archive=archive, retriever=retriever)
+
+
+def build_archive(
+    folder: Path, messages: int, *, say: Callable[[str], None], embedder_name: str
+) -> Path:
     """An archive of one session of ``messages`` one-sentence chat messages, indexed by keyword
     and by vectors; made once in ``folder``."""
     from keeper_middleware.retrievers.embedding import EmbeddingRetriever
@@ -134,7 +155,7 @@ def build_archive(folder: Path, messages: int, *, say: Callable[[str], None]) ->
     from keeper_middleware.retrievers.keyword import KeywordRetriever
 
     path = folder / "archive.sqlite3"
-    done = folder / f"built-{messages}"
+    done = folder / f"built-{messages}-{embedder_name}"
     if done.exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
@@ -165,7 +186,7 @@ def build_archive(folder: Path, messages: int, *, say: Callable[[str], None]) ->
     index = path.with_suffix(".index")
     retriever = HybridRetriever(
         KeywordRetriever(index / "keyword.sqlite3"),
-        EmbeddingRetriever(index / "chroma", embedder=BulkEmbedder()),
+        EmbeddingRetriever(index / "chroma", embedder=BulkEmbedder(embedder_name)),
     )
     from keeper_middleware.archive.store import open_archive
 
@@ -258,9 +279,9 @@ def measure_searches(
     return found
 
 
-def many_sessions(sessions: int, duration: float, folder: Path) -> dict[str, float]:
+def many_sessions(sessions: int, duration: float, folder: Path, embedder: Any) -> dict[str, float]:
     """``sessions`` threads cutting on one hybrid keeper for ``duration`` seconds."""
-    keeper = Keeper(KeeperConfig(), archive=folder / "many.sqlite3", retriever="hybrid")
+    keeper = hybrid_keeper(KeeperConfig(), folder / "many.sqlite3", embedder)
     keeper.search("warm-up", "load the model")  # the model loads once, outside the timing
     setup = ModelSetup(system_prompt="You chat.")
     steps: list[float] = []
@@ -318,6 +339,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, default=8, help="sessions cutting at once")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds they cut for")
     parser.add_argument("--skip", default="", help="comma-separated: steps, searches, sessions")
+    parser.add_argument(
+        "--embedder", choices=("minilm", "hashing"), default="minilm", help="hashing: tests only"
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
 
 
@@ -336,7 +360,8 @@ def _run(args: argparse.Namespace) -> int:
     say(f"# Indexing off the step's path (load average at start {load()})")
     say("")
     if not {"steps", "searches"} <= skip:
-        path = build_archive(folder, args.messages, say=say)
+        embedder = make_embedder(args.embedder)
+        path = build_archive(folder, args.messages, say=say, embedder_name=embedder_name(embedder))
         keyword_copy = scratch / "keyword" / "archive.sqlite3"
         keyword_copy.parent.mkdir(parents=True)
         shutil.copy(path, keyword_copy)
@@ -348,7 +373,7 @@ def _run(args: argparse.Namespace) -> int:
         config = KeeperConfig(notes_every_items=None)
         keepers = {
             "keyword": Keeper(config, archive=keyword_copy, retriever="keyword"),
-            "hybrid": Keeper(config, archive=path, retriever="hybrid"),
+            "hybrid": hybrid_keeper(config, path, embedder),
         }
         keepers["hybrid"].search(SESSION, "load the model")  # outside the timing
         if "steps" not in skip:
@@ -390,7 +415,7 @@ def _run(args: argparse.Namespace) -> int:
             keeper.close()
     if "sessions" not in skip:
         before = load()
-        row = many_sessions(args.sessions, args.duration, scratch)
+        row = many_sessions(args.sessions, args.duration, scratch, make_embedder(args.embedder))
         say(
             f"## {args.sessions} sessions cutting at once on one hybrid keeper for "
             f"{args.duration:g} s (no pause between steps; load {before} → {load()})"

@@ -193,7 +193,7 @@ class BackgroundIndexing:
                 self._changed.wait()
             self._handing.add(session)
             self._seen.add(session)
-            start = dict(self._handed)
+            start = {session: self._handed[session]} if session in self._handed else {}
         progress: Marks = {}
         try:
             _, progress = hand_over(
@@ -246,7 +246,7 @@ class BackgroundIndexing:
                 for session in chosen:
                     del self._queued[session]
                 self._handing.update(chosen)
-                start = dict(self._handed)
+                start = {s: self._handed[s] for s in chosen if s in self._handed}
             progress: Marks = {}
             try:
                 retrievers = self._retrievers()

@@ -399,3 +399,38 @@ def test_a_failing_job_is_logged_and_the_worker_goes_on(caplog):
     assert done.wait(10)
     worker.drain()
     assert "disk full" in caplog.text
+
+
+def test_every_keeper_and_index_of_a_process_shares_one_indexing_thread():
+    keepers = [
+        Keeper(CONFIG, retriever=EmbeddingRetriever(embedder=HashingEmbedder())) for _ in range(3)
+    ]
+    try:
+        for n, keeper in enumerate(keepers):
+            agent, config = agent_on(keeper, f"k{n}")
+            read_until_cut(keeper, agent, config, range(1, 5), f"k{n}")
+        for keeper in keepers:
+            keeper.indexing.drain()
+        names = [t.name for t in threading.enumerate()]
+        assert names.count("keeper-indexer") == 1
+        assert "keeper-embedder" not in names  # the indexes start no thread of their own
+    finally:
+        for keeper in keepers:
+            keeper.close()
+
+
+def test_an_index_whose_queue_is_full_writes_before_the_add_returns(held_worker, monkeypatch):
+    from keeper_middleware.retrievers import embedding as embedding_module
+    from keeper_middleware.retrievers.base import Passage
+
+    monkeypatch.setattr(embedding_module, "MAX_QUEUED_PASSAGES", 4)
+    index = EmbeddingRetriever(embedder=HashingEmbedder())
+    try:
+        index.add([Passage("s", 1, n, f"domo{n} was set to {n}.") for n in range(3)])
+        assert index.search_written("domo1", session="s") == []  # queued: the worker is held
+        index.add([Passage("s", 1, n, f"domo{n} was set to {n}.") for n in range(3, 6)])
+        assert index.search_written("domo5", session="s")  # past the bound: written at once
+        assert not held_worker.opened.is_set()
+    finally:
+        held_worker.opened.set()
+        index.close()

@@ -341,7 +341,7 @@ def test_the_worker_thread_is_not_started_by_importing_the_library():
 
 
 def test_a_job_submitted_again_while_queued_runs_once():
-    worker = BackgroundWorker()
+    worker = BackgroundWorker(name="test-worker")
     gate = Gate()
     runs: list[str] = []
     worker.submit("gate", gate)
@@ -354,7 +354,7 @@ def test_a_job_submitted_again_while_queued_runs_once():
 
 
 def test_run_now_runs_a_queued_job_in_the_callers_thread():
-    worker = BackgroundWorker()
+    worker = BackgroundWorker(name="test-worker")
     gate = Gate()
     ran_in: list[str] = []
     worker.submit("gate", gate)
@@ -368,7 +368,7 @@ def test_run_now_runs_a_queued_job_in_the_callers_thread():
 
 
 def test_a_full_queue_makes_the_submitter_wait_for_room():
-    worker = BackgroundWorker(max_queued=1)
+    worker = BackgroundWorker(max_queued=1, name="test-worker")
     gate = Gate()
     worker.submit("gate", gate)
     assert gate.holding.wait(10)
@@ -388,7 +388,7 @@ def test_a_full_queue_makes_the_submitter_wait_for_room():
 
 
 def test_a_failing_job_is_logged_and_the_worker_goes_on(caplog):
-    worker = BackgroundWorker()
+    worker = BackgroundWorker(name="test-worker")
     done = threading.Event()
 
     def broken() -> None:

@@ -145,7 +145,11 @@ class Keeper:
         self.locks = SessionLocks(shared)
         self.tokens = resolve_token_counter(token_counter)
         self.checks = (
-            tuple(checks) if checks is not None else default_checks(self.config.tracked_names)
+            tuple(checks)
+            if checks is not None
+            else default_checks(
+                self.config.tracked_names, noted_names=self.config.track_noted_names
+            )
         )
         self.detector = question_detector or PatternQuestionDetector(self.config.question_patterns)
         self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)

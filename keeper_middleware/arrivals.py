@@ -26,6 +26,7 @@ from keeper_middleware.injection import (
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.messages import keeper_kind, role_of
 from keeper_middleware.model_setup import ModelSetup
+from keeper_middleware.notes import Notes
 from keeper_middleware.questions import QuestionDetector
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.search.guards import after_new_input
@@ -62,14 +63,17 @@ class Arrivals:
         entries: Sequence[Entry],
         kstate: dict[str, Any],
         setup: ModelSetup,
+        notes: Notes | None = None,
     ) -> tuple[list[BaseMessage], bool]:
         """Number new inputs, fit each new message to the room it needs, and place the RULES
-        (and retrieved sentences) after new questions. True when a message was excerpted."""
+        (and retrieved sentences) after new questions. True when a message was excerpted.
+        ``notes``: the session's current NOTES, when the caller has read them already."""
         seen = set(kstate.get("seen", []))
         items: dict[str, int] = dict(kstate.get("items", {}))
         last_item = int(kstate.get("last_item", 0))
         numbered = bool(kstate.get("numbered", False))
-        notes = self.sessions.notes(session)
+        if notes is None:
+            notes = self.sessions.notes(session)
         counters = self.sessions.counters(session)
         caps, room = self.window.message_caps(session, entries, seen, setup, notes)
         self.sessions.set_room(session, room)

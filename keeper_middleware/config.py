@@ -89,6 +89,10 @@ class KeeperConfig:
     tracked_names: str | None = None
     """A regex for the names whose mentions the domain checks account for (counters, files,
     tickets). None turns the domain checks off; the generic checks are always on."""
+    track_noted_names: bool = False
+    """With no ``tracked_names``, account for the names the NOTES already hold: a noted turn that
+    names a one-word STATE key with an amount, and no line for it, is asked about again (nothing
+    is left out). A pattern from the conversation itself, for agents whose names have none."""
     pinned_head: int = 1
     """How many leading user messages (the task) stay in view for ever."""
     item_pattern: str | None = r"^\s*(?:Item|Batch|Ticket)\s+#?(\d+)\b"

@@ -147,7 +147,11 @@ class Keeper:
         self.locks = SessionLocks(shared)
         self.tokens = resolve_token_counter(token_counter)
         self.checks = (
-            tuple(checks) if checks is not None else default_checks(self.config.tracked_names)
+            tuple(checks)
+            if checks is not None
+            else default_checks(
+                self.config.tracked_names, noted_names=self.config.track_noted_names
+            )
         )
         self.detector = question_detector or PatternQuestionDetector(self.config.question_patterns)
         self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)
@@ -291,9 +295,9 @@ class Keeper:
         # each message is classified once per step (kind, text, size, question), here where
         # it enters; a message replaced on the way (an excerpt) is classified anew
         entries = window.classify(messages)
-        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup)
+        notes = self.notes(session)  # read once a step: nothing below writes a version
+        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
         entries = window.classify(messages, entries)
-        notes = self.notes(session)
         plan, request_tokens = window.plan(messages, kstate, setup, notes)
         if plan is None and request_tokens > budget:
             # what was kept in view as already noted may leave with the next cut instead

@@ -394,7 +394,7 @@ def test_the_free_text_reader_writes_its_notes_as_prose_and_reads_them_back(rule
 
 def test_a_misread_is_written_into_the_pinned_state_as_read(rule_stream):
     folder, window = rule_stream
-    faulty = SimulatedReader(faults=ReaderFaults(misread=1.0, seed=3))
+    faulty = SimulatedReader(faults=ReaderFaults(sign_flip=1.0, seed=3))
     _, out = drive("self_edit", folder, window, reader=faulty)
     _, clean = drive("self_edit", folder, window)
     values = read_pinned(pinned_of(out["messages"])).values()

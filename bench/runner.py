@@ -58,6 +58,8 @@ from keeper_middleware.messages import text_of
 THREAD = "bench"
 CHECKPOINTS_FILE = "checkpoints.sqlite3"
 ARCHIVE_FILE = "archive.sqlite3"
+STREAM_PASSAGES = "sentences"
+"""What the benchmark's arms index on its generated streams (every arm alike)."""
 
 
 # -- the arm ------------------------------------------------------------------------------------
@@ -93,9 +95,10 @@ class ArmHandle:
 
 
 def make_retriever_for(options: RunOptions, archive: Path) -> Any:
-    """The retriever an arm gets: a backend name, or a retriever built with the chosen embedder
-    (its files beside the archive, where the arms keep theirs)."""
-    if options.embedder is None or options.retriever == "keyword":
+    """The retriever an arm gets: ``keyword`` by name, else one built with the chosen embedder
+    (its files beside the archive, where the arms keep theirs) whose searches wait for every
+    vector, so a run's answers never depend on how fast the background embedded them."""
+    if options.retriever == "keyword":
         return options.retriever
     from keeper_middleware.retrievers.embedders import HashingEmbedder, MiniLMEmbedder
     from keeper_middleware.retrievers.factory import make_retriever
@@ -116,8 +119,11 @@ def build_arm_handle(
 
     if options.arm not in ARMS:
         raise ValueError(f"unknown arm {options.arm!r}; choose one of: {', '.join(ARMS)}")
-    # no arm is told anything about the stream (the keeper's checks get no pattern for its names)
-    extra: dict[str, Any] = {}
+    # no arm is told anything about the stream (the keeper's checks get no pattern for its
+    # names); the streams' batches are long stories asked about one sentence at a time, and the
+    # simulated reader reads "item N: sentence" lines: the benchmark indexes sentences, set here
+    # rather than through the product's default (whole messages, chosen on LoCoMo)
+    extra: dict[str, Any] = {"passages": STREAM_PASSAGES}
     if options.delivery == "tool" and "item_tools" in ARM_OPTIONS[options.arm]:
         extra["item_tools"] = (READ_TOOL,)
     arm = build_arm(

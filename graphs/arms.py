@@ -386,6 +386,8 @@ def _build_self_edit(request: _Request) -> Arm:
     style, archived = SELF_EDIT_STYLES[request.name]
     base = request.keeper_config or KeeperConfig()
     config = replace(base, window=request.window, reply_reserve=request.reply_reserve)
+    if "passages" in request.options:
+        config = replace(config, passages=str(request.options["passages"]))
     keeper = Keeper(
         config,
         archive=request.archive if request.archive is not None else ":memory:",

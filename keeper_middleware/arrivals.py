@@ -54,6 +54,8 @@ class Arrivals:
     passages: Retriever
     """Serves the sentences shown beside a new question (``show_retrieved``)."""
     archive_whole: ArchiveWhole
+    index_ready: Callable[[str], None] = lambda session: None
+    """Makes sure the session's archived turns are indexed before its passages are searched."""
 
     def observe(
         self,
@@ -127,6 +129,7 @@ class Arrivals:
         if self.config.rules_next_to_questions and rules:
             added.append(own(session, render_rules_block(rules), "rules", f"rules-{qid}"))
         if self.config.show_retrieved > 0:
+            self.index_ready(session)
             per_query = [
                 self.passages.search(q, session=session, k=self.config.show_retrieved)
                 for q in question_queries(question)

@@ -105,9 +105,11 @@ class KeeperConfig:
     """Repeat the RULES right after each new question set (22/29 pinned only, 29/29 repeated)."""
     show_retrieved: int = 0
     """Also show this many best-matching archived sentences next to each new question set."""
-    passages: str = "sentences"
-    """What the archive indexes as one passage: ``sentences``, or ``messages`` (each message
-    cut into bounded chunks of whole sentences; measured better on real conversation, see
+    passages: str = "messages"
+    """What the archive indexes as one passage: ``messages`` (each message cut into bounded
+    chunks of whole sentences; the embedding backend also gives each sentence a vector), or
+    ``sentences``. Every passage carries its message's context (who, when, which item).
+    Messages find the evidence more often on real conversation (LoCoMo, every backend;
     bench/results/locomo_recall.md). A hit on a message shows the matched sentence marked."""
     search_results: int = 10
     """How many matches the archive search shows at most."""

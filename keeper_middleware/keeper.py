@@ -42,7 +42,7 @@ from keeper_middleware.commit import CutCommit
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.indexing import catch_up
+from keeper_middleware.indexing import BackgroundIndexing
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.marks import verified
 from keeper_middleware.messages import (
@@ -129,6 +129,7 @@ class Keeper:
             namespace=self.namespace,
             database=database,
             schema=schema,
+            vectors_may_lag=True,
         )
         self.passages_retriever = (
             self.retriever
@@ -139,6 +140,7 @@ class Keeper:
                 namespace=f"{self.namespace}-passages",
                 database=database,
                 schema=schema,
+                vectors_may_lag=True,
             )
         )
         shared = self.archive if isinstance(self.archive, SessionLockBackend) else None
@@ -163,8 +165,15 @@ class Keeper:
             page_tokens=self.config.page_tokens,
             sync_index=lambda session: self._sync_index(session),
         )
+        self.indexing = BackgroundIndexing(
+            self.archive, self._index_retrievers, unit=self.config.passages
+        )
         self.searcher = ArchiveSearch(
-            sessions=self.sessions, retriever=self.retriever, config=self.config, tokens=self.tokens
+            sessions=self.sessions,
+            retriever=self.retriever,
+            config=self.config,
+            tokens=self.tokens,
+            index_ready=self.indexing.ready,
         )
         self.commit = CutCommit(
             config=self.config,
@@ -184,6 +193,7 @@ class Keeper:
             sessions=self.sessions,
             passages=self.passages_retriever,
             archive_whole=self.oversized.archive_whole,
+            index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
 
@@ -273,6 +283,7 @@ class Keeper:
     ) -> Pending:
         window = self.window
         budget = self.config.budget
+        self.indexing.schedule_once(session)  # turns a crash left unindexed
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
         if not kstate:
             self._warn_if_archive_outlived_state(session)
@@ -369,11 +380,14 @@ class Keeper:
         return StepResult(pending.messages, pending.state, changed, rewritten)
 
     def _sync_index(self, session: str) -> None:
-        """Index archived turns the retriever has not seen yet (also after a crash)."""
-        retrievers: tuple[Retriever, ...] = (self.retriever,)
+        """Index archived turns the retrievers have not seen yet, in the background: the step
+        does not wait for embeddings, and a search of the session waits only for its own."""
+        self.indexing.schedule(session)
+
+    def _index_retrievers(self) -> tuple[Retriever, ...]:
         if self.passages_retriever is not self.retriever:
-            retrievers = (self.retriever, self.passages_retriever)
-        catch_up(self.archive, session, retrievers, unit=self.config.passages)
+            return (self.retriever, self.passages_retriever)
+        return (self.retriever,)
 
     # ----------------------------------------------------------------- the model's side
 
@@ -453,6 +467,7 @@ class Keeper:
     def forget(self, session: str) -> None:
         """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""
         with self.session(session), self._lock:
+            self.indexing.forget(session)
             self.archive.delete_session(session)
             self.retriever.delete_session(session)
             if self.passages_retriever is not self.retriever:
@@ -460,6 +475,8 @@ class Keeper:
             self.sessions.drop(session)
 
     def close(self) -> None:
+        """Index what is still queued, then close the indexes and the archive."""
+        self.indexing.drain()
         if self.passages_retriever is not self.retriever:
             self.passages_retriever.close()
         self.retriever.close()

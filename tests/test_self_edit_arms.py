@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from keeper_middleware.bench.grader import SIMULATED_READER, grade
 from keeper_middleware.bench.reader import ReaderFaults, SimulatedReader
 from keeper_middleware.bench.reader.pinned import RULES_READ_SENTENCE, read_pinned
+from keeper_middleware.bench.runner import STREAM_PASSAGES
 from keeper_middleware.bench.streams import (
     StreamSpec,
     generate_stream,
@@ -323,7 +324,13 @@ def test_the_model_is_shown_its_memory_tools_and_the_archive_search_where_there_
 
 
 def drive(name: str, folder, window: int, reader: SimulatedReader | None = None):
-    arm = build_arm(name, reader or SimulatedReader(), window=window, domain="counters")
+    arm = build_arm(
+        name,
+        reader or SimulatedReader(),
+        window=window,
+        domain="counters",
+        passages=STREAM_PASSAGES,  # as the benchmark runs its arms on the streams
+    )
     config = thread(name)
     arm.graph.invoke({"messages": [HumanMessage(TASK)]}, config)
     replies = {}

@@ -110,7 +110,8 @@ async def test_note_calls_carry_only_the_model_the_prefix_and_the_keepers_settin
     for work in upstream.work_calls:  # the agent's own calls keep every field it sent
         assert work["stop"] == ["\n"] and work["logprobs"] is True and work["seed"] == 3
     for note in upstream.note_calls:
-        assert set(note) <= {"model", "messages", "tools", "stream", "reasoning_effort", "max_tokens"}
+        allowed = {"model", "messages", "tools", "stream", "reasoning_effort", "max_tokens"}
+        assert set(note) <= allowed
         assert note["model"] == "agent-model" and note["reasoning_effort"] == "medium"
         assert note["max_tokens"] == app.state.proxy.keeper.config.reserve  # not the agent's 12
         work = next(w for w in reversed(upstream.requests) if w is not note and not is_note(w))

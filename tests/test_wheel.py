@@ -1,5 +1,9 @@
-"""The package-dir mapping works outside an editable install: build the wheel, install it in a
-fresh venv, import every subpackage."""
+"""The packaging works outside an editable install: build the wheel, install it in a fresh venv,
+import every subpackage.
+
+retrievers/, graphs/, integrations/ and bench/ are reached through committed symlinks under
+keeper_middleware/ (docs/architecture.md): the wheel and the sdist must hold the files they point
+at, never the links, and a script run from the repository root must import the same names."""
 
 from __future__ import annotations
 
@@ -88,6 +92,98 @@ def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
     result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+    # from the repository root the checkout's keeper_middleware/ comes first on sys.path; its
+    # symlinks give it the same subpackages as the wheel
+    from_root = (
+        "import importlib\n"
+        f"for sub in {SUBPACKAGES!r}:\n"
+        "    importlib.import_module('keeper_middleware.' + sub)\n"
+        "from keeper_middleware.retrievers import EmbeddingRetriever, KeywordRetriever\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [str(python), "-c", from_root], capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+LINKED = ("retrievers", "graphs", "integrations", "bench")
+
+
+def test_the_linked_folders_are_symlinks_to_the_top_level_folders():
+    for name in LINKED:
+        link = ROOT / "keeper_middleware" / name
+        assert link.is_symlink(), f"keeper_middleware/{name} should be a symlink to ../{name}"
+        assert link.resolve() == (ROOT / name).resolve()
+
+
+def _entries_by_mode(wheel: Path) -> dict[str, int]:
+    return {info.filename: info.external_attr >> 16 for info in zipfile.ZipFile(wheel).infolist()}
+
+
+@pytest.mark.wheel
+def test_the_wheel_and_the_sdist_hold_the_files_the_symlinks_point_at(built_wheel, tmp_path):
+    import stat
+    import tarfile
+
+    modes = _entries_by_mode(built_wheel)
+    for name in LINKED:
+        inside = [n for n in modes if n.startswith(f"keeper_middleware/{name}/")]
+        expected = {
+            f"keeper_middleware/{name}/{p.relative_to(ROOT / name).as_posix()}"
+            for p in (ROOT / name).rglob("*.py")
+        }
+        assert expected <= set(inside), sorted(expected - set(inside))[:5]
+        assert not any(stat.S_ISLNK(modes[n]) for n in inside)
+    assert not any(n.split("/")[0] in LINKED for n in modes), "a folder leaked to top level"
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--sdist",
+            "--no-isolation",
+            "-o",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    (sdist,) = tmp_path.glob("keeper_middleware-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        members = {m.name.split("/", 1)[1]: m for m in archive.getmembers() if "/" in m.name}
+    for name in LINKED:
+        assert f"keeper_middleware/{name}/__init__.py" in members
+        assert not any(m.issym() for m in members.values()), "the sdist holds a symlink"
+
+
+@pytest.mark.wheel
+def test_building_the_wheel_gives_no_setuptools_warning(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-v",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in (result.stdout + result.stderr).splitlines() if "Warning:" in line]
+    assert warnings == [], warnings
 
 
 # ---------------------------------------------------------------------------- one extra at a time

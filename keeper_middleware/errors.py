@@ -7,7 +7,7 @@
     │                           (``retrievers.MissingExtraError`` is the same class)
     ├── WindowTooSmallError     what must stay in view does not fit the live window even after a cut
     ├── ArchiveError            the archive or its index cannot be used; the message names the path
-    │   └── ArchiveSchemaError  the file was written by a newer version (archive/store.py)
+    │   └── ArchiveSchemaError  the file was written by a newer version
     ├── RetrieverError          a retrieval backend failed (retrievers/base.py)
     │   └── ServerUnavailableError  a configured search server did not answer
     └── TokenizeEndpointError   a server's tokenize endpoint is down or answers wrongly (tokens.py)
@@ -49,3 +49,7 @@ class WindowTooSmallError(KeeperError):
 
 class ArchiveError(KeeperError):
     """The archive (or its search index) cannot be opened or written."""
+
+
+class ArchiveSchemaError(ArchiveError):
+    """The archive file was written by a newer version of keeper-middleware."""

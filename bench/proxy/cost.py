@@ -41,15 +41,15 @@ from keeper_middleware.bench.proxy.servers import (
     serve_upstream,
     upstream_process,
 )
+from keeper_middleware.bench.proxy.turns import agent_turns
 from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.steps import SYSTEM_PROMPT, plan_steps
+from keeper_middleware.bench.steps import SYSTEM_PROMPT
 from keeper_middleware.bench.streams import (
     SIZES,
     StreamSpec,
     generate_stream,
     load_spec,
     preset_spec,
-    read_stream,
 )
 
 
@@ -67,12 +67,6 @@ def memory_stream(size: str, folder: Path) -> Path:
     if not ((folder / "stream.jsonl").exists() and load_spec(folder) == spec):
         generate_stream(spec, folder)
     return folder
-
-
-def agent_turns(stream: Path, per_call: int) -> list[list[str]]:
-    """The user messages of each call: the task alone, then ``per_call`` stream messages a call."""
-    messages = [step.message for step in plan_steps(read_stream(stream), "messages")]
-    return [messages[:1]] + [messages[i : i + per_call] for i in range(1, len(messages), per_call)]
 
 
 @dataclass(slots=True)

@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from keeper_middleware.bench.proxy.cost import agent_turns
 from keeper_middleware.bench.proxy.servers import ProxyProcess, proxy_process, upstream_server
+from keeper_middleware.bench.proxy.turns import agent_turns
 from keeper_middleware.bench.run_options import resolve_stream
 from keeper_middleware.bench.steps import SYSTEM_PROMPT
 

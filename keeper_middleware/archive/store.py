@@ -25,7 +25,8 @@ from keeper_middleware.archive.records import (
     NotesDraft,
     NotesVersion,
 )
-from keeper_middleware.errors import ArchiveError
+from keeper_middleware.archive.schema_version import SCHEMA_VERSION
+from keeper_middleware.errors import ArchiveSchemaError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -34,13 +35,6 @@ __all__ = [
     "open_archive",
     "put_values",
 ]
-
-SCHEMA_VERSION = 2
-"""SQLite archive layout: 2 keeps moved STATE entries one row each (``moved_rows``)."""
-
-
-class ArchiveSchemaError(ArchiveError):
-    """The archive file was written by a newer version of keeper-middleware."""
 
 
 @runtime_checkable

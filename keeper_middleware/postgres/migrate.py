@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keeper_middleware.archive.records import ArchivedTurn, MovedUpdate, NotesDraft
-from keeper_middleware.archive.store import SCHEMA_VERSION
+from keeper_middleware.archive.schema_version import SCHEMA_VERSION
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.indexing import INDEXED_SEQ, NEXT_POSITION, catch_up
 from keeper_middleware.postgres.archive import PostgresArchive

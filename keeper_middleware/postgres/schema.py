@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from keeper_middleware.archive.store import ArchiveSchemaError
+from keeper_middleware.errors import ArchiveSchemaError
 from keeper_middleware.postgres.connect import redact_url
 
 MIGRATIONS: tuple[str, ...] = (

@@ -12,8 +12,8 @@ import sqlite3
 from pathlib import Path
 from typing import Literal
 
-from keeper_middleware.archive.store import SCHEMA_VERSION, ArchiveSchemaError
-from keeper_middleware.errors import ArchiveError
+from keeper_middleware.archive.schema_version import SCHEMA_VERSION
+from keeper_middleware.errors import ArchiveError, ArchiveSchemaError
 from keeper_middleware.sqlite import moved as sqlite_moved
 
 _SCHEMA = """

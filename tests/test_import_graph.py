@@ -1,0 +1,177 @@
+"""The package's import graph has no cycle, and its layers import only what docs/architecture.md
+allows.
+
+The graph is read from the source (ast), not by importing: every ``import`` a module runs, at
+module level or deferred inside a function (a deferred import that closes a loop is still a loop,
+only a later one), except those under ``if TYPE_CHECKING:``. An edge goes to the module named, or
+to the package when the name is something the package holds.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "keeper_middleware"
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name, through the symlinked folders."""
+    found: dict[str, Path] = {}
+    base = ROOT / PACKAGE
+    for folder, _dirs, files in os.walk(base, followlinks=True):
+        relative = Path(folder).relative_to(base).parts
+        if "__pycache__" in relative:
+            continue
+        for file in files:
+            if not file.endswith(".py"):
+                continue
+            parts = [PACKAGE, *relative]
+            if file != "__init__.py":
+                parts.append(file[:-3])
+            found[".".join(parts)] = Path(folder) / file
+    return found
+
+
+MODULES = _modules()
+
+
+def _run_time_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    for statement in body:
+        if isinstance(statement, ast.If) and "TYPE_CHECKING" in ast.unparse(statement.test):
+            yield from _run_time_statements(statement.orelse)
+            continue
+        yield statement
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(statement, field, None)
+            if isinstance(inner, list):
+                for item in inner:
+                    if isinstance(item, ast.ExceptHandler):
+                        yield from _run_time_statements(item.body)
+                yield from _run_time_statements([s for s in inner if isinstance(s, ast.stmt)])
+
+
+def _known(name: str) -> str | None:
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(module: str) -> set[str]:
+    """The package's modules ``module`` imports when it runs."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for statement in _run_time_statements(ast.parse(path.read_text()).body):
+        names: list[str] = []
+        if isinstance(statement, ast.Import):
+            names = [alias.name for alias in statement.names]
+        elif isinstance(statement, ast.ImportFrom):
+            if statement.level:
+                parts = package.split(".")[: len(package.split(".")) - statement.level + 1]
+                source = ".".join([*parts, *([statement.module] if statement.module else [])])
+            else:
+                source = statement.module or ""
+            names = [
+                f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source
+                for a in statement.names
+            ]
+        for name in names:
+            target = _known(name)
+            if target is not None and target != module:
+                found.add(target)
+    return found
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return groups
+
+
+def test_the_walk_sees_every_folder_and_the_imports_it_should():
+    assert {"keeper_middleware.retrievers.base", "keeper_middleware.graphs.rag"} <= MODULES.keys()
+    assert "keeper_middleware.integrations.proxy.app" in MODULES
+    assert "keeper_middleware.errors" in GRAPH["keeper_middleware.retrievers.base"]
+    # deferred imports count: open_archive picks its backend inside the function
+    assert "keeper_middleware.sqlite" in GRAPH["keeper_middleware.archive.store"]
+
+
+def test_the_cycle_finder_finds_a_loop_through_three_modules():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_has_no_import_cycle():
+    assert _cycles(GRAPH) == []
+
+
+def test_errors_is_the_bottom_layer():
+    assert GRAPH["keeper_middleware.errors"] == set()
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_retrievers_import_only_their_own_modules_and_the_errors():
+    for module, targets in GRAPH.items():
+        if _room(module) != "retrievers":
+            continue
+        outside = {t for t in targets if _room(t) != "retrievers"}
+        assert outside <= {"keeper_middleware.errors"}, (module, outside)
+
+
+def test_nothing_in_the_product_imports_the_benchmark():
+    for module, targets in GRAPH.items():
+        if _room(module) == "bench":
+            continue
+        assert not any(_room(t) == "bench" for t in targets), module

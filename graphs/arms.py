@@ -25,6 +25,7 @@ from langgraph.types import Checkpointer
 
 from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
+from keeper_middleware.errors import ArgumentTypeError, ConfigurationError
 from keeper_middleware.graphs import baselines, keeper_arms, peers, rag
 from keeper_middleware.graphs.baselines import WindowPolicy, default_reply_reserve
 from keeper_middleware.graphs.self_edit import Style, self_edit_graph
@@ -249,11 +250,11 @@ def build_arm(
     ``item_tools`` (tools whose results are new inputs).
     """
     if name not in ARMS:
-        raise ValueError(f"unknown arm {name!r}; choose one of: {', '.join(ARMS)}")
+        raise ConfigurationError(f"unknown arm {name!r}; choose one of: {', '.join(ARMS)}")
     allowed = SHARED_OPTIONS | ARM_OPTIONS[name]
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"arm {name!r} takes no option {', '.join(unknown)}; its options are: "
             f"{', '.join(sorted(allowed))}"
         )

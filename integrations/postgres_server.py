@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from keeper_middleware.errors import InvalidStateError, KeeperError
+
 __all__ = ["LocalPostgres", "PostgresNotAvailableError", "find_postgres_bin"]
 
 SERVER_USER = "postgres"
@@ -37,7 +39,7 @@ _SETTINGS = {
 }
 
 
-class PostgresNotAvailableError(RuntimeError):
+class PostgresNotAvailableError(KeeperError, RuntimeError):
     """The PostgreSQL server programs are missing or the server would not start."""
 
 
@@ -102,7 +104,7 @@ class LocalPostgres:
     @property
     def url(self) -> str:
         if self.folder is None:
-            raise RuntimeError("the server is not running; call start() first")
+            raise InvalidStateError("the server is not running; call start() first")
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/postgres"
 
     def _run(self, args: list[str], account: pwd.struct_passwd | None) -> None:

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import math
 
+from keeper_middleware.errors import ConfigurationError
+
 NOTES_WEIGHT = 1
 """How many items' worth each item-sized piece of the NOTES counts for: once, so the NOTES'
 growth is shared between the calls' size and how often the NOTES are sent again."""
@@ -44,9 +46,9 @@ def items_due(*, every: int, notes_tokens: int, new_tokens: int, new_items: int)
     measure of an item yet, and never under half of ``every`` (at least 1).
     """
     if every < 1:
-        raise ValueError(f"every must be >= 1 item, got {every}")
+        raise ConfigurationError(f"every must be >= 1 item, got {every}")
     if notes_tokens < 0 or new_tokens < 0 or new_items < 0:
-        raise ValueError(
+        raise ConfigurationError(
             "notes_tokens, new_tokens and new_items are sizes and counts, never negative; got "
             f"{notes_tokens}, {new_tokens}, {new_items}"
         )

@@ -1,16 +1,30 @@
 """The keeper's errors, in one small tree.
 
     KeeperError
-    ├── ConfigurationError      a setting is wrong; the message says which and how to fix it
+    ├── ConfigurationError      (ValueError) a setting or an argument has a value the keeper cannot
+    │   │                       use; the message names it and says how to fix it
     │   └── ToolsNotSupportedError  the chat model or its server cannot take tools (search=False)
-    ├── MissingDependencyError  an optional extra is not installed; the message gives the pip command
-    │                           (``retrievers.MissingExtraError`` is the same class)
+    ├── ArgumentTypeError       (TypeError) an argument is of a type the keeper cannot use; the
+    │                           message names it and the types it takes
+    ├── MalformedDataError      (ValueError) text or data the keeper reads back (a NOTES message,
+    │                           an upstream reply, a slot file) is not in the format it expects
+    ├── InvalidStateError       (RuntimeError) an object was used when it cannot be: closed, not
+    │                           started, or called out of order
+    ├── ServerStartError        (RuntimeError) a server the keeper starts did not come up
+    ├── MissingDependencyError  (ImportError) an optional extra is not installed; the message gives
+    │                           the pip command (``retrievers.MissingExtraError`` is the same class)
     ├── WindowTooSmallError     what must stay in view does not fit the live window even after a cut
     ├── ArchiveError            the archive or its index cannot be used; the message names the path
     │   └── ArchiveSchemaError  the file was written by a newer version
     ├── RetrieverError          a retrieval backend failed (retrievers/base.py)
-    │   └── ServerUnavailableError  a configured search server did not answer
+    │   ├── ServerUnavailableError  (ConnectionError) a configured search server did not answer
+    │   └── IndexingFailedError     (RuntimeError) indexing in the background failed
     └── TokenizeEndpointError   a server's tokenize endpoint is down or answers wrongly (tokens.py)
+
+Each class also is the builtin named beside it, so code that caught ``ValueError``,
+``TypeError`` or ``RuntimeError`` before catches the same errors now. Integrations define a few
+more under ``KeeperError`` next to their code (the proxy's ``RequestError``, ``UpstreamError``,
+``QuotaError``; ``LlamaServerError``, ``PostgresNotAvailableError``, ``SlotParkingError``).
 
 Configuration errors are raised eagerly, at construction, so a tool-calling loop (where LangGraph's
 ToolNode turns exceptions into messages for the model) never swallows them.
@@ -24,11 +38,27 @@ class KeeperError(Exception):
 
 
 class ConfigurationError(KeeperError, ValueError):
-    """A setting is invalid."""
+    """A setting or an argument has a value the keeper cannot use."""
 
 
 class ToolsNotSupportedError(ConfigurationError):
     """The chat model cannot bind tools, or its server refuses requests that carry them."""
+
+
+class ArgumentTypeError(KeeperError, TypeError):
+    """An argument is of a type the keeper cannot use."""
+
+
+class MalformedDataError(KeeperError, ValueError):
+    """Text or data read back (a NOTES message, an upstream reply, a slot file) is malformed."""
+
+
+class InvalidStateError(KeeperError, RuntimeError):
+    """An object was used when it cannot be: closed, not started, or called out of order."""
+
+
+class ServerStartError(KeeperError, RuntimeError):
+    """A server the keeper starts (the proxy's own, a local model server) did not come up."""
 
 
 class MissingDependencyError(KeeperError, ImportError):

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.messages import KEEPER_KEY
 
 MARK_KEY = "keeper_mark"
@@ -41,7 +42,7 @@ def signed(message: BaseMessage, secret: str) -> BaseMessage:
     """``message`` (a keeper message with an id) with its mark."""
     kind = message.additional_kwargs.get(KEEPER_KEY)
     if not isinstance(kind, str) or not message.id:
-        raise ValueError("only a keeper message with an id can be signed")
+        raise ConfigurationError("only a keeper message with an id can be signed")
     kwargs = {**message.additional_kwargs, MARK_KEY: mark_of(secret, kind, message.id)}
     return message.model_copy(update={"additional_kwargs": kwargs})
 

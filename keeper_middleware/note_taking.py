@@ -38,7 +38,7 @@ from keeper_middleware.checks import (
     rule_is_acceptable,
     run_checks,
 )
-from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.errors import ConfigurationError, InvalidStateError
 from keeper_middleware.notes import NOTES_CHECK_TAG, NOTES_REQUEST_TAG, Notes, normalise_entry
 from keeper_middleware.recall import ArchivedKeys
 
@@ -76,7 +76,7 @@ EMPTY_REASK_HEADER = (
 def notes_request_text(kept: int = 0) -> str:
     """The notes request; ``kept`` messages after the NOTES were noted before and must be skipped."""
     if kept < 0:
-        raise ValueError(f"kept must be >= 0 (a number of messages), got {kept}.")
+        raise ConfigurationError(f"kept must be >= 0 (a number of messages), got {kept}.")
     if kept == 0:
         return NOTES_REQUEST_TEXT
     if kept == 1:
@@ -99,7 +99,7 @@ def reask_message_text(issues: Sequence[Issue], reason_empty: bool = False) -> s
         for issue in issues:
             lines.append(f"- {issue.line}: {issue.reason}" if issue.line else f"- {issue.reason}")
     if not lines:
-        raise ValueError(
+        raise ConfigurationError(
             "Nothing to ask again: give issues, or reason_empty=True for an empty reply."
         )
     return "\n".join(lines)
@@ -217,16 +217,20 @@ class NoteTaking:
     def first_step(self) -> Ask:
         """Start: the caller sends the notes request."""
         if self._started:
-            raise RuntimeError("first_step() was already called; continue with receive(reply).")
+            raise InvalidStateError(
+                "first_step() was already called; continue with receive(reply)."
+            )
         self._started = True
         return Ask(None)
 
     def receive(self, reply: str) -> Ask | Done:
         """Take the model's reply; say whether to ask again or what the outcome is."""
         if not self._started:
-            raise RuntimeError("Call first_step() and send the notes request before receive().")
+            raise InvalidStateError(
+                "Call first_step() and send the notes request before receive()."
+            )
         if self._outcome is not None:
-            raise RuntimeError(
+            raise InvalidStateError(
                 "Note-taking is over; read .outcome instead of sending more replies."
             )
         self._asks += 1

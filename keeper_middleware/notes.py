@@ -12,6 +12,8 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
+from keeper_middleware.errors import ConfigurationError, MalformedDataError
+
 NOTES_TAG = "[NOTES]"
 NOTES_REQUEST_TAG = "[NOTES REQUEST]"
 NOTES_CHECK_TAG = "[NOTES CHECK]"
@@ -87,9 +89,11 @@ class Notes:
         if not _all_valid(self):
             _explain_invalid(self)  # raises the first problem found, naming the entry
         if self.moved < 0:
-            raise ValueError(f"moved counts entries moved to the archive: >= 0, got {self.moved}.")
+            raise ConfigurationError(
+                f"moved counts entries moved to the archive: >= 0, got {self.moved}."
+            )
         if (self.first_item is None) != (self.last_item is None):
-            raise ValueError(
+            raise ConfigurationError(
                 "Give both first_item and last_item, or neither (notes that cover no items yet)."
             )
         if (
@@ -97,7 +101,7 @@ class Notes:
             and self.last_item is not None
             and (self.first_item < 0 or self.last_item < self.first_item)
         ):
-            raise ValueError(
+            raise ConfigurationError(
                 f"Item range {self.first_item}–{self.last_item} is not a range: "
                 "first_item must be >= 0 and <= last_item."
             )
@@ -160,12 +164,12 @@ def _explain_invalid(notes: Notes) -> None:
         _check_entry(key, "state key")
         _check_entry(value, f"value of state key {key!r}")
         if STATE_SEPARATOR in key:
-            raise ValueError(
+            raise ConfigurationError(
                 f"State key {key!r} contains ' = ', which separates keys from values; "
                 "choose a key without it."
             )
         if key in seen:
-            raise ValueError(
+            raise ConfigurationError(
                 f"State key {key!r} appears twice; keys are unique: replace the value "
                 "in place instead of adding the key again."
             )
@@ -174,12 +178,12 @@ def _explain_invalid(notes: Notes) -> None:
 
 def _check_entry(text: str, what: str) -> None:
     if not text or text != text.strip():
-        raise ValueError(
+        raise ConfigurationError(
             f"A {what} must be non-empty text without surrounding whitespace, got {text!r}; "
             "strip it first."
         )
     if "\n" in text or "\r" in text:
-        raise ValueError(
+        raise ConfigurationError(
             f"A {what} must be one line, got {text!r}; each notes entry is a single line, "
             "so join it with spaces."
         )
@@ -206,7 +210,7 @@ def kept_line(kept: int) -> str:
 def render_notes(notes: Notes, *, kept: int = 0) -> str:
     """The NOTES message text (docs/formats.md §1); ``kept`` messages after it are already noted."""
     if kept < 0:
-        raise ValueError(f"kept must be >= 0 (a number of messages), got {kept}.")
+        raise ConfigurationError(f"kept must be >= 0 (a number of messages), got {kept}.")
     lines = [f"{_HEADER_START} {_range_text(notes)} {_HEADER_END}", RULES_HEADER]
     lines += [ENTRY_PREFIX + rule for rule in notes.rules]
     lines.append(STATE_HEADER)
@@ -228,12 +232,12 @@ def parse_notes(text: str) -> tuple[Notes, int]:
     """
     lines = [line.rstrip() for line in text.strip().splitlines()]
     if not lines or not lines[0].startswith(_HEADER_START):
-        raise ValueError(
+        raise MalformedDataError(
             f"Not a NOTES message: it must start with {_HEADER_START!r} (docs/formats.md §1)."
         )
     match = _RANGE.search(lines[0])
     if match is None:
-        raise ValueError(
+        raise MalformedDataError(
             f"The NOTES header {lines[0]!r} says no item range; expected 'Covers items A–B.', "
             "'Covers item A.' or 'Covers no items yet.'"
         )
@@ -250,7 +254,7 @@ def parse_notes(text: str) -> tuple[Notes, int]:
         if not line.strip():
             continue
         if kept:
-            raise ValueError(
+            raise MalformedDataError(
                 f"Line {number} {line!r} follows the kept-messages line, which is last."
             )
         if line in sections:
@@ -264,7 +268,7 @@ def parse_notes(text: str) -> tuple[Notes, int]:
         elif (kept_match := _KEPT_MANY.fullmatch(line)) is not None:
             kept = int(kept_match.group("n"))
         else:
-            raise ValueError(
+            raise MalformedDataError(
                 f"Line {number} of the NOTES, {line!r}, is neither a section header "
                 "(RULES, STATE, OPEN), an entry starting with '- ' inside a section, "
                 "nor the kept-messages line."
@@ -273,7 +277,7 @@ def parse_notes(text: str) -> tuple[Notes, int]:
     for entry in sections[STATE_HEADER]:
         key, separator, value = entry.partition(STATE_SEPARATOR)
         if not separator:
-            raise ValueError(f"STATE entry {entry!r} has no ' = ' between key and value.")
+            raise MalformedDataError(f"STATE entry {entry!r} has no ' = ' between key and value.")
         state.append((key.strip(), value.strip()))
     notes = Notes(
         rules=tuple(sections[RULES_HEADER]),

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.notes import ENTRY_PREFIX, STATE_SEPARATOR, Notes, render_notes
 
 MOVED_TURN_NAME = "notes_overflow"
@@ -43,7 +44,7 @@ def fit_notes(notes: Notes, *, budget: int, count_text: Callable[[str], int]) ->
     rendering is counted again, so a counter that is not additive still ends within budget.
     """
     if budget < 0:
-        raise ValueError(f"budget must be >= 0 tokens, got {budget}")
+        raise ConfigurationError(f"budget must be >= 0 tokens, got {budget}")
     whole = count_text(render_notes(notes))
     if whole <= budget:
         return Fitted(notes)

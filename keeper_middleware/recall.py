@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from keeper_middleware.archive.records import MovedUpdate
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.moved_rows import WORD, words_of
 from keeper_middleware.notes import ENTRY_PREFIX, STATE_SEPARATOR, Notes
 
@@ -72,7 +73,7 @@ def recall_block(
     Empty text (and no entries) when none fits or there is nothing to recall.
     """
     if room < 0:
-        raise ValueError(f"room must be >= 0 tokens, got {room}")
+        raise ConfigurationError(f"room must be >= 0 tokens, got {room}")
     lines = [RECALL_HEADER]
     held: list[tuple[str, str]] = []
     total = count_text(RECALL_HEADER)

@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Protocol, runtime_checkable
 
-from keeper_middleware.errors import ArchiveError
+from keeper_middleware.errors import ArchiveError, ConfigurationError
 
 __all__ = ["SessionLockBackend", "SessionLocks"]
 
@@ -49,7 +49,7 @@ class SessionLocks:
 
     def __init__(self, backend: SessionLockBackend | None = None, *, timeout: float = 900.0):
         if timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+            raise ConfigurationError(f"timeout must be positive seconds, got {timeout!r}")
         self.backend = backend
         self.timeout = timeout
         self._mutex = threading.Lock()

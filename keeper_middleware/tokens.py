@@ -454,7 +454,7 @@ def resolve_token_counter(spec: TokenCounter | str | None) -> TokenCounter:
     elif isinstance(spec, TokenCounter):
         return spec
     raise ConfigurationError(
-        f"token counter {spec!r} is not known; use 'approximate', 'hf:/path/to/model', "
+        f"token_counter={spec!r} is not known; use 'approximate', 'hf:/path/to/model', "
         "'server:http://host:port' (llama.cpp), or a TokenCounter such as "
         "ServerTokenCounter(url, flavor='vllm')"
     )

@@ -27,6 +27,8 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 
+from keeper_middleware.errors import ConfigurationError
+
 log = logging.getLogger(__name__)
 
 MAX_QUEUED = 1_024
@@ -40,7 +42,7 @@ class BackgroundWorker:
 
     def __init__(self, *, max_queued: int = MAX_QUEUED, name: str = "keeper-indexer") -> None:
         if max_queued < 1:
-            raise ValueError(f"max_queued must be a positive int, got {max_queued}.")
+            raise ConfigurationError(f"max_queued must be a positive int, got {max_queued}.")
         self._max_queued = max_queued
         self._name = name
         self._queued: dict[Hashable, Job] = {}

@@ -18,7 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from keeper_middleware.errors import KeeperError, MissingDependencyError
+from keeper_middleware.errors import (
+    ArgumentTypeError,
+    ConfigurationError,
+    KeeperError,
+    MissingDependencyError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,19 +44,25 @@ class Passage:
 
     def __post_init__(self) -> None:
         if not isinstance(self.session, str) or not self.session:
-            raise ValueError(f"Passage.session must be a non-empty string, got {self.session!r}.")
+            raise ConfigurationError(
+                f"Passage.session must be a non-empty string, got {self.session!r}."
+            )
         if isinstance(self.position, bool) or not isinstance(self.position, int):
-            raise TypeError(f"Passage.position must be an int, got {self.position!r}.")
+            raise ArgumentTypeError(f"Passage.position must be an int, got {self.position!r}.")
         if self.position < 0:
-            raise ValueError(f"Passage.position must be 0 or more, got {self.position}.")
+            raise ConfigurationError(f"Passage.position must be 0 or more, got {self.position}.")
         if isinstance(self.item, bool) or not isinstance(self.item, int):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Passage.item must be an int (the content's number), got {self.item!r}."
             )
         if not isinstance(self.text, str):
-            raise TypeError(f"Passage.text must be a string, got {type(self.text).__name__}.")
+            raise ArgumentTypeError(
+                f"Passage.text must be a string, got {type(self.text).__name__}."
+            )
         if not isinstance(self.context, str):
-            raise TypeError(f"Passage.context must be a string, got {type(self.context).__name__}.")
+            raise ArgumentTypeError(
+                f"Passage.context must be a string, got {type(self.context).__name__}."
+            )
 
     @property
     def indexed_text(self) -> str:
@@ -122,12 +133,16 @@ class ServerUnavailableError(RetrieverError, ConnectionError):
     """A configured search server did not answer; the message names the URL it was looked for at."""
 
 
+class IndexingFailedError(RetrieverError, RuntimeError):
+    """Indexing in the background failed; the passages still queued were not indexed."""
+
+
 def check_search_arguments(k: int, from_item: int | None, to_item: int | None) -> None:
     """Rejects arguments every backend would misread, with the fix in the message."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive int (how many hits to return), got {k!r}.")
+        raise ConfigurationError(f"k must be a positive int (how many hits to return), got {k!r}.")
     if from_item is not None and to_item is not None and from_item > to_item:
-        raise ValueError(
+        raise ConfigurationError(
             f"from_item ({from_item}) is after to_item ({to_item}); both are inclusive, "
             "so swap them or drop one."
         )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import MissingExtraError
 
 Embedder = Callable[[list[str]], list[list[float]]]
@@ -48,7 +49,7 @@ class HashingEmbedder:
 
     def __post_init__(self) -> None:
         if self.dim < 8:
-            raise ValueError(f"HashingEmbedder.dim must be at least 8, got {self.dim}.")
+            raise ConfigurationError(f"HashingEmbedder.dim must be at least 8, got {self.dim}.")
 
     @property
     def name(self) -> str:
@@ -88,9 +89,9 @@ class MiniLMEmbedder:
 
     def __init__(self, *, threads: int | None = None, batch_size: int = 64) -> None:
         if threads is not None and threads < 1:
-            raise ValueError(f"threads must be a positive int or None, got {threads}.")
+            raise ConfigurationError(f"threads must be a positive int or None, got {threads}.")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size}.")
+            raise ConfigurationError(f"batch_size must be a positive int, got {batch_size}.")
         self._workers = threads if threads is not None else _default_workers()
         self._batch_size = batch_size
 
@@ -214,9 +215,9 @@ class OnnxMiniLMEmbedder:
         self, *, threads: int | None = None, batch_size: int = 64, quantized: bool = False
     ) -> None:
         if threads is not None and threads < 1:
-            raise ValueError(f"threads must be a positive int or None, got {threads}.")
+            raise ConfigurationError(f"threads must be a positive int or None, got {threads}.")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size}.")
+            raise ConfigurationError(f"batch_size must be a positive int, got {batch_size}.")
         self._workers = threads if threads is not None else _default_workers()
         self._batch_size = batch_size
         self._quantized = quantized
@@ -286,7 +287,7 @@ def embedder_from_name(name: str) -> Embedder:
             return make()
     if name.startswith("hashing-") and name[8:].isdigit():
         return HashingEmbedder(dim=int(name[8:]))
-    raise ValueError(f"Unknown embedder {name!r}: use one of {', '.join(EMBEDDERS)}.")
+    raise ConfigurationError(f"Unknown embedder {name!r}: use one of {', '.join(EMBEDDERS)}.")
 
 
 _load_lock = threading.Lock()
@@ -472,7 +473,7 @@ def _embedding_function_class() -> type:
             try:
                 return KeeperEmbeddingFunction(embedder_from_name(stored))
             except ValueError:
-                raise ValueError(
+                raise ConfigurationError(
                     f"This collection was indexed with a custom embedder {stored!r}: pass it "
                     "again as embedder= to open the collection."
                 ) from None

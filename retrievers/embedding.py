@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from keeper_middleware.errors import ConfigurationError, InvalidStateError
 from keeper_middleware.retrievers.background import background_worker
 from keeper_middleware.retrievers.base import (
     Hit,
+    IndexingFailedError,
     Passage,
     ServerUnavailableError,
     check_search_arguments,
@@ -106,12 +108,12 @@ class EmbeddingRetriever:
         ``sentence_context=False`` embeds a sentence without the passage's context (measured:
         a quarter less work, and the embedding backend's LoCoMo recall falls by a third)."""
         if sentence_words < 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"sentence_words must be a positive int (1: a vector per sentence), "
                 f"got {sentence_words}."
             )
         if short_sentences not in SHORT_SENTENCES:
-            raise ValueError(
+            raise ConfigurationError(
                 f"short_sentences must be one of {', '.join(SHORT_SENTENCES)}, "
                 f"got {short_sentences!r}."
             )
@@ -120,12 +122,16 @@ class EmbeddingRetriever:
         self._short = short_sentences
         self._sentence_context = sentence_context
         if min_score is not None and not -1.0 <= min_score <= 1.0:
-            raise ValueError(f"min_score is a cosine similarity in [-1, 1], got {min_score}.")
+            raise ConfigurationError(
+                f"min_score is a cosine similarity in [-1, 1], got {min_score}."
+            )
         self._min_score = min_score
         if path is not None and server is not None:
-            raise ValueError("Give either path (a local folder) or server (a URL), not both.")
+            raise ConfigurationError(
+                "Give either path (a local folder) or server (a URL), not both."
+            )
         if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size}.")
+            raise ConfigurationError(f"batch_size must be a positive int, got {batch_size}.")
         self._embedder: Embedder = embedder if embedder is not None else MiniLMEmbedder()
         self._name = embedder_name(self._embedder)
         self._batch_size = batch_size
@@ -141,7 +147,7 @@ class EmbeddingRetriever:
         )
         stored = (self._collection.metadata or {}).get("embedder")
         if stored not in (None, self._name):
-            raise ValueError(
+            raise ConfigurationError(
                 f"The collection {collection_name!r} at {self._where} was indexed with embedder "
                 f"{stored!r}, not {self._name!r}: open it with the same embedder, or use another "
                 "folder or collection name."
@@ -476,12 +482,12 @@ class EmbeddingRetriever:
 
     def _check_usable(self) -> None:
         if self._closed:
-            raise RuntimeError(f"{self!r} is closed; make a new one to search again.")
+            raise InvalidStateError(f"{self!r} is closed; make a new one to search again.")
         self._raise_failure()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
-            raise RuntimeError(
+            raise IndexingFailedError(
                 f"Indexing in the background failed ({self._failure!r}); the passages still "
                 f"queued ({len(self._queue)}) were not indexed. Fix the cause and add them again."
             ) from self._failure
@@ -524,7 +530,7 @@ def _collection_name(name: str, *, ephemeral: bool) -> str:
     full = f"{name}-{uuid.uuid4().hex[:12]}" if ephemeral else name
     allowed = all(ch.isascii() and (ch.isalnum() or ch in "._-") for ch in full)
     if not 3 <= len(full) <= 512 or not allowed or not full[0].isalnum() or not full[-1].isalnum():
-        raise ValueError(
+        raise ConfigurationError(
             f"Collection name {name!r} is not allowed: use 3-512 characters of letters, digits, "
             "'.', '_' and '-', starting and ending with a letter or digit."
         )
@@ -541,7 +547,9 @@ def _make_client(path: str | PathLike[str] | None, server: str | None) -> Any:
         return chromadb.PersistentClient(path=str(path), settings=settings)
     parts = urlsplit(server)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"server must be a URL like http://127.0.0.1:8000, got {server!r}.")
+        raise ConfigurationError(
+            f"server must be a URL like http://127.0.0.1:8000, got {server!r}."
+        )
     port = parts.port or (443 if parts.scheme == "https" else 8000)
     try:
         with warnings.catch_warnings():

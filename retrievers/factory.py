@@ -7,6 +7,7 @@ from pathlib import Path
 
 from langchain_core.vectorstores import VectorStore
 
+from keeper_middleware.errors import ArgumentTypeError, ConfigurationError
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.embedders import Embedder
 from keeper_middleware.retrievers.embedding import DEFAULT_COLLECTION, EmbeddingRetriever
@@ -52,14 +53,14 @@ def make_retriever(
             return spec
         if isinstance(spec, VectorStore):  # any LangChain store, behind the same protocol
             return VectorStoreRetriever(spec)
-        raise TypeError(
-            f"make_retriever takes a Retriever or one of {', '.join(BACKENDS)}, "
+        raise ArgumentTypeError(
+            f"retriever must be a Retriever or one of {', '.join(BACKENDS)}, "
             f"got {type(spec).__name__}."
         )
     backend, _, server = spec.strip().partition("+")
     backend = backend.lower()
     if backend not in BACKENDS or (server and backend == "keyword"):
-        raise ValueError(
+        raise ConfigurationError(
             f"Unknown retriever {spec!r}: use 'keyword', 'embedding', 'hybrid', "
             "'embedding+http://host:port' or 'hybrid+http://host:port'."
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever, check_search_arguments
 
 DEFAULT_K_RRF = 60
@@ -33,7 +34,9 @@ def reciprocal_rank_fusion(
     """Merges ranked lists of one session's hits, list ``i`` counting ``weights[i]`` times
     (all 1 when None); ties go to the newer passage."""
     if weights is not None and len(weights) != len(lists):
-        raise ValueError(f"weights has {len(weights)} entries for {len(lists)} lists of hits.")
+        raise ConfigurationError(
+            f"weights has {len(weights)} entries for {len(lists)} lists of hits."
+        )
     scores: dict[int, float] = {}
     hits: dict[int, Hit] = {}
     for index, ranked in enumerate(lists):
@@ -74,12 +77,16 @@ class HybridRetriever:
         waiting for them (see the module docstring)."""
         self._wait_for_vectors = wait_for_vectors
         if depth < 1:
-            raise ValueError(f"depth must be a positive int (2 is the default), got {depth}.")
+            raise ConfigurationError(
+                f"depth must be a positive int (2 is the default), got {depth}."
+            )
         self._depth = depth
         if k_rrf < 1:
-            raise ValueError(f"k_rrf must be a positive int (60 is the usual choice), got {k_rrf}.")
+            raise ConfigurationError(
+                f"k_rrf must be a positive int (60 is the usual choice), got {k_rrf}."
+            )
         if not keyword_weight > 0.0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"keyword_weight must be above 0 (1 counts both lists alike), got {keyword_weight}."
             )
         self._keyword = keyword

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
 
-from keeper_middleware.errors import ArchiveError
+from keeper_middleware.errors import ArchiveError, ConfigurationError, InvalidStateError
 from keeper_middleware.retrievers.base import Hit, Passage, check_search_arguments
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
@@ -276,7 +276,7 @@ class KeywordRetriever:
         row = self._db.execute("SELECT sql FROM sqlite_master WHERE name = 'kw_fts'").fetchone()
         if row is not None and f"tokenize='{tokenizer}'" not in row[0]:
             self._db.close()
-            raise ValueError(
+            raise ConfigurationError(
                 f"{location} was indexed with another tokenizer than {tokenizer!r}: open it "
                 "with the stemming setting it was made with, or use another file."
             )
@@ -334,4 +334,4 @@ class KeywordRetriever:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError(f"{self!r} is closed; make a new one to search again.")
+            raise InvalidStateError(f"{self!r} is closed; make a new one to search again.")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import Hit, Passage
 from keeper_middleware.retrievers.sentences import passages_from_text, split_sentences
 
@@ -52,7 +53,9 @@ def passages_from_message(
     """One passage per chunk of whole sentences of one line, at most ``max_chars`` long (a
     sentence is never split unless it alone is longer); every chunk carries ``context``."""
     if max_chars < 50:
-        raise ValueError(f"max_chars must be at least 50 (one sentence fits), got {max_chars}.")
+        raise ConfigurationError(
+            f"max_chars must be at least 50 (one sentence fits), got {max_chars}."
+        )
     chunks: list[str] = []
     for unit in _units(text):
         current = ""
@@ -86,7 +89,7 @@ def passages_of(
         return passages_from_message(session, item, text, start_position, context=context)
     if unit == "sentences":
         return passages_from_text(session, item, text, start_position, context=context)
-    raise ValueError(f"passages must be one of {', '.join(PASSAGE_UNITS)}, got {unit!r}.")
+    raise ConfigurationError(f"passages must be one of {', '.join(PASSAGE_UNITS)}, got {unit!r}.")
 
 
 def _units(text: str) -> list[list[str]]:

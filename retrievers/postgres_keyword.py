@@ -33,6 +33,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from keeper_middleware.errors import ConfigurationError, InvalidStateError
 from keeper_middleware.retrievers.base import (
     Hit,
     MissingExtraError,
@@ -96,7 +97,9 @@ class PostgresKeywordRetriever:
         timeout: float = 30.0,
     ) -> None:
         if not _IDENTIFIER.fullmatch(schema):
-            raise ValueError(f"schema must be a lowercase SQL name like 'keeper', got {schema!r}")
+            raise ConfigurationError(
+                f"schema must be a lowercase SQL name like 'keeper', got {schema!r}"
+            )
         try:
             import psycopg
             from psycopg_pool import ConnectionPool
@@ -119,7 +122,7 @@ class PostgresKeywordRetriever:
                         c.execute(statement)
                 c.execute("SELECT %s::regconfig", (config,))
         except psycopg.errors.UndefinedObject as exc:
-            raise ValueError(
+            raise ConfigurationError(
                 f"config {config!r} is not a text search configuration of the server: use "
                 "'english', 'simple' or another listed by \\dF in psql"
             ) from exc
@@ -140,7 +143,7 @@ class PostgresKeywordRetriever:
 
     def _connection(self) -> Any:
         if self._closed:
-            raise RuntimeError(f"{self!r} is closed; make a new one to search again.")
+            raise InvalidStateError(f"{self!r} is closed; make a new one to search again.")
         return self._pool.connection()
 
     def add(self, passages: Sequence[Passage]) -> None:

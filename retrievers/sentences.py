@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import Passage
 
 MAX_PASSAGE_CHARS = 400
@@ -95,7 +96,7 @@ def sentence_groups(sentences: Sequence[str], min_words: int) -> list[tuple[int,
     statement's worth of words costs fewer vectors and keeps each one about something.
     ``min_words`` 1 gives each sentence with a word its own group."""
     if min_words < 1:
-        raise ValueError(f"min_words must be a positive int, got {min_words}.")
+        raise ConfigurationError(f"min_words must be a positive int, got {min_words}.")
     groups: list[tuple[int, list[str]]] = []
     words = 0
     for index, sentence in enumerate(sentences):

@@ -22,6 +22,7 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
+from keeper_middleware.errors import ArgumentTypeError
 from keeper_middleware.retrievers.base import Hit, Passage, check_search_arguments
 from keeper_middleware.retrievers.passages import mark_hits
 from keeper_middleware.retrievers.sentences import has_searchable_text, split_sentences
@@ -38,7 +39,7 @@ class VectorStoreRetriever:
 
     def __init__(self, store: VectorStore) -> None:
         if not isinstance(store, VectorStore):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"expected a LangChain VectorStore, got {type(store).__name__}; pass e.g. "
                 "InMemoryVectorStore(embeddings) or Chroma(...)"
             )

@@ -318,5 +318,5 @@ def test_an_unknown_spec_lists_the_choices(spec):
 
 
 def test_a_non_retriever_object_is_refused():
-    with pytest.raises(TypeError, match="takes a Retriever"):
+    with pytest.raises(TypeError, match="retriever must be a Retriever"):
         make_retriever(42)  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Checkpointer
 
 from keeper_middleware.archive.records import NotesDraft, turn_from_message
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.graphs.baselines import (
     ArmState,
     ModelCall,
@@ -87,7 +88,7 @@ class SelfEditMemory:
         counter: TokenCounter,
     ) -> None:
         if style in ("rules", "prose") and not archive:
-            raise ValueError(f"the {style!r} style keeps an archive; pass archive=True")
+            raise ConfigurationError(f"the {style!r} style keeps an archive; pass archive=True")
         self.style: Style = style
         self.keeper = keeper
         self.archive = archive

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from keeper_middleware.errors import ConfigurationError
+
 Style = Literal["lines", "rules", "prose"]
 STYLES: tuple[Style, ...] = ("lines", "rules", "prose")
 
@@ -149,7 +151,7 @@ class PinnedState:
 
     def __post_init__(self) -> None:
         if self.style not in STYLES:
-            raise ValueError(f"style={self.style!r}; use one of {', '.join(STYLES)}")
+            raise ConfigurationError(f"style={self.style!r}; use one of {', '.join(STYLES)}")
 
     def body(self) -> str:
         """The lines the model wrote, as it sees them."""

@@ -29,7 +29,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
-from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
 from keeper_middleware.integrations.proxy.completions import completion_body, logprobs_after
 from keeper_middleware.integrations.proxy.engine import Answer, KeeperProxy, QuotaError
 from keeper_middleware.integrations.proxy.metrics import SessionCounters, metrics_registry
@@ -169,12 +169,12 @@ def create_proxy_app(
     caches of evicted ones parked on disk (:mod:`.slots`).
     """
     if max_body_bytes < 1:
-        raise ValueError("max_body_bytes must be a positive number of bytes")
+        raise ConfigurationError("max_body_bytes must be a positive number of bytes")
     if tenants is not None and api_key is not None:
-        raise ValueError("give api_key or tenants, not both (a Tenants can hold that key)")
+        raise ConfigurationError("give api_key or tenants, not both (a Tenants can hold that key)")
     callers = tenants or Tenants({api_key: "default"} if api_key else None)
     if (archive_dir is None) == (archive_url is None):
-        raise ValueError(
+        raise ConfigurationError(
             "give archive_dir (a folder, SQLite) or archive_url (postgresql://…), exactly one"
         )
     if archive_url is None:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from keeper_middleware.errors import KeeperError
+from keeper_middleware.errors import ConfigurationError, KeeperError, ServerStartError
 from keeper_middleware.integrations.proxy.serving import (
     DEFAULT_HEADER_TIMEOUT,
     http_protocol,
@@ -63,7 +63,7 @@ def serve_in_thread(
         deadline = time.monotonic() + 20
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start on {host}:{bound}")
+                raise ServerStartError(f"the server did not start on {host}:{bound}")
             time.sleep(0.01)
         shown = f"[{host}]" if ":" in host else host
         yield f"http://{shown}:{bound}/v1"
@@ -261,7 +261,7 @@ def slot_parking_config(args: argparse.Namespace) -> Any:
     if args.llama_slots is None and args.slot_dir is None:
         return None
     if args.llama_slots is None or args.slot_dir is None:
-        raise ValueError("slot parking needs both --llama-slots N and --slot-dir PATH")
+        raise ConfigurationError("slot parking needs both --llama-slots N and --slot-dir PATH")
     from keeper_middleware.integrations.proxy.slots import SlotParkingConfig
 
     return SlotParkingConfig(

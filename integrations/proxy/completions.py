@@ -13,6 +13,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
+from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.openai_format import message_from_openai
 
 __all__ = ["agent_reply", "ai_from_completion", "completion_body", "logprobs_after"]
@@ -23,10 +24,10 @@ def ai_from_completion(data: Mapping[str, Any]) -> AIMessage:
     looks for them (``usage_metadata``, ``response_metadata``, ``additional_kwargs``)."""
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ValueError("the upstream's reply has no choices")
+        raise MalformedDataError("the upstream's reply has no choices")
     raw = choices[0].get("message")
     if not isinstance(raw, dict):
-        raise ValueError("the upstream's reply has no message")
+        raise MalformedDataError("the upstream's reply has no message")
     message = message_from_openai({**raw, "role": "assistant"})
     assert isinstance(message, AIMessage)
     reasoning = {

@@ -28,7 +28,12 @@ from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.errors import (
+    ConfigurationError,
+    InvalidStateError,
+    KeeperError,
+    WindowTooSmallError,
+)
 from keeper_middleware.integrations.proxy.completions import agent_reply, ai_from_completion
 from keeper_middleware.integrations.proxy.history import take_in
 from keeper_middleware.integrations.proxy.metrics import ProxyStats
@@ -63,7 +68,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class QuotaError(Exception):
+class QuotaError(KeeperError):
     """Storing a request would take its tenant past its disk quota."""
 
 
@@ -82,9 +87,11 @@ class KeeperProxy:
         slots: SlotParking | None = None,
     ) -> None:
         if max_upstream_calls < 1:
-            raise ValueError("max_upstream_calls must be at least 1")
+            raise ConfigurationError("max_upstream_calls must be at least 1")
         if tenant_quota_bytes is not None and tenant_quota_bytes <= 0:
-            raise ValueError("tenant_quota_bytes must be a positive number of bytes, or None")
+            raise ConfigurationError(
+                "tenant_quota_bytes must be a positive number of bytes, or None"
+            )
         self.keeper = keeper
         self.upstream = upstream
         self.max_upstream_calls = max_upstream_calls
@@ -277,7 +284,7 @@ class KeeperProxy:
 
         def sync_note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
             if self._pool is None:
-                raise RuntimeError("note calls need worker threads (workers >= 1)")
+                raise InvalidStateError("note calls need worker threads (workers >= 1)")
             return asyncio.run_coroutine_threadsafe(note_call(messages, kwargs), loop).result()
 
         given: SessionRecord | None = None

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from keeper_middleware.errors import KeeperError
+
 __all__ = [
     "AiohttpClient",
     "HttpClient",
@@ -52,7 +54,7 @@ class HttpReply:
     body: bytes
 
 
-class TransportError(Exception):
+class TransportError(KeeperError):
     """The request got no complete answer: unreachable, cut off, or too slow."""
 
     def __init__(self, detail: str, *, timed_out: bool) -> None:

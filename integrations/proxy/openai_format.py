@@ -32,6 +32,7 @@ from langchain_core.messages import (
     convert_to_openai_messages,
 )
 
+from keeper_middleware.errors import KeeperError, MalformedDataError
 from keeper_middleware.messages import text_of
 from keeper_middleware.search.schema import (
     SEARCH_TOOL_DESCRIPTION,
@@ -68,7 +69,7 @@ _TEXT_OR_NULL = (str, type(None))
 _THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
 
-class RequestError(ValueError):
+class RequestError(KeeperError, ValueError):
     """A request the proxy cannot take; answered with a 4xx in OpenAI's error shape."""
 
     def __init__(self, message: str, *, param: str | None = None, status: int = 400) -> None:
@@ -383,12 +384,12 @@ def _finite(text: str) -> float:
     """JSON numbers only: ``1e400`` would become infinity, which no JSON store can hold."""
     value = float(text)
     if math.isinf(value):
-        raise ValueError(f"the number {text[:20]} is out of range")
+        raise MalformedDataError(f"the number {text[:20]} is out of range")
     return value
 
 
 def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
+    raise MalformedDataError(f"{name} is not a JSON number")
 
 
 def message_to_openai(message: BaseMessage) -> dict[str, Any]:

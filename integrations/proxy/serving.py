@@ -14,6 +14,8 @@ import asyncio
 import logging
 from typing import Any, Literal
 
+from keeper_middleware.errors import ConfigurationError
+
 __all__ = ["DEFAULT_HEADER_TIMEOUT", "header_deadline", "http_protocol", "uvicorn_config"]
 
 DEFAULT_HEADER_TIMEOUT = 20.0
@@ -27,7 +29,9 @@ def header_deadline(base: type[asyncio.Protocol], seconds: float) -> type[asynci
     headers. Both of uvicorn's parsers start a request cycle (``self.cycle``) the moment the
     headers are complete, so the deadline is cleared when a new cycle appears."""
     if seconds <= 0:
-        raise ValueError(f"the header timeout must be a positive number of seconds, not {seconds}")
+        raise ConfigurationError(
+            f"the header timeout must be a positive number of seconds, not {seconds}"
+        )
 
     class HeaderDeadline(base):  # type: ignore[valid-type,misc]
         _deadline: asyncio.TimerHandle | None = None

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
 from keeper_middleware.archive.store import ArchiveStore, put_values
+from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.metrics import ProxyStats
 from keeper_middleware.session_locks import SessionLockBackend
 
@@ -171,7 +172,7 @@ class StoredRecord:
 def _chunk(read: Callable[[str], object], key: str) -> list[Any]:
     chunk = read(key)
     if not isinstance(chunk, list):
-        raise ValueError(
+        raise MalformedDataError(
             f"the archive has no {key!r}, a part of this session's record; restore the "
             "archive file from a backup, or delete the session to start it again"
         )

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from keeper_middleware.errors import MalformedDataError
+
 __all__ = [
     "REFUSAL_REASONS",
     "ParkedFile",
@@ -102,7 +104,7 @@ class ServerIdentity:
     @classmethod
     def from_json(cls, data: object) -> ServerIdentity:
         if not isinstance(data, Mapping):
-            raise ValueError("the identity is not a JSON object")
+            raise MalformedDataError("the identity is not a JSON object")
         values: dict[str, Any] = {}
         for spec in fields(cls):
             if spec.name in data:
@@ -198,22 +200,24 @@ def read_cached_tokens(head: bytes) -> list[int]:
     then the number of media chunks (0 for text). Any other layout raises ``ValueError``, so a
     file the proxy cannot read is refused, never guessed at."""
     if len(head) < 12:
-        raise ValueError("the slot file is too short to hold a header")
+        raise MalformedDataError("the slot file is too short to hold a header")
     magic, version, count = struct.unpack_from("<III", head, 0)
     if magic != _STATE_SEQ_MAGIC:
-        raise ValueError(f"the slot file's magic is {magic:#x}, not llama.cpp's 'ggsq'")
+        raise MalformedDataError(f"the slot file's magic is {magic:#x}, not llama.cpp's 'ggsq'")
     if version not in _STATE_SEQ_VERSIONS:
-        raise ValueError(f"the slot file has layout version {version}, not {_STATE_SEQ_VERSIONS}")
+        raise MalformedDataError(
+            f"the slot file has layout version {version}, not {_STATE_SEQ_VERSIONS}"
+        )
     if len(head) < 12 + 4 * count:
-        raise ValueError(f"the slot file ends before its {count} token ids")
+        raise MalformedDataError(f"the slot file ends before its {count} token ids")
     values = list(struct.unpack_from(f"<{count}i", head, 12))
     if not values or values[0] != -1:
         return values  # a plain list of token ids
     if len(values) < 4 or values[1] != _SERVER_TOKENS_VERSION:
-        raise ValueError("the slot file's token record has an unknown version")
+        raise MalformedDataError("the slot file's token record has an unknown version")
     length = values[2]
     if length < 0 or len(values) != length + 4 or values[3 + length] != 0:
-        raise ValueError("the slot file's token record holds media or does not add up")
+        raise MalformedDataError("the slot file's token record holds media or does not add up")
     return values[3 : 3 + length]
 
 

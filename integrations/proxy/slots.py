@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import orjson
 
+from keeper_middleware.errors import ConfigurationError, KeeperError
 from keeper_middleware.integrations.proxy.slot_files import (
     ParkedEntry,
     cached_tokens,
@@ -57,7 +58,7 @@ __all__ = ["SlotCounters", "SlotLease", "SlotParking", "SlotParkingConfig", "Slo
 _log = logging.getLogger(__name__)
 
 
-class SlotParkingError(RuntimeError):
+class SlotParkingError(KeeperError, RuntimeError):
     """The server cannot do slot parking as configured; the message says what to change."""
 
 
@@ -83,27 +84,31 @@ class SlotParkingConfig:
 
     def __post_init__(self) -> None:
         if self.slots < 1:
-            raise ValueError(f"slots={self.slots}; pass the server's slot count (-np), >= 1")
+            raise ConfigurationError(
+                f"slots={self.slots}; pass the server's slot count (-np), >= 1"
+            )
         if not Path(self.slot_dir).is_dir():
-            raise ValueError(
+            raise ConfigurationError(
                 f"slot_dir={self.slot_dir} is not a folder; create it and start llama-server "
                 "with --slot-save-path on it"
             )
         if self.disk_budget < 1:
-            raise ValueError(f"disk_budget={self.disk_budget}; pass a positive number of bytes")
+            raise ConfigurationError(
+                f"disk_budget={self.disk_budget}; pass a positive number of bytes"
+            )
         if self.min_prefix_tokens < 1:
-            raise ValueError(f"min_prefix_tokens={self.min_prefix_tokens}; pass 1 or more")
+            raise ConfigurationError(f"min_prefix_tokens={self.min_prefix_tokens}; pass 1 or more")
         if self.timeout <= 0:
-            raise ValueError(f"timeout={self.timeout}; pass a positive number of seconds")
+            raise ConfigurationError(f"timeout={self.timeout}; pass a positive number of seconds")
         if self.model_file is not None and not Path(self.model_file).is_file():
-            raise ValueError(f"model_file={self.model_file} is not a file; pass the .gguf")
+            raise ConfigurationError(f"model_file={self.model_file} is not a file; pass the .gguf")
 
     @classmethod
     def for_server(cls, server: LocalLlamaServer, **options: Any) -> SlotParkingConfig:
         """The settings for a server the local launcher started with ``slot_save_path``."""
         folder = server.config.slot_save_path
         if folder is None:
-            raise ValueError(
+            raise ConfigurationError(
                 "slot parking needs a llama.cpp server started with slot_save_path= "
                 "(LlamaServerConfig(slots=N, slot_save_path=folder))"
             )

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from keeper_middleware.errors import ConfigurationError, KeeperError
+
 __all__ = [
     "DEFAULT_TENANT",
     "KEYS_ENV",
@@ -50,7 +52,7 @@ KEYS_ENV = "KEEPER_PROXY_KEYS"
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
-class SessionIdError(ValueError):
+class SessionIdError(KeeperError, ValueError):
     """A session id that cannot be used (it names rows and files, so its alphabet is small)."""
 
 
@@ -80,7 +82,7 @@ def parse_keys(text: str, *, source: str, env: bool = False) -> dict[str, str]:
         tenant, _, key = line.partition(":") if env else line.partition(" ")
         tenant, key = tenant.strip(), key.strip()
         if not _NAME.fullmatch(tenant) or not key:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{source}, entry {number}: expected 'tenant key' (or 'tenant:key'), with a "
                 "tenant name of 1 to 128 of A-Z a-z 0-9 . _ -"
             )
@@ -88,7 +90,9 @@ def parse_keys(text: str, *, source: str, env: bool = False) -> dict[str, str]:
     keys: dict[str, str] = {}
     for tenant, key in pairs:
         if keys.get(key, tenant) != tenant:
-            raise ValueError(f"{source}: one key is given to two tenants; give each its own")
+            raise ConfigurationError(
+                f"{source}: one key is given to two tenants; give each its own"
+            )
         keys[key] = tenant
     return keys
 
@@ -137,7 +141,9 @@ class Tenants:
             try:
                 text = path.read_text(encoding="utf-8")
             except OSError as exc:
-                raise ValueError(f"cannot read the keys file {path}: {exc.strerror}") from exc
+                raise ConfigurationError(
+                    f"cannot read the keys file {path}: {exc.strerror}"
+                ) from exc
             keys |= parse_keys(text, source=f"keys file {path}")
         env = os.environ if environ is None else environ
         if env.get(KEYS_ENV):

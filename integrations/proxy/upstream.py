@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import orjson
 
+from keeper_middleware.errors import ConfigurationError, KeeperError, MalformedDataError
 from keeper_middleware.integrations.proxy.completions import ai_from_completion
 from keeper_middleware.integrations.proxy.http_clients import (
     HttpClient,
@@ -59,13 +60,13 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
-            raise ValueError("RetryPolicy.attempts must be at least 1 (1 means no retries)")
+            raise ConfigurationError("RetryPolicy.attempts must be at least 1 (1 means no retries)")
         if min(self.first_wait, self.max_wait, self.budget, self.max_retry_after) < 0:
-            raise ValueError(
+            raise ConfigurationError(
                 "RetryPolicy.first_wait, max_wait, budget and max_retry_after must be >= 0 seconds"
             )
         if self.timeout <= 0:
-            raise ValueError("RetryPolicy.timeout must be a positive number of seconds")
+            raise ConfigurationError("RetryPolicy.timeout must be a positive number of seconds")
 
 
 @dataclass(slots=True)
@@ -81,7 +82,7 @@ class CallTally:
     """Seconds between tries (backoff and ``Retry-After``)."""
 
 
-class UpstreamError(Exception):
+class UpstreamError(KeeperError):
     """The upstream could not answer; carries the status and code the agent receives."""
 
     def __init__(
@@ -297,7 +298,7 @@ def _completion(content: bytes) -> dict[str, Any]:
     try:
         data = orjson.loads(content)
         if not isinstance(data, dict):
-            raise ValueError("the reply is not a JSON object")
+            raise MalformedDataError("the reply is not a JSON object")
         ai_from_completion(data)
     except ValueError as exc:
         raise _bad_reply(str(exc), retry=True) from exc

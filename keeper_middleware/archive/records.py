@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from keeper_middleware.errors import ArgumentTypeError, ConfigurationError
 from keeper_middleware.messages import reasoning_of, text_of
 
 if TYPE_CHECKING:
@@ -36,16 +37,16 @@ ROLES = ("system", "human", "ai", "tool")
 
 def _require_session(session: str) -> None:
     if not isinstance(session, str) or not session:
-        raise ValueError(f"session must be a non-empty string, got {session!r}")
+        raise ConfigurationError(f"session must be a non-empty string, got {session!r}")
 
 
 def _require_json(text: str, field: str, kind: type) -> None:
     try:
         value = json.loads(text)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{field} must be a JSON string, got {text!r:.80}: {exc}") from exc
+        raise ConfigurationError(f"{field} must be a JSON string, got {text!r:.80}: {exc}") from exc
     if not isinstance(value, kind):
-        raise ValueError(f"{field} must encode a JSON {kind.__name__}, got {text!r:.80}")
+        raise ConfigurationError(f"{field} must encode a JSON {kind.__name__}, got {text!r:.80}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,14 +77,14 @@ class ArchivedTurn:
     def __post_init__(self) -> None:
         _require_session(self.session)
         if not isinstance(self.msg_id, str) or not self.msg_id:
-            raise ValueError(
+            raise ConfigurationError(
                 f"msg_id must be a non-empty string, got {self.msg_id!r}: give every message "
                 "an id before archiving it"
             )
         if self.role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+            raise ConfigurationError(f"role must be one of {ROLES}, got {self.role!r}")
         if not isinstance(self.content, str):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"content must be str, got {type(self.content).__name__}: pass the text"
             )
         _require_json(self.tool_calls_json, "tool_calls_json", list)
@@ -92,7 +93,9 @@ class ArchivedTurn:
 def turn_from_message(message: BaseMessage, *, session: str, item: int | None) -> ArchivedTurn:
     """Archive form of a LangChain message: text, tool calls and reasoning kept apart."""
     if message.type not in ROLES:
-        raise ValueError(f"cannot archive a {message.type!r} message; expected one of {ROLES}")
+        raise ConfigurationError(
+            f"cannot archive a {message.type!r} message; expected one of {ROLES}"
+        )
     tool_calls = getattr(message, "tool_calls", None) or []
     return ArchivedTurn(
         session=session,
@@ -112,12 +115,12 @@ def _distinct_turns(session: str, turns: Sequence[ArchivedTurn]) -> list[Archive
     seen: dict[str, ArchivedTurn] = {}
     for turn in turns:
         if turn.session != session:
-            raise ValueError(
+            raise ConfigurationError(
                 f"turn {turn.msg_id!r} is for session {turn.session!r}, not {session!r}"
             )
         first = seen.setdefault(turn.msg_id, turn)
         if first != turn:
-            raise ValueError(
+            raise ConfigurationError(
                 f"two different turns share msg_id {turn.msg_id!r} in one cut; "
                 "give every message its own id"
             )
@@ -139,13 +142,15 @@ class NotesDraft:
 
     def __post_init__(self) -> None:
         if (self.first_item is None) != (self.last_item is None):
-            raise ValueError("first_item and last_item must both be set or both be None")
+            raise ConfigurationError("first_item and last_item must both be set or both be None")
         if (
             self.first_item is not None
             and self.last_item is not None
             and (self.first_item > self.last_item)
         ):
-            raise ValueError(f"first_item {self.first_item} is after last_item {self.last_item}")
+            raise ConfigurationError(
+                f"first_item {self.first_item} is after last_item {self.last_item}"
+            )
         _require_json(self.data_json, "data_json", object)
 
 
@@ -188,10 +193,10 @@ class MovedUpdate:
         ):
             for key in keys:
                 if not isinstance(key, str) or not key:
-                    raise ValueError(f"{field} keys must be non-empty strings, got {key!r}")
+                    raise ConfigurationError(f"{field} keys must be non-empty strings, got {key!r}")
         for key, value in self.add:
             if value is not None and not isinstance(value, str):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"the value of moved key {key!r} must be str or None, got {value!r}"
                 )
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from keeper_middleware.archive.records import ArchivedTurn, CutRecord, NotesDraft
+from keeper_middleware.errors import ConfigurationError
 
 TURN_COLUMNS = (
     "session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, reasoning, seq"
@@ -22,7 +23,7 @@ CUT_COLUMNS = "session, cut_key, turns_archived, notes_version, created"
 
 def require_cut_key(cut_key: str) -> None:
     if not isinstance(cut_key, str) or not cut_key:
-        raise ValueError(f"cut_key must be a non-empty string, got {cut_key!r}")
+        raise ConfigurationError(f"cut_key must be a non-empty string, got {cut_key!r}")
 
 
 @dataclass(frozen=True, slots=True)

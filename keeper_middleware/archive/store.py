@@ -26,7 +26,7 @@ from keeper_middleware.archive.records import (
     NotesVersion,
 )
 from keeper_middleware.archive.schema_version import SCHEMA_VERSION
-from keeper_middleware.errors import ArchiveSchemaError
+from keeper_middleware.errors import ArchiveSchemaError, ArgumentTypeError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -157,8 +157,8 @@ def open_archive(path_or_store: str | os.PathLike[str] | ArchiveStore) -> Archiv
         return SQLiteArchive(path_or_store)
     if isinstance(path_or_store, ArchiveStore):
         return path_or_store
-    raise TypeError(
-        f"expected a file path, a postgresql:// URL or an ArchiveStore, got "
+    raise ArgumentTypeError(
+        f"archive must be a file path, a postgresql:// URL or an ArchiveStore, got "
         f"{type(path_or_store).__name__}; pass e.g. 'keeper.sqlite', "
         "'postgresql://user@host/db' or SQLiteArchive(...)"
     )

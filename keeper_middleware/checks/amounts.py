@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from keeper_middleware.changes import Change, SetLine
 from keeper_middleware.checks.base import CheckContext, Issue
+from keeper_middleware.errors import KeeperError
 from keeper_middleware.numbers import amounts_in, format_number, parse_number
 from keeper_middleware.signs import (
     amount_directions,
@@ -30,7 +31,7 @@ _THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d])")
 _TIMES = re.compile(r"(?<=[\d)])\s*[x×X·]\s*(?=[\d(])")
 
 
-class WorkingError(ValueError):
+class WorkingError(KeeperError, ValueError):
     """A working that is not plain arithmetic over amounts."""
 
 

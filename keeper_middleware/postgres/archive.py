@@ -37,7 +37,7 @@ from keeper_middleware.archive.rows import (
     cut_rows,
     require_cut_key,
 )
-from keeper_middleware.errors import ArchiveError
+from keeper_middleware.errors import ArchiveError, ArgumentTypeError, ConfigurationError
 from keeper_middleware.postgres import moved as pg_moved
 from keeper_middleware.postgres.connect import (
     check_schema_name,
@@ -84,12 +84,12 @@ class PostgresArchive:
         timeout: float = 30.0,
     ) -> None:
         if not is_postgres_url(url):
-            raise ValueError(
+            raise ConfigurationError(
                 f"url must start with postgresql:// (or postgres://), got {redact_url(url)!r}: "
                 "e.g. postgresql://user:password@host:5432/dbname"
             )
         if min_size < 1 or max_size < min_size:
-            raise ValueError(
+            raise ConfigurationError(
                 f"pool sizes must satisfy 1 <= min_size <= max_size, got {min_size}, {max_size}"
             )
         require_psycopg()
@@ -97,7 +97,9 @@ class PostgresArchive:
 
         url, in_url = split_schema(url)
         if schema is not None and in_url is not None and schema != in_url:
-            raise ValueError(f"the URL says schema={in_url!r} but schema={schema!r} was passed")
+            raise ConfigurationError(
+                f"the URL says schema={in_url!r} but schema={schema!r} was passed"
+            )
         self.url = url
         self.schema = check_schema_name(schema or in_url or "keeper")
         self.timeout = timeout
@@ -252,7 +254,7 @@ class PostgresArchive:
             try:
                 value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "
                     f"{exc}"
                 ) from exc

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from keeper_middleware.errors import ArchiveError, MissingDependencyError
+from keeper_middleware.errors import ArchiveError, ConfigurationError, MissingDependencyError
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -58,7 +58,7 @@ def split_schema(url: str) -> tuple[str, str | None]:
 def check_schema_name(schema: str) -> str:
     """A schema name used unquoted in SQL: lowercase letters, digits and _, at most 63."""
     if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
-        raise ValueError(
+        raise ConfigurationError(
             f"schema must be 1 to 63 of a-z, 0-9 and _, starting with a letter or _, got "
             f"{schema!r}: e.g. 'keeper' or 'tenant_a'"
         )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from keeper_middleware.archive.records import ArchivedTurn, CutRecord, NotesVersion
+from keeper_middleware.errors import ConfigurationError
 
 
 def encoded(text: str) -> bytes:
@@ -23,7 +24,9 @@ def decoded(data: bytes | memoryview) -> str:
 
 def refuse_nul(value: str | None, field: str) -> None:
     if value is not None and "\x00" in value:
-        raise ValueError(f"{field} {value!r:.60} holds a NUL character; use an id without one")
+        raise ConfigurationError(
+            f"{field} {value!r:.60} holds a NUL character; use an id without one"
+        )
 
 
 def turn_from_row(row: Sequence[Any]) -> ArchivedTurn:

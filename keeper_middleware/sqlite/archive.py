@@ -30,7 +30,7 @@ from keeper_middleware.archive.rows import (
     cut_rows,
     require_cut_key,
 )
-from keeper_middleware.errors import ArchiveError, ConfigurationError
+from keeper_middleware.errors import ArchiveError, ArgumentTypeError, ConfigurationError
 from keeper_middleware.messages import storable_text
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
 from keeper_middleware.sqlite import moved as sqlite_moved
@@ -285,7 +285,7 @@ class SQLiteArchive:
                 # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
                 value_json = storable_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
             except (TypeError, ValueError) as exc:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "
                     f"{exc}"
                 ) from exc

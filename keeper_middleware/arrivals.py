@@ -34,7 +34,7 @@ from keeper_middleware.sessions import SessionState
 from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.window import WindowPolicy
 
-log = logging.getLogger("keeper_middleware")
+log = logging.getLogger(__name__)
 
 ArchiveWhole = Callable[[str, BaseMessage, int | None, int], BaseMessage]
 """Archive a message word for word and return its excerpt within a cap (session, message,

@@ -31,7 +31,7 @@ from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.turns import leaving_turns
 from keeper_middleware.window import Excerpt, WindowPolicy
 
-log = logging.getLogger("keeper_middleware")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

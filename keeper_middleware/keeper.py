@@ -85,7 +85,7 @@ __all__ = [
     "archive_namespace",
 ]
 
-log = logging.getLogger("keeper_middleware")
+log = logging.getLogger(__name__)
 """One record per decision: a cut (INFO), a NOTES version (INFO), a re-ask (INFO), a refused
 search (INFO), an oversized message (WARNING), the request size of every step (DEBUG)."""
 

@@ -38,7 +38,7 @@ from keeper_middleware.steps import Pending
 from keeper_middleware.thinking import call_kwargs
 from keeper_middleware.tokens import TokenCounter
 
-log = logging.getLogger("keeper_middleware")
+log = logging.getLogger(__name__)
 
 Request = tuple[list[BaseMessage], Mapping[str, Any]]
 """One model call of the conversation: the messages and the call kwargs."""

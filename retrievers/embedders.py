@@ -11,21 +11,23 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import itertools
 import logging
 import math
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.errors import ConfigurationError, InvalidStateError
 from keeper_middleware.retrievers.base import MissingExtraError
 
 Embedder = Callable[[list[str]], list[list[float]]]
@@ -34,6 +36,7 @@ prefixes for queries and passages (e5) also has ``embed_query(text) -> vector``;
 queries when present, and the call embeds passages."""
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -381,28 +384,42 @@ def _quantized_cache_file(onnxruntime: Any, source: Path) -> Path | None:
     return Path(base) / "keeper-middleware" / f"minilm-q8-{digest.hexdigest()[:16]}.onnx"
 
 
+_QUANTIZE = """
+import sys, warnings
+warnings.simplefilter("ignore")
+import onnxruntime
+from onnxruntime.quantization import QuantType, quantize_dynamic
+source, folded, quantized = sys.argv[1:4]
+options = onnxruntime.SessionOptions()
+options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+options.optimized_model_filepath = folded
+onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True)
+"""
+"""Run in a child process: onnxruntime's quantizer logs through the root logger (and one of its
+modules configures the root logger when imported), so this process's logging stays as the
+application set it. It runs once per machine: the result is cached."""
+
+
 def _quantize_dynamically(onnxruntime: Any, source: Path) -> bytes:
     """The graph with its weights folded to float32 (as onnxruntime loads it), then its matrix
     products quantized to int8 per output channel (deterministic: the same bytes each time)."""
-    try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-    except ImportError as error:
-        raise MissingExtraError(
-            error.name or "onnx", "onnx", needed_by="The quantized MiniLM embedder"
-        ) from error
+    if importlib.util.find_spec("onnx") is None:
+        raise MissingExtraError("onnx", "onnx", needed_by="The quantized MiniLM embedder")
     with tempfile.TemporaryDirectory(prefix="keeper-minilm-") as scratch:
         folded, quantized = Path(scratch) / "folded.onnx", Path(scratch) / "q8.onnx"
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        options.optimized_model_filepath = str(folded)
-        onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logging.getLogger().disabled, was = True, logging.getLogger().disabled
-            try:
-                quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True)
-            finally:
-                logging.getLogger().disabled = was
+        done = subprocess.run(
+            [sys.executable, "-c", _QUANTIZE, str(source), str(folded), str(quantized)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            log.warning("quantizing %s failed: %s", source, done.stderr[-2000:])
+            raise InvalidStateError(
+                f"quantizing {source} to int8 failed in a child process (exit "
+                f"{done.returncode}); use the float32 embedder (quantized=False)"
+            )
         return quantized.read_bytes()
 
 

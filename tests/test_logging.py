@@ -1,4 +1,4 @@
-"""The ``keeper_middleware`` logger writes one record per decision: each step's sizes (DEBUG),
+"""The ``keeper_middleware`` loggers (one a module, ``getLogger(__name__)``) write one record per decision: each step's sizes (DEBUG),
 each cut and NOTES version, each re-ask and refused search (INFO), an oversized message and an
 unusable notes reply (WARNING)."""
 
@@ -27,7 +27,7 @@ def records(caplog: Any, word: str) -> list[logging.LogRecord]:
     return [
         r
         for r in caplog.records
-        if r.name == "keeper_middleware" and r.getMessage().startswith(word)
+        if r.name.split(".")[0] == "keeper_middleware" and r.getMessage().startswith(word)
     ]
 
 

@@ -22,7 +22,7 @@ from keeper_middleware.search.results import render_results
 from keeper_middleware.sessions import SessionState
 from keeper_middleware.tokens import TokenCounter
 
-log = logging.getLogger("keeper_middleware")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

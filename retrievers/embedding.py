@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from langchain_core.embeddings import Embeddings
+
 from keeper_middleware.errors import ConfigurationError, InvalidStateError
 from keeper_middleware.retrievers.background import background_worker
 from keeper_middleware.retrievers.base import (
@@ -45,6 +47,7 @@ from keeper_middleware.retrievers.base import (
 from keeper_middleware.retrievers.embedders import (
     Embedder,
     MiniLMEmbedder,
+    as_embedder,
     embed_query,
     embedder_name,
     import_chromadb,
@@ -87,7 +90,7 @@ class EmbeddingRetriever:
         path: str | PathLike[str] | None = None,
         *,
         server: str | None = None,
-        embedder: Embedder | None = None,
+        embedder: Embedder | Embeddings | None = None,
         collection: str = DEFAULT_COLLECTION,
         batch_size: int = _EMBED_BATCH,
         min_score: float | None = None,
@@ -132,7 +135,9 @@ class EmbeddingRetriever:
             )
         if batch_size < 1:
             raise ConfigurationError(f"batch_size must be a positive int, got {batch_size}.")
-        self._embedder: Embedder = embedder if embedder is not None else MiniLMEmbedder()
+        self._embedder: Embedder = (
+            as_embedder(embedder) if embedder is not None else MiniLMEmbedder()
+        )
         self._name = embedder_name(self._embedder)
         self._batch_size = batch_size
         self._ephemeral = path is None and server is None

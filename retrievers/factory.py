@@ -5,6 +5,7 @@ from __future__ import annotations
 from os import PathLike
 from pathlib import Path
 
+from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from keeper_middleware.errors import ArgumentTypeError, ConfigurationError
@@ -26,7 +27,7 @@ def make_retriever(
     spec: RetrieverSpec,
     *,
     path: str | PathLike[str] | None = None,
-    embedder: Embedder | None = None,
+    embedder: Embedder | Embeddings | None = None,
     namespace: str | None = None,
     database: str | None = None,
     schema: str = "keeper",

@@ -52,3 +52,86 @@ def test_every_graph_in_langgraph_json_loads_and_runs_without_blocking(tmp_path,
         assert asyncio.run(drive()) == "1. 6"
         assert graph.keeper.counters(name).cuts >= 1  # type: ignore[attr-defined]
         assert (tmp_path / "state" / "archive.sqlite3").exists()
+
+
+def test_langgraph_dev_serves_the_example_and_runs_it(tmp_path):
+    """``langgraph dev`` (the ``server`` extra) serves ``langgraph.json``'s graph on 127.0.0.1
+    and a run through its HTTP API reaches the keeper (offline: the simulated reader answers)."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    import pytest
+
+    cli = Path(sys.executable).with_name("langgraph")
+    if not cli.exists():
+        pytest.skip("langgraph-cli is not installed: pip install 'keeper-middleware[server]'")
+    app = tmp_path / "app"
+    shutil.copytree(EXAMPLE, app)
+    config = json.loads((app / "langgraph.json").read_text())
+    config["dependencies"] = [str(EXAMPLE.parents[1])]
+    config["env"]["KEEPER_ARCHIVE"] = str(tmp_path / "state" / "archive.sqlite3")
+    (app / "langgraph.json").write_text(json.dumps(config))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "KEEPER_MODEL": "",
+        "KEEPER_ARCHIVE": str(tmp_path / "state" / "archive.sqlite3"),
+        "LANGSMITH_TRACING": "false",
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    server = subprocess.Popen(
+        [
+            str(cli),
+            "dev",
+            "--no-browser",
+            "--no-reload",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=app,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/ok", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert server.poll() is None, server.stdout.read() if server.stdout else ""
+            assert time.monotonic() < deadline, "langgraph dev did not start"
+            time.sleep(0.5)
+        thread = httpx.post(f"{base}/threads", json={}, timeout=30).json()["thread_id"]
+        for text in ["Read each item.", "Item 1.\nMira Holt recorded domo01 at 3."]:
+            reply = httpx.post(
+                f"{base}/threads/{thread}/runs/wait",
+                json={
+                    "assistant_id": "keeper_agent",
+                    "input": {"messages": [{"role": "user", "content": text}]},
+                },
+                timeout=60,
+            )
+            assert reply.status_code == 200, reply.text
+        state = reply.json()
+        assert state["messages"][-1]["type"] == "ai"
+        humans = [m["id"] for m in state["messages"] if m["type"] == "human"]
+        assert len(humans) == 2 and set(humans) <= set(state["keeper"]["seen"])  # the keeper's
+        assert (tmp_path / "state" / "archive.sqlite3").exists()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,7 +1,7 @@
 """The keeper agent for ``langgraph dev`` (or any LangGraph server): ``langgraph.json`` beside
 this file points at ``agent``.
 
-    pip install -U "langgraph-cli[inmem]" -e ../..   # from this folder
+    pip install -e "../..[server]"   # from this folder: langgraph-cli[inmem] and the keeper
     KEEPER_MODEL=openai:gpt-4o-mini langgraph dev
 
 The server brings its own checkpointer (threads persist there); the keeper's archive is the file

@@ -35,3 +35,30 @@ def test_the_quickstart_run_twice_continues_its_thread_without_reading_twice(
             )
     assert answers == [["1.", "overdrawn", "2.", "Mira", "Holt"]] * 2
     assert len(stories[0]) == len(stories[1]) == 1  # item 3 archived once, not once per run
+
+
+def test_the_quickstart_shows_the_rule_kept_and_a_search_made(tmp_path, monkeypatch, capsys):
+    """What the README says the keeper did around the scripted model, it did."""
+    from keeper_middleware.messages import keeper_kind, text_of
+
+    monkeypatch.chdir(tmp_path)
+    names: dict[str, object] = {}
+    exec(compile(quickstart(), "README quickstart", "exec"), names)
+    capsys.readouterr()
+    model, agent = names["model"], names["agent"]
+    assert "keeper_middleware.bench" not in quickstart()
+    assert agent.keeper.counters("quickstart").cuts == 9  # the README says nine
+    notes_calls = [c for c in model.received if keeper_kind(c.messages[-1]) == "notes_request"]
+    assert notes_calls, "the keeper asked the model for notes"
+    last = model.received[-1].messages
+    rules = [text_of(m) for m in last if keeper_kind(m) == "rules"]
+    assert rules and "overdrawn" in rules[0]  # repeated next to the questions
+    searches = [
+        call["args"]
+        for c in model.received
+        for m in c.messages
+        for call in getattr(m, "tool_calls", [])
+        if call["name"] == "search_archive"
+    ]
+    assert searches and searches[0] == {"query": "domo03"}
+    assert not any("Item 3." in text_of(m) for m in last if keeper_kind(m) is None)

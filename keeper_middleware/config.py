@@ -58,7 +58,15 @@ class ThinkingPolicy:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KeeperConfig:
-    """Everything the keeper decides by. Defaults follow the measured settings."""
+    """Everything the keeper decides by. Defaults follow the measured settings.
+
+    Each field is documented where it is declared below.
+
+    Raises:
+        ConfigurationError: a field is out of range or of a kind the keeper cannot use (a
+            window under 1,024 tokens, a pattern that does not compile, ...); the message
+            names the field and the fix.
+    """
 
     window: int = 32_768
     """The live window in tokens: no request the keeper sends or lets through is larger."""
@@ -124,6 +132,7 @@ class KeeperConfig:
     message, or one too big for the room left beside the fixed part, is archived word for word
     and stands in view as an excerpt (head and tail) with a pointer to read it page by page."""
     thinking: ThinkingPolicy = field(default_factory=ThinkingPolicy)
+    """When the model thinks, and when a reply is asked again (``ThinkingPolicy``)."""
 
     def __post_init__(self) -> None:
         _check_int("window", self.window, minimum=1024, fix="tokens")

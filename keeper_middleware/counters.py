@@ -17,20 +17,31 @@ class Counters:
     notes_calls: int = 0
     """Calls made to take notes (first asks and re-asks)."""
     cuts: int = 0
+    """Cuts made: turns archived and a NOTES version written for them."""
     note_requests: int = 0
+    """Note requests sent (first asks)."""
     reasks: int = 0
+    """Note requests asked again because a reply failed its checks."""
     empty_note_replies: int = 0
+    """Note replies with nothing in them."""
     garbage_note_lines: int = 0
+    """Lines of note replies that were not change lines."""
     dropped_note_lines: int = 0
+    """Change lines the checks left out of the NOTES."""
     thinking_retries: int = 0
     """Replies that thought to their limit and were asked again without thinking."""
     empty_retries: int = 0
     """Empty replies (no text, no tool call) asked again."""
     searches: int = 0
+    """Archive searches answered."""
     search_refusals: int = 0
+    """Archive searches refused (repeated, or asked again with nothing new archived)."""
     search_stops: int = 0
+    """Times the model was told to stop searching and answer."""
     rules_injected: int = 0
+    """Times the RULES were repeated next to a new question."""
     archive_turns: int = 0
+    """Turns archived."""
     notes_tokens: int = 0
     """Tokens of the NOTES block as last written."""
     notes_entries_moved: int = 0
@@ -38,10 +49,15 @@ class Counters:
     peak_window: int = 0
     """Largest request, in tokens, the keeper let through."""
     prompt_tokens: int = 0
+    """Prompt tokens the model reported, over every call."""
     completion_tokens: int = 0
+    """Completion tokens the model reported, over every call."""
     cached_tokens: int = 0
+    """Prompt tokens the server reported as read from its prefix cache."""
     management_prompt_tokens: int = 0
+    """Of ``prompt_tokens``, those of the keeper's own calls (notes)."""
     management_completion_tokens: int = 0
+    """Of ``completion_tokens``, those of the keeper's own calls."""
 
     def add_usage(self, reply: BaseMessage, *, management: bool) -> None:
         """Add a reply's usage data (as LangChain reports it) to the totals."""

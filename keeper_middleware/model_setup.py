@@ -30,7 +30,9 @@ class ModelSetup:
     this was so, 91% after, measured)."""
 
     system_prompt: str | None = None
+    """The system prompt every call carries (None: none of the keeper's own)."""
     tools: tuple[Tool, ...] = ()
+    """The tools every call binds: the user's and the archive search."""
     _schemas: tuple[dict[str, Any], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -208,7 +208,15 @@ def kept_line(kept: int) -> str:
 
 
 def render_notes(notes: Notes, *, kept: int = 0) -> str:
-    """The NOTES message text (docs/formats.md §1); ``kept`` messages after it are already noted."""
+    """The NOTES message text (docs/formats.md §1); ``kept`` messages after it are already noted.
+
+    Args:
+        notes: the notes to render.
+        kept: how many messages after the NOTES were kept in view and are already noted.
+
+    Raises:
+        ConfigurationError: ``kept`` is negative.
+    """
     if kept < 0:
         raise ConfigurationError(f"kept must be >= 0 (a number of messages), got {kept}.")
     lines = [f"{_HEADER_START} {_range_text(notes)} {_HEADER_END}", RULES_HEADER]
@@ -229,6 +237,12 @@ def parse_notes(text: str) -> tuple[Notes, int]:
 
     Strict, because only the keeper writes this text: anything unexpected is an error naming
     the line, rather than a silently shorter set of notes.
+
+    Args:
+        text: a NOTES message's text, as ``render_notes`` wrote it.
+
+    Raises:
+        MalformedDataError: the text is not a NOTES message, or a line is out of place.
     """
     lines = [line.rstrip() for line in text.strip().splitlines()]
     if not lines or not lines[0].startswith(_HEADER_START):

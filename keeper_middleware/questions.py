@@ -28,6 +28,14 @@ class PatternQuestionDetector:
     __slots__ = ("_patterns",)
 
     def __init__(self, patterns: Sequence[str]) -> None:
+        """Compile the patterns once.
+
+        Args:
+            patterns: regular expressions (multi-line mode: ``^`` matches at each line).
+
+        Raises:
+            re.error: a pattern does not compile (``KeeperConfig`` checks its own first).
+        """
         self._patterns = tuple(re.compile(p, re.MULTILINE) for p in patterns)
 
     def is_question(self, message: BaseMessage) -> bool:

@@ -24,12 +24,15 @@ class StepResult:
     """What one keeper step decided: the new message list and the keeper's bookkeeping."""
 
     messages: list[BaseMessage]
+    """The messages to send on: a new list, the step's input is never changed."""
     state: dict[str, Any]
+    """The keeper's bookkeeping, to be stored with the graph state."""
     changed: bool
     """True when ``messages`` differs from what the step was given."""
     rewritten: bool
     """True when messages were removed or replaced (not only appended)."""
     cut: bool = False
+    """True when the step archived turns and wrote a NOTES version for them."""
 
 
 @dataclass(slots=True)

@@ -80,6 +80,7 @@ class Hit:
     """
 
     passage: Passage
+    """The passage that matched."""
     score: float
     """Higher is better; only comparable within one search of one backend."""
     next_text: str = ""

@@ -84,7 +84,16 @@ def default_checks(
     tracked_names: str | re.Pattern[str] | None = None, *, noted_names: bool = False
 ) -> tuple[NoteCheck, ...]:
     """The generic checks, plus the tracked-name checks when a pattern for the names is given;
-    with none, ``noted_names`` checks the names the NOTES already hold (`NotedNamesAccounted`)."""
+    with none, ``noted_names`` checks the names the NOTES already hold (`NotedNamesAccounted`).
+
+    Args:
+        tracked_names: a regular expression (or compiled pattern) for the names the content
+            tracks, such as counters or ticket ids; None for none.
+        noted_names: without ``tracked_names``, check the names the NOTES already hold.
+
+    Raises:
+        ConfigurationError: ``tracked_names`` does not compile.
+    """
     pattern = compile_names(tracked_names)
     if pattern is None:
         return (*GENERIC_CHECKS, NotedNamesAccounted()) if noted_names else GENERIC_CHECKS

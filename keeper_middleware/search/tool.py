@@ -34,6 +34,12 @@ def archive_search_tool(keeper: Keeper) -> StructuredTool:
     The arguments are passed on as the model wrote them (the schema is plain JSON, so no
     validation error escapes into the graph): :meth:`Keeper.run_search_tool` checks each one
     and answers a bad one with a "Refused: …" text.
+
+    Args:
+        keeper: the keeper whose archive the tool searches; the session is the graph's thread.
+
+    Returns:
+        A LangChain tool named ``search_archive``, sync and async.
     """
 
     def search_archive(config: RunnableConfig, **args: Any) -> str:

@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field
 
 from keeper_middleware.errors import InvalidStateError
@@ -107,13 +108,22 @@ class ScriptedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "scripted"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, BaseMessage]:
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
         """A copy bound with ``tools`` (their names recorded) that writes into the same log.
 
         Args:
             tools: LangChain tools, functions or OpenAI-style schemas.
-            **kwargs: bound with the copy (``tool_choice``, ...) and recorded with each call.
+            tool_choice: bound with the copy and recorded with each call, when given.
+            **kwargs: bound with the copy and recorded with each call.
         """
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
         clone = self.model_copy(update={"bound_tools": [_tool_name(t) for t in tools]})
         clone.received = self.received  # one log for the model and its bound copies
         clone.script = self.script

@@ -98,7 +98,9 @@ class TokenCounter(Protocol):
     def count_text(self, text: str) -> int: ...
 
 
-TokenCounterSpec: TypeAlias = "TokenCounter | str | Callable[..., int] | BaseLanguageModel | None"
+TokenCounterSpec: TypeAlias = (
+    "TokenCounter | str | Callable[..., int] | BaseLanguageModel[Any] | None"
+)
 """What ``token_counter=`` takes (``resolve_token_counter`` says what each means): None, a name,
 a ``TokenCounter``, a LangChain chat model, or a function from messages to a count."""
 

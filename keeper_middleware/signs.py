@@ -74,7 +74,7 @@ def sentence_direction(sentence: str) -> Direction | Literal["mixed"] | None:
     Verbs are matched in lower case only (the sentence's first letter lowered), so a name that
     is also a verb ("Yara Fell put 8 more into it") is not read as one."""
     lowered = sentence[:1].lower() + sentence[1:]
-    found = [direction for direction, verb in _VERBS.items() if verb.search(lowered)]
+    found: list[Direction] = [d for d, verb in _VERBS.items() if verb.search(lowered)]
     if not found:
         return None
     return found[0] if len(found) == 1 else "mixed"

@@ -39,7 +39,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field
 
-from keeper_middleware.errors import InvalidStateError
+from keeper_middleware.errors import ArgumentTypeError, InvalidStateError
 
 __all__ = ["Received", "Reply", "ScriptedChatModel", "tool_call"]
 
@@ -149,6 +149,12 @@ class ScriptedChatModel(BaseChatModel):
                 f"the script ran out after {len(self.received)} calls; give more replies "
                 "or a default"
             )
-        reply = entry(list(messages)) if callable(entry) else entry
-        message = AIMessage(content=reply) if isinstance(reply, str) else reply
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        reply: object = entry(list(messages)) if callable(entry) else entry
+        if isinstance(reply, str):
+            reply = AIMessage(content=reply)
+        if not isinstance(reply, AIMessage):
+            raise ArgumentTypeError(
+                f"a script entry must be an AIMessage, a str, or a function of the messages "
+                f"returning one; call {len(self.received)} got {type(reply).__name__}"
+            )
+        return ChatResult(generations=[ChatGeneration(message=reply)])

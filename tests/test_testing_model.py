@@ -8,7 +8,12 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from keeper_middleware import InvalidStateError, KeeperConfig, create_keeper_agent
+from keeper_middleware import (
+    ArgumentTypeError,
+    InvalidStateError,
+    KeeperConfig,
+    create_keeper_agent,
+)
 from keeper_middleware.testing import ScriptedChatModel, tool_call
 
 
@@ -73,3 +78,9 @@ def test_it_counts_tokens_offline_so_it_can_size_the_window():
             {"configurable": {"thread_id": "t"}},
         )
     assert agent.keeper.counters("t").cuts >= 1
+
+
+def test_a_script_entry_that_is_not_a_reply_is_refused_by_name():
+    model = ScriptedChatModel(script=[lambda messages: 42])
+    with pytest.raises(ArgumentTypeError, match="script entry must be an AIMessage"):
+        model.invoke("x")

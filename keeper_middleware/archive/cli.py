@@ -54,7 +54,9 @@ def _migrate(source: str, url: str, schema: str | None, sessions: list[str] | No
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="keeper-archive", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="keeper-archive", description=(__doc__ or "").splitlines()[0]
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     info = commands.add_parser("info", help="sessions, turns and notes versions of an archive")
     info.add_argument("target", help="a SQLite archive file or folder, or a postgresql:// URL")

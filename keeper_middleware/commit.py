@@ -19,6 +19,7 @@ from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import cut_key
 from keeper_middleware.injection import render_rules_block
+from keeper_middleware.items import ITEMS_SINCE_NOTES
 from keeper_middleware.messages import is_input
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import NoteOutcome
@@ -168,6 +169,7 @@ class CutCommit:
         self.sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))
+        state[ITEMS_SINCE_NOTES] = 0
         live = {str(m.id) for m in window}
         state["seen"] = [i for i in state["seen"] if i in live] + [str(notes_message.id)]
         if rules_block is not None and str(rules_block.id) not in state["seen"]:

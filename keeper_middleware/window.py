@@ -21,6 +21,7 @@ from keeper_middleware.entries import Entry, classify, messages_of
 from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, pointer_cost
 from keeper_middleware.injection import render_rules_block
+from keeper_middleware.items import items_since_notes
 from keeper_middleware.messages import keeper_kind, keeper_message, text_of
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import notes_request_text
@@ -77,7 +78,7 @@ class WindowPolicy:
         every = self.config.notes_every_items
         if every is None:
             return False
-        new_items = int(kstate["last_item"]) - int(kstate["notes_item"])
+        new_items = items_since_notes(kstate)
         if new_items >= every or layout.notes_index is None:
             return new_items >= every
         due = items_due(

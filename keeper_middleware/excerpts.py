@@ -14,6 +14,7 @@ whatever counter is configured.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -74,35 +75,54 @@ def fit_suffix(text: str, tokens: int, count: Count) -> int:
 
 
 def page_chars(text: str, page_tokens: int, count: Count) -> int:
-    """Characters per page, from the text's own density, so a page stays within ``page_tokens``
-    for the text as a whole (one count of the whole text, not one per page)."""
+    """Characters per page, from the text's own density (one count of the whole text): the
+    first guess at each page's length, kept when the page is within ``page_tokens``."""
     total = max(1, count(text))
     return max(1, int(len(text) * page_tokens * 0.9 / total))
 
 
-def page_count(text: str, page_tokens: int, count: Count) -> int:
+def page_spans(text: str, page_tokens: int, count: Count) -> tuple[tuple[int, int], ...]:
+    """Where each page of ``text`` starts and ends: every character on exactly one page, and
+    each page within ``page_tokens`` (as ``count`` counts; a single character heavier than a
+    page is a page of its own).
+
+    A page takes the length the text's density suggests; a page that comes out over its size
+    (a dense stretch, CJK or digits, in a light text) ends where it fits, and the next page
+    starts right there. Clipping such a page instead left its tail on no page at all (5.4K of
+    a 48K-character message). Pages are worked out once per text and page size.
+    """
+    return _spans(text, page_tokens, count)
+
+
+@functools.lru_cache(maxsize=16)
+def _spans(text: str, page_tokens: int, count: Count) -> tuple[tuple[int, int], ...]:
+    if not text:
+        return ((0, 0),)
     size = page_chars(text, page_tokens, count)
-    return max(1, -(-len(text) // size))
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if count(text[start:end]) > page_tokens:
+            end = start + max(1, fit_prefix(text[start:end], page_tokens, count))
+        spans.append((start, end))
+        start = end
+    return tuple(spans)
+
+
+def page_count(text: str, page_tokens: int, count: Count) -> int:
+    return len(page_spans(text, page_tokens, count))
 
 
 def read_page(text: str, page: int, page_tokens: int, count: Count) -> tuple[str, int]:
     """(page ``page`` of ``text``, the number of pages); a page past the end is empty.
 
-    A page that the density estimate let grow over ``page_tokens`` (a dense stretch in a light
-    text) is clipped to it; the clipped part is still on no other page, so it is said so.
-    """
-    size = page_chars(text, page_tokens, count)
-    pages = max(1, -(-len(text) // size))
-    if not 1 <= page <= pages:
-        return "", pages
-    chunk = text[(page - 1) * size : page * size]
-    if count(chunk) > page_tokens:
-        kept = fit_prefix(chunk, page_tokens - 24, count)
-        chunk = (
-            chunk[:kept] + f"\n[… {len(chunk) - kept:,} more characters of this page are too "
-            "dense to show; search for a phrase from them to see them in context.]"
-        )
-    return chunk, pages
+    Reading pages 1 to N in turn gives back ``text`` exactly (:func:`page_spans`)."""
+    spans = page_spans(text, page_tokens, count)
+    if not 1 <= page <= len(spans):
+        return "", len(spans)
+    start, end = spans[page - 1]
+    return text[start:end], len(spans)
 
 
 def excerpt(text: str, *, tokens: int, ref: str, page_tokens: int, count: Count) -> str:

@@ -369,7 +369,7 @@ def test_questions_and_search_results_never_demand_a_note():
     assert keeper.counters("t1").reasks == 0
 
 
-def test_a_reask_that_would_not_fit_the_window_is_not_sent():
+def test_a_reask_that_would_not_fit_beside_the_reply_is_sent_without_it():
     calls: list[list[BaseMessage]] = []
 
     def reply(messages: list[BaseMessage], kwargs) -> AIMessage:
@@ -387,7 +387,11 @@ def test_a_reask_that_would_not_fit_the_window_is_not_sent():
     ]
     result = keeper.step("s", messages, None, ModelSetup(system_prompt="SYS"), reply)
     assert result.cut
-    assert len(calls) == 1, "the re-ask did not fit and was not sent"
+    assert len(calls) == 3, "each re-ask is sent, without the reply too long to send back"
+    for reask in calls[1:]:
+        assert not any("I also thought about it." in text_of(m) for m in reask)
+        size = keeper.tokens.count_messages(reask)
+        assert size <= keeper.config.budget
     assert keeper.notes("s").state_dict() == {"c1": "3"}
 
 

@@ -60,7 +60,7 @@ class CutCommit:
         latest = self.archive.latest_notes(pending.session)
         return notes_from_json(latest.data_json) if latest else pending.notes
 
-    def _rules_beside_open_question(
+    def rules_beside_open_question(
         self,
         session: str,
         window: list[BaseMessage],
@@ -70,7 +70,7 @@ class CutCommit:
         size: int,
     ) -> tuple[list[BaseMessage], int, BaseMessage | None]:
         """The RULES placed right after the open question when the cut that just ran wrote
-        the first of them.
+        the first of them (or the cuts of a backlog that came before the question).
 
         A question is given the RULES as it arrives, from the NOTES of that moment. When the
         same step makes the first cut of a conversation, those NOTES do not exist yet, and the
@@ -130,7 +130,7 @@ class CutCommit:
             size = self.window.count(setup, window)
         if size > self.config.budget:
             raise self.window.after_cut_error(size)
-        window, size, rules_block = self._rules_beside_open_question(
+        window, size, rules_block = self.rules_beside_open_question(
             session, window, pending, notes, setup, size
         )
         turns = leaving_turns(session, pending.entries, plan, items)

@@ -95,12 +95,15 @@ class WindowPolicy:
         kstate: Mapping[str, Any],
         setup: ModelSetup,
         notes: Notes,
+        *,
+        due: bool = False,
     ) -> tuple[CutPlan | None, int]:
-        """The cut to make now (None: none), and the request's size as it stands."""
+        """The cut to make now (None: none), and the request's size as it stands (``due``:
+        cut whatever the size and the cadence say, as a part of a backlog is)."""
         layout = self.layout(messages)
         request_tokens = self.count(setup, messages)
         plan = None
-        if self.notes_due(kstate, request_tokens, layout, messages):
+        if due or self.notes_due(kstate, request_tokens, layout, messages):
             open_at = open_question_index(messages, self.detector, start=layout.head_end)
             request_cost = self.request_cost()
 

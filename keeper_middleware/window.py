@@ -287,7 +287,10 @@ class WindowPolicy:
         start: int,
     ) -> list[BaseMessage]:
         """Excerpt the biggest messages from ``start`` on (not the keeper's own) until the
-        request and a note request fit the budget; ``excerpt`` archives each whole first."""
+        request and a note request fit the budget; ``excerpt`` archives each whole first.
+
+        The request is counted once; each excerpt then takes off what it saved (recounting the
+        whole window after each message made this quadratic in the messages)."""
         target = self.config.budget - self.request_cost()
         result = messages_of(entries)
         sizes = {
@@ -295,12 +298,15 @@ class WindowPolicy:
             for i, e in enumerate(entries)
             if i >= start and e.kind is None and not e.is_system
         }
+        total = self.count(setup, result)
         for index in sorted(sizes, key=lambda i: -sizes[i]):
-            excess = self.count(setup, result) - target
+            excess = total - target
             if excess <= 0:
                 break
             cap = max(MIN_EXCERPT_TOKENS, sizes[index] - excess)
             result[index] = excerpt(result[index], cap)
+            if result[index] is not entries[index].message:
+                total += self.tokens.count_messages([result[index]]) - sizes[index]
         return result
 
     def too_big_error(

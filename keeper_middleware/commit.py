@@ -120,6 +120,17 @@ class CutCommit:
                 session, render_notes(notes, kept=cut.kept_count), "notes", f"notes-{pending.key}"
             ),
         )
+        if plan.keep_from < plan.boundary and size > self.config.notes_threshold:
+            # the exchange kept in view is too big to leave room to work: its biggest
+            # messages stand as excerpts (or pointers), archived whole now
+            window = self.window.shrink_largest(
+                self.window.classify(window, pending.entries),
+                setup,
+                self.excerpter(session, items),
+                start=plan.layout.head_end + 1,
+                target=self.config.notes_threshold,
+            )
+            size = self.window.count(setup, window)
         if size > self.config.budget:
             window = self.window.shrink_largest(
                 self.window.classify(window, pending.entries),
@@ -129,7 +140,7 @@ class CutCommit:
             )
             size = self.window.count(setup, window)
         if size > self.config.budget:
-            raise self.window.after_cut_error(size)
+            raise self.window.after_cut_error(size, window, setup)
         window, size, rules_block = self.rules_beside_open_question(
             session, window, pending, notes, setup, size
         )

@@ -51,6 +51,47 @@ def pointer_cost(ref: str, count: Count) -> int:
     return count(pointer_line(ref, 10**9, 10**6)) + 2
 
 
+def stub_line(ref: str) -> str:
+    """The whole text of a message at its smallest: only where it is and how to read it.
+
+    A burst of tool results (fifty at once, or five hundred) can leave each of them less room
+    than an excerpt's head, tail and full pointer take; each then stands in view as this line
+    alone, and is read back whole from the archive."""
+    return f'{EXCERPT_TAG} archived whole: search_archive(read="{ref}")'
+
+
+def smallest_form(message: BaseMessage, ref: str) -> BaseMessage:
+    """``message`` as small as it can stand in view: same id, role, name and tool-call ids;
+    its text and each tool-call argument longer than :func:`stub_line` replaced by it.
+
+    The same message object when nothing in it is longer than the stub."""
+    stub = stub_line(ref)
+    update: dict[str, Any] = {}
+    if len(text_of(message)) > len(stub):
+        update["content"] = stub
+    if isinstance(message, AIMessage) and message.tool_calls:
+        calls = [{**call, "args": _smallest_args(call.get("args"), stub)} for call in message.tool_calls]
+        if calls != list(message.tool_calls):
+            update["tool_calls"] = calls
+            update["invalid_tool_calls"] = []
+    return message.model_copy(update=update) if update else message
+
+
+def _smallest_args(args: object, stub: str) -> object:
+    if not isinstance(args, dict):
+        return {"excerpt": stub} if len(json.dumps(args, default=str)) > len(stub) else args
+    smallest: dict[str, object] = {}
+    for key, value in args.items():
+        if value is None or isinstance(value, bool | int | float):
+            smallest[key] = value
+        elif isinstance(value, str):
+            smallest[key] = stub if len(value) > len(stub) else value
+        else:
+            dumped = json.dumps(value, ensure_ascii=False, default=str)
+            smallest[key] = stub if len(dumped) > len(stub) else value
+    return smallest
+
+
 def fit_prefix(text: str, tokens: int, count: Count) -> int:
     """The length of the longest prefix of ``text`` within ``tokens`` (as ``count`` counts)."""
     if tokens <= 0 or not text:
@@ -182,15 +223,19 @@ def excerpt_within(
 ) -> BaseMessage:
     """:func:`shrink_message` aimed lower until the excerpt, frame included, is within ``cap``
     by ``count_message`` (the excerpt's text is sized by ``count``, which cannot see the frame
-    a message adds), or until it is as small as an excerpt gets."""
+    a message adds); below what a head, a tail and a full pointer take, the message's
+    :func:`smallest_form`."""
     target = max(MIN_EXCERPT_TOKENS, cap // 2)
     while True:
         shrunk = shrink_message(
             message, tokens=target, ref=ref, page_tokens=page_tokens, count=count
         )
         size = count_message(shrunk)
-        if size <= cap or target <= MIN_EXCERPT_TOKENS:
+        if size <= cap:
             return shrunk
+        if target <= MIN_EXCERPT_TOKENS:
+            smallest = smallest_form(message, ref)
+            return smallest if count_message(smallest) < size else shrunk
         target = max(MIN_EXCERPT_TOKENS, target - (size - cap) - 8)
 
 

@@ -19,7 +19,12 @@ from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import CutPlan, Layout, find_layout, pin_open_question, plan_cut
 from keeper_middleware.entries import Entry, classify, messages_of
 from keeper_middleware.errors import WindowTooSmallError
-from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, pointer_cost
+from keeper_middleware.excerpts import (
+    MIN_EXCERPT_TOKENS,
+    excerpt_ref,
+    pointer_cost,
+    smallest_form,
+)
 from keeper_middleware.injection import render_rules_block
 from keeper_middleware.items import items_since_notes
 from keeper_middleware.messages import keeper_kind, keeper_message, text_of
@@ -28,7 +33,7 @@ from keeper_middleware.note_taking import notes_request_text
 from keeper_middleware.notes import Notes, parse_notes, render_notes
 from keeper_middleware.questions import QuestionDetector, open_question_index
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT
-from keeper_middleware.room import units, water_level
+from keeper_middleware.room import units, water_level, water_level_above
 from keeper_middleware.tokens import TokenCounter
 
 NOTES_FRAME_TOKENS = 64
@@ -147,10 +152,17 @@ class WindowPolicy:
     def drop_kept_if_too_big(
         self, plan: CutPlan, messages: Sequence[BaseMessage], notes: Notes, setup: ModelSetup
     ) -> CutPlan:
-        """Keep the newest exchange only if the window after the cut leaves room to work."""
+        """Keep the newest exchange only if the window after the cut leaves room to work: as
+        it is, or with its messages at their smallest (a burst of tool results stays in view
+        as pointers the model can follow; :meth:`CutCommit.finish` excerpts them)."""
         notes_estimate = self.notes_estimate(notes)
         after = [*messages[: plan.layout.head_end], *messages[plan.keep_from :]]
-        if self.count(setup, after) + notes_estimate <= self.config.notes_threshold:
+        size = self.count(setup, after) + notes_estimate
+        if size <= self.config.notes_threshold:
+            return plan
+        kept = self.classify(messages[plan.keep_from : plan.boundary])
+        saved = sum(e.tokens - self.least_tokens("", e) for e in kept if e.kind is None)
+        if size - saved <= self.config.notes_threshold:
             return plan
         return replace(plan, keep_from=plan.boundary)
 
@@ -219,34 +231,62 @@ class WindowPolicy:
         )
         beside = self.beside_cost(notes)
         room = self.config.budget - sum(parts.values())
+        floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
         caps: dict[str, int] = {}
         for unit in units(entries):
             fresh = [e for e in unit if e.fresh(seen)]
             if not fresh:
                 continue
-            fixed = sum(e.tokens for e in unit if not e.fresh(seen))
-            if any(e.question for e in fresh):
-                fixed += beside
+            in_view = sum(e.tokens for e in unit if not e.fresh(seen))
+            besides = beside if any(e.question for e in fresh) else 0
+            avail = room - in_view - besides
             sizes = [e.tokens for e in fresh]
-            share = water_level(sizes, room - fixed - kept, self.config.message_tokens)
-            if share < MIN_EXCERPT_TOKENS and kept:
-                share = water_level(sizes, room - fixed, self.config.message_tokens)
-            floor = MIN_EXCERPT_TOKENS + pointer_cost(
-                excerpt_ref(session, "x"), self.tokens.count_text
+            if sum(min(size, floor) for size in sizes) <= avail:
+                share = water_level(sizes, avail - kept, self.config.message_tokens)
+                if share < MIN_EXCERPT_TOKENS and kept:
+                    share = water_level(sizes, avail, self.config.message_tokens)
+                caps.update((e.id, max(share, floor)) for e in fresh)
+                continue
+            # a burst (fifty tool results at once, or five hundred): too many for each to keep
+            # a head, a tail and a full pointer, so the big ones stand as their smallest form
+            smallest = [self.least_tokens(session, e) for e in fresh]
+            if sum(smallest) > avail:
+                raise self._unit_too_big(parts, in_view, besides, smallest)
+            level = water_level_above(sizes, smallest, avail, self.config.message_tokens)
+            caps.update(
+                (e.id, max(least, min(size, level)))
+                for e, size, least in zip(fresh, sizes, smallest, strict=True)
             )
-            least = sum(min(size, floor) for size in sizes)
-            if room < least:
-                need = sum(parts.values()) + least
-                raise WindowTooSmallError(
-                    f"the fixed part of a request does not fit: {_listed(parts)} + the new input's "
-                    f"excerpt (at least {floor} tokens a message) = {need} tokens, "
-                    f"over the budget of {self.config.budget} (window {self.config.window} - "
-                    f"reply reserve {self.config.reserve}) by "
-                    f"{need - self.config.budget}. Raise the window, lower reply_reserve, or "
-                    "shorten the largest part."
-                )
-            caps.update((e.id, max(share, floor)) for e in fresh)
         return caps, max(MIN_EXCERPT_TOKENS, min(room, self.config.message_tokens))
+
+    def least_tokens(self, session: str, entry: Entry) -> int:
+        """The least a message can take in view: its :func:`smallest_form` (an excerpt is
+        never bigger than what it stands for)."""
+        ref = excerpt_ref(session, entry.id)
+        smallest = smallest_form(entry.message, ref)
+        if smallest is entry.message:
+            return entry.tokens
+        return min(entry.tokens, self.tokens.count_messages([smallest]))
+
+    def _unit_too_big(
+        self, parts: Mapping[str, int], in_view: int, besides: int, smallest: Sequence[int]
+    ) -> WindowTooSmallError:
+        """The refusal of new input that cannot fit even with every message at its smallest;
+        the parts it lists add up to the total it states."""
+        listed = {
+            **parts,
+            "the rest of its unit in view": in_view,
+            "what stands beside a question": besides,
+            f"the new input at its smallest ({len(smallest)} messages)": sum(smallest),
+        }
+        need = sum(listed.values())
+        return WindowTooSmallError(
+            f"the fixed part of a request does not fit: {_listed(listed)} = {need} tokens, "
+            f"over the budget of {self.config.budget} (window {self.config.window} - reply "
+            f"reserve {self.config.reserve}) by {need - self.config.budget}. Raise the "
+            "window, lower reply_reserve, or shorten the largest part (fewer tool calls at once "
+            "make a smaller input)."
+        )
 
     def in_view_excess(self, entries: Sequence[Entry], setup: ModelSetup) -> tuple[list[int], int]:
         """The messages kept in view beside the NOTES and in the first unit not yet noted (a
@@ -285,13 +325,16 @@ class WindowPolicy:
         excerpt: Excerpt,
         *,
         start: int,
+        target: int | None = None,
     ) -> list[BaseMessage]:
         """Excerpt the biggest messages from ``start`` on (not the keeper's own) until the
-        request and a note request fit the budget; ``excerpt`` archives each whole first.
+        request fits ``target`` (default: room for a note request within the budget);
+        ``excerpt`` archives each whole first.
 
         The request is counted once; each excerpt then takes off what it saved (recounting the
         whole window after each message made this quadratic in the messages)."""
-        target = self.config.budget - self.request_cost()
+        if target is None:
+            target = self.config.budget - self.request_cost()
         result = messages_of(entries)
         sizes = {
             i: e.tokens
@@ -313,15 +356,41 @@ class WindowPolicy:
         self, request_tokens: int, entries: Sequence[Entry], setup: ModelSetup
     ) -> WindowTooSmallError:
         """The refusal of a request nothing more can be cut from or excerpted in."""
-        parts = self.fixed_parts(entries, setup)
+        parts = self.parts_in_view(messages_of(entries), setup, request_tokens)
         return WindowTooSmallError(
-            f"the request is {request_tokens} tokens, over the budget of "
+            f"the request is {request_tokens} tokens ({_listed(parts)}), over the budget of "
             f"{self.config.budget} (window {self.config.window} - reply reserve "
-            f"{self.config.reserve}) by {request_tokens - self.config.budget}, and "
-            f"nothing more can be cut or excerpted. Its fixed part: {_listed(parts)} = "
-            f"{sum(parts.values())} tokens. Raise the window, lower reply_reserve, or "
-            "shorten the largest part."
+            f"{self.config.reserve}) by {request_tokens - self.config.budget}, and nothing "
+            "more can be cut or excerpted. Raise the window, lower reply_reserve, or shorten "
+            "the largest part."
         )
+
+    def parts_in_view(
+        self, messages: Sequence[BaseMessage], setup: ModelSetup, total: int
+    ) -> dict[str, int]:
+        """What a request of ``total`` tokens is made of, by part: system prompt, tools, the
+        pinned task, the NOTES, an open question with the work on it, and the other messages
+        (the rest of ``total``, so the parts always add up to it)."""
+        layout = self.layout(messages)
+        head = messages[: layout.head_end]
+        tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
+        system_and_tools = self.count(setup, [m for m in head if isinstance(m, SystemMessage)])
+        notes = (
+            self.tokens.count_messages([messages[layout.notes_index]])
+            if layout.notes_index is not None
+            else 0
+        )
+        open_at = open_question_index(messages, self.detector, start=layout.noted_start)
+        question = self.tokens.count_messages(messages[open_at:]) if open_at is not None else 0
+        parts = {
+            "system prompt": system_and_tools - tools,
+            "tools": tools,
+            "pinned task": self.count(setup, head) - system_and_tools,
+            "NOTES": notes,
+            "the open question and the work on it": question,
+        }
+        parts["the other messages in view"] = total - sum(parts.values())
+        return parts
 
     def window_after_cut(
         self,
@@ -347,14 +416,18 @@ class WindowPolicy:
                 break
         return plan, notes, window, size
 
-    def after_cut_error(self, size: int) -> WindowTooSmallError:
+    def after_cut_error(
+        self, size: int, window: Sequence[BaseMessage], setup: ModelSetup
+    ) -> WindowTooSmallError:
         """The refusal of a window that is still too big after a cut and its excerpts."""
+        parts = self.parts_in_view(window, setup, size)
         return WindowTooSmallError(
-            f"after a cut the request is still {size} tokens, over the budget of "
-            f"{self.config.budget} (window {self.config.window} - reply reserve "
-            f"{self.config.reserve}): what must stay in view (system prompt, task, "
-            "NOTES within notes_budget, any open question) does not fit. Raise the "
-            "window, lower reply_reserve or notes_budget, or shorten the system prompt."
+            f"after a cut the request is still {size} tokens ({_listed(parts)}), over the "
+            f"budget of {self.config.budget} (window {self.config.window} - reply reserve "
+            f"{self.config.reserve}) by {size - self.config.budget}: what must stay in view "
+            "(system prompt, task, NOTES within notes_budget, any open question) does not fit. "
+            "Raise the window, lower reply_reserve or notes_budget, or shorten the system "
+            "prompt."
         )
 
 

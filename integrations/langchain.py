@@ -64,8 +64,15 @@ from keeper_middleware.model_calls import (
     resolve_chat_model,
     tool_refusal,
 )
-from keeper_middleware.node import KeeperNode, checked_tools, state_update
+from keeper_middleware.node import (
+    KeeperNode,
+    checked_tools,
+    forces_search,
+    state_update,
+    tool_name,
+)
 from keeper_middleware.retrievers.factory import RetrieverSpec
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.search.tool import DEFAULT_SESSION, archive_search_tool, session_of
 from keeper_middleware.tokens import TokenCounter
 
@@ -217,12 +224,36 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
             self._setup = setup
         self._model = request.model
 
-    def _first_request(self, request: ModelRequest[Any], session: str) -> ModelRequest[Any]:
+    def _first_request(
+        self, request: ModelRequest[Any], session: str
+    ) -> tuple[ModelRequest[Any], bool]:
+        """The request as sent (thinking kwargs; after the stop line, no search tool), and
+        whether the search tool is offered in it."""
         self._learn(request)
         kwargs = self.keeper.work_kwargs(session, request.messages)
-        if not kwargs:
-            return request
-        return request.override(model_settings={**request.model_settings, **kwargs})
+        if kwargs:
+            request = request.override(model_settings={**request.model_settings, **kwargs})
+        offered = self.search_tool is None or self.keeper.search_offered(session)
+        if not offered:
+            tools = [t for t in request.tools if tool_name(t) != SEARCH_TOOL_NAME]
+            choice = request.tool_choice
+            if forces_search(choice) or not tools:
+                choice = None
+            request = request.override(tools=tools, tool_choice=choice)
+        return request, offered
+
+    def _answers_only(
+        self, response: ModelResponse[Any], session: str, offered: bool
+    ) -> ModelResponse[Any]:
+        """The response without search calls, when its request was not offered the tool."""
+        reply = _first_ai(response)
+        if offered or reply is None:
+            return response
+        kept = self.keeper.answer_only(session, reply)
+        if kept is reply:
+            return response
+        result = [kept if m is reply else m for m in response.result]
+        return ModelResponse(result=result, structured_response=response.structured_response)
 
     def _retry(
         self, first: ModelRequest[Any], response: ModelResponse[Any], session: str
@@ -249,12 +280,12 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
         session = _session(request.runtime)
-        first = self._first_request(request, session)
+        first, offered = self._first_request(request, session)
         with self._explained(bool(first.tools)):
-            response = handler(first)
+            response = self._answers_only(handler(first), session, offered)
             again = self._retry(first, response, session)
             if again is not None:
-                response = handler(again)
+                response = self._answers_only(handler(again), session, offered)
         return self._recorded(response, session)
 
     async def awrap_model_call(
@@ -263,12 +294,12 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
         session = _session(request.runtime)
-        first = await asyncio.to_thread(self._first_request, request, session)
+        first, offered = await asyncio.to_thread(self._first_request, request, session)
         with self._explained(bool(first.tools)):
-            response = await handler(first)
+            response = self._answers_only(await handler(first), session, offered)
             again = self._retry(first, response, session)
             if again is not None:
-                response = await handler(again)
+                response = self._answers_only(await handler(again), session, offered)
         return await asyncio.to_thread(self._recorded, response, session)
 
 
@@ -290,6 +321,28 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
         return self.node.keeper
 
     @property
+    def model(self) -> Callable[[Mapping[str, Any], Runtime[Any]], Runnable[Any, BaseMessage]]:
+        """The model to give ``create_react_agent`` (a dynamic model): bound to
+        :attr:`tools`, and after the search tool's stop line to them without it, its replies'
+        search calls dropped, so a model that never stops searching ends with an answer."""
+        return self._work_model
+
+    def _work_model(
+        self, state: Mapping[str, Any], runtime: Runtime[Any]
+    ) -> Runnable[Any, BaseMessage]:
+        session = _session(runtime)
+        node = self.node
+        offered = node.search_tool is None or node.keeper.search_offered(session)
+        model = node.work_model(list(state.get("messages", [])), search=offered)
+        if offered:
+            return model
+
+        def answer_only(reply: BaseMessage) -> AIMessage:
+            return node.keeper.answer_only(session, as_ai_message(reply))
+
+        return model | RunnableLambda(answer_only, name="keeper_answer_only")
+
+    @property
     def tools(self) -> list[Tool]:
         return list(self.node.tools)
 
@@ -306,11 +359,13 @@ def keeper_pre_model_hook(
     token_counter: TokenCounter | str | None = None,
     search: bool = True,
 ) -> KeeperPreModelHook:
-    """The keeper for ``create_react_agent(model, hook.tools, prompt=system_prompt,
+    """The keeper for ``create_react_agent(hook.model, hook.tools, prompt=system_prompt,
     pre_model_hook=hook, state_schema=KeeperReactState)``.
 
     ``model``, ``tools`` and ``system_prompt`` must be the agent's own, so note calls render like
-    its calls. The hook runs before the model only: the thinking kwargs, the retry of a reply
+    its calls. ``hook.model`` is that model bound to ``hook.tools``: given to
+    ``create_react_agent`` (the model itself also works), it withholds the search tool after the
+    stop line, as every other entry point does. The hook runs before the model only: the thinking kwargs, the retry of a reply
     that thought to its limit and the stripping of reasoning from stored replies need the
     middleware (``create_agent``) or ``KeeperNode.model_runnable`` in a graph of your own.
     ``search=False`` adds no search tool; ``hook.keeper`` is the engine.

@@ -65,7 +65,7 @@ from keeper_middleware.questions import (
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.room import unkeep
-from keeper_middleware.search.guards import GuardState
+from keeper_middleware.search.guards import GuardState, without_search_calls
 from keeper_middleware.search.searcher import ArchiveSearch
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions import MOVED_ENTRIES, MOVED_KEYS, SessionState
@@ -268,9 +268,7 @@ class Keeper:
                 if pending.backlog is None:
                     return result
                 pending = await asyncio.to_thread(self._next_part, pending, result, setup)
-            return await asyncio.to_thread(
-                self._finish_without_cut, pending, messages, setup, cuts
-            )
+            return await asyncio.to_thread(self._finish_without_cut, pending, messages, setup, cuts)
 
     # ----------------------------------------------------------------- arrivals
 
@@ -489,6 +487,21 @@ class Keeper:
                 kwargs.update(self.config.thinking.sample_after_stop)
                 self._set_guard(session, replace(guard, sample_next=False))
         return kwargs
+
+    def search_offered(self, session: str) -> bool:
+        """Whether the next work call is offered the search tool: not after the stop line,
+        until new input arrives (every adapter asks here, and leaves the tool out)."""
+        with self.session(session):
+            return not self._guard(session).withheld
+
+    def answer_only(self, session: str, reply: AIMessage) -> AIMessage:
+        """A work reply as it stands when the search tool was withheld from its call: any call
+        to it is dropped (it would be refused again), so a model that never stops searching
+        ends with what else it said."""
+        stripped = without_search_calls(reply)
+        if stripped is not reply:
+            log.info("search call dropped session=%s: the tool was withheld", session)
+        return stripped
 
     def record_reply(self, session: str, reply: AIMessage) -> AIMessage:
         """Count a work reply and strip its reasoning before it is stored."""

@@ -63,7 +63,9 @@ def part_state(kstate: Mapping[str, Any], backlog: Backlog) -> dict[str, Any]:
     return state
 
 
-def with_part(kstate: Mapping[str, Any], backlog: Backlog, taken: Sequence[Entry]) -> dict[str, Any]:
+def with_part(
+    kstate: Mapping[str, Any], backlog: Backlog, taken: Sequence[Entry]
+) -> dict[str, Any]:
     """The keeper's state with a part's messages back in it (taken in, with their items)."""
     state = dict(kstate)
     state["seen"] = [*kstate.get("seen", []), *(entry.id for entry in taken)]
@@ -74,7 +76,9 @@ def with_part(kstate: Mapping[str, Any], backlog: Backlog, taken: Sequence[Entry
     return state
 
 
-def part_end(entries: Sequence[Entry], start: int, room: int, stop: int | None = None) -> int | None:
+def part_end(
+    entries: Sequence[Entry], start: int, room: int, stop: int | None = None
+) -> int | None:
     """Where the first part of ``entries[start:]`` ends, or None when all of them fit ``room``.
 
     A part holds whole units whose sizes add up to at most ``room`` tokens; it holds at least

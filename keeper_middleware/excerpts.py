@@ -70,7 +70,9 @@ def smallest_form(message: BaseMessage, ref: str) -> BaseMessage:
     if len(text_of(message)) > len(stub):
         update["content"] = stub
     if isinstance(message, AIMessage) and message.tool_calls:
-        calls = [{**call, "args": _smallest_args(call.get("args"), stub)} for call in message.tool_calls]
+        calls = [
+            {**call, "args": _smallest_args(call.get("args"), stub)} for call in message.tool_calls
+        ]
         if calls != list(message.tool_calls):
             update["tool_calls"] = calls
             update["invalid_tool_calls"] = []

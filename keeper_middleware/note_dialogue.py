@@ -160,7 +160,9 @@ class NoteDialogue:
                     # model writes its lines again from the turns (giving up here kept no
                     # line of a reply that had none, and lost the rule the turns stated)
                     text = self.fit_reask(_without_reply(step.text), convo, pending.tool_schemas)
-                    log.info("reask session=%s: without the reply, which is too long", pending.session)
+                    log.info(
+                        "reask session=%s: without the reply, which is too long", pending.session
+                    )
                 if text is None:
                     log.info("reask skipped session=%s: it does not fit", pending.session)
                     step = taking.give_up()  # a re-ask that does not fit is not sent

@@ -41,9 +41,7 @@ def water_level(sizes: Sequence[int], room: int, limit: int) -> int:
     return low
 
 
-def water_level_above(
-    sizes: Sequence[int], floors: Sequence[int], room: int, limit: int
-) -> int:
+def water_level_above(sizes: Sequence[int], floors: Sequence[int], room: int, limit: int) -> int:
     """The largest cap ``c <= limit`` with ``sum(max(floor, min(size, c))) <= room``: as
     :func:`water_level`, when no message can go below its own floor (the caller has checked
     that the floors alone fit)."""

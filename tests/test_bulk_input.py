@@ -51,9 +51,11 @@ def noting(messages: list[BaseMessage]) -> str:
     """Notes every value of the turns it is asked about, and the rule when it sees it."""
     if keeper_kind(messages[-1]) not in ("notes_request", "notes_reask"):
         return "ok"
-    start = max(i for i, m in enumerate(messages) if keeper_kind(m) == "notes") + 1 if any(
-        keeper_kind(m) == "notes" for m in messages
-    ) else 0
+    start = (
+        max(i for i, m in enumerate(messages) if keeper_kind(m) == "notes") + 1
+        if any(keeper_kind(m) == "notes" for m in messages)
+        else 0
+    )
     seen = "\n".join(text_of(m) for m in messages[start:-1])
     lines = [f"SET c{n} = {v}" for n, v in re.findall(r"recorded c(\d+) at (\d+)\.", seen)]
     if RULE in "\n".join(text_of(m) for m in messages):
@@ -93,9 +95,7 @@ def test_600_messages_imported_at_once_are_archived_and_noted_in_several_cuts():
     check(keeper, model, history, out["messages"])
     # every value that left the window was noted: it is in the NOTES, or moved from them
     notes = dict(keeper.notes("t1").state)
-    moved = "\n".join(
-        t.content for t in keeper.archive.turns("t1") if t.name == MOVED_TURN_NAME
-    )
+    moved = "\n".join(t.content for t in keeper.archive.turns("t1") if t.name == MOVED_TURN_NAME)
     left = [t.content for t in keeper.archive.turns("t1") if t.content.startswith("Item ")]
     assert len(left) >= 200
     for text in left:

@@ -91,7 +91,12 @@ def test_every_block_is_archived_and_searchable_through_an_agent():
             return AIMessage(
                 [
                     {"type": "text", "text": "Looking it up."},
-                    {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"key": "QX-9"}},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "lookup",
+                        "input": {"key": "QX-9"},
+                    },
                 ],
                 tool_calls=[{"name": "lookup", "args": {"key": "QX-9"}, "id": "toolu_1"}],
             )

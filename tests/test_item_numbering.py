@@ -56,7 +56,13 @@ def test_a_state_saved_before_items_were_counted_still_cuts_on_cadence():
 
     from keeper_middleware import ModelSetup
 
-    old_state = {"seen": ["h0"], "items": {"h0": 7}, "last_item": 7, "notes_item": 9, "numbered": True}
+    old_state = {
+        "seen": ["h0"],
+        "items": {"h0": 7},
+        "last_item": 7,
+        "notes_item": 9,
+        "numbered": True,
+    }
     messages = [HumanMessage("Task.", id="h0"), HumanMessage("Item 3. x is 1.", id="h1")]
     result = keeper.step("s", messages, old_state, ModelSetup(), call)  # 7 - 9 < 0 raised
     assert [m.id for m in result.messages] == ["h0", "h1"]

@@ -43,8 +43,8 @@ from keeper_middleware.commit import CutCommit
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
 from keeper_middleware.entries import Entry, messages_of
-from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.indexing import catch_up
+from keeper_middleware.errors import ArchiveError, ConfigurationError
+from keeper_middleware.indexing import catch_up, reconcile
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.marks import verified
 from keeper_middleware.messages import (
@@ -184,6 +184,8 @@ class Keeper:
             archive_whole=self.oversized.archive_whole,
         )
         self._lock = self.sessions.lock
+        self._indexes_checked: set[str] = set()
+        self._states_checked: set[str] = set()
 
     # ----------------------------------------------------------------- state and counters
 
@@ -282,6 +284,8 @@ class Keeper:
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
         if not kstate:
             self._warn_if_archive_outlived_state(session)
+        else:
+            self._check_archive_holds(session, kstate)
         messages = [_with_id(m) for m in given]
         # where messages enter: a forged keeper tag is ordinary content from here on, and a
         # tool call left without its result (a recursion limit, a crash) is closed
@@ -463,12 +467,42 @@ class Keeper:
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(messages, state, changed, rewritten, cut=cuts > 0)
 
+    def _retrievers(self) -> tuple[Retriever, ...]:
+        if self.passages_retriever is not self.retriever:
+            return (self.retriever, self.passages_retriever)
+        return (self.retriever,)
+
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retriever has not seen yet (also after a crash)."""
-        retrievers: tuple[Retriever, ...] = (self.retriever,)
-        if self.passages_retriever is not self.retriever:
-            retrievers = (self.retriever, self.passages_retriever)
-        catch_up(self.archive, session, retrievers, unit=self.config.passages)
+        self._check_index(session)
+        catch_up(self.archive, session, self._retrievers(), unit=self.config.passages)
+
+    def _check_index(self, session: str) -> None:
+        """Once a process and session: an index holding text the archive lacks is rebuilt
+        from the archive before anything is searched or added (``indexing.reconcile``)."""
+        if session in self._indexes_checked:
+            return
+        with self.session(session):
+            if session not in self._indexes_checked:
+                reconcile(self.archive, session, self._retrievers(), unit=self.config.passages)
+                self._indexes_checked.add(session)
+
+    def _check_archive_holds(self, session: str, kstate: Mapping[str, Any]) -> None:
+        """Once a process and session: a thread whose state says cuts were made must find
+        their NOTES in the archive. An archive replaced or deleted since (or an in-memory one
+        behind a checkpointer that persists) would otherwise go on as if nothing was lost."""
+        if session in self._states_checked:
+            return
+        noted = int(kstate.get("notes_item", 0) or 0)
+        if noted > 0 and self.archive.latest_notes(session) is None:
+            raise ArchiveError(
+                f"the thread {session!r} has made cuts (its state has notes up to item "
+                f"{noted}), but the archive {self.archive!r} holds no NOTES of it: the archive "
+                "was replaced or deleted since those cuts, and the turns they archived are not "
+                "in it. Point archive= at the file that holds them (or restore it from a "
+                "backup), or continue in a new thread"
+            )
+        self._states_checked.add(session)
 
     # ----------------------------------------------------------------- the model's side
 
@@ -558,6 +592,7 @@ class Keeper:
         decided and written under one lock, so parallel searches cannot race past them. The
         reply is sized to the room a message has in view.
         """
+        self._check_index(session)
         return self.searcher.run(session, args)
 
     def forget(self, session: str) -> None:
@@ -568,6 +603,8 @@ class Keeper:
             if self.passages_retriever is not self.retriever:
                 self.passages_retriever.delete_session(session)
             self.sessions.drop(session)
+            self._indexes_checked.discard(session)
+            self._states_checked.discard(session)
 
     def close(self) -> None:
         if self.passages_retriever is not self.retriever:

@@ -57,6 +57,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.matrix",
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
+    "keeper_middleware.bench.bulk_import",
     "keeper_middleware.bench.locomo.cli",
     "keeper_middleware.bench.notes_cost.command",
     "keeper_middleware.bench.moved_cost",

@@ -7,8 +7,9 @@ A full disk and a damaged file used to raise bare ``sqlite3.OperationalError`` /
 regardless, and after a restart the acknowledged turns were gone with no error while the
 surviving index still served their text.
 
-The full-disk tests run on a real small file system: a tmpfs mounted for the test (root and a
-working ``mount`` are needed; elsewhere they are skipped and say why).
+The full-disk tests run on a real small file system: a tmpfs mounted for the test (the
+``small_disk`` fixture; root and a working ``mount`` are needed, elsewhere they are skipped and
+say why).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from keeper_middleware import ArchiveError, Keeper, KeeperConfig, SQLiteArchive, create_keeper_agent
 from keeper_middleware.messages import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
+from tests.small_disk import fill
 
 THREAD = {"configurable": {"thread_id": "t1"}}
 CONFIG = KeeperConfig(window=4096, reply_reserve=512, notes_every_items=3)
@@ -59,43 +61,6 @@ def agent_on(archive: Path, checkpointer=None):
     return agent, keeper
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MB tmpfs mounted at a fresh folder, unmounted after the test."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a small file system needs root and mount(8) to make (tmpfs)")
-    where = tmp_path / "disk"
-    where.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def fill(disk: Path, leave: int = 0) -> Path:
-    """Fill ``disk`` until at most ``leave`` bytes are free; returns the filler file."""
-    filler = disk / f"filler-{uuid.uuid4().hex}"
-    with filler.open("wb") as out:
-        while True:
-            free = shutil.disk_usage(disk).free
-            if free <= leave:
-                break
-            try:
-                out.write(b"\0" * min(64 * 1024, free - leave))
-                out.flush()
-            except OSError:
-                break
-    return filler
-
-
 # ------------------------------------------------------------------ a full disk
 
 
@@ -111,9 +76,7 @@ def test_a_full_disk_is_an_archive_error_and_the_step_runs_again_once_there_is_r
         run_items(agent, range(5, 12))
     text = str(raised.value)
     assert "full" in text and str(small_disk) in text and "free space" in text
-    assert agent.get_state(THREAD).values["messages"][: len(state["messages"])] == state[
-        "messages"
-    ]
+    assert agent.get_state(THREAD).values["messages"][: len(state["messages"])] == state["messages"]
     filler.unlink()
     run_items(agent, range(12, 20))  # room again: the thread goes on
     turns = list(keeper.archive.turns("t1"))

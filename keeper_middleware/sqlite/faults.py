@@ -62,8 +62,7 @@ def describe(path: str, exc: sqlite3.Error, *, what: str = "the archive") -> str
         )
     if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
         return (
-            f"cannot open {what} {path!r} ({text}): check that its folder exists and can be "
-            "written"
+            f"cannot open {what} {path!r} ({text}): check that its folder exists and can be written"
         )
     return f"{what} {path!r} failed: {text}"
 

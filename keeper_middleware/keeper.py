@@ -286,6 +286,7 @@ class Keeper:
             self._warn_if_archive_outlived_state(session)
         else:
             self._check_archive_holds(session, kstate)
+        self._check_index(session)  # before passages are shown beside a question
         messages = [_with_id(m) for m in given]
         # where messages enter: a forged keeper tag is ordinary content from here on, and a
         # tool call left without its result (a recursion limit, a crash) is closed
@@ -311,7 +312,7 @@ class Keeper:
         first ``start`` entries make the first part)."""
         window = self.window
         layout = window.layout(messages_of(entries))
-        fixed = window.count(setup, messages_of(entries[: layout.noted_start]))
+        fixed = window.size_of(setup, entries[: layout.noted_start])
         room = self.config.budget - window.request_cost() - fixed
         end = part_end(entries, layout.noted_start, room)
         if end is None:
@@ -328,7 +329,7 @@ class Keeper:
         assert backlog is not None
         window = self.window
         entries = window.classify(result.messages, pending.entries)
-        fixed = window.count(setup, result.messages)
+        fixed = window.size_of(setup, entries)
         room = self.config.budget - window.request_cost() - fixed
         end = part_end(backlog.entries, backlog.start, room, stop=backlog.open_at)
         taken = backlog.rest() if end is None else backlog.take(end)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -50,6 +50,8 @@ class WindowPolicy:
     config: KeeperConfig
     tokens: TokenCounter
     detector: QuestionDetector
+    _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Sizes that are the same for every request of this keeper (the note request's)."""
 
     def classify(self, messages: Sequence[BaseMessage], known: Sequence[Entry] = ()) -> list[Entry]:
         """The step's entries of ``messages`` (those in ``known`` reused for the same message)."""
@@ -172,13 +174,13 @@ class WindowPolicy:
         """What every note request carries whatever is cut, by part, in tokens (the pinned
         task counted only once taken in, when ``seen`` is given)."""
         layout = self.layout(messages_of(entries))
-        head = [e.message for e in entries[: layout.head_end] if seen is None or not e.fresh(seen)]
+        head = [e for e in entries[: layout.head_end] if seen is None or not e.fresh(seen)]
         tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
-        system_and_tools = self.count(setup, [m for m in head if isinstance(m, SystemMessage)])
+        system_and_tools = self.count(setup, [e.message for e in head if e.is_system])
         return {
             "system prompt": system_and_tools - tools,
             "tools": tools,
-            "pinned task": self.count(setup, head) - system_and_tools,
+            "pinned task": sum(e.tokens for e in head if not e.is_system),
             # the note request that notes a unit carries the NOTES: as they are in view now,
             # and as a later cut may grow them, up to their budget
             "NOTES": max(
@@ -189,10 +191,26 @@ class WindowPolicy:
         }
 
     def request_cost(self) -> int:
-        """The note request's own size (the message appended to ask for the changes)."""
-        rewrite = self.config.notes_mode == "rewrite"
-        text = REWRITE_REQUEST_TEXT if rewrite else notes_request_text(0)
-        return self.tokens.count_messages([keeper_message(text, "notes_request")])
+        """The note request's own size (the message appended to ask for the changes); the
+        same for every request of this keeper, so worked out once."""
+        found = self._known.get("request")
+        if found is None:
+            rewrite = self.config.notes_mode == "rewrite"
+            text = REWRITE_REQUEST_TEXT if rewrite else notes_request_text(0)
+            found = self.tokens.count_messages([keeper_message(text, "notes_request")])
+            self._known["request"] = found
+        return found
+
+    def size_of(self, setup: ModelSetup, entries: Sequence[Entry]) -> int:
+        """A request's size from its entries' own sizes (each message sized once a step):
+        the messages, and the system prompt (when not stored) and tools the call adds."""
+        stored_system = bool(entries) and entries[0].is_system
+        extra = (
+            self.tokens.count_messages([], setup.tool_schemas)
+            if stored_system
+            else self.count(setup, [])
+        )
+        return extra + sum(e.tokens for e in entries)
 
     def beside_cost(self, notes: Notes) -> int:
         """What the keeper places beside a new question: the RULES and retrieved sentences."""

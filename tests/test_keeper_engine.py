@@ -456,14 +456,20 @@ def test_a_forced_tool_choice_applies_to_work_calls_only():
 def test_passages_shown_next_to_a_question_take_at_most_a_quarter_of_the_budget():
     config = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=2, show_retrieved=50)
     keeper = Keeper(config)
-    keeper.retriever.add(
-        [
-            __import__("keeper_middleware").Passage(
-                "t1", i, i, f"c{i % 5} was seen near the old mill at dawn again."
-            )
-            for i in range(400)
-        ]
-    )
+    from keeper_middleware.archive.records import ArchivedTurn
+
+    seen = [
+        ArchivedTurn(
+            session="t1",
+            msg_id=f"seen-{i}",
+            item=i,
+            role="human",
+            content=f"c{i % 5} was seen near the old mill at dawn again.",
+        )
+        for i in range(400)
+    ]
+    keeper.archive.commit_cut("t1", cut_key="seen", turns=seen, notes=None)
+    keeper._sync_index("t1")
     agent = create_keeper_agent(
         ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
     )

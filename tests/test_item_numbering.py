@@ -63,6 +63,11 @@ def test_a_state_saved_before_items_were_counted_still_cuts_on_cadence():
         "notes_item": 9,
         "numbered": True,
     }
+    from keeper_middleware.archive.records import NotesDraft
+
+    # the cut that state remembers (notes up to item 9), as the archive holds it
+    notes = NotesDraft(first_item=1, last_item=9, text="[NOTES]", data_json="{}")
+    keeper.archive.commit_cut("s", cut_key="earlier", turns=[], notes=notes)
     messages = [HumanMessage("Task.", id="h0"), HumanMessage("Item 3. x is 1.", id="h1")]
     result = keeper.step("s", messages, old_state, ModelSetup(), call)  # 7 - 9 < 0 raised
     assert [m.id for m in result.messages] == ["h0", "h1"]

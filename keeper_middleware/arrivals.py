@@ -26,6 +26,7 @@ from keeper_middleware.injection import (
 from keeper_middleware.items import ITEMS_SINCE_NOTES, ItemNumbering, items_since_notes
 from keeper_middleware.messages import keeper_kind, role_of
 from keeper_middleware.model_setup import ModelSetup
+from keeper_middleware.notes import Notes
 from keeper_middleware.questions import QuestionDetector
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.search.guards import after_new_input
@@ -53,6 +54,8 @@ class Arrivals:
     passages: Retriever
     """Serves the sentences shown beside a new question (``show_retrieved``)."""
     archive_whole: ArchiveWhole
+    index_ready: Callable[[str], None] = lambda session: None
+    """Makes sure the session's archived turns are indexed before its passages are searched."""
 
     def observe(
         self,
@@ -60,15 +63,18 @@ class Arrivals:
         entries: Sequence[Entry],
         kstate: dict[str, Any],
         setup: ModelSetup,
+        notes: Notes | None = None,
     ) -> tuple[list[BaseMessage], bool]:
         """Number new inputs, fit each new message to the room it needs, and place the RULES
-        (and retrieved sentences) after new questions. True when a message was excerpted."""
+        (and retrieved sentences) after new questions. True when a message was excerpted.
+        ``notes``: the session's current NOTES, when the caller has read them already."""
         seen = set(kstate.get("seen", []))
         items: dict[str, int] = dict(kstate.get("items", {}))
         last_item = int(kstate.get("last_item", 0))
         numbered = bool(kstate.get("numbered", False))
         since_notes = items_since_notes(kstate)
-        notes = self.sessions.notes(session)
+        if notes is None:
+            notes = self.sessions.notes(session)
         counters = self.sessions.counters(session)
         caps, room = self.window.message_caps(session, entries, seen, setup, notes)
         self.sessions.set_room(session, room)
@@ -128,6 +134,7 @@ class Arrivals:
         if self.config.rules_next_to_questions and rules:
             added.append(own(session, render_rules_block(rules), "rules", f"rules-{qid}"))
         if self.config.show_retrieved > 0:
+            self.index_ready(session)
             per_query = [
                 self.passages.search(q, session=session, k=self.config.show_retrieved)
                 for q in question_queries(question)

@@ -44,7 +44,7 @@ from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
 from keeper_middleware.entries import Entry, messages_of
 from keeper_middleware.errors import ArchiveError, ConfigurationError
-from keeper_middleware.indexing import catch_up, reconcile
+from keeper_middleware.indexing import BackgroundIndexing, reconcile
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.marks import verified
 from keeper_middleware.messages import (
@@ -131,6 +131,7 @@ class Keeper:
             namespace=self.namespace,
             database=database,
             schema=schema,
+            vectors_may_lag=True,
         )
         self.passages_retriever = (
             self.retriever
@@ -141,13 +142,18 @@ class Keeper:
                 namespace=f"{self.namespace}-passages",
                 database=database,
                 schema=schema,
+                vectors_may_lag=True,
             )
         )
         shared = self.archive if isinstance(self.archive, SessionLockBackend) else None
         self.locks = SessionLocks(shared)
         self.tokens = resolve_token_counter(token_counter)
         self.checks = (
-            tuple(checks) if checks is not None else default_checks(self.config.tracked_names)
+            tuple(checks)
+            if checks is not None
+            else default_checks(
+                self.config.tracked_names, noted_names=self.config.track_noted_names
+            )
         )
         self.detector = question_detector or PatternQuestionDetector(self.config.question_patterns)
         self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)
@@ -161,8 +167,15 @@ class Keeper:
             page_tokens=self.config.page_tokens,
             sync_index=lambda session: self._sync_index(session),
         )
+        self.indexing = BackgroundIndexing(
+            self.archive, self._index_retrievers, unit=self.config.passages
+        )
         self.searcher = ArchiveSearch(
-            sessions=self.sessions, retriever=self.retriever, config=self.config, tokens=self.tokens
+            sessions=self.sessions,
+            retriever=self.retriever,
+            config=self.config,
+            tokens=self.tokens,
+            index_ready=self.indexing.ready,
         )
         self.commit = CutCommit(
             config=self.config,
@@ -182,6 +195,7 @@ class Keeper:
             sessions=self.sessions,
             passages=self.passages_retriever,
             archive_whole=self.oversized.archive_whole,
+            index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
         self._indexes_checked: set[str] = set()
@@ -287,6 +301,7 @@ class Keeper:
         else:
             self._check_archive_holds(session, kstate)
         self._check_index(session)  # before passages are shown beside a question
+        self.indexing.schedule_once(session)  # turns a crash left unindexed
         messages = [_with_id(m) for m in given]
         # where messages enter: a forged keeper tag is ordinary content from here on, and a
         # tool call left without its result (a recursion limit, a crash) is closed
@@ -295,7 +310,8 @@ class Keeper:
         # each message is classified once per step (kind, text, size, question), here where
         # it enters; a message replaced on the way (an excerpt) is classified anew
         entries = self.window.classify(messages)
-        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup)
+        notes = self.notes(session)  # read once a step until a cut writes a version
+        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
         entries = self.window.classify(messages, entries)
         backlog = self._split_backlog(entries, setup)
         if backlog is not None:
@@ -304,7 +320,7 @@ class Keeper:
             messages = messages_of(entries)
             kstate = part_state(kstate, backlog)
         return self._decide(
-            session, messages, entries, kstate, setup, bool(forged or shrunk), backlog
+            session, messages, entries, kstate, setup, notes, bool(forged or shrunk), backlog
         )
 
     def _split_backlog(self, entries: list[Entry], setup: ModelSetup) -> Backlog | None:
@@ -340,6 +356,7 @@ class Keeper:
             entries,
             with_part(result.state, backlog, taken),
             setup,
+            self.notes(pending.session),  # as the part's cut left them
             True,
             None if end is None else backlog,
         )
@@ -351,6 +368,7 @@ class Keeper:
         entries: list[Entry],
         kstate: dict[str, Any],
         setup: ModelSetup,
+        notes: Notes,
         replaced: bool,
         backlog: Backlog | None,
     ) -> Pending:
@@ -361,7 +379,6 @@ class Keeper:
         window = self.window
         budget = self.config.budget
         shrunk = replaced
-        notes = self.notes(session)
         due = backlog is not None
         plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
         if plan is None and request_tokens > budget:
@@ -399,7 +416,7 @@ class Keeper:
                 entries = [*entries, *taken]
                 merged = with_part(kstate, backlog, taken)
                 return self._decide(
-                    session, messages_of(entries), entries, merged, setup, shrunk, None
+                    session, messages_of(entries), entries, merged, setup, notes, shrunk, None
                 )
             if not plan.pinned:
                 plan = replace(plan, keep_from=plan.boundary)
@@ -468,15 +485,15 @@ class Keeper:
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(messages, state, changed, rewritten, cut=cuts > 0)
 
-    def _retrievers(self) -> tuple[Retriever, ...]:
+    def _sync_index(self, session: str) -> None:
+        """Index archived turns the retrievers have not seen yet, in the background: the step
+        does not wait for embeddings, and a search of the session waits only for its own."""
+        self.indexing.schedule(session)
+
+    def _index_retrievers(self) -> tuple[Retriever, ...]:
         if self.passages_retriever is not self.retriever:
             return (self.retriever, self.passages_retriever)
         return (self.retriever,)
-
-    def _sync_index(self, session: str) -> None:
-        """Index archived turns the retriever has not seen yet (also after a crash)."""
-        self._check_index(session)
-        catch_up(self.archive, session, self._retrievers(), unit=self.config.passages)
 
     def _check_index(self, session: str) -> None:
         """Once a process and session: an index holding text the archive lacks is rebuilt
@@ -485,7 +502,9 @@ class Keeper:
             return
         with self.session(session):
             if session not in self._indexes_checked:
-                reconcile(self.archive, session, self._retrievers(), unit=self.config.passages)
+                reconcile(
+                    self.archive, session, self._index_retrievers(), unit=self.config.passages
+                )
                 self._indexes_checked.add(session)
 
     def _check_archive_holds(self, session: str, kstate: Mapping[str, Any]) -> None:
@@ -599,6 +618,7 @@ class Keeper:
     def forget(self, session: str) -> None:
         """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""
         with self.session(session), self._lock:
+            self.indexing.forget(session)
             self.archive.delete_session(session)
             self.retriever.delete_session(session)
             if self.passages_retriever is not self.retriever:
@@ -608,6 +628,8 @@ class Keeper:
             self._states_checked.discard(session)
 
     def close(self) -> None:
+        """Index what is still queued, then close the indexes and the archive."""
+        self.indexing.drain()
         if self.passages_retriever is not self.retriever:
             self.passages_retriever.close()
         self.retriever.close()

@@ -85,6 +85,8 @@ class WindowPolicy:
         every = self.config.notes_every_items
         if every is None:
             return False
+        # numbering can restart, jump or go back: items are counted as they arrive, never a
+        # negative count (``items_since_notes``)
         new_items = items_since_notes(kstate)
         if new_items >= every or layout.notes_index is None:
             return new_items >= every

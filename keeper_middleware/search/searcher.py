@@ -9,6 +9,7 @@ and written while the session is held, so parallel searches cannot race past the
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from keeper_middleware.archive.records import ArchivedTurn
@@ -32,6 +33,9 @@ class ArchiveSearch:
     retriever: Retriever
     config: KeeperConfig
     tokens: TokenCounter
+    index_ready: Callable[[str], None] = lambda session: None
+    """Makes sure the session's archived turns are indexed before a search reads the index
+    (its catch-up may still be queued right after a cut)."""
 
     def run(self, session: str, args: object) -> str:
         """Answer one call from the model's raw arguments."""
@@ -70,6 +74,7 @@ class ArchiveSearch:
             return decision.message
         if isinstance(parsed, ReadArgs):
             return self.read(session, parsed, room)
+        self.index_ready(session)
         hits = self.retriever.search(
             parsed.query,
             session=session,

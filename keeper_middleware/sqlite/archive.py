@@ -93,6 +93,9 @@ class SQLiteArchive:
         )
         self._adopted: set[str] = set()
         """Sessions whose moved entries are known to be rows (old values adopted or none)."""
+        self._latest: dict[str, NotesVersion | None] = {}
+        """Each session's latest NOTES version as last read or written here (every keeper step
+        reads it; only a cut changes it, and cuts of one session run in one process)."""
 
     def _live(self) -> FileConnection:
         if self._conn is None:
@@ -135,6 +138,7 @@ class SQLiteArchive:
         require_cut_key(cut_key)
         pending = _distinct_turns(session, turns)
         with self._lock:
+            self._latest.pop(session, None)
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -269,11 +273,16 @@ class SQLiteArchive:
             return self._archived_ids(self._live(), session, list(dict.fromkeys(msg_ids)))
 
     def latest_notes(self, session: str) -> NotesVersion | None:
-        rows = self._query(
-            f"SELECT {NOTES_COLUMNS} FROM notes WHERE session = ? ORDER BY version DESC LIMIT 1",
-            (session,),
-        )
-        return _notes(rows[0]) if rows else None
+        with self._lock:
+            if session in self._latest:
+                return self._latest[session]
+            rows = self._query(
+                f"SELECT {NOTES_COLUMNS} FROM notes WHERE session = ? "
+                "ORDER BY version DESC LIMIT 1",
+                (session,),
+            )
+            latest = self._latest[session] = _notes(rows[0]) if rows else None
+            return latest
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
@@ -387,6 +396,7 @@ class SQLiteArchive:
     def delete_session(self, session: str) -> None:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
         with self._lock:
+            self._latest.pop(session, None)
             self._live().execute("DELETE FROM sessions WHERE session = ?", (session,))
             self._adopted.discard(session)
 

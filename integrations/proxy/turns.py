@@ -26,8 +26,15 @@ FOR_NOTES = ("model",)
 (the prompt prefix is the messages and tools, rendered as in a work call). Everything else the
 agent sets (stop, max_tokens, logprobs, temperature, response_format, ...) shapes the agent's
 own replies; a note call takes the keeper's generation settings instead. An allowlist, so a
-field no one has thought of yet never reaches a note call."""
+field no one has thought of yet never reaches a note call. A note call's reply is bounded by the
+room the window leaves (the reply reserve), under the limit field the agent uses."""
 LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+def _limit_field(params: Mapping[str, Any]) -> str:
+    """The reply-limit field the upstream takes: the one the agent sent, else ``max_tokens``
+    (newer OpenAI models take only ``max_completion_tokens``; agents that talk to them send it)."""
+    return "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
 
 
 def new_id() -> str:
@@ -113,6 +120,7 @@ def shape_turn(
         if isinstance(params.get(key), int) and params[key] > reserve:
             params[key] = reserve
     note_params = {k: params[k] for k in FOR_NOTES if k in params}
+    note_params[_limit_field(params)] = reserve
     return Turn(
         session=session,
         setup=ModelSetup(system_prompt=request.system_prompt, tools=tuple(tools)),

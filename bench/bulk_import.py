@@ -194,7 +194,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{size} messages: done", flush=True)
     text = table(rows, args.window)
     footer = (
-        f"\nAt {_commit()}, pid {os.getpid()}; load average (1, 5, 15 min) {before} before, "
+        f"\nCommand: `keeper-bench bulk-import --sizes {args.sizes} --window {args.window}`. "
+        f"At {_commit()}, pid {os.getpid()}; load average (1, 5, 15 min) {before} before, "
         f"{_loadavg()} after."
     )
     print(text + footer, flush=True)

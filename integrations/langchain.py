@@ -38,6 +38,7 @@ work in any order; their own state survives cuts.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,7 +46,7 @@ from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.graph.message import add_messages
@@ -75,6 +76,8 @@ from keeper_middleware.retrievers.factory import RetrieverSpec
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.search.tool import DEFAULT_SESSION, archive_search_tool, session_of
 from keeper_middleware.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
 
 try:
     from langchain.agents.middleware import (
@@ -313,8 +316,38 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
     """
 
     def __init__(self, node: KeeperNode) -> None:
-        super().__init__(node.__call__, afunc=node.acall, name="keeper")
+        super().__init__(self._before, afunc=self._abefore, name="keeper")
         self.node = node
+        self._withholding = False
+        """Whether :attr:`model` or :attr:`after_model` has run: the agent can withhold the
+        search tool after the stop line."""
+        self._warned = False
+
+    def _before(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        update = self.node(state, config)
+        self._warn_unless_withheld(session_of(config))
+        return update
+
+    async def _abefore(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        update = await self.node.acall(state, config)
+        await asyncio.to_thread(self._warn_unless_withheld, session_of(config))
+        return update
+
+    def _warn_unless_withheld(self, session: str) -> None:
+        """Past the stop line, an agent given neither :attr:`model` nor :attr:`after_model`
+        still offers the search tool: say so once, naming the two."""
+        if self._withholding or self._warned or self.node.search_tool is None:
+            return
+        if self.node.keeper.search_offered(session):
+            return
+        self._warned = True
+        log.warning(
+            "session=%s: the search tool's stop line was given, but this create_react_agent "
+            "still offers search_archive to its model; give it hook.model, or "
+            "post_model_hook=hook.after_model, or a model that never stops searching runs on "
+            "to the recursion limit",
+            session,
+        )
 
     @property
     def keeper(self) -> Keeper:
@@ -332,6 +365,7 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
     ) -> Runnable[Any, BaseMessage]:
         session = _session(runtime)
         node = self.node
+        self._withholding = True
         offered = node.search_tool is None or node.keeper.search_offered(session)
         model = node.work_model(list(state.get("messages", [])), search=offered)
         if offered:
@@ -341,6 +375,34 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
             return node.keeper.answer_only(session, as_ai_message(reply))
 
         return model | RunnableLambda(answer_only, name="keeper_answer_only")
+
+    @property
+    def after_model(self) -> Runnable[Any, dict[str, Any]]:
+        """A ``post_model_hook`` for an agent given a model of its own (the model itself, or a
+        dynamic model) rather than :attr:`model`: ``create_react_agent`` binds such a model to
+        every tool at every call, so the search tool cannot be withheld after the stop line;
+        this drops the search calls of a reply made after it instead, and the run ends with the
+        reply's answer rather than at LangGraph's recursion limit."""
+        return RunnableLambda(self._after_model, afunc=self._aafter_model, name="keeper_after")
+
+    def _after_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        session = session_of(config)
+        node = self.node
+        self._withholding = True
+        messages = list(state.get("messages", []))
+        if not messages or not isinstance(messages[-1], AIMessage):
+            return {}
+        if node.search_tool is None or node.keeper.search_offered(session):
+            return {}
+        reply = messages[-1]
+        kept = node.keeper.answer_only(session, reply)
+        # the same id: LangGraph's message reducer replaces the reply in place
+        return {} if kept is reply else {"messages": [kept]}
+
+    async def _aafter_model(
+        self, state: Mapping[str, Any], config: RunnableConfig
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(self._after_model, state, config)
 
     @property
     def tools(self) -> list[Tool]:
@@ -364,8 +426,12 @@ def keeper_pre_model_hook(
 
     ``model``, ``tools`` and ``system_prompt`` must be the agent's own, so note calls render like
     its calls. ``hook.model`` is that model bound to ``hook.tools``: given to
-    ``create_react_agent`` (the model itself also works), it withholds the search tool after the
-    stop line, as every other entry point does. The hook runs before the model only: the thinking kwargs, the retry of a reply
+    ``create_react_agent``, it withholds the search tool after the stop line, as every other
+    entry point does. An agent given a model of its own instead (the model itself, or a dynamic
+    model) is offered the tool at every call: pass ``post_model_hook=hook.after_model`` too, and
+    a reply's search calls after the stop line are dropped (without either, a model that never
+    stops searching runs on to LangGraph's recursion limit, and the keeper logs a warning naming
+    these two). The hook runs before the model only: the thinking kwargs, the retry of a reply
     that thought to its limit and the stripping of reasoning from stored replies need the
     middleware (``create_agent``) or ``KeeperNode.model_runnable`` in a graph of your own.
     ``search=False`` adds no search tool; ``hook.keeper`` is the engine.

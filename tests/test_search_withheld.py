@@ -17,6 +17,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 
@@ -156,6 +157,60 @@ def test_the_react_hook_model_ends_a_search_loop_with_an_answer():
     out = agent.invoke({"messages": [HumanMessage("Question: where is the key?")]}, THREAD)
     assert text_of(out["messages"][-1]) == "Let me look once more."
     assert offered(model)[-1] is False
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_the_react_hook_with_the_agents_own_model_ends_a_search_loop_after_the_model(run):
+    # create_react_agent binds a model of its own to every tool at every call: the tool cannot
+    # be withheld, so the post-model hook drops the search calls made after the stop line
+    keeper = Keeper(CONFIG)
+    model = ScriptedChatModel(default=NeverStops())
+    hook = keeper_pre_model_hook(model, keeper=keeper)
+    agent = create_react_agent(
+        model,
+        hook.tools,
+        pre_model_hook=hook,
+        post_model_hook=hook.after_model,
+        state_schema=KeeperReactState,
+        checkpointer=InMemorySaver(),
+    )
+    def send(text: str) -> dict[str, Any]:
+        sent = {"messages": [HumanMessage(text)]}
+        if run == "async":
+            return asyncio.run(agent.ainvoke(sent, THREAD))
+        return agent.invoke(sent, THREAD)
+
+    out = send("Question: where is the key?")
+    last = out["messages"][-1]
+    assert isinstance(last, AIMessage) and not last.tool_calls
+    assert text_of(last) == "Let me look once more."
+    assert sum(isinstance(m, AIMessage) and m is not last for m in out["messages"]) == (
+        CONFIG.search_budget + 1
+    )
+    assert keeper.counters("t1").search_stops == 1
+    # new input: searching works again, and the loop ends the same way
+    out = send("Item 2. A new file arrived.")
+    assert not out["messages"][-1].tool_calls and keeper.counters("t1").search_stops == 2
+
+
+def test_the_react_hook_warns_when_the_agent_can_offer_the_tool_after_the_stop_line(caplog):
+    keeper = Keeper(CONFIG)
+    model = ScriptedChatModel(default=NeverStops())
+    hook = keeper_pre_model_hook(model, keeper=keeper)
+    agent = create_react_agent(
+        model,
+        hook.tools,
+        pre_model_hook=hook,
+        state_schema=KeeperReactState,
+        checkpointer=InMemorySaver(),
+    )
+    with caplog.at_level("WARNING"), pytest.raises(GraphRecursionError):
+        agent.invoke(
+            {"messages": [HumanMessage("Question: where is the key?")]},
+            {**THREAD, "recursion_limit": 40},
+        )
+    (warning,) = [r for r in caplog.records if "stop line" in r.getMessage()]
+    assert "hook.model" in warning.getMessage() and "hook.after_model" in warning.getMessage()
 
 
 @pytest.mark.anyio

@@ -17,7 +17,7 @@ def test_bulk_import_prints_a_row_a_size_with_its_command(tmp_path):
     rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ")]
     body = [[cell.strip() for cell in row] for row in rows[2:]]  # past the header and rule
     assert [int(row[0].replace(",", "")) for row in body] == [300, 900]
-    for messages, cuts, archived, *_ in body:
+    for _messages, cuts, archived, *_ in body:
         # a history many windows long is taken in parts, a cut each, in the one invoke
         assert int(cuts) >= 1 and int(archived.replace(",", "")) > 0
     assert int(body[1][1]) > int(body[0][1])

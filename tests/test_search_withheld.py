@@ -174,6 +174,7 @@ def test_the_react_hook_with_the_agents_own_model_ends_a_search_loop_after_the_m
         state_schema=KeeperReactState,
         checkpointer=InMemorySaver(),
     )
+
     def send(text: str) -> dict[str, Any]:
         sent = {"messages": [HumanMessage(text)]}
         if run == "async":

@@ -132,12 +132,14 @@ def test_a_hand_built_graph_ends_a_search_loop_async():
     assert offered(model)[-1] is False
 
 
-def test_the_middleware_ends_a_search_loop_with_an_answer():
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_the_middleware_ends_a_search_loop_with_an_answer(run):
     keeper = Keeper(CONFIG)
     model = ScriptedChatModel(default=NeverStops())
     middleware = KeeperMiddleware(model, keeper=keeper)
     agent = create_agent(model, middleware=[middleware], checkpointer=InMemorySaver())
-    out = agent.invoke({"messages": [HumanMessage("Question: where is the key?")]}, THREAD)
+    sent = {"messages": [HumanMessage("Question: where is the key?")]}
+    out = asyncio.run(agent.ainvoke(sent, THREAD)) if run == "async" else agent.invoke(sent, THREAD)
     assert text_of(out["messages"][-1]) == "Let me look once more."
     assert not out["messages"][-1].tool_calls
     assert offered(model)[-1] is False

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from keeper_middleware.retrievers.base import Hit, Passage, Retriever, check_search_arguments
+from keeper_middleware.retrievers.base import (
+    Hit,
+    Passage,
+    Retriever,
+    Spans,
+    check_search_arguments,
+    search_within,
+)
 
 DEFAULT_K_RRF = 60
 DEFAULT_KEYWORD_WEIGHT = 1.0
@@ -89,11 +96,18 @@ class HybridRetriever:
         k: int = 10,
         from_item: int | None = None,
         to_item: int | None = None,
+        within: Spans | None = None,
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
         lists = [
-            backend.search(
-                query, session=session, k=self._depth * k, from_item=from_item, to_item=to_item
+            search_within(
+                backend,
+                query,
+                session=session,
+                k=self._depth * k,
+                from_item=from_item,
+                to_item=to_item,
+                within=within,
             )
             for backend in (self._keyword, self._embedding)
         ]

@@ -10,7 +10,8 @@ rolls back a transaction whose connection is gone), and committing the same ``cu
 returns the first record.
 
 Beyond the contract it implements ``SessionLockBackend`` with the server's advisory locks
-(``locks``).
+(``locks``). Branches (docs/branches.md) are kept as in SQLite: a session that never forked is
+one line of cuts at no extra cost; a forked one reads a branch's chain with one recursive query.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from keeper_middleware.archive.records import (
+    TIP,
     ArchivedTurn,
+    Chain,
     CutRecord,
+    Head,
     MovedUpdate,
     NotesDraft,
     NotesVersion,
@@ -32,11 +36,15 @@ from keeper_middleware.archive.records import (
 )
 from keeper_middleware.archive.rows import (
     CUT_COLUMNS,
+    CUT_INSERT_COLUMNS,
     NOTES_COLUMNS,
     TURN_COLUMNS,
+    chain_spans,
     cut_rows,
+    place_turns,
     require_cut_key,
 )
+from keeper_middleware.archive.store import unknown_cut
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.postgres import moved as pg_moved
 from keeper_middleware.postgres.connect import (
@@ -57,10 +65,26 @@ from keeper_middleware.postgres.rows import (
     turn_from_row,
 )
 from keeper_middleware.postgres.schema import setup
+from keeper_middleware.retrievers.base import Spans
 
 _T = TypeVar("_T")
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
+
+_CHAIN = """
+WITH RECURSIVE chain(cut_key, parent, ordinal, first_seq, archived) AS (
+    SELECT cut_key, parent, ordinal, first_seq, turns_archived FROM {schema}.cuts
+    WHERE session = %(session)s AND cut_key = %(head)s
+    UNION ALL
+    SELECT c.cut_key, c.parent, c.ordinal, c.first_seq, c.turns_archived
+    FROM {schema}.cuts AS c JOIN chain ON c.session = %(session)s AND c.cut_key = chain.parent
+)
+SELECT 'cut', ordinal, first_seq, archived FROM chain
+UNION ALL
+SELECT 'link', 0, l.seq, 1 FROM {schema}.links AS l JOIN chain ON l.session = %(session)s
+    AND l.cut_key = chain.cut_key
+"""
+"""A forked session's branch: its cuts back to the first, and the records they linked."""
 
 
 class PostgresArchive:
@@ -148,8 +172,11 @@ class PostgresArchive:
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
         moved: MovedUpdate | None = None,
+        parent: Head = TIP,
     ) -> CutRecord:
-        return self.import_cut(session, cut_key=cut_key, turns=turns, notes=notes, moved=moved)
+        return self.import_cut(
+            session, cut_key=cut_key, turns=turns, notes=notes, moved=moved, parent=parent
+        )
 
     def import_cut(
         self,
@@ -160,6 +187,7 @@ class PostgresArchive:
         notes: NotesDraft | None,
         created: float | None = None,
         moved: MovedUpdate | None = None,
+        parent: Head = TIP,
     ) -> CutRecord:
         """``commit_cut`` keeping the time the cut was first made (for migrations)."""
         _require_session(session)
@@ -181,8 +209,9 @@ class PostgresArchive:
                 f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
                 (session,),
             )
-            next_seq, next_version = conn.execute(
-                f"SELECT next_seq, next_version FROM {s}.sessions WHERE session = %s FOR UPDATE",
+            next_seq, next_version, tip, forked, count = conn.execute(
+                f"SELECT next_seq, next_version, tip, forked, cuts FROM {s}.sessions "
+                "WHERE session = %s FOR UPDATE",
                 (session,),
             ).fetchone()
             row = conn.execute(
@@ -191,8 +220,25 @@ class PostgresArchive:
             ).fetchone()
             if row is not None:
                 return cut_from_row(row)
-            already = self._archived_ids(conn, session, [t.msg_id for t in pending])
-            new = [t for t in pending if t.msg_id not in already]
+            base = tip if parent is TIP else parent
+            notes_at = None
+            if base is not None:
+                found = conn.execute(
+                    f"SELECT notes_at FROM {s}.cuts WHERE session = %s AND cut_key = %s",
+                    (session, base),
+                ).fetchone()
+                if found is None:
+                    raise unknown_cut(session, base)
+                notes_at = found[0]
+            linear = not forked and base == tip
+            chain = None if linear else self._chain(conn, session, base, tip, bool(forked))
+            placed = place_turns(
+                pending,
+                self._stored(conn, session, pending),
+                (lambda seq: True) if chain is None else chain.sees,
+            )
+            new = placed.new
+            ordinal = int(count) + 1
             rows = cut_rows(
                 session,
                 cut_key,
@@ -201,11 +247,16 @@ class PostgresArchive:
                 notes_version=None if notes is None else next_version,
                 first_seq=next_seq,
                 created=time.time() if created is None else created,
+                parent=base,
+                ordinal=ordinal,
+                notes_at=notes_at,
                 text=encoded,
             )
             record = rows.record
             conn.execute(
-                f"INSERT INTO {s}.cuts ({CUT_COLUMNS}) VALUES (%s, %s, %s, %s, %s)", rows.cut
+                f"INSERT INTO {s}.cuts ({CUT_INSERT_COLUMNS}) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                rows.cut,
             )
             if rows.notes is not None:
                 conn.execute(
@@ -213,22 +264,101 @@ class PostgresArchive:
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                     rows.notes,
                 )
-            if new:
-                with conn.cursor() as cursor:
+            with conn.cursor() as cursor:
+                if new:
                     cursor.executemany(
                         f"INSERT INTO {s}.turns ({TURN_COLUMNS}, cut_key) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                         rows.turns,
                     )
+                if placed.links:
+                    cursor.executemany(
+                        f"INSERT INTO {s}.links (session, cut_key, seq) VALUES (%s, %s, %s)",
+                        [(session, cut_key, seq) for seq in placed.links],
+                    )
             conn.execute(
-                f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s WHERE session = %s",
-                (next_seq + len(new), next_version + (notes is not None), session),
+                f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s, tip = %s, "
+                "cuts = %s, forked = %s WHERE session = %s",
+                (
+                    next_seq + len(new),
+                    next_version + (notes is not None),
+                    cut_key,
+                    ordinal,
+                    bool(forked) or base != tip,
+                    session,
+                ),
             )
             if moved:
-                pg_moved.adopt_legacy(conn, s, session)
-                pg_moved.apply(conn, s, session, moved)
+                pg_moved.adopt_legacy(conn, s, session, ordinal=int(count))
+                holds = chain.holds_ordinal if chain is not None else _every
+                pg_moved.apply(
+                    conn,
+                    s,
+                    session,
+                    moved,
+                    ordinal=ordinal,
+                    holds=lambda o: o == ordinal or holds(o),
+                )
             self._before_commit(session, cut_key)
         return record
+
+    def _stored(
+        self, conn: Any, session: str, turns: Sequence[ArchivedTurn]
+    ) -> dict[tuple[str, str], int]:
+        """(msg_id, digest) → seq of the records these turns' ids already have."""
+        ids = list(dict.fromkeys(t.msg_id for t in turns))
+        if not ids:
+            return {}
+        rows = conn.execute(
+            f"SELECT msg_id, digest, seq FROM {self.schema}.turns WHERE session = %s "
+            "AND msg_id = ANY(%s)",
+            (session, ids),
+        )
+        return {(row[0], row[1]): int(row[2]) for row in rows}
+
+    def _chain(
+        self, conn: Any, session: str, head: str | None, tip: str | None, forked: bool
+    ) -> Chain:
+        """The branch whose latest cut is ``head`` (the session's tip is ``tip``)."""
+        if head is None:
+            return Chain(session, None, whole=tip is None, ordinals=Spans(((0, 1),)))
+        if not forked:
+            if head == tip:
+                return Chain(session, head, whole=True)
+            row = conn.execute(
+                f"SELECT ordinal, first_seq, turns_archived FROM {self.schema}.cuts "
+                "WHERE session = %s AND cut_key = %s",
+                (session, head),
+            ).fetchone()
+            if row is None:
+                raise unknown_cut(session, head)
+            ordinal, first, archived = (int(x) for x in row)
+            return Chain(
+                session,
+                head,
+                whole=False,
+                ordinals=Spans.of([(0, ordinal + 1)]),
+                seqs=Spans.of([(0, first + archived)]),
+            )
+        rows = conn.execute(
+            _CHAIN.format(schema=self.schema), {"session": session, "head": head}
+        ).fetchall()
+        cuts = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "cut"]
+        if not cuts:
+            raise unknown_cut(session, head)
+        ordinals, seqs = chain_spans(cuts, [int(r[2]) for r in rows if r[0] == "link"])
+        return Chain(session, head, whole=False, ordinals=Spans.of(ordinals), seqs=Spans.of(seqs))
+
+    def chain(self, session: str, head: Head = TIP) -> Chain:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return self._chain_in(conn, session, head)
+
+    def _chain_in(self, conn: Any, session: str, head: Head) -> Chain:
+        row = conn.execute(
+            f"SELECT tip, forked FROM {self.schema}.sessions WHERE session = %s", (session,)
+        ).fetchone()
+        tip, forked = (None, False) if row is None else (row[0], row[1])
+        return self._chain(conn, session, tip if head is TIP else head, tip, bool(forked))
 
     def _archived_ids(self, conn: Any, session: str, msg_ids: list[str]) -> set[str]:
         if not msg_ids:
@@ -279,7 +409,19 @@ class PostgresArchive:
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         _require_session(session)
         refuse_nul(session, "session")
-        self._write_moved(session, lambda conn: pg_moved.apply(conn, self.schema, session, update))
+
+        def work(conn: Any) -> None:
+            chain = self._chain_in(conn, session, TIP)
+            pg_moved.apply(
+                conn,
+                self.schema,
+                session,
+                update,
+                ordinal=_tip_ordinal(conn, self.schema, session),
+                holds=chain.holds_ordinal,
+            )
+
+        self._write_moved(session, work)
 
     def _write_moved(self, session: str, work: Callable[[Any], None]) -> None:
         """``work`` in one transaction with the session's row locked, after adopting the
@@ -295,7 +437,7 @@ class PostgresArchive:
                 (session,),
             )
             conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session = %s FOR UPDATE", (session,))
-            pg_moved.adopt_legacy(conn, s, session)
+            pg_moved.adopt_legacy(conn, s, session, ordinal=_tip_ordinal(conn, s, session))
             work(conn)
         self._adopted.add(session)
 
@@ -309,27 +451,34 @@ class PostgresArchive:
             self._write_moved(session, lambda conn: None)
         self._adopted.add(session)
 
-    def moved_named(self, session: str, words: Collection[str]) -> list[tuple[str, str]]:
+    def _holds(self, conn: Any, session: str, within: Chain | None) -> Callable[[int], bool]:
+        return (within or self._chain_in(conn, session, TIP)).holds_ordinal
+
+    def moved_named(
+        self, session: str, words: Collection[str], *, within: Chain | None = None
+    ) -> list[tuple[str, str]]:
         self._adopt(session)
         with self._errors("reading"), self._live_pool().connection() as conn:
-            return pg_moved.named(conn, self.schema, session, words)
+            holds = self._holds(conn, session, within)
+            rows = pg_moved.named(conn, self.schema, session, words, holds)
+        return [(row.key, str(row.value)) for row in rows]
 
-    def moved_among(self, session: str, folded: Collection[str]) -> list[str]:
+    def moved_among(
+        self, session: str, folded: Collection[str], *, within: Chain | None = None
+    ) -> list[str]:
         self._adopt(session)
         with self._errors("reading"), self._live_pool().connection() as conn:
-            return pg_moved.among(conn, self.schema, session, folded)
+            holds = self._holds(conn, session, within)
+            return [row.key for row in pg_moved.among(conn, self.schema, session, folded, holds)]
 
-    def moved_rows(self, session: str) -> Iterator[tuple[str, str | None]]:
+    def moved_rows(
+        self, session: str, *, within: Chain | None = None
+    ) -> Iterator[tuple[str, str | None]]:
         self._adopt(session)
-        last = -1
-        while True:
-            with self._errors("reading"), self._live_pool().connection() as conn:
-                rows = pg_moved.page(conn, self.schema, session, last, _TURN_PAGE)
-            if not rows:
-                return
-            for key, value, _ in rows:
-                yield key, value
-            last = rows[-1][2]
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            rows = pg_moved.every(conn, self.schema, session, self._holds(conn, session, within))
+        for row in rows:
+            yield row.key, row.value
 
     def delete_session(self, session: str) -> None:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
@@ -346,6 +495,13 @@ class PostgresArchive:
         )
         return cut_from_row(rows[0]) if rows else None
 
+    def cuts(self, session: str) -> Iterator[CutRecord]:
+        sql = (
+            f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND ordinal > %s "
+            f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last), 0, 6, cut_from_row)
+
     def turns(
         self,
         session: str,
@@ -353,15 +509,24 @@ class PostgresArchive:
         from_item: int | None = None,
         to_item: int | None = None,
         after_seq: int = -1,
+        within: Chain | None = None,
     ) -> Iterator[ArchivedTurn]:
         """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
         _require_session(session)
         where = "session = %s AND seq > %s"
-        bounds: list[int] = []
+        bounds: list[Any] = []
         if from_item is not None:
             where, bounds = where + " AND item >= %s", [*bounds, from_item]
         if to_item is not None:
             where, bounds = where + " AND item <= %s", [*bounds, to_item]
+        if within is not None and not within.whole:
+            if not within.seqs:
+                return iter(())
+            where += (
+                " AND EXISTS (SELECT 1 FROM unnest(%s::bigint[], %s::bigint[]) AS s(low, high) "
+                "WHERE seq >= s.low AND seq < s.high)"
+            )
+            bounds += [[a for a, _ in within.seqs.ranges], [b for _, b in within.seqs.ranges]]
         sql = (
             f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
             f"ORDER BY seq LIMIT {_TURN_PAGE}"
@@ -383,12 +548,17 @@ class PostgresArchive:
             yield from map(make, rows)
             last = rows[-1][key]
 
-    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
+    def turn(
+        self, session: str, msg_id: str, *, within: Chain | None = None
+    ) -> ArchivedTurn | None:
         rows = self._query(
-            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s",
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s "
+            "ORDER BY seq DESC",
             (session, msg_id),
         )
-        return turn_from_row(rows[0]) if rows else None
+        seen = (row for row in rows if within is None or within.sees(int(row[9])))
+        row = next(seen, None)
+        return None if row is None else turn_from_row(row)
 
     def turn_count(self, session: str) -> int:
         rows = self._query(
@@ -401,12 +571,52 @@ class PostgresArchive:
         with self._errors("reading"), self._live_pool().connection() as conn:
             return self._archived_ids(conn, session, wanted)
 
-    def latest_notes(self, session: str) -> NotesVersion | None:
+    def set_positions(self, session: str, positions: Sequence[tuple[int, int]]) -> None:
+        if not positions:
+            return
+        with (
+            self._errors("saving positions"),
+            self._live_pool().connection() as conn,
+            conn.transaction(),
+            conn.cursor() as cursor,
+        ):
+            cursor.executemany(
+                f"UPDATE {self.schema}.turns SET position = %s WHERE session = %s AND seq = %s",
+                [(position, session, seq) for seq, position in positions],
+            )
+
+    def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
+        wanted = sorted(set(seqs))
+        if not wanted:
+            return {}
         rows = self._query(
-            f"SELECT {NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
-            "ORDER BY version DESC LIMIT 1",
-            (session,),
+            f"SELECT seq, position FROM {self.schema}.turns WHERE session = %s AND seq = ANY(%s)",
+            (session, wanted),
         )
+        return {int(row[0]): None if row[1] is None else int(row[1]) for row in rows}
+
+    def latest_notes(self, session: str) -> NotesVersion | None:
+        return self.notes_at(session, TIP)
+
+    def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
+        if head is None:
+            return None
+        columns = ", ".join(f"n.{c.strip()}" for c in NOTES_COLUMNS.split(","))
+        s = self.schema
+        if head is TIP:
+            rows = self._query(
+                f"SELECT {columns} FROM {s}.sessions AS x JOIN {s}.cuts AS c "
+                f"ON c.session = x.session AND c.cut_key = x.tip JOIN {s}.notes AS n "
+                "ON n.session = c.session AND n.version = c.notes_at WHERE x.session = %s",
+                (session,),
+            )
+        else:
+            rows = self._query(
+                f"SELECT {columns} FROM {s}.cuts AS c JOIN {s}.notes AS n "
+                "ON n.session = c.session AND n.version = c.notes_at "
+                "WHERE c.session = %s AND c.cut_key = %s",
+                (session, head),
+            )
         return notes_from_row(rows[0]) if rows else None
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
@@ -468,3 +678,14 @@ class PostgresArchive:
 
     def __repr__(self) -> str:
         return f"PostgresArchive({redact_url(self.url)!r}, schema={self.schema!r})"
+
+
+def _every(ordinal: int) -> bool:
+    return True
+
+
+def _tip_ordinal(conn: Any, schema: str, session: str) -> int:
+    row = conn.execute(
+        f"SELECT cuts FROM {schema}.sessions WHERE session = %s", (session,)
+    ).fetchone()
+    return 0 if row is None else int(row[0])

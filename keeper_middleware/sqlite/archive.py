@@ -1,6 +1,8 @@
 """The SQLite archive backend: WAL mode, one transaction per cut.
 
-The contract it meets is ``ArchiveStore`` (``keeper_middleware.archive.store``).
+The contract it meets is ``ArchiveStore`` (``keeper_middleware.archive.store``). A session that
+never forked answers every question as one line of cuts, at no cost beyond that; once it has
+forked, a branch's chain is read with one recursive query (docs/branches.md).
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
 from keeper_middleware.archive.records import (
+    TIP,
     ArchivedTurn,
+    Chain,
     CutRecord,
+    Head,
     MovedUpdate,
     NotesDraft,
     NotesVersion,
@@ -25,14 +30,19 @@ from keeper_middleware.archive.records import (
 )
 from keeper_middleware.archive.rows import (
     CUT_COLUMNS,
+    CUT_INSERT_COLUMNS,
     NOTES_COLUMNS,
     TURN_COLUMNS,
+    chain_spans,
     cut_rows,
+    place_turns,
     require_cut_key,
 )
+from keeper_middleware.archive.store import unknown_cut
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
+from keeper_middleware.retrievers.base import Spans
 from keeper_middleware.sqlite import moved as sqlite_moved
 from keeper_middleware.sqlite.open import open_archive_file
 
@@ -40,6 +50,21 @@ _T = TypeVar("_T")
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _ID_CHUNK = 500
+
+_CHAIN = """
+WITH RECURSIVE chain(cut_key, parent, ordinal, first_seq, archived) AS (
+    SELECT cut_key, parent, ordinal, first_seq, turns_archived FROM cuts
+    WHERE session = :session AND cut_key = :head
+    UNION ALL
+    SELECT c.cut_key, c.parent, c.ordinal, c.first_seq, c.turns_archived
+    FROM cuts AS c JOIN chain ON c.session = :session AND c.cut_key = chain.parent
+)
+SELECT 'cut', ordinal, first_seq, archived FROM chain
+UNION ALL
+SELECT 'link', 0, l.seq, 1 FROM links AS l JOIN chain ON l.session = :session
+    AND l.cut_key = chain.cut_key
+"""
+"""A forked session's branch: its cuts back to the first, and the records they linked."""
 
 
 def _turn(row: sqlite3.Row) -> ArchivedTurn:
@@ -103,6 +128,7 @@ class SQLiteArchive:
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
         moved: MovedUpdate | None = None,
+        parent: Head = TIP,
     ) -> CutRecord:
         _require_session(session)
         require_cut_key(cut_key)
@@ -115,21 +141,47 @@ class SQLiteArchive:
                 if existing is not None:
                     conn.execute("ROLLBACK")
                     return existing
-                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
-                already = self._archived_ids(conn, session, [t.msg_id for t in pending])
+                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                tip, forked, count = conn.execute(
+                    "SELECT tip, forked, cuts FROM sessions WHERE session = ?", (session,)
+                ).fetchone()
+                base = tip if parent is TIP else parent
+                notes_at = None
+                if base is not None:
+                    found = conn.execute(
+                        "SELECT notes_at FROM cuts WHERE session = ? AND cut_key = ?",
+                        (session, base),
+                    ).fetchone()
+                    if found is None:
+                        raise unknown_cut(session, base)
+                    notes_at = found[0]
+                linear = not forked and base == tip
+                chain = None if linear else self._chain(conn, session, base, tip, bool(forked))
+                placed = place_turns(
+                    pending,
+                    self._stored(conn, session, pending),
+                    (lambda seq: True) if chain is None else chain.sees,
+                )
+                ordinal = int(count) + 1
                 rows = cut_rows(
                     session,
                     cut_key,
-                    [t for t in pending if t.msg_id not in already],
+                    placed.new,
                     notes,
                     notes_version=None if notes is None else self._next_version(conn, session),
                     first_seq=conn.execute(
                         "SELECT COALESCE(MAX(seq) + 1, 0) FROM turns WHERE session = ?", (session,)
                     ).fetchone()[0],
                     created=time.time(),
+                    parent=base,
+                    ordinal=ordinal,
+                    notes_at=notes_at,
                 )
                 record = rows.record
-                conn.execute(f"INSERT INTO cuts ({CUT_COLUMNS}) VALUES (?, ?, ?, ?, ?)", rows.cut)
+                conn.execute(
+                    f"INSERT INTO cuts ({CUT_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows.cut,
+                )
                 if rows.notes is not None:
                     conn.execute(
                         f"INSERT INTO notes ({NOTES_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -137,12 +189,27 @@ class SQLiteArchive:
                     )
                 conn.executemany(
                     f"INSERT INTO turns ({TURN_COLUMNS}, cut_key) VALUES "
-                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows.turns,
                 )
+                conn.executemany(
+                    "INSERT INTO links (session, cut_key, seq) VALUES (?, ?, ?)",
+                    [(session, cut_key, seq) for seq in placed.links],
+                )
+                conn.execute(
+                    "UPDATE sessions SET tip = ?, cuts = ?, forked = ? WHERE session = ?",
+                    (cut_key, ordinal, int(bool(forked) or base != tip), session),
+                )
                 if moved:
-                    sqlite_moved.adopt_legacy(conn, session)
-                    sqlite_moved.apply(conn, session, moved)
+                    sqlite_moved.adopt_legacy(conn, session, ordinal=int(count))
+                    holds = chain.holds_ordinal if chain is not None else _every
+                    sqlite_moved.apply(
+                        conn,
+                        session,
+                        moved,
+                        ordinal=ordinal,
+                        holds=lambda o: o == ordinal or holds(o),
+                    )
                 self._before_commit(session, cut_key)
                 conn.execute("COMMIT")
             except BaseException:
@@ -150,6 +217,64 @@ class SQLiteArchive:
                     conn.execute("ROLLBACK")
                 raise
         return record
+
+    @staticmethod
+    def _stored(
+        conn: sqlite3.Connection, session: str, turns: Sequence[ArchivedTurn]
+    ) -> dict[tuple[str, str], int]:
+        """(msg_id, digest) → seq of the records these turns' ids already have."""
+        ids = list(dict.fromkeys(t.msg_id for t in turns))
+        found: dict[tuple[str, str], int] = {}
+        for start in range(0, len(ids), _ID_CHUNK):
+            chunk = ids[start : start + _ID_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows = conn.execute(
+                f"SELECT msg_id, digest, seq FROM turns WHERE session = ? AND msg_id IN ({marks})",
+                (session, *chunk),
+            )
+            found.update(((row[0], row[1]), int(row[2])) for row in rows)
+        return found
+
+    @staticmethod
+    def _chain(
+        conn: sqlite3.Connection, session: str, head: str | None, tip: str | None, forked: bool
+    ) -> Chain:
+        """The branch whose latest cut is ``head`` (the session's tip is ``tip``)."""
+        if head is None:
+            return Chain(session, None, whole=tip is None, ordinals=Spans(((0, 1),)))
+        if not forked:
+            if head == tip:
+                return Chain(session, head, whole=True)
+            row = conn.execute(
+                "SELECT ordinal, first_seq, turns_archived FROM cuts WHERE session = ? AND "
+                "cut_key = ?",
+                (session, head),
+            ).fetchone()
+            if row is None:
+                raise unknown_cut(session, head)
+            ordinal, first, archived = (int(x) for x in row)
+            return Chain(
+                session,
+                head,
+                whole=False,
+                ordinals=Spans.of([(0, ordinal + 1)]),
+                seqs=Spans.of([(0, first + archived)]),
+            )
+        rows = conn.execute(_CHAIN, {"session": session, "head": head}).fetchall()
+        cuts = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "cut"]
+        if not cuts:
+            raise unknown_cut(session, head)
+        ordinals, seqs = chain_spans(cuts, [int(r[2]) for r in rows if r[0] == "link"])
+        return Chain(session, head, whole=False, ordinals=Spans.of(ordinals), seqs=Spans.of(seqs))
+
+    def chain(self, session: str, head: Head = TIP) -> Chain:
+        with self._lock:
+            conn = self._live()
+            row = conn.execute(
+                "SELECT tip, forked FROM sessions WHERE session = ?", (session,)
+            ).fetchone()
+            tip, forked = (None, 0) if row is None else (row[0], row[1])
+            return self._chain(conn, session, tip if head is TIP else head, tip, bool(forked))
 
     @staticmethod
     def _next_version(conn: sqlite3.Connection, session: str) -> int:
@@ -187,6 +312,13 @@ class SQLiteArchive:
         with self._lock:
             return self._find_cut(self._live(), session, cut_key)
 
+    def cuts(self, session: str) -> Iterator[CutRecord]:
+        sql = (
+            f"SELECT {CUT_COLUMNS} FROM cuts WHERE session = ? AND ordinal > ? "
+            f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last), 0, "ordinal", _cut)
+
     def turns(
         self,
         session: str,
@@ -194,6 +326,7 @@ class SQLiteArchive:
         from_item: int | None = None,
         to_item: int | None = None,
         after_seq: int = -1,
+        within: Chain | None = None,
     ) -> Iterator[ArchivedTurn]:
         """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
         _require_session(session)
@@ -203,6 +336,12 @@ class SQLiteArchive:
             where, bounds = where + " AND item >= ?", [*bounds, from_item]
         if to_item is not None:
             where, bounds = where + " AND item <= ?", [*bounds, to_item]
+        if within is not None and not within.whole:
+            if not within.seqs:
+                return iter(())
+            ranges = " OR ".join("(seq >= ? AND seq < ?)" for _ in within.seqs.ranges)
+            where += f" AND ({ranges})"
+            bounds += [bound for span in within.seqs.ranges for bound in span]
         sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
         return self._pages(sql, lambda last: (session, last, *bounds), after_seq, "seq", _turn)
 
@@ -221,11 +360,16 @@ class SQLiteArchive:
             yield from map(make, rows)
             last = rows[-1][key]
 
-    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
+    def turn(
+        self, session: str, msg_id: str, *, within: Chain | None = None
+    ) -> ArchivedTurn | None:
         rows = self._query(
-            f"SELECT {TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ?", (session, msg_id)
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ? ORDER BY seq DESC",
+            (session, msg_id),
         )
-        return _turn(rows[0]) if rows else None
+        seen = (row for row in rows if within is None or within.sees(int(row["seq"])))
+        row = next(seen, None)
+        return None if row is None else _turn(row)
 
     def turn_count(self, session: str) -> int:
         """The turns archived: a cut numbers its turns on from the last (``commit_cut``) and
@@ -241,11 +385,56 @@ class SQLiteArchive:
         with self._lock:
             return self._archived_ids(self._live(), session, list(dict.fromkeys(msg_ids)))
 
+    def set_positions(self, session: str, positions: Sequence[tuple[int, int]]) -> None:
+        if not positions:
+            return
+        with self._lock:
+            conn = self._live()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "UPDATE turns SET position = ? WHERE session = ? AND seq = ?",
+                    [(position, session, seq) for seq, position in positions],
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
+        wanted = sorted(set(seqs))
+        found: dict[int, int | None] = {}
+        for start in range(0, len(wanted), _ID_CHUNK):
+            chunk = wanted[start : start + _ID_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows = self._query(
+                f"SELECT seq, position FROM turns WHERE session = ? AND seq IN ({marks})",
+                (session, *chunk),
+            )
+            found.update((int(row[0]), row[1]) for row in rows)
+        return found
+
     def latest_notes(self, session: str) -> NotesVersion | None:
-        rows = self._query(
-            f"SELECT {NOTES_COLUMNS} FROM notes WHERE session = ? ORDER BY version DESC LIMIT 1",
-            (session,),
-        )
+        return self.notes_at(session, TIP)
+
+    def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
+        if head is None:
+            return None
+        if head is TIP:
+            sql = (
+                f"SELECT {_prefixed(NOTES_COLUMNS, 'n')} FROM sessions AS s JOIN cuts AS c "
+                "ON c.session = s.session AND c.cut_key = s.tip JOIN notes AS n "
+                "ON n.session = c.session AND n.version = c.notes_at WHERE s.session = ?"
+            )
+            rows = self._query(sql, (session,))
+        else:
+            sql = (
+                f"SELECT {_prefixed(NOTES_COLUMNS, 'n')} FROM cuts AS c JOIN notes AS n "
+                "ON n.session = c.session AND n.version = c.notes_at "
+                "WHERE c.session = ? AND c.cut_key = ?"
+            )
+            rows = self._query(sql, (session, head))
         return _notes(rows[0]) if rows else None
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
@@ -287,7 +476,7 @@ class SQLiteArchive:
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
+                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
                 conn.executemany(
                     "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
                     "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
@@ -301,7 +490,16 @@ class SQLiteArchive:
 
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         _require_session(session)
-        self._write(session, lambda conn: sqlite_moved.apply(conn, session, update))
+
+        def work(conn: sqlite3.Connection) -> None:
+            tip, forked, count = conn.execute(
+                "SELECT tip, forked, cuts FROM sessions WHERE session = ?", (session,)
+            ).fetchone()
+            chain = self._chain(conn, session, tip, tip, bool(forked))
+            holds = chain.holds_ordinal
+            sqlite_moved.apply(conn, session, update, ordinal=int(count), holds=holds)
+
+        self._write(session, work)
 
     def _write(self, session: str, work: Callable[[sqlite3.Connection], None]) -> None:
         """``work`` in one write transaction, after adopting the session's old values."""
@@ -309,8 +507,8 @@ class SQLiteArchive:
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
-                sqlite_moved.adopt_legacy(conn, session)
+                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                sqlite_moved.adopt_legacy(conn, session, ordinal=_tip_ordinal(conn, session))
                 work(conn)
                 conn.execute("COMMIT")
             except BaseException:
@@ -333,26 +531,36 @@ class SQLiteArchive:
                 self._write(session, lambda conn: None)
         return conn
 
-    def moved_named(self, session: str, words: Collection[str]) -> list[tuple[str, str]]:
-        with self._lock:
-            return sqlite_moved.named(self._adopt(session), session, words)
+    def _holds(self, session: str, within: Chain | None) -> Callable[[int], bool]:
+        """Which cut ordinals a read of moved entries counts (lock held)."""
+        if within is None:
+            within = self.chain(session, TIP)
+        return within.holds_ordinal
 
-    def moved_among(self, session: str, folded: Collection[str]) -> list[str]:
+    def moved_named(
+        self, session: str, words: Collection[str], *, within: Chain | None = None
+    ) -> list[tuple[str, str]]:
         with self._lock:
-            return sqlite_moved.among(self._adopt(session), session, folded)
+            conn = self._adopt(session)
+            rows = sqlite_moved.named(conn, session, words, self._holds(session, within))
+        return [(row.key, str(row.value)) for row in rows]
 
-    def moved_rows(self, session: str) -> Iterator[tuple[str, str | None]]:
+    def moved_among(
+        self, session: str, folded: Collection[str], *, within: Chain | None = None
+    ) -> list[str]:
         with self._lock:
-            self._adopt(session)
-        last = -1
-        while True:
-            with self._lock:
-                rows = sqlite_moved.every(self._live(), session, last, _TURN_PAGE)
-            if not rows:
-                return
-            for row in rows:
-                yield row[0], row[1]
-            last = rows[-1][2]
+            conn = self._adopt(session)
+            rows = sqlite_moved.among(conn, session, folded, self._holds(session, within))
+        return [row.key for row in rows]
+
+    def moved_rows(
+        self, session: str, *, within: Chain | None = None
+    ) -> Iterator[tuple[str, str | None]]:
+        with self._lock:
+            conn = self._adopt(session)
+            rows = sqlite_moved.every(conn, session, self._holds(session, within))
+        for row in rows:
+            yield row.key, row.value
 
     def sessions(self) -> list[str]:
         return [row[0] for row in self._query("SELECT session FROM sessions ORDER BY session", ())]
@@ -382,3 +590,16 @@ class SQLiteArchive:
 
     def __repr__(self) -> str:
         return f"SQLiteArchive({self.path!r})"
+
+
+def _every(ordinal: int) -> bool:
+    return True
+
+
+def _tip_ordinal(conn: sqlite3.Connection, session: str) -> int:
+    row = conn.execute("SELECT cuts FROM sessions WHERE session = ?", (session,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _prefixed(columns: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))

@@ -13,12 +13,17 @@ everything from the earliest open question on (an open question never leaves the
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.messages import is_input, keeper_kind, safe_boundary
+from keeper_middleware.messages import is_input, keeper_kind, safe_boundary, text_of
+from keeper_middleware.notes import parse_notes, render_notes
+
+KEPT_KEY = "kept"
+"""Where the keeper state lists the ids of the messages a cut kept in view as already noted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +160,73 @@ def pin_open_question(
     return replace(plan, pinned=tuple(pinned))
 
 
-def cut_key(session: str, message_ids: Sequence[str], boundary_id: str) -> str:
-    """A stable name for one cut, so a cut committed before a crash is recognised on retry."""
-    digest = hashlib.sha256(session.encode())
-    for msg_id in message_ids:
-        digest.update(b"\0" + msg_id.encode())
-    digest.update(b"\1" + boundary_id.encode())
+def recount_kept(
+    messages: Sequence[BaseMessage], kept_ids: Sequence[str] | None
+) -> tuple[list[BaseMessage], list[str] | None, bool]:
+    """The messages with the NOTES' count of kept messages lowered to the kept messages still in
+    view, the ids still kept (None: all of them) and whether the NOTES message was re-rendered.
+
+    A cut keeps the newest exchange in view and says in the NOTES how many messages after them
+    are already noted. A graph can remove some of them afterwards (``RemoveMessage``): counted
+    by position, the messages that moved up into their places would pass as noted and never be
+    noted. The NOTES message keeps its id and mark (the mark covers kind and id, not text)."""
+    result = list(messages)
+    if not kept_ids:
+        return result, None, False
+    at = next((i for i, m in enumerate(result) if keeper_kind(m) == "notes"), None)
+    if at is None:
+        return result, None, False
+    following = [str(m.id) for m in result[at + 1 : at + 1 + len(kept_ids)]]
+    if following == list(kept_ids):
+        return result, None, False
+    known = set(kept_ids)
+    still: list[str] = []
+    for message in result[at + 1 :]:
+        if str(message.id) not in known:
+            break
+        still.append(str(message.id))
+    notes, kept = parse_notes(text_of(result[at]))
+    if len(still) >= kept:
+        return result, still, False
+    text = render_notes(notes, kept=len(still))
+    result[at] = result[at].model_copy(update={"content": text})
+    return result, still, True
+
+
+def cut_key(session: str, parent: str | None, messages: Sequence[BaseMessage]) -> str:
+    """A stable name for one cut: the session, the cut before it on its branch, and every
+    message up to the cut's boundary (what it notes, archives or keeps), each by id and content.
+
+    A cut committed before a crash is recognised on retry, and the same cut replayed from the
+    same checkpoint is the same cut (its NOTES are reused, not asked for again); a cut over an
+    edited message, or after another parent, is another cut. The keeper's own messages count by
+    id only (the proxy may re-render the NOTES' kept count in place)."""
+    digest = hashlib.sha256(session.encode("utf-8", "surrogatepass"))
+    digest.update(b"\2" + (parent or "").encode("utf-8", "surrogatepass"))
+    for message in messages:
+        digest.update(b"\0" + str(message.id).encode("utf-8", "surrogatepass"))
+        if keeper_kind(message) is None:
+            digest.update(b"\3" + message_fingerprint(message))
     return digest.hexdigest()[:32]
+
+
+def message_fingerprint(message: BaseMessage) -> bytes:
+    """What a message says, for naming a cut: its role, text, tool calls and what it answers."""
+    calls = message.tool_calls if isinstance(message, AIMessage) else []
+    parts = (
+        message.type,
+        text_of(message),
+        json.dumps(calls, ensure_ascii=False, sort_keys=True, default=str),
+        getattr(message, "tool_call_id", None) or "",
+        message.name or "",
+    )
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).digest()
+
+
+def whole_key(session: str, parent: str | None, msg_id: str, digest: str) -> str:
+    """The name of the commit that archives one message whole as it arrives (an excerpt stands
+    in view): the same message on the same branch is the same commit."""
+    name = hashlib.sha256(
+        "\0".join((session, parent or "", msg_id, digest)).encode("utf-8", "surrogatepass")
+    )
+    return "whole-" + name.hexdigest()[:32]

@@ -18,7 +18,12 @@ This module holds the step's order and its I/O; each phase lives beside it:
 messages; pure), :mod:`~keeper_middleware.note_dialogue` (the note-taking conversation),
 :mod:`~keeper_middleware.commit` (finishing a cut), :mod:`~keeper_middleware.oversized`
 (messages archived whole, an excerpt in view), :mod:`~keeper_middleware.sessions` (per-session
-values) and :mod:`~keeper_middleware.search.searcher` (the search tool's body).
+values), :mod:`~keeper_middleware.branches` (what the branch a step runs on sees) and
+:mod:`~keeper_middleware.search.searcher` (the search tool's body).
+
+The keeper's memory is a function of the branch being run: the keeper state (the graph's
+``keeper`` channel) names the branch's latest cut, and the NOTES, the archive's records, the
+moved entries and the search guards are those of that branch (docs/branches.md).
 """
 
 from __future__ import annotations
@@ -35,12 +40,15 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.archive.store import ArchiveStore, open_archive
-from keeper_middleware.arrivals import Arrivals
+from keeper_middleware.arrivals import ROOM_KEY, Arrivals
+from keeper_middleware.branches import HEAD_KEY, Branches, state_head
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.commit import CutCommit
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
+from keeper_middleware.cut import KEPT_KEY, recount_kept
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.indexing import catch_up
 from keeper_middleware.items import ItemNumbering
@@ -60,9 +68,10 @@ from keeper_middleware.questions import (
     QuestionDetector,
     open_question_index,
 )
-from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.base import Hit, Retriever, search_within
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.room import unkeep
+from keeper_middleware.search.branch_guards import guard_before, sample_now
 from keeper_middleware.search.guards import GuardState
 from keeper_middleware.search.searcher import ArchiveSearch
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
@@ -84,6 +93,9 @@ __all__ = [
     "Tool",
     "archive_namespace",
 ]
+
+KEEPER_CHANNEL = "keeper"
+"""The graph state's channel that holds the keeper state (``KeeperGraphState.keeper``)."""
 
 log = logging.getLogger("keeper_middleware")
 """One record per decision: a cut (INFO), a NOTES version (INFO), a re-ask (INFO), a refused
@@ -152,15 +164,21 @@ class Keeper:
         self.sessions = SessionState(self.archive, self.locks)
         self.window = WindowPolicy(self.config, self.tokens, self.detector)
         self.dialogue = NoteDialogue(self.config, self.tokens, self.checks, self.detector)
+        self.branches = Branches(self.archive, self._retrievers, self.config.passages)
         self.oversized = OversizedMessages(
             archive=self.archive,
             tokens=self.tokens,
             window=self.window,
             page_tokens=self.config.page_tokens,
             sync_index=lambda session: self._sync_index(session),
+            branches=self.branches,
         )
         self.searcher = ArchiveSearch(
-            sessions=self.sessions, retriever=self.retriever, config=self.config, tokens=self.tokens
+            sessions=self.sessions,
+            retriever=self.retriever,
+            config=self.config,
+            tokens=self.tokens,
+            branches=self.branches,
         )
         self.commit = CutCommit(
             config=self.config,
@@ -170,6 +188,7 @@ class Keeper:
             archive=self.archive,
             excerpter=self.oversized.excerpter,
             sync_index=lambda session: self._sync_index(session),
+            whole_of=self.oversized.whole_of,
         )
         self.arrivals = Arrivals(
             config=self.config,
@@ -180,6 +199,7 @@ class Keeper:
             sessions=self.sessions,
             passages=self.passages_retriever,
             archive_whole=self.oversized.archive_whole,
+            branches=self.branches,
         )
         self._lock = self.sessions.lock
 
@@ -202,9 +222,26 @@ class Keeper:
         """The session's counters (calls, cuts, searches, tokens)."""
         return self.sessions.counters(session)
 
-    def notes(self, session: str) -> Notes:
-        """The current NOTES of a session (empty before the first cut)."""
-        return self.sessions.notes(session)
+    def notes(self, session: str, *, head: Head = TIP) -> Notes:
+        """The NOTES of a session at the cut ``head`` (default: its latest cut; a branch's head
+        is :meth:`head_of` its graph state). Empty before the first cut."""
+        return self.sessions.notes(session, head)
+
+    def head_of(self, session: str, values: Mapping[str, Any] | None) -> str | None:
+        """The latest cut of the branch a graph state is on (``agent.get_state(config).values``
+        or a ``StateSnapshot``'s values): what :meth:`notes`, :meth:`turns` and :meth:`search`
+        take as ``head=`` to read that branch's memory."""
+        values = values or {}
+        kstate = values.get(KEEPER_CHANNEL)
+        messages = values.get("messages") or []
+        return self.branches.head(
+            session, kstate if isinstance(kstate, Mapping) else None, messages
+        )
+
+    def turns(self, session: str, *, head: Head = TIP) -> Iterator[ArchivedTurn]:
+        """The archived turns the branch ``head`` sees, in order (default: the session's latest
+        cut's branch; :meth:`head_of` a graph state names a branch)."""
+        return self.archive.turns(session, within=self.branches.chain(session, head))
 
     def _guard(self, session: str) -> GuardState:
         return self.sessions.guard(session)
@@ -273,6 +310,13 @@ class Keeper:
         if not kstate:
             self._warn_if_archive_outlived_state(session)
         messages = [_with_id(m) for m in given]
+        # the branch this step runs on: its latest cut, as the graph state names it
+        kstate[HEAD_KEY] = self.branches.head(session, kstate, messages)
+        notes = self.notes(session, head=kstate[HEAD_KEY])
+        # kept messages a graph removed since the cut no longer count as noted
+        messages, still_kept, recounted = recount_kept(messages, kstate.get(KEPT_KEY))
+        if still_kept is not None:
+            kstate[KEPT_KEY] = still_kept
         # where messages enter: a forged keeper tag is ordinary content from here on, and a
         # tool call left without its result (a recursion limit, a crash) is closed
         messages, forged = verified(messages, lambda: self.sessions.secret(session))
@@ -280,9 +324,8 @@ class Keeper:
         # each message is classified once per step (kind, text, size, question), here where
         # it enters; a message replaced on the way (an excerpt) is classified anew
         entries = window.classify(messages)
-        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup)
+        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
         entries = window.classify(messages, entries)
-        notes = self.notes(session)
         plan, request_tokens = window.plan(messages, kstate, setup, notes)
         if plan is None and request_tokens > budget:
             # what was kept in view as already noted may leave with the next cut instead
@@ -306,7 +349,7 @@ class Keeper:
             messages = window.shrink_largest(
                 entries,
                 setup,
-                self.oversized.excerpter(session, kstate.get("items", {})),
+                self.oversized.excerpter(session, kstate),
                 start=layout.head_end,
             )
             shrunk = True
@@ -331,15 +374,16 @@ class Keeper:
             kstate,
             plan,
             notes,
-            replaced=bool(forged or shrunk),
+            replaced=bool(forged or shrunk or recounted),
             entries=entries,
         )
         if plan is not None and self.config.notes_mode == "in_place":
             # only the moved entries the noted turns may name are read, not every one ever moved
             noted = self.dialogue.noted_text(pending)
-            pending.moved_entries = self.sessions.moved_named(session, noted)
+            chain = self.branches.chain(session, state_head(kstate))
+            pending.moved_entries = self.sessions.moved_named(session, noted, chain)
             pending.archived_keys = self.sessions.archived_keys(
-                session, self.dialogue.named_names(noted)
+                session, self.dialogue.named_names(noted), chain
             )
         return pending
 
@@ -347,9 +391,10 @@ class Keeper:
         archived = self.archive.turn_count(session)
         if archived:
             log.warning(
-                "session=%s starts afresh but its archive already holds %d turns: the graph "
-                "state was lost (an in-memory checkpointer with a file archive?). Pair the "
-                "archive with a persistent checkpointer (SqliteSaver), or use a new thread id",
+                "session=%s starts afresh but its archive already holds %d turns, which this "
+                "new start does not see: the graph state was lost (an in-memory checkpointer "
+                "with a file archive?). Pair the archive with a persistent checkpointer "
+                "(SqliteSaver), or use a new thread id",
                 session,
                 archived,
             )
@@ -364,12 +409,14 @@ class Keeper:
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(pending.messages, pending.state, changed, rewritten)
 
+    def _retrievers(self) -> tuple[Retriever, ...]:
+        if self.passages_retriever is not self.retriever:
+            return (self.retriever, self.passages_retriever)
+        return (self.retriever,)
+
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retriever has not seen yet (also after a crash)."""
-        retrievers: tuple[Retriever, ...] = (self.retriever,)
-        if self.passages_retriever is not self.retriever:
-            retrievers = (self.retriever, self.passages_retriever)
-        catch_up(self.archive, session, retrievers, unit=self.config.passages)
+        catch_up(self.archive, session, self._retrievers(), unit=self.config.passages)
 
     # ----------------------------------------------------------------- the model's side
 
@@ -382,6 +429,11 @@ class Keeper:
         layout = self.window.layout(messages)
         open_at = open_question_index(messages, self.detector, start=layout.head_end)
         kwargs = call_kwargs(self.config.thinking, thinking=open_at is not None)
+        carried = sample_now(messages)  # the branch's own search results say, in a graph
+        if carried is not None:
+            if carried:
+                kwargs.update(self.config.thinking.sample_after_stop)
+            return kwargs
         with self.session(session):
             guard = self._guard(session)
             if guard.sample_next:
@@ -429,22 +481,59 @@ class Keeper:
         *,
         read: object = None,
         page: object = None,
+        head: Head = TIP,
     ) -> str:
-        """The archive search tool's body, guards included; see :meth:`run_search_tool`."""
+        """The archive search tool's body, guards included; see :meth:`run_search_tool`.
+        ``head``: the branch to search (:meth:`head_of` a graph state; default: the session's
+        latest cut's)."""
         args = {"query": query, "from_item": from_item, "to_item": to_item}
         if read is not None:
             args.update(read=read, page=page)
-        return self.run_search_tool(session, args)
+        return self.run_search_tool(session, args, head=head)
 
-    def run_search_tool(self, session: str, args: object) -> str:
-        """Answer one ``search_archive`` call from the model's raw arguments.
+    def run_search_tool(self, session: str, args: object, *, head: Head = TIP) -> str:
+        """Answer one ``search_archive`` call from the model's raw arguments, with the
+        session's own guards (the proxy, a tool called outside a graph).
 
         Never raises for anything the model can send: bad arguments get a "Refused: …" text
         (:func:`~keeper_middleware.search.args.parse_search_args`). The guards' state is read,
         decided and written under one lock, so parallel searches cannot race past them. The
         reply is sized to the room a message has in view.
         """
-        return self.searcher.run(session, args)
+        return self.searcher.run(session, args, head=head)[0]
+
+    def answer_search(
+        self, session: str, args: object, *, state: Mapping[str, Any], call_id: str
+    ) -> tuple[str, dict[str, Any] | None]:
+        """Answer the ``search_archive`` call ``call_id`` of a graph whose state is ``state``:
+        on that state's branch, with the guards' state its messages carry. Returns the reply
+        and the result's artifact (the guards' state after the search, for the next one)."""
+        messages = list(state.get("messages") or [])
+        kstate = state.get(KEEPER_CHANNEL)
+        kstate = kstate if isinstance(kstate, Mapping) else {}
+        head = self.branches.head(session, kstate, messages)
+        guard = guard_before(
+            messages, call_id, self.items.is_new_input, budget=self.config.search_budget
+        )
+        room = kstate.get(ROOM_KEY)
+        return self.searcher.run(
+            session,
+            args,
+            head=head,
+            guard=guard,
+            room=room if isinstance(room, int) else None,
+        )
+
+    def retrieve(self, session: str, query: str, *, k: int = 10, head: Head = TIP) -> list[Hit]:
+        """The archive's best matches for ``query`` on the branch ``head``, as the search
+        tool finds them (without its guards or its rendering)."""
+        return search_within(
+            self.retriever,
+            query,
+            session=session,
+            k=k,
+            within=self.branches.passages(session, head),
+        )
 
     def forget(self, session: str) -> None:
         """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""
@@ -454,6 +543,7 @@ class Keeper:
             if self.passages_retriever is not self.retriever:
                 self.passages_retriever.delete_session(session)
             self.sessions.drop(session)
+            self.branches.forget(session)
 
     def close(self) -> None:
         if self.passages_retriever is not self.retriever:

@@ -4,18 +4,25 @@ archive searched or an excerpted message read back page by page, the reply sized
 Never raises for anything the model can send: a bad argument, a repeat or a search past the
 budget gets a "Refused: …" text the model can act on, and the guards' state is read, decided
 and written while the session is held, so parallel searches cannot race past them.
+
+A search runs on a branch (its head, ``branches``): it finds only what that branch archived,
+reads only the records it holds, and, in a graph, takes the guards' state from the branch's own
+messages (``branch_guards``) rather than from the session.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
-from keeper_middleware.archive.records import ArchivedTurn
+from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
+from keeper_middleware.branches import Branches
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
-from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.base import Retriever, search_within
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
+from keeper_middleware.search.branch_guards import GuardBefore
 from keeper_middleware.search.guards import SearchCommand, decide
 from keeper_middleware.search.results import render_results
 from keeper_middleware.sessions import SessionState
@@ -32,9 +39,23 @@ class ArchiveSearch:
     retriever: Retriever
     config: KeeperConfig
     tokens: TokenCounter
+    branches: Branches
 
-    def run(self, session: str, args: object) -> str:
-        """Answer one call from the model's raw arguments."""
+    def run(
+        self,
+        session: str,
+        args: object,
+        *,
+        head: Head = TIP,
+        guard: GuardBefore | None = None,
+        room: int | None = None,
+    ) -> tuple[str, dict[str, Any] | None]:
+        """Answer one call from the model's raw arguments, on the branch ``head``: the reply,
+        and what its result carries for the next search (None: nothing).
+
+        ``guard``: the guards' state the call meets, from the branch's messages; without it
+        the session's own is read and written (the proxy, a tool called outside a graph).
+        ``room``: the room a message has in view, as the branch's last step measured it."""
         sessions = self.sessions
         parsed = parse_search_args(args)
         if isinstance(parsed, Refusal):
@@ -42,17 +63,23 @@ class ArchiveSearch:
             with sessions.hold(session):
                 sessions.counters(session).search_refusals += 1
                 sessions.save_counters(session)
-            return parsed.text
+            return parsed.text, None
         if isinstance(parsed, ReadArgs):
             command = SearchCommand(query="", read=parsed.ref, page=parsed.page)
         else:
             command = SearchCommand(
                 query=parsed.query, from_item=parsed.from_item, to_item=parsed.to_item
             )
+        artifact = None
         with sessions.hold(session):
             counters = sessions.counters(session)
-            decision = decide(sessions.guard(session), command, budget=self.config.search_budget)
-            sessions.set_guard(session, decision.state)
+            budget = self.config.search_budget
+            if guard is None:
+                decision = decide(sessions.guard(session), command, budget=budget)
+                sessions.set_guard(session, decision.state)
+            else:
+                decision = decide(guard.state, command, budget=budget)
+                artifact = guard.artifact(decision.state)
             if decision.verdict != "run":
                 log.info(
                     "search %s session=%s key=%r",
@@ -65,19 +92,22 @@ class ArchiveSearch:
             else:
                 counters.searches += 1
             sessions.save_counters(session)
-            room = sessions.room(session, self.config.message_tokens)
+            if room is None:
+                room = sessions.room(session, self.config.message_tokens)
         if decision.verdict != "run":
-            return decision.message
+            return decision.message, artifact
         if isinstance(parsed, ReadArgs):
-            return self.read(session, parsed, room)
-        hits = self.retriever.search(
+            return self.read(session, parsed, room, head), artifact
+        hits = search_within(
+            self.retriever,
             parsed.query,
             session=session,
             k=self.config.search_scan,
             from_item=parsed.from_item,
             to_item=parsed.to_item,
+            within=self.branches.passages(session, head),
         )
-        return render_results(
+        text = render_results(
             command,
             hits,
             shown=self.config.search_results,
@@ -85,12 +115,18 @@ class ArchiveSearch:
             max_tokens=max(MIN_EXCERPT_TOKENS, room - 16),
             count=self.tokens.count_text,
         )
+        return text, artifact
 
-    def read(self, session: str, args: ReadArgs, room: int) -> str:
-        """One page of an archived message (what an excerpt's pointer leads to)."""
+    def read(self, session: str, args: ReadArgs, room: int, head: Head = TIP) -> str:
+        """One page of an archived message (what an excerpt's pointer leads to), as the branch
+        ``head`` archived it."""
         archive = self.sessions.archive
         msg_id = archive.get_value(session, f"ref:{args.ref}")
-        turn = archive.turn(session, msg_id if isinstance(msg_id, str) else args.ref)
+        turn = archive.turn(
+            session,
+            msg_id if isinstance(msg_id, str) else args.ref,
+            within=self.branches.chain(session, head),
+        )
         page_tokens = max(MIN_EXCERPT_TOKENS, min(self.config.page_tokens, room - 64))
         return render_page(turn, args, page_tokens, self.tokens.count_text)
 

@@ -76,7 +76,7 @@ def test_time_travel_before_a_cut_forgets_the_abandoned_branch(entry, saver_kind
         feed(run, COMMON + LEFT + [QUESTION])
         assert "answer in French." in run.keeper.notes("t").rules  # the left branch cut it in
         before = completed_after(run, "item-5")  # the cut at item 6 had not happened yet
-        feed(run, RIGHT + [QUESTION], before.config)
+        feed(run, [*RIGHT, QUESTION], before.config)
         mine = run.memory()
         assert mine == control(COMMON + RIGHT + [QUESTION])
         assert "answer in French." not in mine.rules
@@ -139,7 +139,7 @@ def test_update_state_on_an_old_checkpoint_continues_from_that_checkpoint(tmp_pa
     )
     feed(run, [added, *RIGHT[:3]], old.config)
     mine = run.memory()
-    assert mine == control(COMMON[:5] + [added] + RIGHT[:3])
+    assert mine == control([*COMMON[:5], added, *RIGHT[:3]])
     assert "answer in French." in mine.rules
     assert "zeta" not in str(mine.turns)
 
@@ -151,7 +151,7 @@ def test_an_edited_message_is_archived_with_its_new_text_and_found(tmp_path):
     edited = (story(4, "Today we set c4 to 400."), "item-4")  # same id, new text
     feed(run, [Put((HumanMessage(edited[0], id=edited[1]),)), *COMMON[5:], *LEFT[:2]])
     mine = run.memory()
-    assert mine == control(COMMON[:4] + [edited] + COMMON[5:] + LEFT[:2])
+    assert mine == control([*COMMON[:4], edited, *COMMON[5:], *LEFT[:2]])
     texts = [text for _, _, text in mine.turns]
     assert edited[0] in texts and COMMON[4][0] not in texts
     assert ("c4", "400") in mine.state
@@ -248,7 +248,7 @@ def test_an_interrupt_resumed_after_another_branch_ran_resumes_its_own_memory(sa
         agent = create_keeper_agent(model, [approve], keeper=keeper, checkpointer=saver)
         run = Run(keeper=keeper, graph=agent, model=model)
         asking = (story(6, "Needs approval.") + "\nRule: answer in French.", "ask-6")
-        feed(run, COMMON + [asking])
+        feed(run, [*COMMON, asking])
         waiting = run.state()
         assert waiting.next == ("tools",)  # interrupted, waiting for a person
         fork = completed_after(run, "item-5").config
@@ -269,7 +269,7 @@ def test_an_interrupt_resumed_after_another_branch_ran_resumes_its_own_memory(sa
             model=model,
             thread="control",
         )
-        feed(reference, COMMON + [asking])
+        feed(reference, [*COMMON, asking])
         reference.graph.invoke(Command(resume="yes"), reference.config())
         feed(reference, LEFT[1:3])
         assert resumed == reference.memory()
@@ -286,7 +286,7 @@ def test_postgres_checkpoints_and_archive_follow_the_branch(entry, postgres_url,
         run.thread = f"pg-{pg_schema}-{entry}"
         feed(run, COMMON + LEFT + [QUESTION])
         before = completed_after(run, "item-5")
-        feed(run, RIGHT + [QUESTION], before.config)
+        feed(run, [*RIGHT, QUESTION], before.config)
         mine = memory_of(run.keeper, run.thread, run.head())
         assert mine == control(COMMON + RIGHT + [QUESTION])
         assert "answer in French." not in mine.rules

@@ -154,16 +154,17 @@ class Branches:
         if session not in self._positioned:
             ensure_positions(self.archive, session, self._retrievers(), unit=self._unit)
             self._positioned.add(session)
-        bounds = {edge for span in chain.seqs.ranges for edge in span}
+        walk = chain.seqs.walk  # the branch's own order: its passages follow it
+        bounds = {edge for span in walk for edge in span}
         known = self.archive.positions(session, bounds)
         end = int(self.archive.get_value(session, NEXT_POSITION) or 0)
         complete = all(known.get(bound) is not None for bound in bounds)
         ranges = []
-        for start, stop in chain.seqs.ranges:
+        for start, stop in walk:
             low = known.get(start)
             high = known.get(stop)
             ranges.append((end if low is None else low, end if high is None else high))
-        return Spans.of(ranges), complete
+        return Spans.ordered(ranges), complete
 
     def forget(self, session: str) -> None:
         with self._lock:

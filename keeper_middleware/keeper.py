@@ -507,10 +507,15 @@ class Keeper:
     ) -> tuple[str, dict[str, Any] | None]:
         """Answer the ``search_archive`` call ``call_id`` of a graph whose state is ``state``:
         on that state's branch, with the guards' state its messages carry. Returns the reply
-        and the result's artifact (the guards' state after the search, for the next one)."""
+        and the result's artifact (the guards' state after the search, for the next one). A
+        state without a keeper step's values (a graph that archives by itself) searches the
+        session as of its latest cut, with the session's own guards."""
         messages = list(state.get("messages") or [])
         kstate = state.get(KEEPER_CHANNEL)
-        kstate = kstate if isinstance(kstate, Mapping) else {}
+        if not isinstance(kstate, Mapping) or not kstate:
+            # a graph without a keeper step (it archives by itself, and keeps the session's
+            # guards): the session as of its latest cut, with the session's guards
+            return self.run_search_tool(session, args), None
         head = self.branches.head(session, kstate, messages)
         guard = guard_before(
             messages, call_id, self.items.is_new_input, budget=self.config.search_budget

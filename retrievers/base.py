@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import inspect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from keeper_middleware.errors import KeeperError, MissingDependencyError
@@ -92,6 +92,11 @@ class Spans:
 
     ranges: tuple[tuple[int, int], ...] = ()
     """The ranges, sorted and disjoint; adjacent ones are merged (``Spans.of`` makes them so)."""
+    sequence: tuple[tuple[int, int], ...] = ()
+    """The same positions in the branch's own order, when it is not the sorted one (a branch
+    that took up passages another branch indexed first): what :meth:`following` walks.
+    Empty: the sorted order (``Spans.ordered`` makes it so)."""
+    _walk: tuple[tuple[int, int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         last = None
@@ -102,6 +107,30 @@ class Spans:
                     "build them with Spans.of(...)"
                 )
             last = end
+        if self.sequence:
+            if sorted(self.sequence) != sorted(_split(self.ranges, self.sequence)):
+                raise ValueError(
+                    f"Spans.sequence {self.sequence!r} does not hold the positions of "
+                    f"{self.ranges!r}: build them with Spans.ordered(...)"
+                )
+            walk = sorted((start, end, index) for index, (start, end) in enumerate(self.sequence))
+            object.__setattr__(self, "_walk", tuple(walk))
+
+    @classmethod
+    def ordered(cls, ranges: Iterable[tuple[int, int]]) -> Spans:
+        """Spans from disjoint ranges listed in the branch's own order (empty ones dropped,
+        consecutive ones that continue each other merged)."""
+        sequence: list[list[int]] = []
+        for start, end in ranges:
+            if start >= end:
+                continue
+            if sequence and sequence[-1][1] == start:
+                sequence[-1][1] = end
+            else:
+                sequence.append([start, end])
+        spans = cls.of((a, b) for a, b in sequence)
+        walked = tuple((a, b) for a, b in sequence)
+        return spans if walked == spans.ranges else cls(spans.ranges, walked)
 
     @classmethod
     def of(cls, ranges: Iterable[tuple[int, int]]) -> Spans:
@@ -129,7 +158,16 @@ class Spans:
         return sum(end - start for start, end in self.ranges)
 
     def following(self, position: int) -> int | None:
-        """The first position within the spans after ``position`` (None: there is none)."""
+        """The position within the spans that comes after ``position`` in the branch's order
+        (None: there is none)."""
+        if self._walk:
+            index = bisect.bisect_right(self._walk, (position, _ABOVE_ANY, 0)) - 1
+            if index < 0 or not self._walk[index][0] <= position < self._walk[index][1]:
+                return None
+            start, end, order = self._walk[index]
+            if position + 1 < end:
+                return position + 1
+            return self.sequence[order + 1][0] if order + 1 < len(self.sequence) else None
         nxt = position + 1
         index = bisect.bisect_right(self.ranges, (nxt, _ABOVE_ANY)) - 1
         if index >= 0 and nxt < self.ranges[index][1]:
@@ -141,9 +179,36 @@ class Spans:
     def union(self, other: Spans) -> Spans:
         return Spans.of((*self.ranges, *other.ranges))
 
+    @property
+    def walk(self) -> tuple[tuple[int, int], ...]:
+        """The ranges in the branch's own order."""
+        return self.sequence or self.ranges
+
+    def rank(self, position: int) -> int:
+        """How many positions come before ``position`` in the branch's order (it must be
+        within the spans)."""
+        before = 0
+        for start, end in self.walk:
+            if start <= position < end:
+                return before + position - start
+            before += end - start
+        raise ValueError(f"{position} is not within {self!r}")
+
 
 _ABOVE_ANY = 2**63
 """Sorts after any end of a range, so ``bisect`` finds the range a position falls in."""
+
+
+def _split(
+    ranges: Sequence[tuple[int, int]], pieces: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """``ranges`` cut at every edge of ``pieces`` (for checking both hold the same positions)."""
+    edges = sorted({edge for piece in pieces for edge in piece})
+    result = []
+    for start, end in ranges:
+        cuts = [start, *(e for e in edges if start < e < end), end]
+        result.extend(zip(cuts, cuts[1:], strict=False))
+    return result
 
 
 def keep_within(hits: Sequence[Hit], within: Spans | None) -> list[Hit]:

@@ -81,13 +81,21 @@ class Memory:
     rules: tuple[str, ...]
     state: tuple[tuple[str, str], ...]
     items: tuple[int | None, int | None]
-    found: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    found: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = field(default=())
+    """Per query, the passages found and the passage shown after each."""
 
 
 def memory_of(keeper: Keeper, thread: str, head: str | None) -> Memory:
     notes = keeper.notes(thread, head=head)
     found = tuple(
-        (query, tuple(sorted(h.passage.text for h in keeper.retrieve(thread, query, head=head))))
+        (
+            query,
+            tuple(
+                sorted(
+                    (h.passage.text, h.next_text) for h in keeper.retrieve(thread, query, head=head)
+                )
+            ),
+        )
         for query in QUERIES
     )
     return Memory(

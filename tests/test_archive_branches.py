@@ -145,3 +145,19 @@ def test_positions_are_kept_per_record(store):
     store.commit_cut("s", cut_key="a", turns=make_turns("s", 1), notes=None)
     store.set_positions("s", [(0, 0), (1, 4), (2, 4)])
     assert store.positions("s", [0, 1, 2, 99]) == {0: 0, 1: 4, 2: 4}
+
+
+def test_a_branch_reads_its_records_in_the_order_it_archived_them(store):
+    """A branch that takes up records another branch archived first (a fork after an edit in
+    the middle) reads them where they stand in its own history, not in storage order."""
+    store.commit_cut("s", cut_key="root", turns=[turn("task", "the task")], notes=None)
+    shared = [turn("m1", "the first text"), turn("r1", "a reply")]
+    store.commit_cut(
+        "s", cut_key="edited", turns=[turn("m1", "the edited text"), shared[1]], notes=None
+    )
+    store.commit_cut("s", cut_key="plain", turns=shared, notes=None, parent="root")
+    assert texts(store, "plain") == ["the task", "the first text", "a reply"]
+    assert texts(store, "edited") == ["the task", "the edited text", "a reply"]
+    chain = store.chain("s", "plain")
+    assert [chain.rank(t.seq) for t in store.turns("s", within=chain)] == [0, 1, 2]
+    assert store.turn("s", "m1", within=chain).content == "the first text"

@@ -155,7 +155,7 @@ def test_an_edited_message_is_archived_with_its_new_text_and_found(tmp_path):
     texts = [text for _, _, text in mine.turns]
     assert edited[0] in texts and COMMON[4][0] not in texts
     assert ("c4", "400") in mine.state
-    assert any("400" in text for text in dict(mine.found)["c4"])
+    assert any("400" in text for text, _ in dict(mine.found)["c4"])
 
 
 def test_a_same_id_resend_with_new_content_is_archived_not_lost(tmp_path):

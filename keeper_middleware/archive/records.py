@@ -314,10 +314,15 @@ class Chain:
     ordinals: Spans = dataclasses.field(default_factory=Spans)
     """The ordinals of its cuts (0, before any cut, always)."""
     seqs: Spans = dataclasses.field(default_factory=Spans)
-    """The ``seq`` of every record it sees."""
+    """The ``seq`` of every record it sees, in the order the branch archived them (which is
+    ``seq`` order unless it took up records another branch archived first)."""
 
     def sees(self, seq: int) -> bool:
         return self.whole or seq in self.seqs
+
+    def rank(self, seq: int) -> int:
+        """Where a record it sees stands in the branch's order (``seq`` itself when whole)."""
+        return seq if self.whole else self.seqs.rank(seq)
 
     def holds_ordinal(self, ordinal: int) -> bool:
         return self.whole or ordinal in self.ordinals

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from keeper_middleware.archive.records import ArchivedTurn, CutRecord, NotesDraft
+from keeper_middleware.retrievers.base import Spans
 
 TURN_COLUMNS = (
     "session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, reasoning, seq, "
@@ -34,8 +35,9 @@ class Placed:
     """Where a cut's turns go: new records, and records of another branch to link."""
 
     new: list[ArchivedTurn]
-    links: list[int]
-    """The ``seq`` of each record another branch archived first."""
+    links: list[tuple[int, int]]
+    """(seq, place) of each record another branch archived first: ``place`` is where it stands
+    among the records the cut brings onto its branch (new and linked, in the cut's order)."""
 
 
 def place_turns(
@@ -51,13 +53,15 @@ def place_turns(
     branch holds is linked (nothing is copied); anything else is a new record.
     """
     new: list[ArchivedTurn] = []
-    links: list[int] = []
+    links: list[tuple[int, int]] = []
+    linked: set[int] = set()
     for turn in turns:
         seq = stored.get(turn.key)
         if seq is None:
             new.append(turn)
-        elif not sees(seq) and seq not in links:
-            links.append(seq)
+        elif not sees(seq) and seq not in linked:
+            links.append((seq, len(new) + len(links)))
+            linked.add(seq)
     return Placed(new=new, links=links)
 
 
@@ -141,11 +145,25 @@ def cut_rows(
 
 
 def chain_spans(
-    cuts: Sequence[tuple[int, int, int]], links: Sequence[int]
-) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """The ordinal and seq ranges of a branch, from its cuts' (ordinal, first_seq, records
-    archived) and the seqs its cuts linked."""
-    ordinals = [(0, 1), *((ordinal, ordinal + 1) for ordinal, _, _ in cuts)]
-    seqs = [(first, first + count) for _, first, count in cuts]
-    seqs += [(seq, seq + 1) for seq in links]
-    return ordinals, seqs
+    cuts: Sequence[tuple[int, int, int]], links: Sequence[tuple[int, int, int]]
+) -> tuple[Spans, Spans]:
+    """The ordinals and the records (seq) of a branch, the records in the branch's own order:
+    from its cuts' (ordinal, first_seq, records archived) and its links' (ordinal of the cut,
+    seq, place among what the cut brought)."""
+    ordinals = Spans.of([(0, 1), *((ordinal, ordinal + 1) for ordinal, _, _ in cuts)])
+    placed: dict[int, dict[int, int]] = {}
+    for ordinal, seq, place in links:
+        placed.setdefault(ordinal, {})[place] = seq
+    walk: list[tuple[int, int]] = []
+    for ordinal, first, count in sorted(cuts):
+        places = placed.get(ordinal)
+        if not places:
+            walk.append((first, first + count))
+            continue
+        owned = first
+        for place in range(count + len(places)):
+            seq = places.get(place)
+            if seq is None:
+                seq, owned = owned, owned + 1
+            walk.append((seq, seq + 1))
+    return ordinals, Spans.ordered(walk)

@@ -81,7 +81,7 @@ WITH RECURSIVE chain(cut_key, parent, ordinal, first_seq, archived) AS (
 )
 SELECT 'cut', ordinal, first_seq, archived FROM chain
 UNION ALL
-SELECT 'link', 0, l.seq, 1 FROM {schema}.links AS l JOIN chain ON l.session = %(session)s
+SELECT 'link', chain.ordinal, l.seq, l.place FROM {schema}.links AS l JOIN chain ON l.session = %(session)s
     AND l.cut_key = chain.cut_key
 """
 """A forked session's branch: its cuts back to the first, and the records they linked."""
@@ -273,8 +273,9 @@ class PostgresArchive:
                     )
                 if placed.links:
                     cursor.executemany(
-                        f"INSERT INTO {s}.links (session, cut_key, seq) VALUES (%s, %s, %s)",
-                        [(session, cut_key, seq) for seq in placed.links],
+                        f"INSERT INTO {s}.links (session, cut_key, seq, place) "
+                        "VALUES (%s, %s, %s, %s)",
+                        [(session, cut_key, seq, place) for seq, place in placed.links],
                     )
             conn.execute(
                 f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s, tip = %s, "
@@ -346,8 +347,9 @@ class PostgresArchive:
         cuts = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "cut"]
         if not cuts:
             raise unknown_cut(session, head)
-        ordinals, seqs = chain_spans(cuts, [int(r[2]) for r in rows if r[0] == "link"])
-        return Chain(session, head, whole=False, ordinals=Spans.of(ordinals), seqs=Spans.of(seqs))
+        links = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "link"]
+        ordinals, seqs = chain_spans(cuts, links)
+        return Chain(session, head, whole=False, ordinals=ordinals, seqs=seqs)
 
     def chain(self, session: str, head: Head = TIP) -> Chain:
         with self._errors("reading"), self._live_pool().connection() as conn:
@@ -519,19 +521,32 @@ class PostgresArchive:
             where, bounds = where + " AND item >= %s", [*bounds, from_item]
         if to_item is not None:
             where, bounds = where + " AND item <= %s", [*bounds, to_item]
-        if within is not None and not within.whole:
-            if not within.seqs:
-                return iter(())
-            where += (
-                " AND EXISTS (SELECT 1 FROM unnest(%s::bigint[], %s::bigint[]) AS s(low, high) "
-                "WHERE seq >= s.low AND seq < s.high)"
-            )
-            bounds += [[a for a, _ in within.seqs.ranges], [b for _, b in within.seqs.ranges]]
         sql = (
             f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
             f"ORDER BY seq LIMIT {_TURN_PAGE}"
         )
-        return self._pages(sql, lambda last: (session, last, *bounds), after_seq, 9, turn_from_row)
+        if within is None or within.whole:
+            return self._pages(
+                sql, lambda last: (session, last, *bounds), after_seq, 9, turn_from_row
+            )
+        return self._walk(where, session, bounds, after_seq, within)
+
+    def _walk(
+        self, where: str, session: str, bounds: list[Any], after_seq: int, within: Chain
+    ) -> Iterator[ArchivedTurn]:
+        """The records a branch sees, in its own order: each run of its records read in turn."""
+        sql = (
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} AND seq < %s "
+            f"ORDER BY seq LIMIT {_TURN_PAGE}"
+        )
+        for start, end in within.seqs.walk:
+            yield from self._pages(
+                sql,
+                lambda last, end=end: (session, last, *bounds, end),
+                max(after_seq, start - 1),
+                9,
+                turn_from_row,
+            )
 
     def _pages(
         self,
@@ -556,9 +571,12 @@ class PostgresArchive:
             "ORDER BY seq DESC",
             (session, msg_id),
         )
-        seen = (row for row in rows if within is None or within.sees(int(row[9])))
-        row = next(seen, None)
-        return None if row is None else turn_from_row(row)
+        seen = [row for row in rows if within is None or within.sees(int(row[9]))]
+        if not seen:
+            return None
+        if within is None:
+            return turn_from_row(seen[0])
+        return turn_from_row(max(seen, key=lambda row: within.rank(int(row[9]))))
 
     def turn_count(self, session: str) -> int:
         rows = self._query(

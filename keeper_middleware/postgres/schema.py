@@ -140,6 +140,7 @@ MIGRATIONS: tuple[str, ...] = (
         session TEXT NOT NULL,
         cut_key TEXT NOT NULL,
         seq BIGINT NOT NULL,
+        place INTEGER NOT NULL,
         PRIMARY KEY (session, cut_key, seq),
         FOREIGN KEY (session, cut_key) REFERENCES {schema}.cuts (session, cut_key)
             ON DELETE CASCADE

@@ -61,7 +61,7 @@ WITH RECURSIVE chain(cut_key, parent, ordinal, first_seq, archived) AS (
 )
 SELECT 'cut', ordinal, first_seq, archived FROM chain
 UNION ALL
-SELECT 'link', 0, l.seq, 1 FROM links AS l JOIN chain ON l.session = :session
+SELECT 'link', chain.ordinal, l.seq, l.place FROM links AS l JOIN chain ON l.session = :session
     AND l.cut_key = chain.cut_key
 """
 """A forked session's branch: its cuts back to the first, and the records they linked."""
@@ -193,8 +193,8 @@ class SQLiteArchive:
                     rows.turns,
                 )
                 conn.executemany(
-                    "INSERT INTO links (session, cut_key, seq) VALUES (?, ?, ?)",
-                    [(session, cut_key, seq) for seq in placed.links],
+                    "INSERT INTO links (session, cut_key, seq, place) VALUES (?, ?, ?, ?)",
+                    [(session, cut_key, seq, place) for seq, place in placed.links],
                 )
                 conn.execute(
                     "UPDATE sessions SET tip = ?, cuts = ?, forked = ? WHERE session = ?",
@@ -264,8 +264,9 @@ class SQLiteArchive:
         cuts = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "cut"]
         if not cuts:
             raise unknown_cut(session, head)
-        ordinals, seqs = chain_spans(cuts, [int(r[2]) for r in rows if r[0] == "link"])
-        return Chain(session, head, whole=False, ordinals=Spans.of(ordinals), seqs=Spans.of(seqs))
+        links = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "link"]
+        ordinals, seqs = chain_spans(cuts, links)
+        return Chain(session, head, whole=False, ordinals=ordinals, seqs=seqs)
 
     def chain(self, session: str, head: Head = TIP) -> Chain:
         with self._lock:
@@ -336,14 +337,24 @@ class SQLiteArchive:
             where, bounds = where + " AND item >= ?", [*bounds, from_item]
         if to_item is not None:
             where, bounds = where + " AND item <= ?", [*bounds, to_item]
-        if within is not None and not within.whole:
-            if not within.seqs:
-                return iter(())
-            ranges = " OR ".join("(seq >= ? AND seq < ?)" for _ in within.seqs.ranges)
-            where += f" AND ({ranges})"
-            bounds += [bound for span in within.seqs.ranges for bound in span]
+        if within is None or within.whole:
+            sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
+            return self._pages(sql, lambda last: (session, last, *bounds), after_seq, "seq", _turn)
+        return self._walk(where + " AND seq < ?", session, bounds, after_seq, within)
+
+    def _walk(
+        self, where: str, session: str, bounds: list[int], after_seq: int, within: Chain
+    ) -> Iterator[ArchivedTurn]:
+        """The records a branch sees, in its own order: each run of its records read in turn."""
         sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
-        return self._pages(sql, lambda last: (session, last, *bounds), after_seq, "seq", _turn)
+        for start, end in within.seqs.walk:
+            yield from self._pages(
+                sql,
+                lambda last, end=end: (session, last, *bounds, end),
+                max(after_seq, start - 1),
+                "seq",
+                _turn,
+            )
 
     def _pages(
         self,
@@ -367,9 +378,12 @@ class SQLiteArchive:
             f"SELECT {TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ? ORDER BY seq DESC",
             (session, msg_id),
         )
-        seen = (row for row in rows if within is None or within.sees(int(row["seq"])))
-        row = next(seen, None)
-        return None if row is None else _turn(row)
+        seen = [row for row in rows if within is None or within.sees(int(row["seq"]))]
+        if not seen:
+            return None
+        if within is None:
+            return _turn(seen[0])
+        return _turn(max(seen, key=lambda row: within.rank(int(row["seq"]))))
 
     def turn_count(self, session: str) -> int:
         """The turns archived: a cut numbers its turns on from the last (``commit_cut``) and

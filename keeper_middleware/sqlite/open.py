@@ -49,11 +49,13 @@ CREATE TABLE links (
     session TEXT NOT NULL,
     cut_key TEXT NOT NULL,
     seq INTEGER NOT NULL,
+    place INTEGER NOT NULL,
     PRIMARY KEY (session, cut_key, seq),
     FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
 )
 """
-"""A cut's links to records another branch archived first."""
+"""A cut's links to records another branch archived first (``place``: where the record stands
+among the records the cut brings onto its branch)."""
 
 _SCHEMA = (
     """

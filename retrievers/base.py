@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import inspect
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
@@ -96,7 +97,9 @@ class Spans:
     """The same positions in the branch's own order, when it is not the sorted one (a branch
     that took up passages another branch indexed first): what :meth:`following` walks.
     Empty: the sorted order (``Spans.ordered`` makes it so)."""
-    _walk: tuple[tuple[int, int, int], ...] = field(default=(), init=False, repr=False, compare=False)
+    _walk: tuple[tuple[int, int, int], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         last = None
@@ -164,7 +167,7 @@ class Spans:
             index = bisect.bisect_right(self._walk, (position, _ABOVE_ANY, 0)) - 1
             if index < 0 or not self._walk[index][0] <= position < self._walk[index][1]:
                 return None
-            start, end, order = self._walk[index]
+            _start, end, order = self._walk[index]
             if position + 1 < end:
                 return position + 1
             return self.sequence[order + 1][0] if order + 1 < len(self.sequence) else None
@@ -207,7 +210,7 @@ def _split(
     result = []
     for start, end in ranges:
         cuts = [start, *(e for e in edges if start < e < end), end]
-        result.extend(zip(cuts, cuts[1:], strict=False))
+        result.extend(itertools.pairwise(cuts))
     return result
 
 

@@ -27,7 +27,6 @@ from tests.branch_runs import (
     Put,
     Run,
     Step,
-    control,
     feed,
     make_run,
     story,

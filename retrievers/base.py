@@ -207,7 +207,7 @@ def _split(
 ) -> list[tuple[int, int]]:
     """``ranges`` cut at every edge of ``pieces`` (for checking both hold the same positions)."""
     edges = sorted({edge for piece in pieces for edge in piece})
-    result = []
+    result: list[tuple[int, int]] = []
     for start, end in ranges:
         cuts = [start, *(e for e in edges if start < e < end), end]
         result.extend(itertools.pairwise(cuts))

@@ -162,8 +162,8 @@ def chain_spans(
             continue
         owned = first
         for place in range(count + len(places)):
-            seq = places.get(place)
-            if seq is None:
-                seq, owned = owned, owned + 1
-            walk.append((seq, seq + 1))
+            linked = places.get(place)
+            if linked is None:
+                linked, owned = owned, owned + 1
+            walk.append((linked, linked + 1))
     return ordinals, Spans.ordered(walk)

@@ -540,9 +540,13 @@ class PostgresArchive:
             f"ORDER BY seq LIMIT {_TURN_PAGE}"
         )
         for start, end in within.seqs.walk:
+
+            def params(last: int, end: int = end) -> tuple[Any, ...]:
+                return (session, last, *bounds, end)
+
             yield from self._pages(
                 sql,
-                lambda last, end=end: (session, last, *bounds, end),
+                params,
                 max(after_seq, start - 1),
                 9,
                 turn_from_row,

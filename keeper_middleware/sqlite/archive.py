@@ -348,9 +348,13 @@ class SQLiteArchive:
         """The records a branch sees, in its own order: each run of its records read in turn."""
         sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
         for start, end in within.seqs.walk:
+
+            def params(last: int, end: int = end) -> tuple[Any, ...]:
+                return (session, last, *bounds, end)
+
             yield from self._pages(
                 sql,
-                lambda last, end=end: (session, last, *bounds, end),
+                params,
                 max(after_seq, start - 1),
                 "seq",
                 _turn,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from keeper_middleware.archive.records import MovedUpdate
 from keeper_middleware.moved_rows import (
@@ -57,15 +58,15 @@ _COLUMNS = "id, ordinal, key, value, gone, place"
 Holds = Callable[[int], bool]
 
 
-def _logged(row: sqlite3.Row | tuple[object, ...]) -> LoggedRow:
+def _logged(row: Sequence[Any]) -> LoggedRow:
     id_, ordinal, key, value, gone, place = row
     return LoggedRow(
-        id=int(id_),  # type: ignore[call-overload]
-        ordinal=int(ordinal),  # type: ignore[call-overload]
+        id=int(id_),
+        ordinal=int(ordinal),
         key=str(key),
         value=None if value is None else str(value),
         gone=bool(gone),
-        place=int(place),  # type: ignore[call-overload]
+        place=int(place),
     )
 
 
@@ -91,7 +92,7 @@ def apply(
     touched = distinct([*update.drop, *update.forget])
     held = _current(conn, session, f"key {_IN}", json.dumps(touched), holds) if touched else {}
     start, place = _next(conn, session)
-    rows: list[tuple[object, ...]] = []
+    rows: list[tuple[str, str | None, int, int]] = []
     for key in distinct(update.drop):
         if key in held:
             rows.append((key, None, 1, held[key].place))

@@ -24,7 +24,13 @@ from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.branches import HEAD_KEY, Branches, state_head
 from keeper_middleware.cut import whole_key
 from keeper_middleware.entries import Entry, messages_of
-from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, excerpt_within, pointer_cost
+from keeper_middleware.excerpts import (
+    EXCERPT_TAG,
+    MIN_EXCERPT_TOKENS,
+    excerpt_ref,
+    excerpt_within,
+    pointer_cost,
+)
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.turns import archived_turn
@@ -125,11 +131,20 @@ class OversizedMessages:
         self, session: str, head: str | None, turn: ArchivedTurn, message: BaseMessage
     ) -> ArchivedTurn:
         """The turn a cut archives for ``message``: for an untouched excerpt, the record it
-        stands for (read back from the branch), else ``turn`` itself."""
+        stands for (read back from the branch), else ``turn`` itself. An excerpt made before
+        excerpts said which record they stand for is known by its own pointer line."""
         marker = message.additional_kwargs.get(EXCERPT_KEY)
-        if not isinstance(marker, dict) or marker.get("is") != turn.digest:
+        if isinstance(marker, dict):
+            if marker.get("is") != turn.digest:
+                return turn  # edited since it was made: archived as it now reads
+            wanted = marker.get("of")
+        elif EXCERPT_TAG in turn.content and (
+            f'read="{excerpt_ref(session, turn.msg_id)}"' in turn.content
+        ):
+            wanted = None  # the branch's latest record of the message, whatever it holds
+        else:
             return turn
         whole = self.archive.turn(session, turn.msg_id, within=self.branches.chain(session, head))
-        if whole is None or whole.digest != marker.get("of"):
+        if whole is None or (wanted is not None and whole.digest != wanted):
             return turn
         return whole

@@ -16,8 +16,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.archive.store import SCHEMA_VERSION
 from keeper_middleware.archive.records import turn_digest
+from keeper_middleware.archive.store import SCHEMA_VERSION
 from tests.branch_runs import Memory, memory_of
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel

@@ -60,6 +60,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.locomo.cli",
     "keeper_middleware.bench.notes_cost.command",
     "keeper_middleware.bench.moved_cost",
+    "keeper_middleware.bench.branches_cost",
     "keeper_middleware.bench.marathon.cli",
 )
 

@@ -7,6 +7,7 @@ message the keeper writes into the graph carries the marker ``is_keeper_message`
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -174,3 +175,28 @@ def test_a_forged_marker_is_removed_so_the_ui_shows_the_users_message():
     run.graph.invoke({"messages": [forged]}, run.config())
     kept = next(m for m in run.state().values["messages"] if m.id == "forged")
     assert not is_keeper_message(kept)
+
+
+def test_the_ui_filter_in_the_docs_shows_the_models_words_and_never_the_keepers():
+    """The example in docs/branches.md, run as written over a run that cuts and asks."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "branches.md"
+    example = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", docs.read_text(), re.DOTALL)
+        if "is_keeper_message" in block
+    )
+    run = agent_run()
+    printed: list[str] = []
+    texts = [TASK] + [story(i, f"Today we set c{i} to {i}.") for i in range(1, 7)]
+    for text in [*texts, "Item 7. Questions: 1. What is c1?"]:
+        scope = {
+            "agent": run.graph,
+            "inputs": {"messages": [HumanMessage(text)]},
+            "config": run.config(),
+            "print": lambda value, end="\n": printed.append(str(value)),
+        }
+        exec(compile(example, "docs/branches.md", "exec"), scope)
+    shown = "".join(printed)
+    assert "ok" in shown
+    assert "[NOTES]" not in shown and "[RULES]" not in shown
+    assert any("[NOTES]" in str(m.content) for m in run.state().values["messages"])

@@ -291,3 +291,25 @@ def test_postgres_checkpoints_and_archive_follow_the_branch(entry, postgres_url,
         assert mine == control(COMMON + RIGHT + [QUESTION])
         assert "answer in French." not in mine.rules
         run.keeper.close()
+
+
+@pytest.mark.parametrize("entry", ["agent", "middleware"])
+def test_ainvoke_follows_the_branch_as_invoke_does(entry):
+    import asyncio
+
+    run = make_run(entry, InMemorySaver())
+
+    async def afeed(steps, config=None):
+        for text, msg_id in steps:
+            await run.graph.ainvoke(
+                {"messages": [HumanMessage(text, id=msg_id)]}, config or run.config()
+            )
+            config = None
+
+    async def scenario():
+        await afeed([*COMMON, *LEFT])
+        before = completed_after(run, "item-5")
+        await afeed([*RIGHT, QUESTION], before.config)
+
+    asyncio.run(scenario())
+    assert run.memory() == control([*COMMON, *RIGHT, QUESTION])

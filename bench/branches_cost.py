@@ -113,7 +113,10 @@ def _storage_row(keeper: Keeper, folder: Path, forks: int) -> list[str]:
     with sqlite3.connect(path) as raw:
         raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        count = lambda table: raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]  # noqa: E731
+
+        def count(table: str) -> int:
+            return int(raw.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
         records = count("turns")
         links = count("links") if "links" in tables else 0
         cuts = count("cuts")

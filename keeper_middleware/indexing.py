@@ -63,8 +63,7 @@ def catch_up(
             added += _add(retrievers, batch)
             batch = []
     added += _add(retrievers, batch)
-    archive.set_positions(session, positions)
-    put_values(archive, session, {INDEXED_SEQ: done, NEXT_POSITION: position})
+    archive.set_positions(session, positions, {INDEXED_SEQ: done, NEXT_POSITION: position})
     return added
 
 

@@ -165,9 +165,15 @@ class ArchiveStore(Protocol):
         """Which of these message ids have a record (on any branch)."""
         ...
 
-    def set_positions(self, session: str, positions: Sequence[tuple[int, int]]) -> None:
+    def set_positions(
+        self,
+        session: str,
+        positions: Sequence[tuple[int, int]],
+        values: Mapping[str, Any] | None = None,
+    ) -> None:
         """Record (seq, the position of the record's first search passage) pairs: how a branch's
-        records are found among the search index's passages (``indexing.catch_up``)."""
+        records are found among the search index's passages (``indexing.catch_up``); with
+        ``values``, upsert those per-session values in the same transaction."""
         ...
 
     def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:

@@ -593,19 +593,25 @@ class PostgresArchive:
         with self._errors("reading"), self._live_pool().connection() as conn:
             return self._archived_ids(conn, session, wanted)
 
-    def set_positions(self, session: str, positions: Sequence[tuple[int, int]]) -> None:
-        if not positions:
-            return
-        with (
-            self._errors("saving positions"),
-            self._live_pool().connection() as conn,
-            conn.transaction(),
-            conn.cursor() as cursor,
-        ):
-            cursor.executemany(
-                f"UPDATE {self.schema}.turns SET position = %s WHERE session = %s AND seq = %s",
-                [(position, session, seq) for seq, position in positions],
-            )
+    def set_positions(
+        self,
+        session: str,
+        positions: Sequence[tuple[int, int]],
+        values: Mapping[str, Any] | None = None,
+    ) -> None:
+        if positions:
+            with (
+                self._errors("saving positions"),
+                self._live_pool().connection() as conn,
+                conn.transaction(),
+                conn.cursor() as cursor,
+            ):
+                cursor.executemany(
+                    f"UPDATE {self.schema}.turns SET position = %s WHERE session = %s AND seq = %s",
+                    [(position, session, seq) for seq, position in positions],
+                )
+        if values:  # after the positions: an index caught up is never ahead of them
+            self.put_values(session, values)
 
     def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
         wanted = sorted(set(seqs))

@@ -403,8 +403,14 @@ class SQLiteArchive:
         with self._lock:
             return self._archived_ids(self._live(), session, list(dict.fromkeys(msg_ids)))
 
-    def set_positions(self, session: str, positions: Sequence[tuple[int, int]]) -> None:
-        if not positions:
+    def set_positions(
+        self,
+        session: str,
+        positions: Sequence[tuple[int, int]],
+        values: Mapping[str, Any] | None = None,
+    ) -> None:
+        rows = _value_rows(session, values or {})
+        if not positions and not rows:
             return
         with self._lock:
             conn = self._live()
@@ -414,6 +420,9 @@ class SQLiteArchive:
                     "UPDATE turns SET position = ? WHERE session = ? AND seq = ?",
                     [(position, session, seq) for seq, position in positions],
                 )
+                if rows:
+                    conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                    conn.executemany(_UPSERT_VALUE, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -477,17 +486,7 @@ class SQLiteArchive:
 
         One commit instead of one per value is most of what saving a session costs."""
         _require_session(session)
-        rows = []
-        for key, value in values.items():
-            try:
-                # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
-                value_json = storable_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
-            except (TypeError, ValueError) as exc:
-                raise TypeError(
-                    f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "
-                    f"{exc}"
-                ) from exc
-            rows.append((session, key, value_json))
+        rows = _value_rows(session, values)
         if not rows:
             return
         with self._lock:
@@ -495,11 +494,7 @@ class SQLiteArchive:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                conn.executemany(
-                    "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
-                    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
-                    rows,
-                )
+                conn.executemany(_UPSERT_VALUE, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -612,6 +607,27 @@ class SQLiteArchive:
 
 def _every(ordinal: int) -> bool:
     return True
+
+
+_UPSERT_VALUE = (
+    "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
+    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json"
+)
+
+
+def _value_rows(session: str, values: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(session, key, JSON) rows of per-session values, or a TypeError naming the key."""
+    rows = []
+    for key, value in values.items():
+        try:
+            # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
+            value_json = storable_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): {exc}"
+            ) from exc
+        rows.append((session, key, value_json))
+    return rows
 
 
 def _tip_ordinal(conn: sqlite3.Connection, session: str) -> int:

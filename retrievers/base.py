@@ -316,7 +316,9 @@ def search_within(
             break
         asked *= _GROW
     return [
-        hit if hit.passage.position + 1 in within else replace(hit, next_text="")
+        hit
+        if within.following(hit.passage.position) == hit.passage.position + 1
+        else replace(hit, next_text="")
         for hit in kept[:k]
     ]
 

@@ -335,7 +335,7 @@ class KeywordRetriever:
         """The row with the passage that follows it within the spans (the next one of the same
         branch), where the next position belongs to another branch."""
         item, position, text, score, _, context = row
-        if position + 1 in within:
+        if within.following(position) == position + 1:
             return row
         following = within.following(position)
         found = (

@@ -345,3 +345,14 @@ def test_within_returns_only_the_branchs_passages_and_its_next_sentence(retrieve
     assert cart[0].next_text == mine[0].text  # the branch's next, not the other's
     assert retriever.search("domo86", session="s1", k=5, within=Spans()) == []
     assert last_shared == [] or last_shared[0].next_text == mine[0].text
+    # a branch that took up the cart sentence after its own (another branch indexed it first):
+    # it comes last in the branch's order, so nothing is shown after it
+    later = Spans.ordered(
+        [
+            (0, len(shared) - 1),
+            (mine[0].position, mine[-1].position + 1),
+            (len(shared) - 1, len(shared)),
+        ]
+    )
+    cart = retriever.search("cart gate", session="s1", k=3, within=later)
+    assert cart[0].passage.position == len(shared) - 1 and cart[0].next_text == ""

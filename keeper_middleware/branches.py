@@ -22,7 +22,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.archive.records import TIP, Chain, Head
+from keeper_middleware.archive.records import TIP, Chain, CutRecord, Head
 from keeper_middleware.archive.store import ArchiveStore, UnknownCutError
 from keeper_middleware.indexing import NEXT_POSITION, ensure_positions
 from keeper_middleware.messages import keeper_kind
@@ -67,19 +67,19 @@ class Branches:
     def head(
         self, session: str, kstate: Mapping[str, Any] | None, messages: Sequence[BaseMessage]
     ) -> str | None:
-        """The head of the branch a step runs on: the one its state names; for a state that
-        names none, the root of a new thread (an empty state) or, for a state an earlier release
-        wrote, the cut its NOTES message names and the cuts made after it without NOTES."""
-        if not kstate:
-            return None
-        if HEAD_KEY in kstate:
+        """The head of the branch a step runs on: the one its state names. A state that names
+        none (an earlier release's, or none kept at all: a graph without a checkpointer that is
+        handed its history each time) finds it from the NOTES message in view; without one, the
+        branch has no cut yet."""
+        if kstate and HEAD_KEY in kstate:
             return state_head(kstate)
-        return self.legacy_head(session, messages)
+        return self.head_in_view(session, messages)
 
-    def legacy_head(self, session: str, messages: Sequence[BaseMessage]) -> str | None:
-        """The head of a checkpoint written before branches: its sessions were one line of cuts,
-        and the NOTES in view name the cut that wrote them; the cuts after it up to the next one
-        with NOTES (messages archived whole as they arrived) came before this checkpoint too."""
+    def head_in_view(self, session: str, messages: Sequence[BaseMessage]) -> str | None:
+        """The branch's head as the messages in view say it: the cut that wrote the NOTES in
+        view, and the commits after it on its line without NOTES of their own (messages archived
+        whole as they arrived, before the next cut); None when no NOTES are in view (no cut
+        yet: anything archived whole before the first cut is taken up by it)."""
         named = next(
             (
                 str(m.id)[len(NOTES_ID_PREFIX) :]
@@ -88,23 +88,23 @@ class Branches:
             ),
             None,
         )
-        head: str | None = None
-        passed = named is None
-        for cut in self.archive.cuts(session):
-            if not passed:
-                passed = cut.cut_key == named
-                head = cut.cut_key if passed else head
-                continue
-            if cut.notes_version is not None:
-                break
-            head = cut.cut_key
-        if not passed:
+        if named is None:
+            return None
+        found = self.archive.find_cut(session, named)
+        if found is None:
             log.warning(
                 "session=%s: the NOTES in view name a cut the archive does not hold; the "
                 "branch starts from no cut",
                 session,
             )
             return None
+        head = found.cut_key
+        for cut in self.archive.cuts(session, after=found.ordinal):
+            if cut.parent != head:
+                continue  # another branch's
+            if cut.notes_version is not None:
+                break  # the next cut of this line, made after the state in view
+            head = cut.cut_key
         return head
 
     # ------------------------------------------------------------------ what a head sees
@@ -172,6 +172,19 @@ class Branches:
                 for key in [k for k in cache if k[0] == session]:
                     del cache[key]
             self._positioned.discard(session)
+
+
+def commit_on_branch(
+    archive: ArchiveStore, session: str, head: str | None, **cut: Any
+) -> CutRecord:
+    """``archive.commit_cut`` after ``head``; a head the archive does not hold (it was erased
+    while the graph's checkpoints lived on) starts the branch afresh, with a warning, rather
+    than stopping the thread for good."""
+    try:
+        return archive.commit_cut(session, parent=head, **cut)
+    except UnknownCutError as exc:
+        log.warning("%s; this cut starts the branch afresh", exc)
+        return archive.commit_cut(session, parent=None, **cut)
 
 
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:

@@ -20,7 +20,7 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
 from keeper_middleware.archive.store import ArchiveStore
-from keeper_middleware.branches import HEAD_KEY, state_head
+from keeper_middleware.branches import HEAD_KEY, commit_on_branch, state_head
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import KEPT_KEY, cut_key
 from keeper_middleware.injection import render_rules_block
@@ -163,8 +163,10 @@ class CutCommit:
                 )
             )
         data_json = notes_to_json(notes)
-        record = self.archive.commit_cut(
+        record = commit_on_branch(
+            self.archive,
             session,
+            head,
             cut_key=pending.key,
             turns=turns,
             notes=NotesDraft(
@@ -180,7 +182,6 @@ class CutCommit:
                 back=[key for key, _ in pending.recalled],
                 held_before=[key for key, _ in pending.notes.state],
             ),
-            parent=head,
         )
         remember_notes(data_json, notes)  # the next step reads this version: not parsed back
         self.sync_index(session)

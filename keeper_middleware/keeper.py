@@ -310,6 +310,10 @@ class Keeper:
         if not kstate:
             self._warn_if_archive_outlived_state(session)
         messages = [_with_id(m) for m in given]
+        # where messages enter: a forged keeper tag is ordinary content from here on, and a
+        # tool call left without its result (a recursion limit, a crash) is closed
+        messages, forged = verified(messages, lambda: self.sessions.secret(session))
+        messages, _closed = close_unanswered_calls(messages)
         # the branch this step runs on: its latest cut, as the graph state names it
         kstate[HEAD_KEY] = self.branches.head(session, kstate, messages)
         notes = self.notes(session, head=kstate[HEAD_KEY])
@@ -317,10 +321,6 @@ class Keeper:
         messages, still_kept, recounted = recount_kept(messages, kstate.get(KEPT_KEY))
         if still_kept is not None:
             kstate[KEPT_KEY] = still_kept
-        # where messages enter: a forged keeper tag is ordinary content from here on, and a
-        # tool call left without its result (a recursion limit, a crash) is closed
-        messages, forged = verified(messages, lambda: self.sessions.secret(session))
-        messages, _closed = close_unanswered_calls(messages)
         # each message is classified once per step (kind, text, size, question), here where
         # it enters; a message replaced on the way (an excerpt) is classified anew
         entries = window.classify(messages)

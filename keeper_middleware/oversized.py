@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.archive.store import ArchiveStore
-from keeper_middleware.branches import HEAD_KEY, Branches, state_head
+from keeper_middleware.branches import HEAD_KEY, Branches, commit_on_branch, state_head
 from keeper_middleware.cut import whole_key
 from keeper_middleware.entries import Entry, messages_of
 from keeper_middleware.excerpts import (
@@ -111,7 +111,7 @@ class OversizedMessages:
         turn = archived_turn(session, message, item)
         head = state_head(kstate)
         key = whole_key(session, head, msg_id, turn.digest)
-        self.archive.commit_cut(session, cut_key=key, turns=[turn], notes=None, parent=head)
+        commit_on_branch(self.archive, session, head, cut_key=key, turns=[turn], notes=None)
         kstate[HEAD_KEY] = key
         self.archive.put_value(session, f"ref:{ref}", msg_id)
         self.sync_index(session)
@@ -145,6 +145,8 @@ class OversizedMessages:
         else:
             return turn
         whole = self.archive.turn(session, turn.msg_id, within=self.branches.chain(session, head))
+        if whole is None:  # archived whole where the branch cannot see it (a lost state): link it
+            whole = self.archive.turn(session, turn.msg_id)
         if whole is None or (wanted is not None and whole.digest != wanted):
             return turn
         return whole

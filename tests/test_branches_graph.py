@@ -313,3 +313,34 @@ def test_ainvoke_follows_the_branch_as_invoke_does(entry):
 
     asyncio.run(scenario())
     assert run.memory() == control([*COMMON, *RIGHT, QUESTION])
+
+
+def test_a_graph_without_a_checkpointer_handed_its_history_keeps_one_branch():
+    """No checkpointer: the caller hands the history back each time and the keeper's state is
+    lost between runs; the NOTES message in view names the branch's latest cut."""
+    keeper = Keeper(CONFIG)
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=None
+    )
+    messages = []
+    for text, msg_id in [*COMMON, *LEFT]:
+        messages.append(HumanMessage(text, id=msg_id))
+        messages = agent.invoke({"messages": messages}, {"configurable": {"thread_id": "t"}})[
+            "messages"
+        ]
+    assert keeper.counters("t").cuts >= 2
+    assert [c.parent is None for c in keeper.archive.cuts("t")].count(True) == 1  # one line
+    assert "item 1:" in keeper.search("t", "c1")
+    assert keeper.notes("t").rules == ("keep every figure exact.", "answer in French.")
+
+
+def test_a_thread_whose_archive_was_erased_goes_on_from_no_cut(caplog):
+    run = make_run("agent", InMemorySaver())
+    feed(run, [*COMMON, *LEFT[:2]])
+    run.keeper.forget("t")  # the archive forgets; the checkpoints still name its cuts
+    more = [(story(i, f"Today we set c{i} to {i}."), f"more-{i}") for i in range(8, 14)]
+    with caplog.at_level("WARNING", logger="keeper_middleware"):
+        feed(run, more)
+    assert "has no cut" in caplog.text
+    assert run.keeper.counters("t").cuts >= 1  # it cut again, from no cut
+    assert [c.parent for c in run.keeper.archive.cuts("t")][0] is None

@@ -128,8 +128,9 @@ class ArchiveStore(Protocol):
 
     def find_cut(self, session: str, cut_key: str) -> CutRecord | None: ...
 
-    def cuts(self, session: str) -> Iterator[CutRecord]:
-        """Every cut of the session in the order it was committed (all branches)."""
+    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
+        """Every cut of the session in the order it was committed (all branches), from the
+        one after ordinal ``after``."""
         ...
 
     def chain(self, session: str, head: Head = TIP) -> Chain:

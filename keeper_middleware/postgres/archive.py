@@ -497,12 +497,12 @@ class PostgresArchive:
         )
         return cut_from_row(rows[0]) if rows else None
 
-    def cuts(self, session: str) -> Iterator[CutRecord]:
+    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
         sql = (
             f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND ordinal > %s "
             f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
         )
-        return self._pages(sql, lambda last: (session, last), 0, 6, cut_from_row)
+        return self._pages(sql, lambda last: (session, last), after, 6, cut_from_row)
 
     def turns(
         self,

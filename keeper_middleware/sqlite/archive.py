@@ -313,12 +313,12 @@ class SQLiteArchive:
         with self._lock:
             return self._find_cut(self._live(), session, cut_key)
 
-    def cuts(self, session: str) -> Iterator[CutRecord]:
+    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
         sql = (
             f"SELECT {CUT_COLUMNS} FROM cuts WHERE session = ? AND ordinal > ? "
             f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
         )
-        return self._pages(sql, lambda last: (session, last), 0, "ordinal", _cut)
+        return self._pages(sql, lambda last: (session, last), after, "ordinal", _cut)
 
     def turns(
         self,

@@ -343,4 +343,4 @@ def test_a_thread_whose_archive_was_erased_goes_on_from_no_cut(caplog):
         feed(run, more)
     assert "has no cut" in caplog.text
     assert run.keeper.counters("t").cuts >= 1  # it cut again, from no cut
-    assert [c.parent for c in run.keeper.archive.cuts("t")][0] is None
+    assert next(c.parent for c in run.keeper.archive.cuts("t")) is None

@@ -13,8 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from keeper_middleware.archive.records import ArchivedTurn, CutRecord, NotesDraft
+from keeper_middleware.archive.records import ArchivedTurn, Chain, CutRecord, NotesDraft
 from keeper_middleware.retrievers.base import Spans
+
+CutRow = tuple[int, int, int]
+"""A cut as a chain reads it: (ordinal, first_seq, records archived)."""
+TreeRow = tuple[str, int, int, int]
+"""A row of a branch's tree query: ("cut", ordinal, first_seq, archived) or ("link", ordinal
+of the linking cut, seq, place)."""
 
 TURN_COLUMNS = (
     "session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, reasoning, seq, "
@@ -167,3 +173,42 @@ def chain_spans(
                 linked, owned = owned, owned + 1
             walk.append((linked, linked + 1))
     return ordinals, Spans.ordered(walk)
+
+
+def chain_from(
+    session: str,
+    head: str | None,
+    *,
+    tip: str | None,
+    forked: bool,
+    read_cut: Callable[[], CutRow | None],
+    read_tree: Callable[[], Sequence[TreeRow]],
+    unknown: Callable[[], Exception],
+) -> Chain:
+    """The branch whose latest cut is ``head``, in a session whose latest cut is ``tip``
+    (``forked``: some cut has a sibling). A session that never forked is one line: at its tip a
+    branch sees everything; before it, the cuts and records up to the head (``read_cut`` reads
+    the head's row). A forked one reads the head's tree of cuts and links (``read_tree``)."""
+    if head is None:
+        return Chain(session, None, whole=tip is None, ordinals=Spans(((0, 1),)))
+    if not forked:
+        if head == tip:
+            return Chain(session, head, whole=True)
+        row = read_cut()
+        if row is None:
+            raise unknown()
+        ordinal, first, archived = row
+        return Chain(
+            session,
+            head,
+            whole=False,
+            ordinals=Spans.of([(0, ordinal + 1)]),
+            seqs=Spans.of([(0, first + archived)]),
+        )
+    tree = read_tree()
+    cuts = [(int(r[1]), int(r[2]), int(r[3])) for r in tree if r[0] == "cut"]
+    if not cuts:
+        raise unknown()
+    links = [(int(r[1]), int(r[2]), int(r[3])) for r in tree if r[0] == "link"]
+    ordinals, seqs = chain_spans(cuts, links)
+    return Chain(session, head, whole=False, ordinals=ordinals, seqs=seqs)

@@ -39,13 +39,13 @@ from keeper_middleware.archive.rows import (
     CUT_INSERT_COLUMNS,
     NOTES_COLUMNS,
     TURN_COLUMNS,
-    chain_spans,
     cut_rows,
     place_turns,
     require_cut_key,
 )
 from keeper_middleware.archive.store import unknown_cut
 from keeper_middleware.errors import ArchiveError
+from keeper_middleware.postgres import branches as pg_branches
 from keeper_middleware.postgres import moved as pg_moved
 from keeper_middleware.postgres.connect import (
     check_schema_name,
@@ -65,26 +65,10 @@ from keeper_middleware.postgres.rows import (
     turn_from_row,
 )
 from keeper_middleware.postgres.schema import setup
-from keeper_middleware.retrievers.base import Spans
 
 _T = TypeVar("_T")
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
-
-_CHAIN = """
-WITH RECURSIVE chain(cut_key, parent, ordinal, first_seq, archived) AS (
-    SELECT cut_key, parent, ordinal, first_seq, turns_archived FROM {schema}.cuts
-    WHERE session = %(session)s AND cut_key = %(head)s
-    UNION ALL
-    SELECT c.cut_key, c.parent, c.ordinal, c.first_seq, c.turns_archived
-    FROM {schema}.cuts AS c JOIN chain ON c.session = %(session)s AND c.cut_key = chain.parent
-)
-SELECT 'cut', ordinal, first_seq, archived FROM chain
-UNION ALL
-SELECT 'link', chain.ordinal, l.seq, l.place FROM {schema}.links AS l JOIN chain ON l.session = %(session)s
-    AND l.cut_key = chain.cut_key
-"""
-"""A forked session's branch: its cuts back to the first, and the records they linked."""
 
 
 class PostgresArchive:
@@ -214,6 +198,7 @@ class PostgresArchive:
                 "WHERE session = %s FOR UPDATE",
                 (session,),
             ).fetchone()
+            forked = bool(forked)
             row = conn.execute(
                 f"SELECT {CUT_COLUMNS} FROM {s}.cuts WHERE session = %s AND cut_key = %s",
                 (session, cut_key),
@@ -231,14 +216,14 @@ class PostgresArchive:
                     raise unknown_cut(session, base)
                 notes_at = found[0]
             linear = not forked and base == tip
-            chain = None if linear else self._chain(conn, session, base, tip, bool(forked))
+            chain = None if linear else pg_branches.chain_at(conn, s, session, base, tip, forked)
             placed = place_turns(
                 pending,
-                self._stored(conn, session, pending),
+                pg_branches.stored(conn, s, session, pending),
                 (lambda seq: True) if chain is None else chain.sees,
             )
             new = placed.new
-            ordinal = int(count) + 1
+            ordinal = count + 1
             rows = cut_rows(
                 session,
                 cut_key,
@@ -285,12 +270,12 @@ class PostgresArchive:
                     next_version + (notes is not None),
                     cut_key,
                     ordinal,
-                    bool(forked) or base != tip,
+                    forked or base != tip,
                     session,
                 ),
             )
             if moved:
-                pg_moved.adopt_legacy(conn, s, session, ordinal=int(count))
+                pg_moved.adopt_legacy(conn, s, session, ordinal=count)
                 holds = chain.holds_ordinal if chain is not None else _every
                 pg_moved.apply(
                     conn,
@@ -303,64 +288,9 @@ class PostgresArchive:
             self._before_commit(session, cut_key)
         return record
 
-    def _stored(
-        self, conn: Any, session: str, turns: Sequence[ArchivedTurn]
-    ) -> dict[tuple[str, str], int]:
-        """(msg_id, digest) → seq of the records these turns' ids already have."""
-        ids = list(dict.fromkeys(t.msg_id for t in turns))
-        if not ids:
-            return {}
-        rows = conn.execute(
-            f"SELECT msg_id, digest, seq FROM {self.schema}.turns WHERE session = %s "
-            "AND msg_id = ANY(%s)",
-            (session, ids),
-        )
-        return {(row[0], row[1]): int(row[2]) for row in rows}
-
-    def _chain(
-        self, conn: Any, session: str, head: str | None, tip: str | None, forked: bool
-    ) -> Chain:
-        """The branch whose latest cut is ``head`` (the session's tip is ``tip``)."""
-        if head is None:
-            return Chain(session, None, whole=tip is None, ordinals=Spans(((0, 1),)))
-        if not forked:
-            if head == tip:
-                return Chain(session, head, whole=True)
-            row = conn.execute(
-                f"SELECT ordinal, first_seq, turns_archived FROM {self.schema}.cuts "
-                "WHERE session = %s AND cut_key = %s",
-                (session, head),
-            ).fetchone()
-            if row is None:
-                raise unknown_cut(session, head)
-            ordinal, first, archived = (int(x) for x in row)
-            return Chain(
-                session,
-                head,
-                whole=False,
-                ordinals=Spans.of([(0, ordinal + 1)]),
-                seqs=Spans.of([(0, first + archived)]),
-            )
-        rows = conn.execute(
-            _CHAIN.format(schema=self.schema), {"session": session, "head": head}
-        ).fetchall()
-        cuts = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "cut"]
-        if not cuts:
-            raise unknown_cut(session, head)
-        links = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "link"]
-        ordinals, seqs = chain_spans(cuts, links)
-        return Chain(session, head, whole=False, ordinals=ordinals, seqs=seqs)
-
     def chain(self, session: str, head: Head = TIP) -> Chain:
         with self._errors("reading"), self._live_pool().connection() as conn:
-            return self._chain_in(conn, session, head)
-
-    def _chain_in(self, conn: Any, session: str, head: Head) -> Chain:
-        row = conn.execute(
-            f"SELECT tip, forked FROM {self.schema}.sessions WHERE session = %s", (session,)
-        ).fetchone()
-        tip, forked = (None, False) if row is None else (row[0], row[1])
-        return self._chain(conn, session, tip if head is TIP else head, tip, bool(forked))
+            return pg_branches.chain(conn, self.schema, session, head)
 
     def _archived_ids(self, conn: Any, session: str, msg_ids: list[str]) -> set[str]:
         if not msg_ids:
@@ -413,14 +343,10 @@ class PostgresArchive:
         refuse_nul(session, "session")
 
         def work(conn: Any) -> None:
-            chain = self._chain_in(conn, session, TIP)
+            tip, forked, count = pg_branches.tip_of(conn, self.schema, session)
+            chain = pg_branches.chain_at(conn, self.schema, session, tip, tip, forked)
             pg_moved.apply(
-                conn,
-                self.schema,
-                session,
-                update,
-                ordinal=_tip_ordinal(conn, self.schema, session),
-                holds=chain.holds_ordinal,
+                conn, self.schema, session, update, ordinal=count, holds=chain.holds_ordinal
             )
 
         self._write_moved(session, work)
@@ -439,7 +365,7 @@ class PostgresArchive:
                 (session,),
             )
             conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session = %s FOR UPDATE", (session,))
-            pg_moved.adopt_legacy(conn, s, session, ordinal=_tip_ordinal(conn, s, session))
+            pg_moved.adopt_legacy(conn, s, session, ordinal=pg_branches.tip_of(conn, s, session)[2])
             work(conn)
         self._adopted.add(session)
 
@@ -454,7 +380,7 @@ class PostgresArchive:
         self._adopted.add(session)
 
     def _holds(self, conn: Any, session: str, within: Chain | None) -> Callable[[int], bool]:
-        return (within or self._chain_in(conn, session, TIP)).holds_ordinal
+        return (within or pg_branches.chain(conn, self.schema, session, TIP)).holds_ordinal
 
     def moved_named(
         self, session: str, words: Collection[str], *, within: Chain | None = None
@@ -604,48 +530,22 @@ class PostgresArchive:
                 self._errors("saving positions"),
                 self._live_pool().connection() as conn,
                 conn.transaction(),
-                conn.cursor() as cursor,
             ):
-                cursor.executemany(
-                    f"UPDATE {self.schema}.turns SET position = %s WHERE session = %s AND seq = %s",
-                    [(position, session, seq) for seq, position in positions],
-                )
+                pg_branches.set_positions(conn, self.schema, session, positions)
         if values:  # after the positions: an index caught up is never ahead of them
             self.put_values(session, values)
 
     def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
-        wanted = sorted(set(seqs))
-        if not wanted:
-            return {}
-        rows = self._query(
-            f"SELECT seq, position FROM {self.schema}.turns WHERE session = %s AND seq = ANY(%s)",
-            (session, wanted),
-        )
-        return {int(row[0]): None if row[1] is None else int(row[1]) for row in rows}
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return pg_branches.positions(conn, self.schema, session, seqs)
 
     def latest_notes(self, session: str) -> NotesVersion | None:
         return self.notes_at(session, TIP)
 
     def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
-        if head is None:
-            return None
-        columns = ", ".join(f"n.{c.strip()}" for c in NOTES_COLUMNS.split(","))
-        s = self.schema
-        if head is TIP:
-            rows = self._query(
-                f"SELECT {columns} FROM {s}.sessions AS x JOIN {s}.cuts AS c "
-                f"ON c.session = x.session AND c.cut_key = x.tip JOIN {s}.notes AS n "
-                "ON n.session = c.session AND n.version = c.notes_at WHERE x.session = %s",
-                (session,),
-            )
-        else:
-            rows = self._query(
-                f"SELECT {columns} FROM {s}.cuts AS c JOIN {s}.notes AS n "
-                "ON n.session = c.session AND n.version = c.notes_at "
-                "WHERE c.session = %s AND c.cut_key = %s",
-                (session, head),
-            )
-        return notes_from_row(rows[0]) if rows else None
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            row = pg_branches.notes_at(conn, self.schema, session, head)
+        return None if row is None else notes_from_row(row)
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
@@ -710,10 +610,3 @@ class PostgresArchive:
 
 def _every(ordinal: int) -> bool:
     return True
-
-
-def _tip_ordinal(conn: Any, schema: str, session: str) -> int:
-    row = conn.execute(
-        f"SELECT cuts FROM {schema}.sessions WHERE session = %s", (session,)
-    ).fetchone()
-    return 0 if row is None else int(row[0])

@@ -33,7 +33,6 @@ from keeper_middleware.archive.rows import (
     CUT_INSERT_COLUMNS,
     NOTES_COLUMNS,
     TURN_COLUMNS,
-    chain_spans,
     cut_rows,
     place_turns,
     require_cut_key,
@@ -42,7 +41,7 @@ from keeper_middleware.archive.store import unknown_cut
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
-from keeper_middleware.retrievers.base import Spans
+from keeper_middleware.sqlite import branches as sqlite_branches
 from keeper_middleware.sqlite import moved as sqlite_moved
 from keeper_middleware.sqlite.open import open_archive_file
 
@@ -50,21 +49,6 @@ _T = TypeVar("_T")
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _ID_CHUNK = 500
-
-_CHAIN = """
-WITH RECURSIVE chain(cut_key, parent, ordinal, first_seq, archived) AS (
-    SELECT cut_key, parent, ordinal, first_seq, turns_archived FROM cuts
-    WHERE session = :session AND cut_key = :head
-    UNION ALL
-    SELECT c.cut_key, c.parent, c.ordinal, c.first_seq, c.turns_archived
-    FROM cuts AS c JOIN chain ON c.session = :session AND c.cut_key = chain.parent
-)
-SELECT 'cut', ordinal, first_seq, archived FROM chain
-UNION ALL
-SELECT 'link', chain.ordinal, l.seq, l.place FROM links AS l JOIN chain ON l.session = :session
-    AND l.cut_key = chain.cut_key
-"""
-"""A forked session's branch: its cuts back to the first, and the records they linked."""
 
 
 def _turn(row: sqlite3.Row) -> ArchivedTurn:
@@ -142,9 +126,7 @@ class SQLiteArchive:
                     conn.execute("ROLLBACK")
                     return existing
                 conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                tip, forked, count = conn.execute(
-                    "SELECT tip, forked, cuts FROM sessions WHERE session = ?", (session,)
-                ).fetchone()
+                tip, forked, count = sqlite_branches.tip_of(conn, session)
                 base = tip if parent is TIP else parent
                 notes_at = None
                 if base is not None:
@@ -156,13 +138,15 @@ class SQLiteArchive:
                         raise unknown_cut(session, base)
                     notes_at = found[0]
                 linear = not forked and base == tip
-                chain = None if linear else self._chain(conn, session, base, tip, bool(forked))
+                chain = (
+                    None if linear else sqlite_branches.chain_at(conn, session, base, tip, forked)
+                )
                 placed = place_turns(
                     pending,
-                    self._stored(conn, session, pending),
+                    sqlite_branches.stored(conn, session, pending),
                     (lambda seq: True) if chain is None else chain.sees,
                 )
-                ordinal = int(count) + 1
+                ordinal = count + 1
                 rows = cut_rows(
                     session,
                     cut_key,
@@ -198,10 +182,10 @@ class SQLiteArchive:
                 )
                 conn.execute(
                     "UPDATE sessions SET tip = ?, cuts = ?, forked = ? WHERE session = ?",
-                    (cut_key, ordinal, int(bool(forked) or base != tip), session),
+                    (cut_key, ordinal, int(forked or base != tip), session),
                 )
                 if moved:
-                    sqlite_moved.adopt_legacy(conn, session, ordinal=int(count))
+                    sqlite_moved.adopt_legacy(conn, session, ordinal=count)
                     holds = chain.holds_ordinal if chain is not None else _every
                     sqlite_moved.apply(
                         conn,
@@ -218,64 +202,9 @@ class SQLiteArchive:
                 raise
         return record
 
-    @staticmethod
-    def _stored(
-        conn: sqlite3.Connection, session: str, turns: Sequence[ArchivedTurn]
-    ) -> dict[tuple[str, str], int]:
-        """(msg_id, digest) → seq of the records these turns' ids already have."""
-        ids = list(dict.fromkeys(t.msg_id for t in turns))
-        found: dict[tuple[str, str], int] = {}
-        for start in range(0, len(ids), _ID_CHUNK):
-            chunk = ids[start : start + _ID_CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            rows = conn.execute(
-                f"SELECT msg_id, digest, seq FROM turns WHERE session = ? AND msg_id IN ({marks})",
-                (session, *chunk),
-            )
-            found.update(((row[0], row[1]), int(row[2])) for row in rows)
-        return found
-
-    @staticmethod
-    def _chain(
-        conn: sqlite3.Connection, session: str, head: str | None, tip: str | None, forked: bool
-    ) -> Chain:
-        """The branch whose latest cut is ``head`` (the session's tip is ``tip``)."""
-        if head is None:
-            return Chain(session, None, whole=tip is None, ordinals=Spans(((0, 1),)))
-        if not forked:
-            if head == tip:
-                return Chain(session, head, whole=True)
-            row = conn.execute(
-                "SELECT ordinal, first_seq, turns_archived FROM cuts WHERE session = ? AND "
-                "cut_key = ?",
-                (session, head),
-            ).fetchone()
-            if row is None:
-                raise unknown_cut(session, head)
-            ordinal, first, archived = (int(x) for x in row)
-            return Chain(
-                session,
-                head,
-                whole=False,
-                ordinals=Spans.of([(0, ordinal + 1)]),
-                seqs=Spans.of([(0, first + archived)]),
-            )
-        rows = conn.execute(_CHAIN, {"session": session, "head": head}).fetchall()
-        cuts = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "cut"]
-        if not cuts:
-            raise unknown_cut(session, head)
-        links = [(int(r[1]), int(r[2]), int(r[3])) for r in rows if r[0] == "link"]
-        ordinals, seqs = chain_spans(cuts, links)
-        return Chain(session, head, whole=False, ordinals=ordinals, seqs=seqs)
-
     def chain(self, session: str, head: Head = TIP) -> Chain:
         with self._lock:
-            conn = self._live()
-            row = conn.execute(
-                "SELECT tip, forked FROM sessions WHERE session = ?", (session,)
-            ).fetchone()
-            tip, forked = (None, 0) if row is None else (row[0], row[1])
-            return self._chain(conn, session, tip if head is TIP else head, tip, bool(forked))
+            return sqlite_branches.chain(self._live(), session, head)
 
     @staticmethod
     def _next_version(conn: sqlite3.Connection, session: str) -> int:
@@ -430,39 +359,16 @@ class SQLiteArchive:
                 raise
 
     def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
-        wanted = sorted(set(seqs))
-        found: dict[int, int | None] = {}
-        for start in range(0, len(wanted), _ID_CHUNK):
-            chunk = wanted[start : start + _ID_CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            rows = self._query(
-                f"SELECT seq, position FROM turns WHERE session = ? AND seq IN ({marks})",
-                (session, *chunk),
-            )
-            found.update((int(row[0]), row[1]) for row in rows)
-        return found
+        with self._lock:
+            return sqlite_branches.positions(self._live(), session, seqs)
 
     def latest_notes(self, session: str) -> NotesVersion | None:
         return self.notes_at(session, TIP)
 
     def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
-        if head is None:
-            return None
-        if head is TIP:
-            sql = (
-                f"SELECT {_prefixed(NOTES_COLUMNS, 'n')} FROM sessions AS s JOIN cuts AS c "
-                "ON c.session = s.session AND c.cut_key = s.tip JOIN notes AS n "
-                "ON n.session = c.session AND n.version = c.notes_at WHERE s.session = ?"
-            )
-            rows = self._query(sql, (session,))
-        else:
-            sql = (
-                f"SELECT {_prefixed(NOTES_COLUMNS, 'n')} FROM cuts AS c JOIN notes AS n "
-                "ON n.session = c.session AND n.version = c.notes_at "
-                "WHERE c.session = ? AND c.cut_key = ?"
-            )
-            rows = self._query(sql, (session, head))
-        return _notes(rows[0]) if rows else None
+        with self._lock:
+            row = sqlite_branches.notes_at(self._live(), session, head)
+        return None if row is None else _notes(row)
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
@@ -505,12 +411,9 @@ class SQLiteArchive:
         _require_session(session)
 
         def work(conn: sqlite3.Connection) -> None:
-            tip, forked, count = conn.execute(
-                "SELECT tip, forked, cuts FROM sessions WHERE session = ?", (session,)
-            ).fetchone()
-            chain = self._chain(conn, session, tip, tip, bool(forked))
-            holds = chain.holds_ordinal
-            sqlite_moved.apply(conn, session, update, ordinal=int(count), holds=holds)
+            tip, forked, count = sqlite_branches.tip_of(conn, session)
+            holds = sqlite_branches.chain_at(conn, session, tip, tip, forked).holds_ordinal
+            sqlite_moved.apply(conn, session, update, ordinal=count, holds=holds)
 
         self._write(session, work)
 
@@ -521,7 +424,9 @@ class SQLiteArchive:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                sqlite_moved.adopt_legacy(conn, session, ordinal=_tip_ordinal(conn, session))
+                sqlite_moved.adopt_legacy(
+                    conn, session, ordinal=sqlite_branches.tip_of(conn, session)[2]
+                )
                 work(conn)
                 conn.execute("COMMIT")
             except BaseException:
@@ -628,12 +533,3 @@ def _value_rows(session: str, values: Mapping[str, Any]) -> list[tuple[str, str,
             ) from exc
         rows.append((session, key, value_json))
     return rows
-
-
-def _tip_ordinal(conn: sqlite3.Connection, session: str) -> int:
-    row = conn.execute("SELECT cuts FROM sessions WHERE session = ?", (session,)).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def _prefixed(columns: str, alias: str) -> str:
-    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))

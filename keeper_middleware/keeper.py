@@ -42,7 +42,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.archive.store import ArchiveStore, open_archive
-from keeper_middleware.arrivals import ROOM_KEY, Arrivals
+from keeper_middleware.arrivals import Arrivals
 from keeper_middleware.branches import HEAD_KEY, Branches, state_head
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.commit import CutCommit
@@ -71,9 +71,9 @@ from keeper_middleware.questions import (
 from keeper_middleware.retrievers.base import Hit, Retriever, search_within
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.room import unkeep
-from keeper_middleware.search.branch_guards import guard_before, sample_now
+from keeper_middleware.search.branch_guards import sample_now
 from keeper_middleware.search.guards import GuardState
-from keeper_middleware.search.searcher import ArchiveSearch
+from keeper_middleware.search.searcher import KEEPER_CHANNEL, ArchiveSearch
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions import MOVED_ENTRIES, MOVED_KEYS, SessionState
 from keeper_middleware.steps import Pending, StepResult
@@ -93,9 +93,6 @@ __all__ = [
     "Tool",
     "archive_namespace",
 ]
-
-KEEPER_CHANNEL = "keeper"
-"""The graph state's channel that holds the keeper state (``KeeperGraphState.keeper``)."""
 
 log = logging.getLogger("keeper_middleware")
 """One record per decision: a cut (INFO), a NOTES version (INFO), a re-ask (INFO), a refused
@@ -179,6 +176,7 @@ class Keeper:
             config=self.config,
             tokens=self.tokens,
             branches=self.branches,
+            is_new_input=self.items.is_new_input,
         )
         self.commit = CutCommit(
             config=self.config,
@@ -510,24 +508,7 @@ class Keeper:
         and the result's artifact (the guards' state after the search, for the next one). A
         state without a keeper step's values (a graph that archives by itself) searches the
         session as of its latest cut, with the session's own guards."""
-        messages = list(state.get("messages") or [])
-        kstate = state.get(KEEPER_CHANNEL)
-        if not isinstance(kstate, Mapping) or not kstate:
-            # a graph without a keeper step (it archives by itself, and keeps the session's
-            # guards): the session as of its latest cut, with the session's guards
-            return self.run_search_tool(session, args), None
-        head = self.branches.head(session, kstate, messages)
-        guard = guard_before(
-            messages, call_id, self.items.is_new_input, budget=self.config.search_budget
-        )
-        room = kstate.get(ROOM_KEY)
-        return self.searcher.run(
-            session,
-            args,
-            head=head,
-            guard=guard,
-            room=room if isinstance(room, int) else None,
-        )
+        return self.searcher.answer(session, args, state=state, call_id=call_id)
 
     def retrieve(self, session: str, query: str, *, k: int = 10, head: Head = TIP) -> list[Hit]:
         """The archive's best matches for ``query`` on the branch ``head``, as the search

@@ -13,22 +13,29 @@ messages (``branch_guards``) rather than from the session.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.messages import BaseMessage
+
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
+from keeper_middleware.arrivals import ROOM_KEY
 from keeper_middleware.branches import Branches
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
 from keeper_middleware.retrievers.base import Retriever, search_within
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
-from keeper_middleware.search.branch_guards import GuardBefore
+from keeper_middleware.search.branch_guards import GuardBefore, guard_before
 from keeper_middleware.search.guards import SearchCommand, decide
 from keeper_middleware.search.results import render_results
 from keeper_middleware.sessions import SessionState
 from keeper_middleware.tokens import TokenCounter
 
 log = logging.getLogger("keeper_middleware")
+
+KEEPER_CHANNEL = "keeper"
+"""The graph state's channel that holds the keeper state (``KeeperGraphState.keeper``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +47,29 @@ class ArchiveSearch:
     config: KeeperConfig
     tokens: TokenCounter
     branches: Branches
+    is_new_input: Callable[[BaseMessage], bool]
+    """What counts as new input (the guards start over after it)."""
+
+    def answer(
+        self, session: str, args: object, *, state: Mapping[str, Any], call_id: str
+    ) -> tuple[str, dict[str, Any] | None]:
+        """Answer the call ``call_id`` of a graph whose state is ``state``: on the branch its
+        keeper state names, with the guards' state its messages carry. A state without a keeper
+        step's values (a graph that archives by itself, and keeps the session's guards) searches
+        the session as of its latest cut, with the session's guards."""
+        messages = list(state.get("messages") or [])
+        kstate = state.get(KEEPER_CHANNEL)
+        if not isinstance(kstate, Mapping) or not kstate:
+            return self.run(session, args)
+        guard = guard_before(messages, call_id, self.is_new_input, budget=self.config.search_budget)
+        room = kstate.get(ROOM_KEY)
+        return self.run(
+            session,
+            args,
+            head=self.branches.head(session, kstate, messages),
+            guard=guard,
+            room=room if isinstance(room, int) else None,
+        )
 
     def run(
         self,

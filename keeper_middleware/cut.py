@@ -201,26 +201,19 @@ def cut_key(session: str, parent: str | None, messages: Sequence[BaseMessage]) -
     same checkpoint is the same cut (its NOTES are reused, not asked for again); a cut over an
     edited message, or after another parent, is another cut. The keeper's own messages count by
     id only (the proxy may re-render the NOTES' kept count in place)."""
-    digest = hashlib.sha256(session.encode("utf-8", "surrogatepass"))
-    digest.update(b"\2" + (parent or "").encode("utf-8", "surrogatepass"))
+    parts = [session, "\x02", parent or ""]
     for message in messages:
-        digest.update(b"\0" + str(message.id).encode("utf-8", "surrogatepass"))
+        parts.append("\x00" + str(message.id))
         if keeper_kind(message) is None:
-            digest.update(b"\3" + message_fingerprint(message))
-    return digest.hexdigest()[:32]
-
-
-def message_fingerprint(message: BaseMessage) -> bytes:
-    """What a message says, for naming a cut: its role, text, tool calls and what it answers."""
-    calls = message.tool_calls if isinstance(message, AIMessage) else []
-    parts = (
-        message.type,
-        text_of(message),
-        json.dumps(calls, ensure_ascii=False, sort_keys=True, default=str),
-        getattr(message, "tool_call_id", None) or "",
-        message.name or "",
-    )
-    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).digest()
+            parts.append("\x03" + message.type + "\x1f" + text_of(message))
+            calls = message.tool_calls if isinstance(message, AIMessage) else None
+            if calls:
+                parts.append(json.dumps(calls, ensure_ascii=False, sort_keys=True, default=str))
+            answered = message.tool_call_id if isinstance(message, ToolMessage) else None
+            if answered or message.name:
+                parts.append(f"\x1f{answered or ''}\x1f{message.name or ''}")
+    joined = "\x1e".join(parts).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(joined).hexdigest()[:32]
 
 
 def whole_key(session: str, parent: str | None, msg_id: str, digest: str) -> str:

@@ -275,16 +275,19 @@ class PostgresArchive:
                 ),
             )
             if moved:
-                pg_moved.adopt_legacy(conn, s, session, ordinal=count)
-                holds = chain.holds_ordinal if chain is not None else _every
-                pg_moved.apply(
-                    conn,
-                    s,
-                    session,
-                    moved,
-                    ordinal=ordinal,
-                    holds=lambda o: o == ordinal or holds(o),
-                )
+                pg_moved.adopt_legacy(conn, s, session, ordinal=count, linear=linear)
+                if chain is None:
+                    pg_moved.apply_linear(conn, s, session, moved, ordinal=ordinal)
+                else:
+                    holds = chain.holds_ordinal
+                    pg_moved.apply(
+                        conn,
+                        s,
+                        session,
+                        moved,
+                        ordinal=ordinal,
+                        holds=lambda o: o == ordinal or holds(o),
+                    )
             self._before_commit(session, cut_key)
         return record
 
@@ -344,6 +347,9 @@ class PostgresArchive:
 
         def work(conn: Any) -> None:
             tip, forked, count = pg_branches.tip_of(conn, self.schema, session)
+            if not forked:
+                pg_moved.apply_linear(conn, self.schema, session, update, ordinal=count)
+                return
             chain = pg_branches.chain_at(conn, self.schema, session, tip, tip, forked)
             pg_moved.apply(
                 conn, self.schema, session, update, ordinal=count, holds=chain.holds_ordinal
@@ -365,7 +371,8 @@ class PostgresArchive:
                 (session,),
             )
             conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session = %s FOR UPDATE", (session,))
-            pg_moved.adopt_legacy(conn, s, session, ordinal=pg_branches.tip_of(conn, s, session)[2])
+            _, forked, count = pg_branches.tip_of(conn, s, session)
+            pg_moved.adopt_legacy(conn, s, session, ordinal=count, linear=not forked)
             work(conn)
         self._adopted.add(session)
 
@@ -379,6 +386,13 @@ class PostgresArchive:
             self._write_moved(session, lambda conn: None)
         self._adopted.add(session)
 
+    def _current(self, conn: Any, session: str, within: Chain | None) -> bool:
+        """Whether a read of moved entries can use the current rows (the branch is the whole of
+        a session that never forked); else it reads the log."""
+        if within is not None:
+            return within.whole
+        return not pg_branches.tip_of(conn, self.schema, session)[1]
+
     def _holds(self, conn: Any, session: str, within: Chain | None) -> Callable[[int], bool]:
         return (within or pg_branches.chain(conn, self.schema, session, TIP)).holds_ordinal
 
@@ -387,6 +401,8 @@ class PostgresArchive:
     ) -> list[tuple[str, str]]:
         self._adopt(session)
         with self._errors("reading"), self._live_pool().connection() as conn:
+            if self._current(conn, session, within):
+                return pg_moved.named_current(conn, self.schema, session, words)
             holds = self._holds(conn, session, within)
             rows = pg_moved.named(conn, self.schema, session, words, holds)
         return [(row.key, str(row.value)) for row in rows]
@@ -396,6 +412,8 @@ class PostgresArchive:
     ) -> list[str]:
         self._adopt(session)
         with self._errors("reading"), self._live_pool().connection() as conn:
+            if self._current(conn, session, within):
+                return pg_moved.among_current(conn, self.schema, session, folded)
             holds = self._holds(conn, session, within)
             return [row.key for row in pg_moved.among(conn, self.schema, session, folded, holds)]
 
@@ -404,9 +422,25 @@ class PostgresArchive:
     ) -> Iterator[tuple[str, str | None]]:
         self._adopt(session)
         with self._errors("reading"), self._live_pool().connection() as conn:
-            rows = pg_moved.every(conn, self.schema, session, self._holds(conn, session, within))
-        for row in rows:
-            yield row.key, row.value
+            current = self._current(conn, session, within)
+            logged = (
+                []
+                if current
+                else pg_moved.every(conn, self.schema, session, self._holds(conn, session, within))
+            )
+        if not current:
+            for row in logged:
+                yield row.key, row.value
+            return
+        last = -1
+        while True:
+            with self._errors("reading"), self._live_pool().connection() as conn:
+                rows = pg_moved.page_current(conn, self.schema, session, last, _TURN_PAGE)
+            if not rows:
+                return
+            for key, value, _ in rows:
+                yield key, value
+            last = rows[-1][2]
 
     def delete_session(self, session: str) -> None:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
@@ -606,7 +640,3 @@ class PostgresArchive:
 
     def __repr__(self) -> str:
         return f"PostgresArchive({redact_url(self.url)!r}, schema={self.schema!r})"
-
-
-def _every(ordinal: int) -> bool:
-    return True

@@ -160,11 +160,11 @@ MIGRATIONS: tuple[str, ...] = (
     """CREATE INDEX moved_log_by_word ON {schema}.moved_log (session, word)""",
     """CREATE INDEX moved_log_by_folded ON {schema}.moved_log (session, folded)""",
     """CREATE INDEX moved_log_by_key ON {schema}.moved_log (session, key)""",
-    # the latest state of each moved key becomes the log as of the session's latest cut
+    # the latest state of each moved key starts the log as of the session's latest cut (the
+    # table stays: a session that never forked keeps reading its current rows there)
     """INSERT INTO {schema}.moved_log (session, id, ordinal, key, value, gone, place, folded, word)
     SELECT m.session, m.seq + 1, s.cuts, m.key, m.value, false, m.seq, m.folded, m.word
     FROM {schema}.moved AS m JOIN {schema}.sessions AS s ON s.session = m.session""",
-    """DROP TABLE {schema}.moved""",
 )
 """Append only: a released statement is never edited, a change is a new statement."""
 

@@ -185,15 +185,18 @@ class SQLiteArchive:
                     (cut_key, ordinal, int(forked or base != tip), session),
                 )
                 if moved:
-                    sqlite_moved.adopt_legacy(conn, session, ordinal=count)
-                    holds = chain.holds_ordinal if chain is not None else _every
-                    sqlite_moved.apply(
-                        conn,
-                        session,
-                        moved,
-                        ordinal=ordinal,
-                        holds=lambda o: o == ordinal or holds(o),
-                    )
+                    sqlite_moved.adopt_legacy(conn, session, ordinal=count, linear=linear)
+                    if chain is None:
+                        sqlite_moved.apply_linear(conn, session, moved, ordinal=ordinal)
+                    else:
+                        holds = chain.holds_ordinal
+                        sqlite_moved.apply(
+                            conn,
+                            session,
+                            moved,
+                            ordinal=ordinal,
+                            holds=lambda o: o == ordinal or holds(o),
+                        )
                 self._before_commit(session, cut_key)
                 conn.execute("COMMIT")
             except BaseException:
@@ -412,6 +415,9 @@ class SQLiteArchive:
 
         def work(conn: sqlite3.Connection) -> None:
             tip, forked, count = sqlite_branches.tip_of(conn, session)
+            if not forked:
+                sqlite_moved.apply_linear(conn, session, update, ordinal=count)
+                return
             holds = sqlite_branches.chain_at(conn, session, tip, tip, forked).holds_ordinal
             sqlite_moved.apply(conn, session, update, ordinal=count, holds=holds)
 
@@ -424,9 +430,8 @@ class SQLiteArchive:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                sqlite_moved.adopt_legacy(
-                    conn, session, ordinal=sqlite_branches.tip_of(conn, session)[2]
-                )
+                _, forked, count = sqlite_branches.tip_of(conn, session)
+                sqlite_moved.adopt_legacy(conn, session, ordinal=count, linear=not forked)
                 work(conn)
                 conn.execute("COMMIT")
             except BaseException:
@@ -449,8 +454,15 @@ class SQLiteArchive:
                 self._write(session, lambda conn: None)
         return conn
 
+    def _current(self, conn: sqlite3.Connection, session: str, within: Chain | None) -> bool:
+        """Whether a read of moved entries can use the current rows (the branch is the whole of
+        a session that never forked); else it reads the log."""
+        if within is not None:
+            return within.whole
+        return not sqlite_branches.tip_of(conn, session)[1]
+
     def _holds(self, session: str, within: Chain | None) -> Callable[[int], bool]:
-        """Which cut ordinals a read of moved entries counts (lock held)."""
+        """Which cut ordinals a read of the log counts (lock held)."""
         if within is None:
             within = self.chain(session, TIP)
         return within.holds_ordinal
@@ -460,6 +472,8 @@ class SQLiteArchive:
     ) -> list[tuple[str, str]]:
         with self._lock:
             conn = self._adopt(session)
+            if self._current(conn, session, within):
+                return sqlite_moved.named_current(conn, session, words)
             rows = sqlite_moved.named(conn, session, words, self._holds(session, within))
         return [(row.key, str(row.value)) for row in rows]
 
@@ -468,6 +482,8 @@ class SQLiteArchive:
     ) -> list[str]:
         with self._lock:
             conn = self._adopt(session)
+            if self._current(conn, session, within):
+                return sqlite_moved.among_current(conn, session, folded)
             rows = sqlite_moved.among(conn, session, folded, self._holds(session, within))
         return [row.key for row in rows]
 
@@ -476,9 +492,23 @@ class SQLiteArchive:
     ) -> Iterator[tuple[str, str | None]]:
         with self._lock:
             conn = self._adopt(session)
-            rows = sqlite_moved.every(conn, session, self._holds(session, within))
-        for row in rows:
-            yield row.key, row.value
+            current = self._current(conn, session, within)
+            logged = (
+                [] if current else sqlite_moved.every(conn, session, self._holds(session, within))
+            )
+        if not current:
+            for entry in logged:
+                yield entry.key, entry.value
+            return
+        last = -1
+        while True:
+            with self._lock:
+                page = sqlite_moved.every_current(self._live(), session, last, _TURN_PAGE)
+            if not page:
+                return
+            for row in page:
+                yield row[0], row[1]
+            last = page[-1][2]
 
     def sessions(self) -> list[str]:
         return [row[0] for row in self._query("SELECT session FROM sessions ORDER BY session", ())]
@@ -508,10 +538,6 @@ class SQLiteArchive:
 
     def __repr__(self) -> str:
         return f"SQLiteArchive({self.path!r})"
-
-
-def _every(ordinal: int) -> bool:
-    return True
 
 
 _UPSERT_VALUE = (

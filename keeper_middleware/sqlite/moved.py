@@ -1,8 +1,12 @@
-"""The moved STATE entries in SQLite: a log of one row per change (see ``moved_rows``).
+"""The moved STATE entries in SQLite (see ``moved_rows``): a log, and the current rows.
 
 Functions over a connection the caller holds in a transaction, so a cut writes its moved entries
-in the cut's own transaction (``SQLiteArchive.commit_cut``). Each change is appended with the
-ordinal of the cut that made it; a branch reads, per key, the newest row its chain holds.
+in the cut's own transaction (``SQLiteArchive.commit_cut``). Each change is appended to the log
+with the ordinal of the cut that made it; a branch reads, per key, the newest row its chain
+holds. A session that never forked also keeps one row per key as of its latest cut (``moved``,
+the layout of schema version 2), and a branch at that cut reads those: a cut costs what it cost
+before branches, however long the log of keys moved out and back has grown. A session stops
+keeping them when it forks (they would be one branch's).
 """
 
 from __future__ import annotations
@@ -44,13 +48,28 @@ CREATE INDEX moved_log_by_key ON moved_log(session, key);
 """
 """Schema version 3 (``value`` NULL and not ``gone``: moved, nothing to recall)."""
 
+CURRENT = """
+CREATE TABLE moved (
+    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    value TEXT,
+    seq INTEGER NOT NULL,
+    folded TEXT NOT NULL,
+    word TEXT,
+    PRIMARY KEY (session, key)
+);
+CREATE INDEX moved_by_word ON moved(session, word);
+CREATE INDEX moved_by_folded ON moved(session, folded);
+CREATE INDEX moved_by_seq ON moved(session, seq)
+"""
+"""The current rows (schema version 2's table, kept as it was)."""
+
 FROM_ROWS = """
 INSERT INTO moved_log (session, id, ordinal, key, value, gone, place, folded, word)
 SELECT m.session, m.seq + 1, COALESCE(s.cuts, 0), m.key, m.value, 0, m.seq, m.folded, m.word
-FROM moved AS m JOIN sessions AS s ON s.session = m.session;
-DROP TABLE moved
+FROM moved AS m JOIN sessions AS s ON s.session = m.session
 """
-"""Version 2 kept one row per key (the latest state): it becomes the log as of each session's
+"""Version 2 kept one row per key (the latest state): it starts the log as of each session's
 latest cut (a checkpoint from before the upgrade sees none of them; docs/branches.md)."""
 
 _IN = "IN (SELECT value FROM json_each(?))"  # any number of keys, one parameter
@@ -104,6 +123,95 @@ def apply(
     _append(conn, session, ordinal, start, rows)
 
 
+def apply_linear(
+    conn: sqlite3.Connection, session: str, update: MovedUpdate, *, ordinal: int
+) -> None:
+    """``apply`` in a session that never forked, at its latest cut: the current rows change as
+    they always did, and the log gets the same change (with the same places)."""
+    touched = distinct([*update.drop, *update.forget])
+    held = (
+        dict(
+            conn.execute(
+                f"SELECT key, seq FROM moved WHERE session = ? AND key {_IN}",
+                (session, json.dumps(touched)),
+            ).fetchall()
+        )
+        if touched
+        else {}
+    )
+    if update.drop:
+        conn.execute(
+            f"DELETE FROM moved WHERE session = ? AND key {_IN}",
+            (session, json.dumps(distinct(update.drop))),
+        )
+    if update.forget:
+        conn.execute(
+            f"UPDATE moved SET value = NULL WHERE session = ? AND key {_IN}",
+            (session, json.dumps(distinct(update.forget))),
+        )
+    place = _upsert_current(conn, session, update.add)
+    rows: list[tuple[str, str | None, int, int]] = []
+    for key in distinct(update.drop):
+        if key in held:
+            rows.append((key, None, 1, int(held[key])))
+    for key in distinct(update.forget):
+        if key in held and key not in update.drop:
+            rows.append((key, None, 0, int(held[key])))
+    rows += [(key, value, 0, place + i) for i, (key, value) in enumerate(update.add)]
+    _append(conn, session, ordinal, _next(conn, session)[0], rows)
+
+
+def _upsert_current(conn: sqlite3.Connection, session: str, rows: Sequence[MovedRow]) -> int:
+    """Upsert ``rows`` into the current rows at the end of the order; returns the first place."""
+    start = int(
+        conn.execute(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM moved WHERE session = ?", (session,)
+        ).fetchone()[0]
+    )
+    conn.executemany(
+        "INSERT INTO moved (session, key, value, seq, folded, word) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (session, key) DO UPDATE SET value = excluded.value, seq = excluded.seq",
+        [(session, key, value, start + i, *key_lookup(key)) for i, (key, value) in enumerate(rows)],
+    )
+    return start
+
+
+def named_current(
+    conn: sqlite3.Connection, session: str, words: Collection[str]
+) -> list[tuple[str, str]]:
+    if not words:
+        return []
+    rows = conn.execute(
+        # the planner would walk the session's rows in order (moved_by_seq): every row ever moved
+        f"SELECT key, value FROM moved INDEXED BY moved_by_word WHERE session = ? AND word {_IN} "
+        "AND value IS NOT NULL ORDER BY seq",
+        (session, json.dumps(sorted(words))),
+    ).fetchall()
+    return [(row[0], row[1]) for row in rows]
+
+
+def among_current(conn: sqlite3.Connection, session: str, folded: Collection[str]) -> list[str]:
+    if not folded:
+        return []
+    rows = conn.execute(
+        f"SELECT key FROM moved INDEXED BY moved_by_folded WHERE session = ? AND folded {_IN} "
+        "ORDER BY seq",
+        (session, json.dumps(sorted(folded))),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def every_current(
+    conn: sqlite3.Connection, session: str, after: int, limit: int
+) -> list[sqlite3.Row]:
+    """A page of current rows in order after ``seq`` ``after``."""
+    rows: list[sqlite3.Row] = conn.execute(
+        "SELECT key, value, seq FROM moved WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (session, after, limit),
+    ).fetchall()
+    return rows
+
+
 def insert(
     conn: sqlite3.Connection, session: str, rows: Sequence[MovedRow], *, ordinal: int
 ) -> None:
@@ -144,9 +252,9 @@ def _append(
     )
 
 
-def adopt_legacy(conn: sqlite3.Connection, session: str, *, ordinal: int) -> bool:
+def adopt_legacy(conn: sqlite3.Connection, session: str, *, ordinal: int, linear: bool) -> bool:
     """Move the first layout's two JSON values of ``session`` into rows (the caller holds a
-    write transaction); whether there were any."""
+    write transaction; ``linear``: the session never forked); whether there were any."""
     found = dict(
         conn.execute(
             "SELECT key, value_json FROM kv WHERE session = ? AND key IN (?, ?)",
@@ -158,7 +266,9 @@ def adopt_legacy(conn: sqlite3.Connection, session: str, *, ordinal: int) -> boo
     rows = legacy_rows(
         json.loads(found.get(LEGACY_KEYS, "null")), json.loads(found.get(LEGACY_ENTRIES, "null"))
     )
-    if rows:
+    if rows and linear:
+        apply_linear(conn, session, MovedUpdate(add=tuple(rows)), ordinal=ordinal)
+    elif rows:
         insert(conn, session, rows, ordinal=ordinal)
     conn.execute(
         "DELETE FROM kv WHERE session = ? AND key IN (?, ?)",

@@ -103,19 +103,6 @@ CREATE TABLE kv (
 """
 )
 
-_MOVED_V2 = """
-CREATE TABLE moved (
-    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
-    key TEXT NOT NULL,
-    value TEXT,
-    seq INTEGER NOT NULL,
-    folded TEXT NOT NULL,
-    word TEXT,
-    PRIMARY KEY (session, key)
-)
-"""
-"""Version 2's moved entries (one row per key, its latest state), made on the way from 1."""
-
 _TO_V3 = (
     """
 ALTER TABLE sessions ADD COLUMN tip TEXT;
@@ -178,11 +165,11 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
         found = row[0]
         if found is None:
-            _run(conn, _SCHEMA + sqlite_moved.SCHEMA)
+            _run(conn, _SCHEMA + sqlite_moved.CURRENT + ";" + sqlite_moved.SCHEMA)
             conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
         elif found in (1, 2):
             if found == 1:  # moved entries were two JSON values: adopted per session on use
-                _run(conn, _MOVED_V2)
+                _run(conn, sqlite_moved.CURRENT)
             _run(conn, _TO_V3)
             _chain_cuts(conn)
             _run(conn, sqlite_moved.SCHEMA + ";" + sqlite_moved.FROM_ROWS)

@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup llama demo test lint typecheck bench clean
+.PHONY: setup llama clients demo test lint typecheck bench clean
 
 setup: $(STAMP)
 
@@ -27,10 +27,16 @@ $(LLAMA_STAMP): $(STAMP) scripts/install_llama.sh
 	bash scripts/install_llama.sh $(VENV)
 	touch $(LLAMA_STAMP)
 
+# Codex CLI and Claude Code at the versions in scripts/agent_clients.json, for the agent_client
+# test tier; npm installs them once into ~/.cache/keeper-middleware/agent-clients (idempotent;
+# without node it installs nothing and the tier skips)
+clients:
+	bash scripts/install_agent_clients.sh
+
 demo: setup
 	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli demo
 
-test: setup llama
+test: setup llama clients
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
 lint: setup typecheck

@@ -12,8 +12,9 @@ A run folder (RUN_DIR) holds:
   false, "reply": "<the reply text, with its N. answer lines>"}``;
 - ``notes.jsonl`` (for ``audit``): one record per saved NOTES version, ``{"version": V,
   "first_item": A, "last_item": B, "text": "<the rendered NOTES message>"}``; or
-  ``summaries.jsonl``: one record per summary a summarising arm wrote, the same keys plus
-  ``"kind": "summary"`` (B: the last item the summarised messages reach);
+  ``summaries.jsonl``: one record per version of a summarising arm's memory (each summary the
+  work calls carried, an empty one included), the same keys plus ``"kind": "summary"`` (B: the
+  last item the summary calls had read);
 - ``calls.jsonl`` (optional, for costs): one ``CallRecord`` per model call (see ``costs.py``).
 
 ``grade`` writes ``grade.json``, ``audit`` writes ``audit.json`` into the run folder; both print
@@ -55,13 +56,16 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.runner",
     "keeper_middleware.bench.compare",
     "keeper_middleware.bench.matrix",
+    "keeper_middleware.bench.sensitivity",
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
+    "keeper_middleware.bench.index_cost",
     "keeper_middleware.bench.locomo.cli",
     "keeper_middleware.bench.notes_cost.command",
     "keeper_middleware.bench.moved_cost",
     "keeper_middleware.bench.branches_cost",
     "keeper_middleware.bench.marathon.cli",
+    "keeper_middleware.bench.proxy.overhead",
 )
 
 

@@ -152,6 +152,27 @@ class Ledger:
                 return change.actor
         return None
 
+    def changes_of(self, name: str, up_to: int | None = None) -> list[tuple[int, LedgerChange]]:
+        """Every change to ``name`` up to item ``up_to`` (default: the end), with its item, in
+        story order (several in one item stay in their order)."""
+        return [
+            (item, change)
+            for item in self.changed_items(name)
+            if up_to is None or item <= up_to
+            for change in self.changes_in(item)
+            if change.name == name
+        ]
+
+    def count_changes(self, name: str, first: int, last: int) -> int:
+        """How many changes ``name`` had in items ``first`` to ``last``."""
+        return sum(
+            1
+            for item in self.changed_items(name)
+            if first <= item <= last
+            for change in self.changes_in(item)
+            if change.name == name
+        )
+
     def names(self) -> frozenset[str]:
         return frozenset(self._items)
 

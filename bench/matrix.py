@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from keeper_middleware.bench.cli import Command
 from keeper_middleware.bench.grader import GradeResult
@@ -53,6 +53,7 @@ REALISTIC_FAULTS = ",".join(
 """The reader's stated realistic mix (not a measurement), as --faults rates; its seed is the
 stream's."""
 FAULT_MIXES = {"none": "", "realistic": REALISTIC_FAULTS}
+CellT = TypeVar("CellT")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,9 +144,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def shard_cells(
-    cells: Sequence[tuple[str, int, str, str]], shard: tuple[int, int]
-) -> list[tuple[str, int, str, str]]:
+def shard_cells(cells: Sequence[CellT], shard: tuple[int, int]) -> list[CellT]:
     """The cells the ``shard`` = (I, N) process runs: every N-th cell from the I-th, so the N
     processes share each stream's arms (and its slow and quick cells) evenly."""
     index, count = shard

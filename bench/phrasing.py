@@ -16,7 +16,7 @@ from typing import Literal
 from keeper_middleware.numbers import to_words
 
 EventKind = Literal["set", "add", "take", "add_held", "take_held"]
-QuestionKind = Literal["current", "old", "who", "tally"]
+QuestionKind = Literal["current", "old", "who", "tally", "before_last", "count", "order", "gist"]
 
 NAME_RE = re.compile(r"\b[a-z]{3,7}\d{2}\b")
 CLERK = "the clerk"
@@ -102,7 +102,13 @@ QUESTION_TEMPLATES: dict[QuestionKind, str] = {
     "old": "What value did {name} hold at the end of item {n}?",
     "who": "Who changed {name} in item {n}?",
     "tally": "What is the tally of {name} now?",
+    "before_last": "What value did {name} hold before its last change?",
+    "count": "How many times did {name} change from item {n} to item {m}?",
+    "order": "Which was recorded first, {name} or {other}?",
+    "gist": "Which of {name}, {other} and {third} changed most often from item {n} to item {m}?",
 }
+NAMED_ANSWERS: frozenset[QuestionKind] = frozenset({"order", "gist"})
+"""Question kinds answered with a counter's name (no value: the rules do not apply)."""
 
 PROTECTED = "protected"
 OVERDRAWN = "overdrawn"
@@ -213,10 +219,25 @@ def render_rules(
     return lines
 
 
-def render_question(kind: QuestionKind, name: str, item: int | None = None) -> str:
-    if kind in ("old", "who") and item is None:
+def render_question(
+    kind: QuestionKind,
+    name: str,
+    item: int | None = None,
+    *,
+    until: int | None = None,
+    others: Sequence[str] = (),
+) -> str:
+    """One question's text; ``item``/``until`` the items it is about, ``others`` the other names
+    an order or gist question compares ``name`` with."""
+    if kind in ("old", "who", "count", "gist") and item is None:
         raise ValueError(f"a {kind!r} question needs the item it is about")
-    return QUESTION_TEMPLATES[kind].format(name=name, n=item)
+    if kind in ("count", "gist") and until is None:
+        raise ValueError(f"a {kind!r} question needs the last item of its span (until)")
+    wanted = {"order": 1, "gist": 2}.get(kind, 0)
+    if len(others) != wanted:
+        raise ValueError(f"a {kind!r} question compares {wanted} other name(s), got {others!r}")
+    other, third = (*others, "", "")[:2]
+    return QUESTION_TEMPLATES[kind].format(name=name, n=item, m=until, other=other, third=third)
 
 
 def render_questions_message(questions: Iterable[tuple[int, str]], *, final: bool = False) -> str:
@@ -245,11 +266,15 @@ def answer_under_rules(
 ) -> str:
     """The right answer to a question, given the true value (or actor) and the rules in force.
 
-    The confidential rule wins over everything; a tally needs the method; below zero becomes
+    A "who" question is answered with ``actor``, an order or gist question with the counter's
+    name (passed as ``actor``), a count with ``value`` as it is (a count is no value a rule
+    covers). Otherwise the confidential rule wins over everything; a tally needs the method; below zero becomes
     "overdrawn" under that rule, for values and tallies alike. None means the history cannot say.
     """
-    if kind == "who":
+    if kind == "who" or kind in NAMED_ANSWERS:
         return actor if actor is not None else UNKNOWN
+    if kind == "count":
+        return UNKNOWN if value is None else str(value)
     if value is None:
         return UNKNOWN
     if name in rules.confidential:

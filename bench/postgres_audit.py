@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import os
 import random
+from functools import partial
 from typing import Any
 
 
 def audit(database: str, tags: list[str], turns: int) -> dict[str, Any]:
     """Every session's archive against what its agent sent; raises AssertionError on a breach."""
+    from langchain_core.messages import message_to_dict
+
+    from keeper_middleware.integrations.proxy.sessions import RECORD_KEY, StoredRecord
     from keeper_middleware.integrations.proxy.tenants import DEFAULT_TENANT
     from keeper_middleware.postgres import PostgresArchive
 
@@ -33,8 +37,9 @@ def audit(database: str, tags: list[str], turns: int) -> dict[str, Any]:
             items = sorted(int(c.split()[1]) for c in contents if c.startswith("Item "))
             if items != list(range(1, len(items) + 1)):
                 problems.append(f"{tag}: archived items {items} skip or repeat one")
-            record = archive.get_value(stored, "proxy_session") or {}
-            window = " ".join(json.dumps(m) for m in record.get("window", []))
+            head = archive.get_value(stored, RECORD_KEY)
+            record = StoredRecord.load(head, partial(archive.get_value, stored)).record
+            window = " ".join(json.dumps(message_to_dict(m)) for m in record.window)
             for item in range(len(items) + 1, turns + 1):
                 if f"Item {item} for [[{tag}]]" not in window:
                     problems.append(f"{tag}: item {item} is neither archived nor in view")

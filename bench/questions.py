@@ -3,7 +3,11 @@
 Every question records the item its fact comes from (``item``) and ``distance`` = the question's
 ``after_item`` − ``item``: for a current value or a tally it is the counter's last change, for an
 old value or "who" the item asked about, and for a confidential counter (answer "protected") it
-is item 1, where the rule was stated, since the value does not matter there. A question about a
+is item 1, where the rule was stated, since the value does not matter there. Four kinds ask for
+more than one value: the value before a counter's last change (``item``: that last change), how
+many times a counter changed in a span of items and which of three counters changed most often
+in one (a gist: no exact value needed; ``item``: the span's first item), and which of two
+counters was recorded first (``item``: the earlier first record). A question about a
 name the stream never uses has no fact: ``item`` and ``distance`` are None, bucket ``"none"``.
 """
 
@@ -24,16 +28,38 @@ from keeper_middleware.bench.phrasing import (
     render_question,
 )
 
-Category = Literal["current", "old", "who", "rule", "method", "overdrawn", "unknown"]
+Category = Literal[
+    "current",
+    "old",
+    "who",
+    "before_last",
+    "count",
+    "order",
+    "gist",
+    "rule",
+    "method",
+    "overdrawn",
+    "unknown",
+]
 CATEGORIES: tuple[Category, ...] = (
     "current",
     "old",
     "who",
+    "before_last",
+    "count",
+    "order",
+    "gist",
     "rule",
     "method",
     "overdrawn",
     "unknown",
 )
+NEW_KINDS: tuple[QuestionKind, ...] = ("before_last", "count", "order", "gist")
+"""One question of each of these at the end of every question set (after the rule, method,
+overdrawn and unknown ones): they need more searches than the others, and a keeper that runs
+out of searches (10 between inputs by default) then loses these, not the older kinds."""
+SPAN = (5, 12)
+"""How many items a count or gist question's span covers (inclusive range)."""
 BUCKETS: tuple[tuple[str, int, int | None], ...] = (
     ("1–4", 1, 4),
     ("5–24", 5, 24),
@@ -67,9 +93,13 @@ class QuestionRecord:
     distance: int | None
     bucket: str
     text: str
+    until: int | None = None
+    """The last item of a count or gist question's span."""
+    others: tuple[str, ...] = ()
+    """The other counters an order or gist question names."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "number": self.number,
             "kind": self.kind,
             "name": self.name,
@@ -79,6 +109,11 @@ class QuestionRecord:
             "distance": self.distance,
             "bucket": self.bucket,
         }
+        if self.until is not None:
+            data["until"] = self.until
+        if self.others:
+            data["others"] = list(self.others)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +122,10 @@ class _Draft:
     name: str
     item: int | None
     asked_item: int | None
+    until: int | None = None
+    others: tuple[str, ...] = ()
+    truth: str | int | None = None
+    """The answer's fact for the new kinds (a value, a count or a name), worked out when drawn."""
 
 
 def _finish(draft: _Draft, number: int, ledger: Ledger, after_item: int) -> QuestionRecord:
@@ -97,6 +136,10 @@ def _finish(draft: _Draft, number: int, ledger: Ledger, after_item: int) -> Ques
         assert draft.asked_item is not None
         actor = ledger.first_actor(draft.name, draft.asked_item)
         value = None
+    elif draft.kind in ("order", "gist"):
+        actor, value = str(draft.truth), None
+    elif draft.kind in ("before_last", "count"):
+        value = int(draft.truth) if draft.truth is not None else None
     elif draft.kind == "old":
         assert draft.asked_item is not None
         value = ledger.value_at(draft.name, draft.asked_item)
@@ -114,7 +157,7 @@ def _finish(draft: _Draft, number: int, ledger: Ledger, after_item: int) -> Ques
     elif draft.kind == "tally":
         category = "method"
     else:
-        category = draft.kind
+        category = draft.kind  # type: ignore[assignment]
     distance = None if item is None else after_item - item
     return QuestionRecord(
         number=number,
@@ -125,7 +168,11 @@ def _finish(draft: _Draft, number: int, ledger: Ledger, after_item: int) -> Ques
         category=category,
         distance=distance,
         bucket=bucket_label(distance),
-        text=render_question(draft.kind, draft.name, draft.asked_item),
+        text=render_question(
+            draft.kind, draft.name, draft.asked_item, until=draft.until, others=draft.others
+        ),
+        until=draft.until,
+        others=draft.others,
     )
 
 
@@ -208,6 +255,98 @@ class QuestionPicker:
                 return _Draft("who", self._rng.choice(names), item, item)
         return None
 
+    def _before_last(self, after: int, bucket: int) -> _Draft | None:
+        """A counter whose last change falls in the bucket, changed at least twice, and the
+        value it held before that last change (never below zero under the overdrawn rule)."""
+        first, last = self._range(after, bucket)
+        names = sorted(
+            n
+            for n in self._ledger.current
+            if self._ordinary(n) and first <= (self._ledger.last_change(n, after) or 0) <= last
+        )
+        self._rng.shuffle(names)
+        for name in names:
+            changes = self._ledger.changes_of(name, after)
+            if len(changes) < 2:
+                continue
+            before = changes[-2][1].value
+            if self._ledger.rules.overdrawn and before < 0:
+                continue
+            return _Draft("before_last", name, changes[-1][0], None, truth=before)
+        return None
+
+    def _span(self, after: int, bucket: int) -> tuple[int, int] | None:
+        first, last = self._range(after, bucket)
+        width = self._rng.randint(*SPAN)
+        if last - width + 1 < max(first, 1):
+            return None
+        start = self._rng.randint(max(first, 1), last - width + 1)
+        return start, start + width - 1
+
+    def _count(self, after: int, bucket: int) -> _Draft | None:
+        """How many times a counter changed in a span of items that starts in the bucket."""
+        for _ in range(_TRIES):
+            span = self._span(after, bucket)
+            if span is None:
+                return None
+            names = sorted(
+                {c.name for i in range(span[0], span[1] + 1) for c in self._ledger.changes_in(i)}
+            )
+            names = [n for n in names if self._ordinary(n)]
+            if names:
+                name = self._rng.choice(names)
+                count = self._ledger.count_changes(name, *span)
+                return _Draft("count", name, span[0], span[0], until=span[1], truth=count)
+        return None
+
+    def _order(self, after: int, bucket: int) -> _Draft | None:
+        """Two counters first recorded in different items, the earlier in the bucket."""
+        first, last = self._range(after, bucket)
+        starts = {n: (self._ledger.changed_items(n) or (0,))[0] for n in self._ledger.current}
+        early = sorted(n for n, i in starts.items() if first <= i <= last and self._ordinary(n))
+        if not early:
+            return None
+        name = self._rng.choice(early)
+        later = sorted(
+            n
+            for n, i in starts.items()
+            if starts[name] < i <= min(after, starts[name] + 30) and self._ordinary(n)
+        )
+        if not later:
+            return None
+        other = self._rng.choice(later)
+        pair = [name, other]
+        self._rng.shuffle(pair)
+        return _Draft("order", pair[0], starts[name], None, others=(pair[1],), truth=name)
+
+    def _gist(self, after: int, bucket: int) -> _Draft | None:
+        """Three counters changed in a span, one of them more often than the others."""
+        for _ in range(_TRIES):
+            span = self._span(after, bucket)
+            if span is None:
+                return None
+            counts: dict[str, int] = {}
+            for i in range(span[0], span[1] + 1):
+                for change in self._ledger.changes_in(i):
+                    if self._ordinary(change.name):
+                        counts[change.name] = counts.get(change.name, 0) + 1
+            ranked = sorted(counts, key=lambda n: (-counts[n], n))
+            if len(ranked) < 3 or counts[ranked[0]] < 2 or counts[ranked[0]] == counts[ranked[1]]:
+                continue
+            others = self._rng.sample(ranked[1:], 2)
+            names = [ranked[0], *others]
+            self._rng.shuffle(names)
+            return _Draft(
+                "gist",
+                names[0],
+                span[0],
+                span[0],
+                until=span[1],
+                others=(names[1], names[2]),
+                truth=ranked[0],
+            )
+        return None
+
     def _rule(self, after: int) -> _Draft | None:
         names = sorted(n for n in self._ledger.rules.confidential if n in self._ledger.current)
         if not names:
@@ -284,7 +423,14 @@ class QuestionPicker:
 
     # -- sets --------------------------------------------------------------------------------
     def question_set(
-        self, after: int, set_index: int, *, base: int, rules: bool, overdrawn: bool
+        self,
+        after: int,
+        set_index: int,
+        *,
+        base: int,
+        rules: bool,
+        overdrawn: bool,
+        history: bool = True,
     ) -> list[QuestionRecord]:
         fits = [i for i, (_, low, _) in enumerate(BUCKETS) if low <= after - 1]
         drafts: list[_Draft] = []
@@ -311,6 +457,20 @@ class QuestionPicker:
             extras.append(self._overdrawn(after, set_index))
         extras.append(self._unknown(after, set_index))
         drafts.extend(d for d in extras if d is not None)
+        # the new kinds come last: a reader that runs out of searches loses them first
+        more: dict[str, Callable[[int], _Draft | None]] = {
+            "before_last": lambda b: self._before_last(after, b),
+            "count": lambda b: self._count(after, b),
+            "order": lambda b: self._order(after, b),
+            "gist": lambda b: self._gist(after, b),
+        }
+        for j, kind in enumerate(NEW_KINDS if history else ()):
+            start = (set_index + j) % len(fits) if fits else 0
+            for offset in range(len(fits)):
+                draft = more[kind](fits[(start + offset) % len(fits)])
+                if draft is not None:
+                    drafts.append(draft)
+                    break
         return [_finish(d, n, self._ledger, after) for n, d in enumerate(drafts, start=1)]
 
     def final_questions(self, after: int, count: int) -> list[QuestionRecord]:

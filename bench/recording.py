@@ -4,8 +4,11 @@ A handler passed in a graph's invoke config reaches every model call made inside
 the keeper's note calls included (LangChain carries the config in a context variable), so one
 handler sees the agent's work calls and all management calls without any arm knowing about it.
 
-A summary call's reply is also handed to ``summary_sink`` with the last item the summarised
-messages reach, so the summaries a summarising arm keeps are audited like the keeper's NOTES.
+Every version of a summarising arm's memory is handed to ``summary_sink``: the summary a work
+call carries, each time it differs from the one before (an empty one included), with the last
+item the summary call before it read. It is read from what the reader was sent, so it is the
+memory the arm kept (a guard that refused an empty reply kept the old one), and the summaries are
+audited like the keeper's NOTES.
 
 Per call: what it was for (from the keeper's tag on the last message, or a summary request's
 text), the tokens the server reported, a fingerprint of what was sent (for prefix reuse), and two
@@ -30,7 +33,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langchain_core.outputs import LLMResult
 
 from keeper_middleware.bench.costs import CallRecord
-from keeper_middleware.bench.reader.summary import is_summary_request
+from keeper_middleware.bench.reader.summary import is_summary_request, summary_in
 from keeper_middleware.messages import keeper_kind, text_of
 
 _KIND_BY_TAG = {"notes_request": "notes", "notes_reask": "reask", "summary_request": "summary"}
@@ -132,6 +135,10 @@ class CallRecorder(BaseCallbackHandler):
         self._lock = threading.Lock()
         self._pending: dict[UUID, tuple[str, tuple[str, ...], list[BaseMessage], float]] = {}
         self._last_end = clock()
+        self._summary: str | None = None
+        """The summary the last work call carried (None: none yet)."""
+        self._summarised_item: int | None = None
+        """The last item the latest summary call read."""
 
     def restart_clock(self) -> None:
         """Count wall time from now (after a pause the run should not be charged for)."""
@@ -148,13 +155,20 @@ class CallRecorder(BaseCallbackHandler):
     ) -> None:
         sent = list(messages[0]) if messages else []
         tools = (invocation_params or {}).get("tools")
+        kind = call_kind(sent)
+        version: tuple[int, str] | None = None
         with self._lock:
-            self._pending[run_id] = (
-                call_kind(sent),
-                request_fingerprint(sent, tools),
-                sent,
-                self._clock(),
-            )
+            self._pending[run_id] = (kind, request_fingerprint(sent, tools), sent, self._clock())
+            if kind == "summary":  # it re-reads the summary before it: never covers less
+                found = last_item_in(sent) or self.item
+                self._summarised_item = max(self._summarised_item or 0, found)
+            elif kind == "work":
+                carried = summary_in(sent)
+                if carried is not None and carried != self._summary:
+                    self._summary = carried
+                    version = (self._summarised_item or self.item, carried)
+        if version is not None and self._summary_sink is not None:
+            self._summary_sink(*version)
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
@@ -183,10 +197,6 @@ class CallRecorder(BaseCallbackHandler):
                 self.records.append(record)
         if self._sink is not None:
             self._sink(record)
-        if kind == "summary" and self._summary_sink is not None and reply is not None:
-            text = text_of(reply).strip()
-            if text:
-                self._summary_sink(last_item_in(sent) or record.item, text)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:

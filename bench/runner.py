@@ -58,6 +58,8 @@ from keeper_middleware.messages import text_of
 THREAD = "bench"
 CHECKPOINTS_FILE = "checkpoints.sqlite3"
 ARCHIVE_FILE = "archive.sqlite3"
+STREAM_PASSAGES = "sentences"
+"""What the benchmark's arms index on its generated streams (every arm alike)."""
 
 
 # -- the arm ------------------------------------------------------------------------------------
@@ -93,9 +95,10 @@ class ArmHandle:
 
 
 def make_retriever_for(options: RunOptions, archive: Path) -> Any:
-    """The retriever an arm gets: a backend name, or a retriever built with the chosen embedder
-    (its files beside the archive, where the arms keep theirs)."""
-    if options.embedder is None or options.retriever == "keyword":
+    """The retriever an arm gets: ``keyword`` by name, else one built with the chosen embedder
+    (its files beside the archive, where the arms keep theirs) whose searches wait for every
+    vector, so a run's answers never depend on how fast the background embedded them."""
+    if options.retriever == "keyword":
         return options.retriever
     from keeper_middleware.retrievers.embedders import HashingEmbedder, MiniLMEmbedder
     from keeper_middleware.retrievers.factory import make_retriever
@@ -116,7 +119,11 @@ def build_arm_handle(
 
     if options.arm not in ARMS:
         raise ValueError(f"unknown arm {options.arm!r}; choose one of: {', '.join(ARMS)}")
-    extra: dict[str, Any] = {"domain": "counters"}
+    # no arm is told anything about the stream (the keeper's checks get no pattern for its
+    # names); the streams' batches are long stories asked about one sentence at a time, and the
+    # simulated reader reads "item N: sentence" lines: the benchmark indexes sentences, set here
+    # rather than through the product's default (whole messages, chosen on LoCoMo)
+    extra: dict[str, Any] = {"passages": STREAM_PASSAGES}
     if options.delivery == "tool" and "item_tools" in ARM_OPTIONS[options.arm]:
         extra["item_tools"] = (READ_TOOL,)
     arm = build_arm(
@@ -216,6 +223,7 @@ def run_arm(
             checkpointer=saver,
         )
         recorder.restart_clock()
+        prunes = not keeps_deltas(arm.graph)
         steps = plan_steps(read_stream(options.stream), options.delivery)
         for step in itertools.islice(steps, done, None):
             recorder.item = step.first_item
@@ -235,7 +243,8 @@ def run_arm(
                     )
                     answered.add(key)
             save_progress(steps_done=step.index + 1, served={})
-            saver.keep_only_latest(THREAD)
+            if prunes:
+                saver.keep_only_latest(THREAD)
             if on_step is not None:
                 on_step(step, values)
             bar.update(1)
@@ -250,6 +259,15 @@ def run_arm(
     return RunResult(
         folder, grade_run(folder), costs_of_run(folder), audit, done, time.perf_counter() - started
     )
+
+
+def keeps_deltas(graph: Any) -> bool:
+    """Whether a graph rebuilds a channel from the writes of earlier checkpoints (Deep Agents
+    keeps its messages in a ``DeltaChannel``): its older checkpoints must then be kept."""
+    from langgraph.channels.delta import DeltaChannel
+
+    channels = getattr(graph, "channels", {}) or {}
+    return any(isinstance(channel, DeltaChannel) for channel in channels.values())
 
 
 def _step_config(step: Step, recorder: CallRecorder) -> dict[str, Any]:

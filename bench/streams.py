@@ -59,6 +59,9 @@ class StreamSpec:
     final_questions: int = 14
     questions_per_set: int = 3
     """Current/old/who questions per set; rule, method, overdrawn and unknown questions come on top."""
+    history_questions: bool = True
+    """One question of each kind that needs a counter's history (the value before its last
+    change, a count, an order, a gist) at the end of every set."""
 
     def __post_init__(self) -> None:
         unknown = set(self.families) - FAMILIES
@@ -90,6 +93,7 @@ class StreamSpec:
     def from_json(cls, data: dict[str, Any]) -> StreamSpec:
         return cls(
             **{
+                "history_questions": False,  # a spec written before these questions existed
                 **data,
                 "families": frozenset(data["families"]),
                 "filler_sentences": tuple(data["filler_sentences"]),
@@ -103,6 +107,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "question_every": 5,
         "filler_sentences": (4, 8),
         "final_questions": 6,
+        # a smoke size: at the 4K windows it is run with, eleven questions a set need more
+        # searches than the keeper allows between inputs, so it asks the older kinds only
+        "history_questions": False,
     },
     "small": {"target_tokens": 30_000, "question_every": 10, "filler_sentences": (10, 16)},
     "240k": {"target_tokens": 240_000},
@@ -216,6 +223,7 @@ def generate_stream(spec: StreamSpec, folder: Path | str) -> StreamInfo:
                     base=spec.questions_per_set,
                     rules=has_rules,
                     overdrawn=has_overdrawn,
+                    history=spec.history_questions,
                 )
                 emit_questions(stream, item, records, final=False)
         emit_questions(stream, item, picker.final_questions(item, spec.final_questions), final=True)

@@ -134,6 +134,17 @@ ARMS: dict[str, ArmInfo] = {
             "budget, trigger at 75%",
             False,
         ),
+        ArmInfo(
+            "peer_deepagents",
+            "Deep Agents create_deep_agent, defaults (history offloaded to a file and "
+            "summarised at 85% of the window, from the model's profile)",
+            False,
+        ),
+        ArmInfo(
+            "peer_deepagents_tuned",
+            "Deep Agents with its summarisation triggered at 75% of the window, like every arm",
+            False,
+        ),
     )
 }
 
@@ -157,12 +168,16 @@ ARM_OPTIONS: dict[str, frozenset[str]] = {
     "peer_langchain_summarization_tuned": frozenset({"summarize_at"}),
     "peer_langmem_summarization": frozenset({"summarize_at"}),
     "peer_langmem_summarization_tuned": frozenset({"summarize_at"}),
+    "peer_deepagents": frozenset(),
+    "peer_deepagents_tuned": frozenset({"summarize_at"}),
 }
 PEER_SETTINGS: dict[str, tuple[str, str]] = {
     "peer_langchain_summarization": ("peer_langchain_summarization", "defaults"),
     "peer_langchain_summarization_tuned": ("peer_langchain_summarization", "tuned"),
     "peer_langmem_summarization": ("peer_langmem_summarization", "defaults"),
     "peer_langmem_summarization_tuned": ("peer_langmem_summarization", "tuned"),
+    "peer_deepagents": ("peer_deepagents", "defaults"),
+    "peer_deepagents_tuned": ("peer_deepagents", "tuned"),
 }
 """Each peer arm's peer and setting: every table shows a peer at its defaults and tuned."""
 
@@ -371,6 +386,8 @@ def _build_self_edit(request: _Request) -> Arm:
     style, archived = SELF_EDIT_STYLES[request.name]
     base = request.keeper_config or KeeperConfig()
     config = replace(base, window=request.window, reply_reserve=request.reply_reserve)
+    if "passages" in request.options:
+        config = replace(config, passages=str(request.options["passages"]))
     keeper = Keeper(
         config,
         archive=request.archive if request.archive is not None else ":memory:",
@@ -433,6 +450,17 @@ def _build_langmem_peer(request: _Request) -> Arm:
     return Arm(request.name, graph, description=ARMS[request.name].description)
 
 
+def _build_deepagents_peer(request: _Request) -> Arm:
+    tuned = request.name.endswith("_tuned")
+    graph = peers.deepagents_graph(
+        request.model,
+        window=request.window,
+        summarize_at=request.options.get("summarize_at", ("fraction", 0.75)) if tuned else None,
+        **_common(request),
+    )
+    return Arm(request.name, graph, description=ARMS[request.name].description)
+
+
 _BUILDERS: dict[str, Callable[[_Request], Arm]] = {
     "window_drop": _build_window_drop,
     "compaction": _build_compaction,
@@ -449,4 +477,6 @@ _BUILDERS: dict[str, Callable[[_Request], Arm]] = {
     "peer_langchain_summarization_tuned": _build_langchain_peer,
     "peer_langmem_summarization": _build_langmem_peer,
     "peer_langmem_summarization_tuned": _build_langmem_peer,
+    "peer_deepagents": _build_deepagents_peer,
+    "peer_deepagents_tuned": _build_deepagents_peer,
 }

@@ -383,7 +383,11 @@ def compaction_graph(
 class SummarizeNode:
     """At ``summarize_at`` of the window, the model summarises the older turns and the summary
     replaces them; the newest ``keep_turns`` turns stay. The previous summary is one of the
-    things summarised, so one bad summary loses everything before it (that is the method)."""
+    things summarised, so one bad summary loses everything before it (that is the method).
+
+    An empty reply is asked for once more (after it, with a line saying it was empty); if that
+    is empty too, nothing is replaced and the next call asks again: the guard any careful
+    implementer writes, since an empty summary in place of the turns loses all of them."""
 
     def __init__(
         self,
@@ -414,8 +418,10 @@ class SummarizeNode:
     def _finish(
         self, messages: list[BaseMessage], plan: tuple[int, int] | None, reply: BaseMessage | None
     ) -> dict[str, Any]:
+        """Put the summary in place of the turns it covers; a summary still empty after the
+        second request replaces nothing (the turns stay, and the next call asks again)."""
         result = messages
-        if plan is not None and reply is not None:
+        if plan is not None and reply is not None and not is_empty_summary(reply):
             start, boundary = plan
             text = text_of(strip_reasoning(reply) if isinstance(reply, AIMessage) else reply)
             result = [*messages[:start], summary_message(text), *messages[boundary:]]
@@ -436,7 +442,10 @@ class SummarizeNode:
         plan = self._plan(messages)
         reply = None
         if plan is not None:
-            reply = self.model_call.bound.invoke(self._request(messages, plan), config)
+            request = self._request(messages, plan)
+            reply = self.model_call.bound.invoke(request, config)
+            if is_empty_summary(reply):
+                reply = self.model_call.bound.invoke(self._again(request, reply), config)
         return self._finish(messages, plan, reply)
 
     async def acall(self, state: ArmState, config: RunnableConfig) -> dict[str, Any]:
@@ -444,8 +453,24 @@ class SummarizeNode:
         plan = self._plan(messages)
         reply = None
         if plan is not None:
-            reply = await self.model_call.bound.ainvoke(self._request(messages, plan), config)
+            request = self._request(messages, plan)
+            reply = await self.model_call.bound.ainvoke(request, config)
+            if is_empty_summary(reply):
+                reply = await self.model_call.bound.ainvoke(self._again(request, reply), config)
         return self._finish(messages, plan, reply)
+
+    def _again(self, request: list[BaseMessage], reply: BaseMessage) -> list[BaseMessage]:
+        """The request once more, after the empty reply and a line saying so (the same request
+        sent again would get the same reply from a model at temperature 0)."""
+        return [
+            *request,
+            AIMessage(content=text_of(reply)),
+            keeper_message(
+                f"{SUMMARY_REQUEST_TAG} Your reply was empty. Write the summary now, within "
+                f"{self.summary_tokens} tokens.",
+                "summary_request",
+            ),
+        ]
 
 
 def summarize_graph(
@@ -486,3 +511,10 @@ def summarize_graph(
 
 def is_summary(message: BaseMessage) -> bool:
     return keeper_kind(message) == "summary"
+
+
+def is_empty_summary(reply: BaseMessage) -> bool:
+    """A summary reply with no text (an empty reply, or one that spent its budget thinking):
+    put in place of the turns it would lose them all."""
+    text = text_of(strip_reasoning(reply) if isinstance(reply, AIMessage) else reply)
+    return not text.strip()

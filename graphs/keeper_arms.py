@@ -44,7 +44,9 @@ def keeper_arm_config(
 ) -> KeeperConfig:
     """The arm's configuration: ``base`` (or the defaults) with the window and the arm's own
     setting (notes mode, retrieved sentences) applied. ``domain`` fills ``tracked_names`` when the
-    base leaves it unset; a ``reply_reserve`` given here wins over the base's."""
+    base leaves it unset (the benchmark's runner gives none: a user's keeper knows no pattern for
+    the names); without one, and without a base, the names the NOTES hold are accounted for
+    (``track_noted_names``). A ``reply_reserve`` given here wins over the base's."""
     if domain is not None and domain not in DOMAINS:
         raise ConfigurationError(f"domain={domain!r}; use one of {sorted(DOMAINS)} or None")
     config = base or KeeperConfig()
@@ -62,6 +64,9 @@ def keeper_arm_config(
         changes["reply_reserve"] = default_reply_reserve(window)
     if domain is not None and config.tracked_names is None:
         changes["tracked_names"] = DOMAINS[domain]
+    elif base is None:
+        # no pattern from outside: the names the NOTES hold are the ones accounted for
+        changes["track_noted_names"] = True
     if item_tools:
         changes["item_tools"] = tuple(item_tools)
     return replace(config, **changes)

@@ -15,7 +15,16 @@ method rather than a default nobody would ship with:
   NOTES may take; ``peer_langmem_summarization_tuned`` gives the summary the same budget as the
   NOTES (and binds it as the summary call's ``max_tokens``, as langmem's documentation advises).
 
-Both need the ``bench`` extra (langchain, langmem).
+- ``peer_deepagents``: ``deepagents.create_deep_agent`` (the harness LangChain recommends for
+  long-running agents) with its own context management: its ``SummarizationMiddleware`` writes
+  what it evicts to ``/conversation_history/<session>.md`` in the agent's files, tells the model
+  that path, and summarises the history (the previous summary included) with LangChain's prompt;
+  its file tools (``ls``, ``read_file``, ``grep``...) and sub-agents come with it. At its defaults
+  the thresholds come from the model's profile (``max_input_tokens``: the window here), which
+  summarises at 85% and keeps the newest 10%; ``peer_deepagents_tuned`` replaces the middleware
+  by name (as its documentation shows) to summarise at 75%, the trigger every arm here shares.
+
+All need the ``bench`` extra (langchain, langmem, deepagents).
 """
 
 from __future__ import annotations
@@ -156,3 +165,58 @@ def langmem_summarization_graph(
         graph.add_edge("model", END)
     saver = checkpointer if checkpointer is not None else langmem_checkpointer()
     return graph.compile(checkpointer=saver, name=name)
+
+
+DEEPAGENTS_SUMMARY_START = "You are in the middle of a conversation that has been summarized."
+"""How Deep Agents' summary message begins (its summary follows between <summary> tags)."""
+
+
+def deepagents_graph(
+    model: BaseChatModel,
+    *,
+    window: int,
+    summarize_at: Size | None = None,
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    checkpointer: Checkpointer = None,
+    name: str = "peer_deepagents",
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """``create_deep_agent(model, tools, system_prompt=...)`` with the model's profile saying its
+    window (``max_input_tokens``), so Deep Agents sizes its summarisation from it; every other
+    setting is the harness's default unless ``summarize_at`` is given: then its summarisation
+    middleware is replaced by one that triggers there (keeping the newest 10% of the window, its
+    default), passed as ``middleware=[...]`` under the same name."""
+    try:
+        from deepagents import create_deep_agent
+        from deepagents.backends import StateBackend
+        from deepagents.middleware.summarization import SummarizationMiddleware
+    except ImportError as error:  # pragma: no cover - depends on the install
+        raise MissingDependencyError("deepagents", "bench") from error
+    profiled = model.model_copy(
+        update={"profile": {**(model.profile or {}), "max_input_tokens": window}}
+    )
+    middleware: list[Any] = []
+    if summarize_at is not None:
+        trigger = resolve_size(summarize_at, window, name="summarize_at")
+        middleware.append(
+            SummarizationMiddleware(
+                model=profiled,
+                backend=StateBackend(),
+                trigger=("tokens", trigger),
+                keep=("fraction", 0.10),
+                trim_tokens_to_summarize=None,
+                truncate_args_settings={
+                    "trigger": ("fraction", 0.85),
+                    "keep": ("fraction", 0.10),
+                },
+            )
+        )
+    graph: CompiledStateGraph[Any, Any, Any, Any] = create_deep_agent(
+        profiled,
+        list(tools),
+        system_prompt=system_prompt,
+        middleware=middleware,
+        checkpointer=checkpointer,
+        name=name,
+    )
+    return graph

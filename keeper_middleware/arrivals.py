@@ -61,6 +61,8 @@ class Arrivals:
     archive_whole: ArchiveWhole
     branches: Branches
     """What the branch a step runs on sees (the retrieved sentences are its own)."""
+    index_ready: Callable[[str], None] = lambda session: None
+    """Makes sure the session's archived turns are indexed before its passages are searched."""
 
     def observe(
         self,
@@ -133,6 +135,7 @@ class Arrivals:
         if self.config.rules_next_to_questions and rules:
             added.append(own(session, render_rules_block(rules), "rules", f"rules-{qid}"))
         if self.config.show_retrieved > 0:
+            self.index_ready(session)
             within = self.branches.passages(session, head)
             per_query = [
                 search_within(

@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.archive.records import TIP, Chain, CutRecord, Head
 from keeper_middleware.archive.store import ArchiveStore, UnknownCutError
-from keeper_middleware.indexing import NEXT_POSITION, ensure_positions
+from keeper_middleware.indexing import NEXT_POSITION, BackgroundIndexing, ensure_positions
 from keeper_middleware.messages import keeper_kind
 from keeper_middleware.retrievers.base import Retriever, Spans
 
@@ -57,6 +57,9 @@ class Branches:
         self.archive = archive
         self._retrievers = retrievers
         self._unit = unit
+        self.index: BackgroundIndexing | None = None
+        """The keeper's indexing: a branch's turns are handed to the index before their positions
+        are read, and an index rebuilt for positions waits for the session's catch-up."""
         self._lock = threading.Lock()
         self._chains: OrderedDict[tuple[str, str | None], Chain] = OrderedDict()
         self._spans: OrderedDict[tuple[str, str | None], Spans] = OrderedDict()
@@ -151,8 +154,18 @@ class Branches:
         session = chain.session
         if not chain.seqs:
             return Spans(), True
+        if self.index is not None:
+            self.index.ready(session)  # the newest records' positions are known once handed over
         if session not in self._positioned:
-            ensure_positions(self.archive, session, self._retrievers(), unit=self._unit)
+            index = self.index
+            ensure_positions(
+                self.archive,
+                session,
+                self._retrievers(),
+                unit=self._unit,
+                # no catch-up of the session may run while its index is built again
+                before_rebuild=(lambda: index.forget(session)) if index is not None else None,
+            )
             self._positioned.add(session)
         walk = chain.seqs.walk  # the branch's own order: its passages follow it
         bounds = {edge for span in walk for edge in span}

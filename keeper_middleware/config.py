@@ -89,6 +89,10 @@ class KeeperConfig:
     tracked_names: str | None = None
     """A regex for the names whose mentions the domain checks account for (counters, files,
     tickets). None turns the domain checks off; the generic checks are always on."""
+    track_noted_names: bool = False
+    """With no ``tracked_names``, account for the names the NOTES already hold: a noted turn that
+    names a one-word STATE key with an amount, and no line for it, is asked about again (nothing
+    is left out). A pattern from the conversation itself, for agents whose names have none."""
     pinned_head: int = 1
     """How many leading user messages (the task) stay in view for ever."""
     item_pattern: str | None = r"^\s*(?:Item|Batch|Ticket)\s+#?(\d+)\b"
@@ -101,9 +105,11 @@ class KeeperConfig:
     """Repeat the RULES right after each new question set (22/29 pinned only, 29/29 repeated)."""
     show_retrieved: int = 0
     """Also show this many best-matching archived sentences next to each new question set."""
-    passages: str = "sentences"
-    """What the archive indexes as one passage: ``sentences``, or ``messages`` (each message
-    cut into bounded chunks of whole sentences; measured better on real conversation, see
+    passages: str = "messages"
+    """What the archive indexes as one passage: ``messages`` (each message cut into bounded
+    chunks of whole sentences; the embedding backend also gives each sentence a vector), or
+    ``sentences``. Every passage carries its message's context (who, when, which item).
+    Messages find the evidence more often on real conversation (LoCoMo, every backend;
     bench/results/locomo_recall.md). A hit on a message shows the matched sentence marked."""
     search_results: int = 10
     """How many matches the archive search shows at most."""

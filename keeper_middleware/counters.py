@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -57,7 +57,8 @@ class Counters:
             self.management_completion_tokens += completion
 
     def to_json(self) -> dict[str, int]:
-        return asdict(self)
+        # every field is an int: no deep copy needed (``asdict`` makes one, at every save)
+        return {name: getattr(self, name) for name in _COUNTER_FIELDS}
 
     @classmethod
     def from_json(cls, data: object) -> Counters:
@@ -69,3 +70,6 @@ class Counters:
     @property
     def cached_ratio(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+_COUNTER_FIELDS = tuple(f.name for f in fields(Counters))

@@ -50,7 +50,7 @@ from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
 from keeper_middleware.cut import KEPT_KEY, recount_kept
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.indexing import catch_up
+from keeper_middleware.indexing import BackgroundIndexing
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.marks import verified
 from keeper_middleware.messages import (
@@ -138,6 +138,7 @@ class Keeper:
             namespace=self.namespace,
             database=database,
             schema=schema,
+            vectors_may_lag=True,
         )
         self.passages_retriever = (
             self.retriever
@@ -148,20 +149,25 @@ class Keeper:
                 namespace=f"{self.namespace}-passages",
                 database=database,
                 schema=schema,
+                vectors_may_lag=True,
             )
         )
         shared = self.archive if isinstance(self.archive, SessionLockBackend) else None
         self.locks = SessionLocks(shared)
         self.tokens = resolve_token_counter(token_counter)
         self.checks = (
-            tuple(checks) if checks is not None else default_checks(self.config.tracked_names)
+            tuple(checks)
+            if checks is not None
+            else default_checks(
+                self.config.tracked_names, noted_names=self.config.track_noted_names
+            )
         )
         self.detector = question_detector or PatternQuestionDetector(self.config.question_patterns)
         self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)
         self.sessions = SessionState(self.archive, self.locks)
         self.window = WindowPolicy(self.config, self.tokens, self.detector)
         self.dialogue = NoteDialogue(self.config, self.tokens, self.checks, self.detector)
-        self.branches = Branches(self.archive, self._retrievers, self.config.passages)
+        self.branches = Branches(self.archive, self._index_retrievers, self.config.passages)
         self.oversized = OversizedMessages(
             archive=self.archive,
             tokens=self.tokens,
@@ -170,6 +176,10 @@ class Keeper:
             sync_index=lambda session: self._sync_index(session),
             branches=self.branches,
         )
+        self.indexing = BackgroundIndexing(
+            self.archive, self._index_retrievers, unit=self.config.passages
+        )
+        self.branches.index = self.indexing
         self.searcher = ArchiveSearch(
             sessions=self.sessions,
             retriever=self.retriever,
@@ -177,6 +187,7 @@ class Keeper:
             tokens=self.tokens,
             branches=self.branches,
             is_new_input=self.items.is_new_input,
+            index_ready=self.indexing.ready,
         )
         self.commit = CutCommit(
             config=self.config,
@@ -198,6 +209,7 @@ class Keeper:
             passages=self.passages_retriever,
             archive_whole=self.oversized.archive_whole,
             branches=self.branches,
+            index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
 
@@ -304,6 +316,7 @@ class Keeper:
     ) -> Pending:
         window = self.window
         budget = self.config.budget
+        self.indexing.schedule_once(session)  # turns a crash left unindexed
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
         if not kstate:
             self._warn_if_archive_outlived_state(session)
@@ -407,14 +420,15 @@ class Keeper:
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(pending.messages, pending.state, changed, rewritten)
 
-    def _retrievers(self) -> tuple[Retriever, ...]:
+    def _sync_index(self, session: str) -> None:
+        """Index archived turns the retrievers have not seen yet, in the background: the step
+        does not wait for embeddings, and a search of the session waits only for its own."""
+        self.indexing.schedule(session)
+
+    def _index_retrievers(self) -> tuple[Retriever, ...]:
         if self.passages_retriever is not self.retriever:
             return (self.retriever, self.passages_retriever)
         return (self.retriever,)
-
-    def _sync_index(self, session: str) -> None:
-        """Index archived turns the retriever has not seen yet (also after a crash)."""
-        catch_up(self.archive, session, self._retrievers(), unit=self.config.passages)
 
     # ----------------------------------------------------------------- the model's side
 
@@ -513,6 +527,7 @@ class Keeper:
     def retrieve(self, session: str, query: str, *, k: int = 10, head: Head = TIP) -> list[Hit]:
         """The archive's best matches for ``query`` on the branch ``head``, as the search
         tool finds them (without its guards or its rendering)."""
+        self.indexing.ready(session)
         return search_within(
             self.retriever,
             query,
@@ -524,6 +539,7 @@ class Keeper:
     def forget(self, session: str) -> None:
         """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""
         with self.session(session), self._lock:
+            self.indexing.forget(session)
             self.archive.delete_session(session)
             self.retriever.delete_session(session)
             if self.passages_retriever is not self.retriever:
@@ -532,6 +548,8 @@ class Keeper:
             self.branches.forget(session)
 
     def close(self) -> None:
+        """Index what is still queued, then close the indexes and the archive."""
+        self.indexing.drain()
         if self.passages_retriever is not self.retriever:
             self.passages_retriever.close()
         self.retriever.close()

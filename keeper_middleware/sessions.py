@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -44,10 +44,15 @@ class SessionState:
         self.locks = locks
         self.lock = threading.RLock()
         """Guards this process's caches (the session lock orders the sessions themselves)."""
+        self.shared = locks.backend is not None
+        """Whether other processes serve this archive's sessions too (then what this process
+        remembers of a session is dropped each time it takes the session)."""
         self._counters: dict[str, Counters] = {}
         self._saved_counters: dict[str, dict[str, Any]] = {}
         self._secrets: dict[str, str] = {}
         self._rooms: dict[str, int] = {}
+        self._later: set[str] = set()
+        """Sessions whose counter writes wait for their host's own save (:meth:`saving_later`)."""
 
     @contextmanager
     def hold(self, session: str) -> Iterator[None]:
@@ -67,7 +72,10 @@ class SessionState:
             yield
 
     def _forget_counters(self, session: str) -> None:
-        """Drop what this process remembers of a session: another process may have moved it on."""
+        """Drop what this process remembers of a session: another process may have moved it on
+        (on an archive no other process serves, what was read stays right)."""
+        if not self.shared:
+            return
         with self.lock:
             self._counters.pop(session, None)
 
@@ -91,11 +99,38 @@ class SessionState:
 
     def save_counters(self, session: str) -> None:
         """Write the counters if they changed since they were last written (most steps change
-        nothing: no cut, no rules shown, no larger window)."""
+        nothing: no cut, no rules shown, no larger window); while the session is
+        :meth:`saving_later`, leave them to the host's save."""
         data = self.counters(session).to_json()
-        if self._saved_counters.get(session) != data:
+        if self._saved_counters.get(session) != data and session not in self._later:
             self.archive.put_value(session, "counters", data)
             self._saved_counters[session] = data
+
+    @contextmanager
+    def saving_later(self, session: str) -> Iterator[None]:
+        """While held, the session's counters are written with its host's own save
+        (:meth:`unsaved_values`, then :meth:`values_saved`), in the host's transaction, instead
+        of in one of their own at each change: a proxy saves once a request. Whatever is still
+        unsaved at the end is written then."""
+        self._later.add(session)
+        try:
+            yield
+        finally:
+            self._later.discard(session)
+            with self.lock:
+                known = session in self._counters  # not when the session was erased meanwhile
+            if known:
+                self.save_counters(session)
+
+    def unsaved_values(self, session: str) -> dict[str, Any]:
+        """The per-session values changed since they were last written (key → value)."""
+        data = self.counters(session).to_json()
+        return {} if self._saved_counters.get(session) == data else {"counters": data}
+
+    def values_saved(self, session: str, values: Mapping[str, Any]) -> None:
+        """Record that the host wrote ``values`` (from :meth:`unsaved_values`)."""
+        if "counters" in values:
+            self._saved_counters[session] = values["counters"]
 
     def notes(self, session: str, head: Head = TIP) -> Notes:
         """The NOTES in effect at the cut ``head`` (empty before a branch's first cut)."""
@@ -121,7 +156,8 @@ class SessionState:
         return signed(keeper_message(text, kind, msg_id=msg_id), self.secret(session))
 
     def guard(self, session: str) -> GuardState:
-        """The search guard's state (searches since the last new input, repeats)."""
+        """The search guard's state (searches since the last new input, repeats). Read at every
+        use: arms that manage their own memory reset it in the archive directly."""
         return GuardState.from_json(self.archive.get_value(session, "search_guard"))
 
     def set_guard(self, session: str, guard: GuardState) -> None:

@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import math
+import operator
 import re
 import threading
 from collections import OrderedDict
@@ -111,8 +112,23 @@ def message_parts(message: BaseMessage) -> tuple[list[str], int, int]:
     return [p for p in parts if p], images, len(calls)
 
 
+_TOOLS_SEEN: dict[tuple[int, ...], tuple[Sequence[dict[str, Any]], str]] = {}
+_TOOLS_KEPT = 64
+
+
 def _tools_json(tools: Sequence[dict[str, Any]]) -> str:
-    return "".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    """The tools as the request sends them. A step counts the same schemas several times (they
+    are converted once, :class:`~keeper_middleware.model_setup.ModelSetup`, and never changed),
+    so the text is remembered by the schemas' identity, holding them so no identity is reused."""
+    key = tuple(map(id, tools))
+    known = _TOOLS_SEEN.get(key)
+    if known is not None and all(map(operator.is_, known[0], tools)):
+        return known[1]
+    text = "".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    if len(_TOOLS_SEEN) >= _TOOLS_KEPT:
+        _TOOLS_SEEN.clear()
+    _TOOLS_SEEN[key] = (tuple(tools), text)
+    return text
 
 
 _LETTERS = bytes(range(65, 91)) + bytes(range(97, 123))

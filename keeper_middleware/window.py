@@ -77,7 +77,9 @@ class WindowPolicy:
         every = self.config.notes_every_items
         if every is None:
             return False
-        new_items = int(kstate["last_item"]) - int(kstate["notes_item"])
+        # numbering can go backwards (an unnumbered message counted as an item, then a batch
+        # stating a lower number): no new items, never a negative count
+        new_items = max(0, int(kstate["last_item"]) - int(kstate["notes_item"]))
         if new_items >= every or layout.notes_index is None:
             return new_items >= every
         due = items_due(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import inspect
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
@@ -290,27 +290,27 @@ def search_within(
     from_item: int | None = None,
     to_item: int | None = None,
     within: Spans | None = None,
+    search: Callable[..., list[Hit]] | None = None,
 ) -> list[Hit]:
     """``retriever.search`` limited to ``within``, whether or not the backend takes the argument.
+    ``search``: another search method of the same retriever to call (a hybrid's embedding side
+    may read only the vectors written so far).
 
     A backend that does not is asked for more hits, four times as many each round, until ``k``
     of them lie within the spans or it has no more to give; the sentence shown after a match is
     kept only when it is the next position within the spans (the backend cannot be asked for
     another), so no text of another branch is ever shown.
     """
+    run = retriever.search if search is None else search
     if within is None:
-        return retriever.search(query, session=session, k=k, from_item=from_item, to_item=to_item)
+        return run(query, session=session, k=k, from_item=from_item, to_item=to_item)
     if not within:
         return []
     if takes_within(retriever):
-        return retriever.search(
-            query, session=session, k=k, from_item=from_item, to_item=to_item, within=within
-        )
+        return run(query, session=session, k=k, from_item=from_item, to_item=to_item, within=within)
     asked = k * _GROW
     while True:
-        found = retriever.search(
-            query, session=session, k=asked, from_item=from_item, to_item=to_item
-        )
+        found = run(query, session=session, k=asked, from_item=from_item, to_item=to_item)
         kept = keep_within(found, within)
         if len(kept) >= k or len(found) < asked:
             break

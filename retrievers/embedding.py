@@ -3,10 +3,12 @@
 Embedding is the cost of indexing (measured on 2 cores: about 8.3 ms of CPU a LoCoMo sentence or
 message with all-MiniLM-L6-v2 in PyTorch, 2.7 ms with its int8 build ``minilm-q8``, against 0.25 ms
 for everything else; bench/results/locomo_recall.md), so ``add`` only queues passages and
-returns; a worker thread embeds and writes them in batches while the agent waits for its next
-model call. ``search`` first waits for what is queued for its session, so results are always
-complete: when passages arrive faster than they can be embedded the queue grows, and the next
-search of that session waits for it. ``flush`` and ``close`` wait for everything.
+returns; the process's indexing worker (:mod:`~keeper_middleware.retrievers.background`, one
+thread for every index of the process) embeds and writes them in batches while the agent waits
+for its next model call. ``search`` first makes sure what is queued for its session is written,
+so results are always complete: it writes the queue itself rather than wait behind other work
+of the worker. ``flush`` and ``close`` write everything. The queue is bounded
+(``MAX_QUEUED_PASSAGES``): an ``add`` past it writes the queue first.
 
 A passage of several sentences (a whole message) gets a vector of its own and one per sentence,
 all carrying the passage's context, and scores as the best of them: a message's mean-pooled vector
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from keeper_middleware.retrievers.background import background_worker
 from keeper_middleware.retrievers.base import (
     Hit,
     Passage,
@@ -64,6 +67,8 @@ _MOST = 64
 _MIN, _MAX = -(2**63), 2**63 - 1
 SENTENCE_WORDS = 1
 """Fewest words a sentence vector covers (1: every sentence with a word has its own)."""
+MAX_QUEUED_PASSAGES = 20_000
+"""Most passages queued for embedding; an ``add`` past it writes the queue before returning."""
 SHORT_SENTENCES = ("join", "skip")
 """What a sentence of fewer than ``sentence_words`` words gets: a share of its neighbours'
 vector, or no vector of its own."""
@@ -147,10 +152,11 @@ class EmbeddingRetriever:
         self._pending: Counter[str] = Counter()
         self._changed = threading.Condition()
         self._model_lock = threading.Lock()
+        self._draining = threading.Lock()
         self._failure: BaseException | None = None
         self._closed = False
-        self._worker = threading.Thread(target=self._work, name="keeper-embedder", daemon=True)
-        self._worker.start()
+        self._worker = background_worker()
+        self._job = _WriteJob(self)
 
     def add(self, passages: Sequence[Passage]) -> None:
         if not passages:
@@ -159,7 +165,12 @@ class EmbeddingRetriever:
             self._check_usable()
             self._queue.extend(passages)
             self._pending.update(p.session for p in passages)
+            crowded = len(self._queue) > MAX_QUEUED_PASSAGES
             self._changed.notify_all()
+        if crowded:
+            self._wait(None)
+        else:
+            self._worker.submit(self._job, self._drain)
 
     def search(
         self,
@@ -175,6 +186,27 @@ class EmbeddingRetriever:
         if not has_searchable_text(query) or (within is not None and not within):
             return []
         self._wait(session)
+        return self.search_written(
+            query, session=session, k=k, from_item=from_item, to_item=to_item, within=within
+        )
+
+    def search_written(
+        self,
+        query: str,
+        *,
+        session: str,
+        k: int = 10,
+        from_item: int | None = None,
+        to_item: int | None = None,
+        within: Spans | None = None,
+    ) -> list[Hit]:
+        """:meth:`search` over the passages written so far, without waiting for those still
+        queued (a hybrid ranks those by its keyword side meanwhile)."""
+        check_search_arguments(k, from_item, to_item)
+        if not has_searchable_text(query) or (within is not None and not within):
+            return []
+        with self._changed:
+            self._check_usable()
         with self._model_lock:
             vector = embed_query(self._embedder, query)
         found = self._nearest(list(vector), k, session, from_item, to_item, within)
@@ -229,7 +261,6 @@ class EmbeddingRetriever:
             with self._changed:
                 self._closed = True
                 self._changed.notify_all()
-            self._worker.join()
             if self._ephemeral:
                 self._client.delete_collection(self._collection.name)
 
@@ -237,35 +268,60 @@ class EmbeddingRetriever:
         return f"EmbeddingRetriever({self._where}, embedder={self._name!r})"
 
     def _wait(self, session: str | None) -> None:
-        """Blocks until the queue holds nothing for ``session`` (or nothing at all)."""
-        with self._changed:
-            self._check_usable()
-            while (self._pending[session] if session is not None else self._queue) and (
-                self._failure is None
-            ):
-                self._changed.wait()
-            self._raise_failure()
-
-    def _work(self) -> None:
+        """Returns once nothing is queued for ``session`` (or nothing at all). The caller writes
+        the session's queued passages itself, between two of the worker's batches, rather than
+        wait behind other sessions' work; ``None`` runs or waits for the whole queue."""
         while True:
             with self._changed:
-                while not self._queue and not self._closed:
-                    self._changed.wait()
-                if not self._queue:
+                self._check_usable()
+                left = self._pending[session] if session is not None else len(self._queue)
+                if not left:
                     return
-                batch = [self._queue[i] for i in range(min(len(self._queue), self._max_batch))]
-            try:
-                self._write(batch)
-            except BaseException as error:  # kept and raised to the caller of the next call
+            if session is None:
+                self._worker.run_now(self._job)
+                with self._draining:  # a batch another thread took out of the queue
+                    pass
+                continue
+            with self._draining:
                 with self._changed:
-                    self._failure = error
-                    self._changed.notify_all()
-                return
+                    mine = [p for p in self._queue if p.session == session]
+                if mine:
+                    self._write_batch(mine, taken=True)
+
+    def _drain(self) -> None:
+        """Write what is queued, a batch at a time, until the queue is empty (a search may write
+        its own session's passages between two batches)."""
+        while True:
+            with self._draining:
+                with self._changed:
+                    if not self._queue or self._failure is not None:
+                        return
+                    count = min(len(self._queue), self._max_batch)
+                    batch = [self._queue[i] for i in range(count)]
+                if not self._write_batch(batch, taken=False):
+                    return
+
+    def _write_batch(self, batch: list[Passage], *, taken: bool) -> bool:
+        """Write ``batch`` and take it off the queue (the queue's first passages, or with
+        ``taken`` wherever they are); a failure is kept for the next caller. Holds the write
+        lock."""
+        try:
+            self._write(batch)
+        except BaseException as error:  # kept and raised to the caller of the next call
             with self._changed:
+                self._failure = error
+                self._changed.notify_all()
+            return False
+        with self._changed:
+            if taken:
+                written = {id(p) for p in batch}
+                self._queue = deque(p for p in self._queue if id(p) not in written)
+            else:
                 for _ in batch:
                     self._queue.popleft()
-                self._pending.subtract(p.session for p in batch)
-                self._changed.notify_all()
+            self._pending.subtract(p.session for p in batch)
+            self._changed.notify_all()
+        return True
 
     def _write(self, batch: list[Passage]) -> None:
         latest = {(p.session, p.position): p for p in batch}  # the last add of a position wins
@@ -532,3 +588,15 @@ def _make_client(path: str | PathLike[str] | None, server: str | None) -> Any:
             "to keep the index in a local folder."
         ) from error
     return client
+
+
+class _WriteJob:
+    """The name of one index's write job on the process's worker (one queued at a time)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: EmbeddingRetriever) -> None:
+        self.owner = repr(owner)
+
+    def __repr__(self) -> str:
+        return f"write queue of {self.owner}"

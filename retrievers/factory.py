@@ -29,6 +29,7 @@ def make_retriever(
     namespace: str | None = None,
     database: str | None = None,
     schema: str = "keeper",
+    vectors_may_lag: bool = False,
 ) -> Retriever:
     """A retriever from a spec: a retriever passes through, a LangChain ``VectorStore`` is
     adapted (:class:`VectorStoreRetriever`); "keyword" (the default, also for None),
@@ -40,7 +41,9 @@ def make_retriever(
     default collection is used.
     With ``database`` (a ``postgresql://`` URL) the keyword side lives in that database, in
     ``schema``, instead of a file: "keyword" and "hybrid" then need no local files ("hybrid"
-    with a Chroma server).
+    with a Chroma server). ``vectors_may_lag``: a "hybrid" search does not wait for vectors
+    still being made; it ranks those passages by keyword until they are written (the keeper's
+    choice, so a search right after a cut is not held up by embedding it).
     """
     if spec is None:
         spec = "keyword"
@@ -79,4 +82,4 @@ def make_retriever(
     )
     if backend == "embedding":
         return embedding
-    return HybridRetriever(keyword(), embedding)
+    return HybridRetriever(keyword(), embedding, wait_for_vectors=not vectors_may_lag)

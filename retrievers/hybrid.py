@@ -4,6 +4,12 @@ BM25 finds what a question names exactly (``domo86``); embeddings find what it s
 words. Reciprocal-rank fusion needs no score calibration between the two: each list contributes
 ``1 / (k_rrf + rank)`` per passage, and each list is asked for ``depth`` times the hits wanted so a passage
 ranked low by one backend can still be lifted by the other.
+
+The keyword side writes as passages are added; the embedding side embeds them in the
+background (tens of milliseconds of CPU a message). A search waits for its session's vectors
+(the ``Retriever`` contract: every passage added before it is seen), unless made with
+``wait_for_vectors=False``, as the keeper makes its own: then passages whose vectors are not
+written yet (right after a cut) are ranked by the keyword side alone until they are.
 """
 
 from __future__ import annotations
@@ -67,9 +73,13 @@ class HybridRetriever:
         k_rrf: int = DEFAULT_K_RRF,
         keyword_weight: float = DEFAULT_KEYWORD_WEIGHT,
         depth: int = DEFAULT_DEPTH,
+        wait_for_vectors: bool = True,
     ) -> None:
         """``keyword_weight`` is how much a keyword rank counts against an embedding rank;
-        each backend is asked for ``depth`` times the hits wanted."""
+        each backend is asked for ``depth`` times the hits wanted. ``wait_for_vectors=False``:
+        a search ranks the passages whose vectors are still queued by keyword alone instead of
+        waiting for them (see the module docstring)."""
+        self._wait_for_vectors = wait_for_vectors
         if depth < 1:
             raise ValueError(f"depth must be a positive int (2 is the default), got {depth}.")
         self._depth = depth
@@ -83,6 +93,11 @@ class HybridRetriever:
         self._embedding = embedding
         self._k_rrf = k_rrf
         self._weights = (keyword_weight, 1.0)
+
+    @property
+    def waits_for_vectors(self) -> bool:
+        """Whether a search waits for its session's queued vectors (see ``__init__``)."""
+        return self._wait_for_vectors
 
     def add(self, passages: Sequence[Passage]) -> None:
         self._keyword.add(passages)
@@ -99,6 +114,9 @@ class HybridRetriever:
         within: Spans | None = None,
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
+        embedded = self._embedding.search
+        if not self._wait_for_vectors:
+            embedded = getattr(self._embedding, "search_written", embedded)
         lists = [
             search_within(
                 backend,
@@ -108,8 +126,12 @@ class HybridRetriever:
                 from_item=from_item,
                 to_item=to_item,
                 within=within,
+                search=search,
             )
-            for backend in (self._keyword, self._embedding)
+            for backend, search in (
+                (self._keyword, self._keyword.search),
+                (self._embedding, embedded),
+            )
         ]
         return reciprocal_rank_fusion(lists, k=k, k_rrf=self._k_rrf, weights=self._weights)
 

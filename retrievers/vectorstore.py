@@ -4,6 +4,8 @@ Every store LangChain integrates (in-memory, Chroma, FAISS, pgvector, Pinecone, 
 argument away: ``Keeper(retriever=InMemoryVectorStore(embeddings))``. Passages go in as documents
 with ``session``, ``item`` and ``position`` metadata under the id ``"<session>:<position>"``, so
 re-adding a position replaces it and the sentence that follows a match is one ``get_by_ids`` away.
+A passage with a context (who wrote it, when) is embedded with it; the words alone are kept in
+the ``text`` metadata, and a hit shows them.
 
 Stores filter and count in dialects of their own. Two are known: LangChain's
 ``InMemoryVectorStore`` (a Python predicate) and Chroma (a ``where`` clause, with counting and
@@ -21,7 +23,8 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
-from keeper_middleware.retrievers.sentences import has_searchable_text
+from keeper_middleware.retrievers.passages import mark_hits
+from keeper_middleware.retrievers.sentences import has_searchable_text, split_sentences
 
 _FETCH_LIMIT = 10_000
 
@@ -42,24 +45,38 @@ class VectorStoreRetriever:
         self.store = store
         self._dialect = _dialect_of(store)
         self._lock = threading.Lock()
-        self._added: dict[str, set[int]] = {}
+        self._added: dict[str, set[str]] = {}
+        """Per session, the ids' part after the session (``position`` or ``position#sentence``)."""
 
     def add(self, passages: Sequence[Passage]) -> None:
         if not passages:
             return
         latest = {passage_id(p.session, p.position): p for p in passages}  # last one wins
-        ids = list(latest)
+        ids: list[str] = []
+        texts: list[str] = []
+        metadatas: list[dict[str, Any]] = []
+        for vector_id, passage in latest.items():
+            meta = {
+                "session": passage.session,
+                "item": passage.item,
+                "position": passage.position,
+                "text": passage.text,
+                "context": passage.context,
+            }
+            ids.append(vector_id)
+            texts.append(passage.indexed_text)
+            metadatas.append(meta)
+            sentences = split_sentences(passage.text)
+            if len(sentences) > 1:  # a message also has one document a sentence (its best wins)
+                for index, sentence in enumerate(sentences):
+                    ids.append(f"{vector_id}#{index}")
+                    texts.append(f"{passage.context}: {sentence}" if passage.context else sentence)
+                    metadatas.append({**meta, "sentence": index})
         with self._lock:
-            self.store.add_texts(
-                [p.text for p in latest.values()],
-                metadatas=[
-                    {"session": p.session, "item": p.item, "position": p.position}
-                    for p in latest.values()
-                ],
-                ids=ids,
-            )
-            for passage in latest.values():
-                self._added.setdefault(passage.session, set()).add(passage.position)
+            self.store.add_texts(texts, metadatas=metadatas, ids=ids)
+            for vector_id in ids:
+                session, _, position = vector_id.rpartition(":")
+                self._added.setdefault(session, set()).add(position)
 
     def search(
         self,
@@ -74,25 +91,40 @@ class VectorStoreRetriever:
         check_search_arguments(k, from_item, to_item)
         if not has_searchable_text(query) or (within is not None and not within):
             return []
+        best: dict[int, tuple[Document, float]] = {}
+        fetch = k
         with self._lock:
-            scored = self._dialect.search(self.store, query, k, session, from_item, to_item, within)
-        hits = []
-        for document, score in scored:
-            passage = _passage(document)
-            position = (
-                passage.position + 1 if within is None else within.following(passage.position)
-            )
-            following = (
-                [] if position is None else self.store.get_by_ids([passage_id(session, position)])
-            )
-            hits.append(
-                Hit(
-                    passage=passage,
-                    score=float(score),
-                    next_text=following[0].page_content if following else "",
+            while True:  # a message's sentences take several places: ask for more until k
+                scored = self._dialect.search(
+                    self.store, query, fetch, session, from_item, to_item, within
                 )
+                best = {}
+                for document, score in scored:
+                    position = int(document.metadata["position"])
+                    if position not in best or score > best[position][1]:
+                        best[position] = (document, score)
+                if len(best) >= k or len(scored) < fetch or fetch >= _FETCH_LIMIT:
+                    break
+                fetch *= 4
+        ranked = sorted(best.values(), key=lambda pair: -pair[1])[:k]
+        hits: list[Hit] = []
+        marked: list[Hit] = []
+        for document, score in ranked:
+            passage = _passage(document)
+            next_at = passage.position + 1 if within is None else within.following(passage.position)
+            following = (
+                [] if next_at is None else self.store.get_by_ids([passage_id(session, next_at)])
             )
-        return hits
+            sentence = document.metadata.get("sentence")
+            hit = Hit(
+                passage=passage,
+                score=float(score),
+                next_text=_passage(following[0]).text if following else "",
+                sentence=int(sentence) if sentence is not None else 0,
+            )
+            (hits if sentence is not None else marked).append(hit)
+        found = {h.passage.position: h for h in [*hits, *mark_hits(marked, query)]}
+        return [found[int(document.metadata["position"])] for document, _ in ranked]
 
     def count(self, session: str) -> int:
         with self._lock:
@@ -134,12 +166,12 @@ class _Dialect:
                 return kept[:k]
             fetch *= 4
 
-    def count(self, store: VectorStore, session: str, added: set[int]) -> int:
-        return len(added)
+    def count(self, store: VectorStore, session: str, added: set[str]) -> int:
+        return sum(1 for position in added if "#" not in position)
 
-    def delete(self, store: VectorStore, session: str, added: set[int]) -> None:
+    def delete(self, store: VectorStore, session: str, added: set[str]) -> None:
         if added:
-            store.delete(ids=[passage_id(session, p) for p in added])
+            store.delete(ids=[f"{session}:{p}" for p in added])
 
 
 class _InMemory(_Dialect):
@@ -160,10 +192,10 @@ class _InMemory(_Dialect):
         records: dict[str, Any] = getattr(store, "store", {})
         return [i for i, r in records.items() if r.get("metadata", {}).get("session") == session]
 
-    def count(self, store: VectorStore, session: str, added: set[int]) -> int:
-        return len(self._ids(store, session))
+    def count(self, store: VectorStore, session: str, added: set[str]) -> int:
+        return sum(1 for i in self._ids(store, session) if "#" not in i.rpartition(":")[2])
 
-    def delete(self, store: VectorStore, session: str, added: set[int]) -> None:
+    def delete(self, store: VectorStore, session: str, added: set[str]) -> None:
         ids = self._ids(store, session)
         if ids:
             store.delete(ids=ids)
@@ -195,11 +227,11 @@ class _Chroma(_Dialect):
         found = store.similarity_search_with_score(query, k=k, filter=where)
         return [(document, -distance) for document, distance in found]  # higher is better
 
-    def count(self, store: VectorStore, session: str, added: set[int]) -> int:
+    def count(self, store: VectorStore, session: str, added: set[str]) -> int:
         got = store.get(where={"session": session}, include=[])  # type: ignore[attr-defined]
-        return len(got["ids"])
+        return sum(1 for i in got["ids"] if "#" not in i.rpartition(":")[2])
 
-    def delete(self, store: VectorStore, session: str, added: set[int]) -> None:
+    def delete(self, store: VectorStore, session: str, added: set[str]) -> None:
         ids = store.get(where={"session": session}, include=[])["ids"]  # type: ignore[attr-defined]
         if ids:
             store.delete(ids=ids)
@@ -229,10 +261,12 @@ def _predicate(
 
 
 def _passage(document: Document) -> Passage:
+    """The passage a document holds (documents written before contexts hold the words alone)."""
     meta = document.metadata
     return Passage(
         session=str(meta["session"]),
         item=int(meta["item"]),
         position=int(meta["position"]),
-        text=document.page_content,
+        text=str(meta.get("text", document.page_content)),
+        context=str(meta.get("context", "")),
     )

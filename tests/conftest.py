@@ -69,6 +69,7 @@ PROXY_SUITES = (
     "tests.test_proxy_faults",
     "tests.test_proxy_history",
     "tests.test_proxy_socket",
+    "tests.test_proxy_fidelity",
 )
 
 

@@ -181,3 +181,28 @@ def test_a_result_survives_json(sets):
 def test_grading_needs_a_reader_label(sets):
     with pytest.raises(ValueError, match="simulated reader"):
         grade(sets, {}, reader=" ")
+
+
+def test_the_new_question_kinds_are_graded_each_in_its_own_column():
+    sets = [
+        {
+            "after_item": 10,
+            "final": False,
+            "questions": [
+                {"number": 1, "category": "before_last", "bucket": "1–4", "answer": "57"},
+                {"number": 2, "category": "count", "bucket": "5–24", "answer": "3"},
+                {"number": 3, "category": "order", "bucket": "5–24", "answer": "domo86"},
+                {"number": 4, "category": "gist", "bucket": "5–24", "answer": "kibu12"},
+                {"number": 5, "category": "gist", "bucket": "5–24", "answer": "kibu12"},
+                {"number": 6, "category": "order", "bucket": "5–24", "answer": "domo86"},
+            ],
+        }
+    ]
+    reply = "1. 57\n2. three\n3. Domo86\n4. kibu12 or domo86\n5. I think kibu12\n6. kelo12"
+    result = grade(sets, {(10, False): reply}, reader=SIMULATED_READER)
+    assert result.by_category == {
+        "before_last": (1, 1),
+        "count": (1, 1),
+        "order": (1, 2),
+        "gist": (0, 2),
+    }

@@ -298,6 +298,10 @@ def test_the_categories_cover_every_question_type(hard_stream):
         "current",
         "old",
         "who",
+        "before_last",
+        "count",
+        "order",
+        "gist",
         "rule",
         "method",
         "overdrawn",
@@ -454,3 +458,43 @@ def test_a_bad_spec_says_what_to_fix(changes, message):
 def test_an_unknown_size_names_the_sizes():
     with pytest.raises(ValueError, match="tiny, small, 240k"):
         preset_spec("huge")
+
+
+def test_the_new_question_kinds_are_answered_by_an_independent_reading_of_the_text(hard_stream):
+    """The value before the last change, a count, an order and a gist, each re-derived from the
+    text (the test's own parser) rather than the ledger."""
+    folder, _ = hard_stream
+    values: dict[str, int] = {}
+    carry: dict = {}
+    history: dict[str, list[tuple[int, int]]] = {}  # name -> [(item, value after), ...]
+    seen_kinds: set[str] = set()
+    for record in read_stream(folder):
+        if record["type"] == "batch":
+            for name, value, _ in _derive(record["text"], values, carry):
+                history.setdefault(name, []).append((record["item"], value))
+            continue
+        for q in record["questions"]:
+            name, kind = q["name"], q["kind"]
+            if kind not in ("before_last", "count", "order", "gist"):
+                continue
+            seen_kinds.add(kind)
+            assert q["category"] == kind
+            if kind == "before_last":
+                assert q["answer"] == str(history[name][-2][1])
+                assert q["item"] == history[name][-1][0]
+            elif kind == "count":
+                span = range(q["item"], q["until"] + 1)
+                assert q["answer"] == str(sum(1 for item, _ in history[name] if item in span))
+            elif kind == "order":
+                (other,) = q["others"]
+                first = min((name, other), key=lambda n: history[n][0][0])
+                assert q["answer"] == first and history[name][0][0] != history[other][0][0]
+            else:
+                span = range(q["item"], q["until"] + 1)
+                counts = {
+                    n: sum(1 for item, _ in history[n] if item in span)
+                    for n in (name, *q["others"])
+                }
+                best = max(counts.values())
+                assert [n for n, c in counts.items() if c == best] == [q["answer"]]
+    assert seen_kinds == {"before_last", "count", "order", "gist"}

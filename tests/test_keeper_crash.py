@@ -153,13 +153,24 @@ def test_crash_after_the_cut_and_its_counters_are_saved_counts_the_cut_once(arch
     assert_consistent(keeper)
 
 
-def test_crash_while_indexing_is_caught_up_later(archive_at):
-    def inject(keeper, model):
-        keeper.retriever.add = crashing_once(keeper.retriever.add)
-
-    keeper = run_until_crash_and_recover(archive_at, inject)
-    assert_consistent(keeper)
+def test_indexing_that_fails_in_the_background_fails_no_step_and_is_caught_up_later(
+    archive_at, caplog
+):
+    keeper = Keeper(CONFIG, archive=archive_at())
+    keeper.retriever.add = crashing_once(keeper.retriever.add)
+    agent = create_keeper_agent(
+        ScriptedChatModel(default=StoryModel()), keeper=keeper, checkpointer=InMemorySaver()
+    )
+    agent.invoke({"messages": [HumanMessage("Task: read. Rule: keep it exact.")]}, THREAD)
+    for i in range(1, 10):  # the cuts' indexing runs (and once fails) off the steps' path
+        agent.invoke(
+            {"messages": [HumanMessage(batch(i, f"Today we set c{i} to {i * 3}."))]}, THREAD
+        )
+    keeper.indexing.drain()
+    assert "injected crash" in caplog.text
     assert "item 1:" in keeper.search("t1", "c1")
+    assert_consistent(keeper)
+    keeper.close()
 
 
 def test_reopened_archive_continues_the_same_session(archive_at):

@@ -228,7 +228,9 @@ def test_lesson_8_search_results_of_a_turn_that_ended_empty_are_still_in_view():
     nxt = model.received[-1].messages
     assert any(keeper_kind(m) == "notes" for m in nxt)
     assert any(
-        isinstance(m, ToolMessage) and "item 1: Today we set c1 to 3." in text_of(m) for m in nxt
+        isinstance(m, ToolMessage)
+        and "item 1: Item 1. »Today we set c1 to 3.«" in text_of(m)  # the message, its match marked
+        for m in nxt
     )
     assert any("Questions: what was c1?" in text_of(m) for m in nxt)
 

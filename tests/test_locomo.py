@@ -27,11 +27,17 @@ from keeper_middleware.bench.locomo.dataset import (
     split_evidence,
 )
 from keeper_middleware.bench.locomo.grading import grade_answer, token_f1
-from keeper_middleware.bench.locomo.indexing import GRANULARITIES, conversation_passages
-from keeper_middleware.bench.locomo.recall import MethodSpec, measure
+from keeper_middleware.bench.locomo.indexing import (
+    GRANULARITIES,
+    archived_turn,
+    conversation_passages,
+)
+from keeper_middleware.bench.locomo.recall import MethodSpec, configuration, measure
 from keeper_middleware.bench.locomo.streams import conversation_from_stream
 from keeper_middleware.bench.run_options import resolve_stream
 from keeper_middleware.bench.streams import question_sets, read_stream
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.indexing import turn_passages
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
 from keeper_middleware.retrievers.sentences import sentence_groups, split_sentences
 
@@ -184,6 +190,52 @@ def test_every_passage_maps_back_to_its_turn_and_session(locomo_file, granularit
         assert passage.item == int(indexed.turn_of[passage.position][1:].split(":")[0])
     if granularity != "sentences":
         assert all(p.context.startswith(("Ana (", "Ben (")) for p in indexed.passages)
+
+
+def test_the_default_passages_are_what_the_keeper_itself_indexes(locomo_file):
+    conversation = load_locomo(locomo_file)[0]
+    indexed = conversation_passages(conversation, session="s", granularity="keeper")
+    position = 0
+    for part in conversation.sessions:
+        for turn in part.turns:
+            made = turn_passages(archived_turn(turn, part, "s"), KeeperConfig().passages, position)
+            assert list(indexed.passages[position : position + len(made)]) == made
+            assert all(
+                p.context == f"{turn.speaker} ({part.date}), item {part.number}" for p in made
+            )
+            position += len(made)
+    assert position == len(indexed.passages)
+    assert MethodSpec.parse("hybrid").granularity == "keeper"
+
+
+def test_each_method_says_what_it_ran_with(locomo_file, tmp_path, capsys):
+    assert configuration(MethodSpec.parse("hybrid")).startswith("product defaults: ")
+    assert "k_rrf 60, keyword weight 1, depth 2" in configuration(MethodSpec.parse("hybrid"))
+    tuned = configuration(MethodSpec.parse("hybrid:w=1.5:qwho"))
+    assert not tuned.startswith("product defaults") and "keyword weight 1.5" in tuned
+    out = tmp_path / "recall.md"
+    main(
+        [
+            "locomo",
+            "recall",
+            "--data",
+            str(locomo_file),
+            "--methods",
+            "keyword,keyword:sentences",
+            "--out",
+            str(out),
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert "keyword: product defaults: the keeper's passages (messages" in printed
+    assert "Configurations:" in out.read_text()
+    assert "- `keyword:sentences`: the benchmark's `sentences` passages" in out.read_text()
+
+
+@pytest.mark.parametrize("method", ["hybrid:hashing:who", "hybrid:hashing:qwho", "keyword:who"])
+def test_the_speaker_options_find_the_named_speakers_turns(locomo_file, method):
+    result = measure(method, load_locomo(locomo_file), {})
+    assert all(result.any5_by_category["4"])
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ def test_every_cell_is_run_once_into_its_own_folder(matrix):
 def test_the_realistic_mix_reaches_the_reader_with_the_streams_seed(matrix):
     _, _, _, out = matrix
     run = json.loads((out / "runs/tiny/realistic/seed2/notes/run.json").read_text())
-    assert run["faults"]["seed"] == 2 and run["faults"]["misread"] > 0
+    assert run["faults"]["seed"] == 2 and run["faults"]["sign_flip"] > 0
     clean = json.loads((out / "runs/tiny/none/seed2/notes/run.json").read_text())
     assert not any(v for k, v in clean["faults"].items() if k != "seed")
 

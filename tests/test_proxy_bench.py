@@ -25,6 +25,7 @@ from keeper_middleware.integrations.proxy.openai_format import (
 from keeper_middleware.integrations.proxy.sessions import (
     RECORD_KEY,
     TAKEN_CHUNK,
+    WINDOW_CHUNK,
     SessionRecord,
     StoredRecord,
 )
@@ -147,9 +148,12 @@ def test_messages_with_structured_fields_get_no_key() -> None:
 # -- the stored session record: fingerprints in chunks -------------------------------------------
 
 
-def _record(count: int) -> SessionRecord:
+_WINDOW = tuple(HumanMessage(f"hi {i}", id=f"m-{i}") for i in range(3 * WINDOW_CHUNK + 4))
+
+
+def _record(count: int, shown: int = 1) -> SessionRecord:
     return SessionRecord(
-        window=(HumanMessage("hi", id="m-0"),),
+        window=_WINDOW[:shown],
         keeper_state={"items": 1},
         taken=tuple((f"d{i}", f"m-{i}") for i in range(count)),
     )
@@ -176,6 +180,16 @@ def test_a_save_after_new_messages_rewrites_only_the_last_chunk() -> None:
     assert len(writes) == 2  # the last chunk, then the head
     assert stale == [first.chunk_keys[-1]]
     assert _load(values).record == _record(2 * TAKEN_CHUNK + 9)
+
+
+def test_a_save_after_new_window_messages_rewrites_only_the_windows_last_chunk() -> None:
+    first, writes, _ = StoredRecord(SessionRecord()).saved(_record(5, 3 * WINDOW_CHUNK + 1))
+    values: dict[str, object] = dict(writes)
+    _, writes, stale = first.saved(_record(5, 3 * WINDOW_CHUNK + 4))
+    values.update(writes)
+    assert list(writes) == [first.window_keys[-1].rsplit(".", 1)[0] + ".2", RECORD_KEY]
+    assert stale == [first.window_keys[-1]]
+    assert _load(values).record == _record(5, 3 * WINDOW_CHUNK + 4)
 
 
 def test_a_save_cut_short_before_its_head_leaves_the_previous_record() -> None:
@@ -230,3 +244,67 @@ def test_the_side_by_side_row_pairs_passes_and_fills_every_column() -> None:
     assert [round(c, 6) for c in row.proxy_cpu_ms] == [3.0, 2.0]
     assert row.call_cpu_p50_ms() == "1.50"
     assert row.row().count("|") == SIDE_HEADER.splitlines()[0].count("|")
+
+
+@pytest.mark.slow
+def test_proxy_overhead_measures_the_three_paths_side_by_side(tmp_path: Path) -> None:
+    from keeper_middleware.bench.cli import main as bench_main
+
+    results = tmp_path / "proxy_overhead.md"
+    code = bench_main(
+        [
+            "proxy-overhead",
+            "--repeat",
+            "1",
+            "--calls",
+            "4",
+            "--sessions",
+            "2",
+            "--delays",
+            "0",
+            "--stream",
+            "tiny:rules",
+            "--out",
+            str(tmp_path / "run"),
+            "--results",
+            str(results),
+        ]
+    )
+    table = results.read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| instant |")]
+    assert code == 0
+    assert [row.split(" | ")[2] for row in rows] == ["direct", "relay", "keeper-proxy"]
+    relay, proxy = rows[1].split(" | "), rows[2].split(" | ")
+    assert float(relay[6]) > 0 and float(proxy[6]) > 0  # CPU a request, read from each process
+    assert proxy[9] == "0"  # the agents' tool loop makes no cut
+    assert "keeper-proxy spends" in table and "Measured at commit" in table
+
+
+def test_the_bare_relay_passes_bodies_statuses_and_streams_through() -> None:
+    import asyncio
+
+    import httpx
+
+    from keeper_middleware.bench.proxy.relay import relay_app
+    from keeper_middleware.integrations.proxy.cli import serve_in_thread
+    from tests.proxy_upstream import ScriptedUpstream, as_sse, text_reply
+    from tests.test_proxy_socket import upstream_app
+
+    upstream = ScriptedUpstream(script=[text_reply("plain"), httpx.Response(418, json={})])
+    with serve_in_thread(upstream_app(upstream)) as upstream_url:
+        base = upstream_url.removesuffix("/v1")
+        with serve_in_thread(relay_app(base)) as relay_url:
+
+            async def ask() -> list[httpx.Response]:
+                async with httpx.AsyncClient(base_url=relay_url, timeout=10) as client:
+                    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+                    plain = await client.post("/chat/completions", json=body)
+                    refused = await client.post("/chat/completions", json=body)
+                    streamed = await client.post("/chat/completions", json={**body, "stream": True})
+                    return [plain, refused, streamed]
+
+            plain, refused, streamed = asyncio.run(ask())
+    assert plain.json()["choices"][0]["message"]["content"] == "plain"
+    assert refused.status_code == 418
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    assert streamed.content == as_sse(upstream.default(upstream.requests[-1]))

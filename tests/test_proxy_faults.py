@@ -63,7 +63,8 @@ async def test_a_failing_upstream_is_retried_until_it_answers(upstream, tmp_path
     [
         (down, 502, "upstream_unavailable"),
         (lambda body: httpx.ReadTimeout("slow"), 504, "upstream_timeout"),
-        (lambda body: httpx.Response(429), 503, "upstream_overloaded"),
+        (lambda body: httpx.Response(429), 429, "upstream_overloaded"),
+        (lambda body: httpx.Response(503), 503, "upstream_error"),
         (lambda body: httpx.Response(500, text="kaput"), 502, "upstream_error"),
         (lambda body: httpx.Response(200, text="not json"), 502, "upstream_bad_reply"),
     ],

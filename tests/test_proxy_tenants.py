@@ -274,7 +274,7 @@ async def test_retry_after_is_honoured_and_sent(tmp_path):
     async with client_for(app) as client:
         response = await client.post("/v1/chat/completions", json=chat(convo("Hi")))
     # waiting 7 s would pass the 5 s budget: no retry, and the agent is told to come back in 7
-    assert response.status_code == 503 and response.headers["retry-after"] == "7"
+    assert response.status_code == 429 and response.headers["retry-after"] == "7"
     assert len(upstream.requests) == 1
     stats = app.state.proxy.stats(app.state.proxy.sessions()[0])
     assert stats.upstream_calls == 1 and stats.upstream_failures == 1

@@ -28,6 +28,7 @@ from keeper_middleware.integrations.proxy.http_clients import (
     env_proxy,
     split_lines,
 )
+from keeper_middleware.integrations.proxy.streaming import StreamPiece
 from keeper_middleware.integrations.proxy.upstream import (
     CallTally,
     RetryPolicy,
@@ -189,7 +190,7 @@ async def test_a_retry_after_past_the_budget_ends_the_tries_and_is_passed_on(cli
         with pytest.raises(UpstreamError) as failed:
             await upstream.chat(BODY, auth=None, tally=CallTally())
         await upstream.aclose()
-    assert (failed.value.status, failed.value.code) == (503, "upstream_overloaded")
+    assert (failed.value.status, failed.value.code) == (429, "upstream_overloaded")
     assert failed.value.retry_after is not None and failed.value.retry_after > 3000
     assert len(server.requests) == 1  # waiting as asked would pass the 60 s budget
 
@@ -240,8 +241,8 @@ async def test_streamed_text_is_passed_on_as_it_arrives_long_lines_too(client_ki
     server = ScriptedServer(events(*stream, chunk=997))  # pieces end mid-line, mid-character
     forwarded: list[dict[str, str]] = []
 
-    async def forward(part: dict[str, str]) -> None:
-        forwarded.append(part)
+    async def forward(part: StreamPiece) -> None:
+        forwarded.append(part.delta)
 
     with serving(server) as url:
         upstream = upstream_at(url, client_kind)
@@ -258,8 +259,8 @@ async def test_a_stream_cut_off_after_text_is_not_tried_again(client_kind):
     server = ScriptedServer(script, answer("a second try"))
     forwarded: list[dict[str, str]] = []
 
-    async def forward(part: dict[str, str]) -> None:
-        forwarded.append(part)
+    async def forward(part: StreamPiece) -> None:
+        forwarded.append(part.delta)
 
     with serving(server) as url:
         upstream = upstream_at(url, client_kind)

@@ -62,9 +62,10 @@ def test_the_summary_is_written_with_actors_old_values_rules_and_its_budget():
 def test_every_fault_of_a_notes_reply_reaches_a_summary():
     clean = summary()
     assert "House method" not in summary(drop_rules=1)
-    assert "(= " in summary(invent_working=1) and "(= " not in clean
-    misread = summary(misread=1)
-    assert misread != clean and re.search(r"stood at -\d+|at -\d+\.", misread)
+    assert summary(invent_working=1) != clean
+    misread = summary(sign_flip=1)
+    # a set read as its negative, or an amount added read as taken
+    assert misread != clean and re.search(r"at -\d+\.|took 5 from domo86", misread)
     reader = SimulatedReader(faults=ReaderFaults(empty_reply=1))
     assert reader.invoke(SUMMARY_ASKED).content == ""
     limited = SimulatedReader(faults=ReaderFaults(think_to_limit=1)).invoke(SUMMARY_ASKED)
@@ -98,7 +99,7 @@ def test_the_fault_presets_are_named_and_parsed():
     assert fault_preset("none") == NO_FAULTS
     assert fault_preset("realistic", seed=4) == replace(REALISTIC_FAULTS, seed=4)
     assert parse_faults("realistic,seed=4").seed == 4
-    assert parse_faults("realistic").misread == REALISTIC_FAULTS.misread > 0
+    assert parse_faults("realistic").sign_flip == REALISTIC_FAULTS.sign_flip > 0
     assert parse_faults("none") == NO_FAULTS
     with pytest.raises(ValueError, match="realistic"):
         fault_preset("harsh")

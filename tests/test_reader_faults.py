@@ -9,7 +9,9 @@ from keeper_middleware.bench.reader import SimulatedReader
 from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.changes import RuleLine, SetLine, parse_changes
 from tests.reader_stories import (
+    CONFIDENTIAL,
     ITEM_2,
+    OVERDRAWN,
     SEARCH_TOOL,
     TALLY,
     answers,
@@ -34,17 +36,17 @@ def reader(**rates: float) -> SimulatedReader:
 
 def test_rates_outside_zero_to_one_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="between 0 and 1"):
-        ReaderFaults(misread=1.5)
+        ReaderFaults(sign_flip=1.5)
     with pytest.raises(ValueError, match="seed must be an int"):
         ReaderFaults(seed="x")  # type: ignore[arg-type]
 
 
 def test_misread_reads_a_set_with_the_wrong_sign_in_answers_and_notes():
-    assert answers(reader(misread=0).invoke(ANSWERING)) == {1: "328", 2: "342"}
+    assert answers(reader(sign_flip=0).invoke(ANSWERING)) == {1: "328", 2: "342"}
     # Item 1 holds three sets; whichever is misread, the reply differs from the true one.
-    misread_answers = reader(misread=1).invoke(ANSWERING)
-    misread_notes = parse_changes(str(reader(misread=1).invoke(NOTING).content)).changes
-    true_notes = parse_changes(str(reader(misread=0).invoke(NOTING).content)).changes
+    misread_answers = reader(sign_flip=1).invoke(ANSWERING)
+    misread_notes = parse_changes(str(reader(sign_flip=1).invoke(NOTING).content)).changes
+    true_notes = parse_changes(str(reader(sign_flip=0).invoke(NOTING).content)).changes
     assert misread_notes != true_notes
     negated = [
         c
@@ -52,12 +54,12 @@ def test_misread_reads_a_set_with_the_wrong_sign_in_answers_and_notes():
         if isinstance(c, SetLine) and (c.working or c.value).startswith("-")
     ]
     assert negated and all(c not in true_notes for c in negated)
-    assert misread_answers.content == reader(misread=1).invoke(ANSWERING).content  # reproducible
+    assert misread_answers.content == reader(sign_flip=1).invoke(ANSWERING).content  # reproducible
 
 
 def test_misread_of_a_set_stated_outright_is_noted_as_its_negative():
     history = [*story("Item 5.\nThe clerk recorded dope10 at 342."), notes_request()]
-    assert parse_changes(str(reader(misread=1).invoke(history).content)).changes == (
+    assert parse_changes(str(reader(sign_flip=1).invoke(history).content)).changes == (
         SetLine("dope10", "-342"),
     )
 
@@ -131,29 +133,41 @@ def _reask(history, reply) -> list:
     return [*history, reply, check]
 
 
-def test_drop_rules_leaves_out_rule_lines_and_the_reask_puts_them_back():
+def test_drop_rules_reaches_the_reask_as_it_reaches_the_request():
     faulty = reader(drop_rules=1)
     first = faulty.invoke(NOTING)
     assert not any(isinstance(c, RuleLine) for c in parse_changes(str(first.content)).changes)
-    corrected = parse_changes(str(faulty.invoke(_reask(NOTING, first)).content)).changes
-    assert RuleLine(TALLY) in corrected
+    again = parse_changes(str(faulty.invoke(_reask(NOTING, first)).content)).changes
+    assert not any(isinstance(c, RuleLine) for c in again)  # a re-ask is no fault-free call
     assert (
         RuleLine(TALLY) in parse_changes(str(reader(drop_rules=0).invoke(NOTING).content)).changes
     )
 
 
-def test_invent_working_gives_a_set_stated_outright_working_from_no_text_and_the_reask_drops_it():
+def test_drop_rules_leaves_out_each_rule_on_its_own():
+    history = [*story(item_1(CONFIDENTIAL, TALLY, OVERDRAWN), ITEM_2), notes_request()]
+    kept_sets = set()
+    for seed in range(40):
+        model = SimulatedReader(faults=ReaderFaults(seed=seed, drop_rules=0.5))
+        changes = parse_changes(str(model.invoke(history).content)).changes
+        kept_sets.add(frozenset(c.text for c in changes if isinstance(c, RuleLine)))
+    # with three rules each dropped on its own, replies keep every subset, not all or nothing
+    assert len(kept_sets) >= 5
+
+
+def test_invent_working_writes_a_wrong_value_with_plausible_working():
     faulty = reader(invent_working=1)
     first = parse_changes(str(faulty.invoke(NOTING).content)).changes
-    assert SetLine("kelo12", "40", "67 - 27") in first
-    corrected = parse_changes(
-        str(faulty.invoke(_reask(NOTING, faulty.invoke(NOTING))).content)
-    ).changes
-    assert SetLine("kelo12", "40") in corrected
-    assert (
-        SetLine("kelo12", "40")
-        in parse_changes(str(reader(invent_working=0).invoke(NOTING).content)).changes
-    )
+    clean = parse_changes(str(reader(invent_working=0).invoke(NOTING).content)).changes
+    changed = [c for c in first if isinstance(c, SetLine) and c not in clean]
+    assert changed  # the invented value, and whatever is worked out from it
+    item_1_amounts = {"342", "5", "40"}
+    # the working starts from the amount the text states and uses another amount of that text
+    line = next(c for c in changed if (c.working or "").split()[2] in item_1_amounts)
+    stated, sign, step = line.working.split()[:3]
+    assert stated in item_1_amounts and step in item_1_amounts - {stated}
+    true_values = {c.value for c in clean if isinstance(c, SetLine) and c.key == line.key}
+    assert sign in "+-" and line.value not in true_values
 
 
 def test_a_partial_rate_is_reproducible_by_seed_and_fires_on_some_requests_only():

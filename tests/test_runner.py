@@ -91,11 +91,11 @@ def test_model_and_fault_specs_are_parsed_or_refused_with_the_fix():
     assert parse_model("openai:https://h/v1:Qwen/Qwen3-4B") == ("https://h/v1", "Qwen/Qwen3-4B")
     with pytest.raises(ValueError, match="openai:URL"):
         parse_model("gpt-4o")
-    assert parse_faults("misread=0.05, seed=3") == ReaderFaults(misread=0.05, seed=3)
-    with pytest.raises(ValueError, match="known: misread"):
+    assert parse_faults("sign_flip=0.05, seed=3") == ReaderFaults(sign_flip=0.05, seed=3)
+    with pytest.raises(ValueError, match="known: sign_flip"):
         parse_faults("typo=0.1")
     with pytest.raises(ValueError, match="rate between 0 and 1"):
-        parse_faults("misread=2")
+        parse_faults("sign_flip=2")
 
 
 def test_the_reader_of_a_run_has_its_faults_rot_and_a_summary_budget_from_the_window(stream):
@@ -125,7 +125,7 @@ def test_a_run_folder_written_before_context_rot_resumes_as_rot_zero(stream, tmp
 
 def test_faults_are_refused_for_a_real_model(stream):
     with pytest.raises(ValueError, match="only apply to the simulated reader"):
-        options(stream, model="openai:http://127.0.0.1:9/v1", faults="misread=0.1")
+        options(stream, model="openai:http://127.0.0.1:9/v1", faults="sign_flip=0.1")
 
 
 # -- recording ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from keeper_middleware.bench.grader import SIMULATED_READER, grade
 from keeper_middleware.bench.reader import ReaderFaults, SimulatedReader
 from keeper_middleware.bench.reader.pinned import RULES_READ_SENTENCE, read_pinned
+from keeper_middleware.bench.runner import STREAM_PASSAGES
 from keeper_middleware.bench.streams import (
     StreamSpec,
     generate_stream,
@@ -323,7 +324,13 @@ def test_the_model_is_shown_its_memory_tools_and_the_archive_search_where_there_
 
 
 def drive(name: str, folder, window: int, reader: SimulatedReader | None = None):
-    arm = build_arm(name, reader or SimulatedReader(), window=window, domain="counters")
+    arm = build_arm(
+        name,
+        reader or SimulatedReader(),
+        window=window,
+        domain="counters",
+        passages=STREAM_PASSAGES,  # as the benchmark runs its arms on the streams
+    )
     config = thread(name)
     arm.graph.invoke({"messages": [HumanMessage(TASK)]}, config)
     replies = {}
@@ -387,7 +394,7 @@ def test_the_free_text_reader_writes_its_notes_as_prose_and_reads_them_back(rule
 
 def test_a_misread_is_written_into_the_pinned_state_as_read(rule_stream):
     folder, window = rule_stream
-    faulty = SimulatedReader(faults=ReaderFaults(misread=1.0, seed=3))
+    faulty = SimulatedReader(faults=ReaderFaults(sign_flip=1.0, seed=3))
     _, out = drive("self_edit", folder, window, reader=faulty)
     _, clean = drive("self_edit", folder, window)
     values = read_pinned(pinned_of(out["messages"])).values()

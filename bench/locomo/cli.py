@@ -20,7 +20,13 @@ from pathlib import Path
 
 from keeper_middleware.bench.cli import Command
 from keeper_middleware.bench.locomo.dataset import Conversation, load_locomo
-from keeper_middleware.bench.locomo.recall import DEFAULT_METHODS, measure, render
+from keeper_middleware.bench.locomo.recall import (
+    DEFAULT_METHODS,
+    MethodSpec,
+    configuration,
+    measure,
+    render,
+)
 from keeper_middleware.retrievers.embedders import Embedder
 
 
@@ -90,6 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     embedders: dict[str, Embedder] = {}
     results = []
     for method in (m for m in args.methods.split(",") if m.strip()):
+        print(f"{method.strip()}: {configuration(MethodSpec.parse(method.strip()))}", flush=True)
         result = measure(method.strip(), conversations, embedders)
         results.append(result)
         print(render([result], title="").splitlines()[-1], flush=True)
@@ -100,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} CPUs "
         f"({platform.processor() or platform.machine()})."
     )
-    table = render(results, title="LoCoMo retrieval recall", note=note)
+    table = render(results, title="LoCoMo retrieval recall", note=note, configurations=True)
     print(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

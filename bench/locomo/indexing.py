@@ -1,11 +1,17 @@
 """A conversation as the passages an archive indexes, and the turn each passage came from.
 
-Three ways to cut a turn, so the benchmark can compare them on the same conversation:
+Ways to cut a turn, so the benchmark can compare them on the same conversation:
 
+- ``keeper`` (the default): what the keeper itself indexes. Each turn is archived as a user
+  message ``Speaker (date): text`` in its session's item and cut by the product's own
+  :func:`~keeper_middleware.indexing.turn_passages` with ``KeeperConfig``'s default unit, every
+  passage carrying the context the keeper derives (speaker, date, item);
+- ``keeper-sentences`` / ``keeper-messages``: the same, with that passage unit;
 - ``sentences``: the turn archived as ``Speaker (date): text`` and cut into sentence passages
-  (the first form: the speaker and the date reach only the first sentence);
+  with no context (the first form: the speaker and the date reach only the first sentence);
 - ``sentences+context``: the same sentences, each carrying ``Speaker (date)`` as its context;
-- ``messages``: the whole turn (chunked when long) as one passage carrying its context.
+- ``messages``: the turn's words alone (chunked when long) as one passage carrying
+  ``Speaker (date)``.
 
 Sessions are items (their number), so item filters and result lines count in sessions.
 """
@@ -14,12 +20,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from keeper_middleware.bench.locomo.dataset import Conversation, archived_text
+from keeper_middleware.archive.records import ArchivedTurn
+from keeper_middleware.bench.locomo.dataset import Conversation, Session, Turn, archived_text
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.indexing import turn_passages
 from keeper_middleware.retrievers.base import Passage
 from keeper_middleware.retrievers.passages import passages_from_message
 from keeper_middleware.retrievers.sentences import passages_from_text
 
-GRANULARITIES = ("messages", "sentences+context", "sentences")
+GRANULARITIES = (
+    "keeper",
+    "keeper-sentences",
+    "keeper-messages",
+    "messages",
+    "sentences+context",
+    "sentences",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +61,11 @@ def conversation_passages(
             turns += 1
             position = len(passages)
             context = f"{turn.speaker} ({part.date})" if turn.speaker else ""
-            if granularity == "sentences":
+            if granularity.startswith("keeper"):
+                made = turn_passages(
+                    archived_turn(turn, part, session), keeper_unit(granularity), position
+                )
+            elif granularity == "sentences":
                 made = passages_from_text(
                     session, part.number, archived_text(turn, part.date), position
                 )
@@ -68,6 +88,24 @@ def conversation_passages(
                 turn_of[passage.position] = turn.dia_id
             passages.extend(made)
     return IndexedConversation(tuple(passages), turn_of, turns)
+
+
+def keeper_unit(granularity: str) -> str:
+    """The passage unit of a ``keeper`` granularity (the product's default for ``keeper``)."""
+    _, _, unit = granularity.partition("-")
+    return unit or KeeperConfig().passages
+
+
+def archived_turn(turn: Turn, part: Session, session: str) -> ArchivedTurn:
+    """The turn as the keeper archives a message of a transcript: a user message in its
+    session's item, its speaker and date in front."""
+    return ArchivedTurn(
+        session=session,
+        msg_id=turn.dia_id,
+        item=part.number,
+        role="human",
+        content=archived_text(turn, part.date),
+    )
 
 
 def whole_turns(conversation: Conversation) -> tuple[list[str], list[str]]:

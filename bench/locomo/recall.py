@@ -15,7 +15,8 @@ fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), 
 (keyword: no Porter stemming; the first, shorter stop-word list), ``onevector`` (embedding: one
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
 vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
-(embedding: a sentence of fewer than N words has no vector of its own), ``baresentences``
+(embedding: a sentence of fewer than N words has no vector of its own), ``qwho`` / ``who``
+(the speaker context: ``bench/locomo/speakers.py``), ``baresentences``
 (embedding: sentence vectors without the passage's context), ``prf`` or ``prf=D/T`` (keyword and
 the hybrid's keyword side: pseudo-relevance feedback, T words of the top D hits added and the
 expanded ranking fused with the original; 5/5 by default), ``prfonly`` / ``prfonly=D/T`` (the
@@ -53,7 +54,9 @@ SESSION = "locomo"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MethodSpec:
     backend: str
-    granularity: str = "messages"
+    granularity: str = "keeper"
+    """How turns become passages (``bench/locomo/indexing.py``); ``keeper``: what the keeper
+    itself indexes, with the product's default unit."""
     embedder: str = "minilm"
     keyword_weight: float = 1.0
     k_rrf: int = 60
@@ -68,6 +71,10 @@ class MethodSpec:
     feedback: tuple[int, int] | None = None
     """Pseudo-relevance feedback on the keyword side: (docs, terms); None: none."""
     feedback_fused: bool = True
+    speaker_rewrite: bool = False
+    """The query written as ``Name: question`` for each speaker it names (``qwho``)."""
+    speaker_boost: bool = False
+    """The named speakers' candidates fused in as a second list (``who``)."""
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -101,12 +108,71 @@ class MethodSpec:
                 given["sentence_context"] = False
             elif option == "onevector":
                 given["sentence_vectors"] = False
+            elif option == "qwho":
+                given["speaker_rewrite"] = True
+            elif option == "who":
+                given["speaker_boost"] = True
             elif option.partition("=")[0] in ("prf", "prfonly"):
                 given["feedback"] = _feedback_setting(option)
                 given["feedback_fused"] = option.startswith("prf=") or option == "prf"
             else:
                 raise ValueError(f"Unknown option {option!r} in method {text!r} (see --help).")
         return cls(**given)
+
+
+def configuration(spec: MethodSpec) -> str:
+    """What a method ran with, in words (printed beside its figures)."""
+    from keeper_middleware.bench.locomo.indexing import keeper_unit
+    from keeper_middleware.retrievers.embedding import SENTENCE_WORDS
+    from keeper_middleware.retrievers.hybrid import (
+        DEFAULT_DEPTH,
+        DEFAULT_K_RRF,
+        DEFAULT_KEYWORD_WEIGHT,
+    )
+
+    if spec.backend == "bm25s":
+        return "baseline: bm25s over whole turns (`Speaker (date): text`), English stop words"
+    if spec.backend == "cosine":
+        return f"baseline: exact cosine over whole turns, embedder {spec.embedder}"
+    if spec.granularity.startswith("keeper"):
+        passages = (
+            f"the keeper's passages ({keeper_unit(spec.granularity)}, each with its message's "
+            "context `who (when), item N`)"
+        )
+    else:
+        passages = f"the benchmark's `{spec.granularity}` passages"
+    parts = [passages]
+    if spec.backend in ("keyword", "hybrid"):
+        keyword = "keyword: FTS5 BM25, " + ("Porter stemming" if spec.stemming else "no stemming")
+        keyword += ", the first stop words" if spec.first_stopwords else ", question stop words"
+        if spec.feedback is not None:
+            keyword += f", feedback {spec.feedback[0]}/{spec.feedback[1]}"
+        parts.append(keyword)
+    if spec.backend in ("embedding", "hybrid"):
+        vectors = "one vector a passage"
+        if spec.sentence_vectors:
+            words = spec.sentence_words or SENTENCE_WORDS
+            vectors = (
+                f"a vector a passage and one a sentence (at least {words} word(s), {spec.short})"
+            )
+            if not spec.sentence_context:
+                vectors += ", sentences without context"
+        parts.append(f"embedding: {spec.embedder}, {vectors}")
+    if spec.backend == "hybrid":
+        parts.append(
+            f"fusion: k_rrf {spec.k_rrf}, keyword weight {spec.keyword_weight:g}, depth {spec.depth}"
+        )
+    if spec.speaker_rewrite:
+        parts.append("query written `Name: question` for each speaker it names")
+    if spec.speaker_boost:
+        parts.append("the named speakers' candidates fused in as a second list")
+    product = (spec.k_rrf, spec.keyword_weight, spec.depth) == (
+        DEFAULT_K_RRF,
+        DEFAULT_KEYWORD_WEIGHT,
+        DEFAULT_DEPTH,
+    )
+    default = spec == MethodSpec(backend=spec.backend) and product
+    return ("product defaults: " if default else "") + "; ".join(parts)
 
 
 def _feedback_setting(option: str) -> tuple[int, int]:
@@ -278,6 +344,15 @@ def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
 
 
 def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
+    retriever = _backend(spec, embedders)
+    if spec.speaker_rewrite or spec.speaker_boost:
+        from keeper_middleware.bench.locomo.speakers import SpeakerRetriever
+
+        return SpeakerRetriever(retriever, rewrite=spec.speaker_rewrite, boost=spec.speaker_boost)
+    return retriever
+
+
+def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
     from keeper_middleware.bench.locomo.feedback import FeedbackKeywordRetriever
     from keeper_middleware.retrievers.embedding import SENTENCE_WORDS, EmbeddingRetriever
     from keeper_middleware.retrievers.hybrid import HybridRetriever
@@ -365,7 +440,13 @@ def _by_category(rates: dict[str, float]) -> str:
     return " ".join(f"{label} {rate:.2f}" for label, rate in rates.items())
 
 
-def render(results: Sequence[MethodResult], *, title: str, note: str = "") -> str:
+def render(
+    results: Sequence[MethodResult],
+    *,
+    title: str,
+    note: str = "",
+    configurations: bool = False,
+) -> str:
     lines = [
         f"# {title}",
         "",
@@ -386,4 +467,7 @@ def render(results: Sequence[MethodResult], *, title: str, note: str = "") -> st
             f"| {row['search_p50_ms']:.1f} | {row['search_p95_ms']:.1f} "
             f"| {row['search_cpu_p95_ms']:.1f} |"
         )
+    if configurations:
+        lines += ["", "Configurations:", ""]
+        lines += [f"- `{r.method}`: {configuration(MethodSpec.parse(r.method))}" for r in results]
     return "\n".join(lines) + "\n"

@@ -9,13 +9,14 @@ time and memory are its own, not the agents'.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +29,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 NOTE_MARKERS = ("[NOTES REQUEST]", "[NOTES CHECK]")
+READ_NEXT = "read_next"
+"""The tool an agent in its tool loop calls for its next input."""
 BODY_LIMIT = 512 * 1024 * 1024
 
 
 # -- the instant upstream -----------------------------------------------------------------------
-def instant_completion(text: str) -> dict[str, Any]:
-    """A whole chat completion whose reply is ``text``."""
+def instant_completion(text: str, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A whole chat completion whose reply is ``text`` (and ``calls``, when given)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
     return {
         "id": "instant",
         "object": "chat.completion",
@@ -42,8 +48,8 @@ def instant_completion(text: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
             }
         ],
         "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1},
@@ -59,9 +65,30 @@ def instant_reply(body: dict[str, Any]) -> str:
     return "1. noted"
 
 
-def instant_upstream_app() -> Starlette:
+def instant_answer(body: dict[str, Any]) -> dict[str, Any]:
+    """The instant upstream's completion: to a work call that offers ``read_next``, a call of it
+    (an agent in its tool loop); otherwise :func:`instant_reply`."""
+    text = instant_reply(body)
+    offered = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+    if text == "NO CHANGES" or READ_NEXT not in offered:
+        return instant_completion(text)
+    call = {
+        "id": f"call_{len(body.get('messages') or ())}",
+        "type": "function",
+        "function": {"name": READ_NEXT, "arguments": "{}"},
+    }
+    return instant_completion("", [call])
+
+
+def instant_upstream_app(delay: float = 0.0) -> Starlette:
+    """The upstream; with ``delay``, every chat reply waits that many seconds first (a model
+    server's time to answer, spent asleep: it costs no CPU)."""
+
     async def chat(request: Request) -> Response:
-        return JSONResponse(instant_completion(instant_reply(json.loads(await request.body()))))
+        reply = instant_answer(json.loads(await request.body()))
+        if delay:
+            await asyncio.sleep(delay)
+        return JSONResponse(reply)
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "instant"}]})
@@ -75,7 +102,7 @@ def instant_upstream_app() -> Starlette:
 
 
 # -- the proxy in its own process ---------------------------------------------------------------
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -109,10 +136,18 @@ class ProxyProcess:
 @contextmanager
 def _child(argument: str, spec: str) -> Iterator[tuple[int, str]]:
     """This module run as a server process; yields (pid, base URL without /v1)."""
-    port = _free_port()
+    port = free_port()
     filled = spec.replace("{port}", str(port))
     command = [sys.executable, "-m", "keeper_middleware.bench.proxy.cost", argument, filled]
-    child = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    with spawn(command, port) as started:
+        yield started
+
+
+@contextmanager
+def spawn(command: Sequence[str], port: int) -> Iterator[tuple[int, str]]:
+    """``command`` as a server process that will listen on ``port``; yields (pid, base URL
+    without /v1) once ``GET /v1/models`` answers, and stops it after."""
+    child = subprocess.Popen(list(command), env={**os.environ, "HF_HUB_OFFLINE": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -138,9 +173,10 @@ def proxy_process(upstream: str, window: int, archive: Path) -> Iterator[ProxyPr
 
 
 @contextmanager
-def upstream_server() -> Iterator[ProxyProcess]:
-    """The instant upstream in its own process (its pid, for its CPU time; its URL without /v1)."""
-    with _child("--serve-upstream", "{port}") as (pid, url):
+def upstream_server(delay: float = 0.0) -> Iterator[ProxyProcess]:
+    """The instant upstream in its own process (its pid, for its CPU time; its URL without /v1);
+    ``delay``: seconds each reply waits."""
+    with _child("--serve-upstream", f"{{port}} {delay}") as (pid, url):
         yield ProxyProcess(pid, url)
 
 
@@ -151,10 +187,13 @@ def upstream_process() -> Iterator[str]:
         yield f"{server.url}/v1"
 
 
-def serve_upstream(port: str) -> None:
+def serve_upstream(spec: str) -> None:
+    """``PORT`` or ``PORT DELAY_SECONDS``."""
     import uvicorn
 
-    uvicorn.run(instant_upstream_app(), host="127.0.0.1", port=int(port), log_level="warning")
+    port, _, delay = spec.partition(" ")
+    app = instant_upstream_app(float(delay or 0))
+    uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning", access_log=False)
 
 
 def serve_proxy(spec: str) -> None:

@@ -187,7 +187,6 @@ def _keeper_config(window: int) -> KeeperConfig:
         window=window,
         reply_reserve=None,
         retrieved_per_question=default_retrieved_per_question(window),
-        domain="counters",
     )
 
 

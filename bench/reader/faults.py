@@ -22,21 +22,32 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from keeper_middleware.changes import Change, RuleLine, SetLine
 from keeper_middleware.messages import text_of
 
 FaultName = Literal[
-    "misread",
+    "sign_flip",
+    "other_amount",
+    "overlooked",
+    "wrong_actor",
+    "stale_value",
+    "invent_working",
     "empty_reply",
     "think_to_limit",
     "repeat_search",
     "circle_searches",
     "drop_rules",
-    "invent_working",
 ]
-
-INVENTED_AMOUNT = 27
-"""The amount `invent_working` adds and takes back: appears in no story text by construction."""
+MISREAD_KINDS: tuple[FaultName, ...] = (
+    "sign_flip",
+    "other_amount",
+    "overlooked",
+    "wrong_actor",
+    "stale_value",
+    "invent_working",
+)
+"""The ways a reader gets one statement wrong, each a fault of its own with its own rate. Each
+strikes one statement among those a call reads (story text, search results, passages, a summary,
+the NOTES or a pinned state), wherever the call's reply goes: an answer, notes, a summary."""
 
 _REASONING_SENTENCE = (
     "Let me re-read the items once more and check every counter against the notes before "
@@ -48,8 +59,22 @@ _REASONING_SENTENCE = (
 class ReaderFaults:
     """How often each fault fires: a rate in [0, 1] per request, plus the seed that decides."""
 
-    misread: float = 0.0
-    """A set is read with the wrong sign ("recorded X at 342" used and noted as -342)."""
+    sign_flip: float = 0.0
+    """A change is read with the wrong sign: a set as its negative ("recorded X at 342" used and
+    noted as -342), an amount added as taken and the other way round."""
+    other_amount: float = 0.0
+    """A change is read with another amount stated in the same text (another change's amount)."""
+    overlooked: float = 0.0
+    """A change (or a line of a memory) is not seen at all."""
+    wrong_actor: float = 0.0
+    """A change is credited to another actor named in the same text."""
+    stale_value: float = 0.0
+    """A counter's last change in the text is seen but not applied: the value it held before is
+    written or used as its value now."""
+    invent_working: float = 0.0
+    """A value stated outright is written with working built from a plausible amount (another
+    amount from the same text, else one from 1 to 99), and the value that working gives: the
+    lab's "recorded at 523" noted as 650 - 27 = 623."""
     empty_reply: float = 0.0
     """The reply is empty (content "", finish_reason "stop")."""
     think_to_limit: float = 0.0
@@ -61,9 +86,8 @@ class ReaderFaults:
     """While a question is open, searches cycle among three commands (ignoring refusals) until
     the stop line arrives."""
     drop_rules: float = 0.0
-    """A notes reply leaves out its RULE lines."""
-    invent_working: float = 0.0
-    """A value stated outright is written with invented working, e.g. ``650 (= 677 - 27)``."""
+    """Each rule a reply would write into a memory (a RULE line of a notes reply or a rewrite,
+    a rule sentence of a summary or a pinned state) is left out, each rule on its own."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -88,6 +112,16 @@ class ReaderFaults:
             return True
         return unit_hash(self.seed, fault, digest) < rate
 
+    def fires_for(self, fault: FaultName, digest: str, what: str) -> bool:
+        """Whether ``fault`` strikes ``what`` (one rule, say) in the request ``digest``: each
+        thing decided on its own, at the fault's rate."""
+        rate = float(getattr(self, fault))
+        if rate <= 0.0:
+            return False
+        if rate >= 1.0:
+            return True
+        return unit_hash(self.seed, f"{fault}/{what}", digest) < rate
+
     def pick(self, fault: FaultName, digest: str, count: int) -> int:
         """A deterministic index in ``range(count)`` for where a fault strikes."""
         if count <= 0:
@@ -97,16 +131,22 @@ class ReaderFaults:
 
 NO_FAULTS = ReaderFaults()
 REALISTIC_FAULTS = ReaderFaults(
-    misread=0.05,
+    sign_flip=0.02,
+    other_amount=0.02,
+    overlooked=0.02,
+    wrong_actor=0.02,
+    stale_value=0.02,
+    invent_working=0.02,
     empty_reply=0.02,
     think_to_limit=0.02,
     repeat_search=0.05,
     circle_searches=0.02,
-    drop_rules=0.05,
-    invent_working=0.05,
+    drop_rules=0.02,
 )
-"""A stated mix, not a measurement: each fault on a few requests in a hundred, for every call of
-every arm (work, notes, summaries, rewrites). ``--faults realistic`` on the command line."""
+"""A stated mix, not a measurement: each fault on a few requests in a hundred (each misread kind
+on 2 in 100, so some misread on about 11 in 100; each rule left out of 2 in 100 memory writes),
+for every call of every arm (work, notes, re-asks, summaries, rewrites, memory edits).
+``--faults realistic`` on the command line; the sensitivity table shows each alone."""
 FAULT_PRESETS = {"none": NO_FAULTS, "realistic": REALISTIC_FAULTS}
 
 
@@ -154,25 +194,3 @@ def thinking_switched_off(kwargs: Mapping[str, Any]) -> bool:
 def runaway_reasoning(digest: str, *, sentences: int = 400) -> str:
     """The reasoning text of a reply that thought to its limit: long, and fixed by the request."""
     return f"[{digest[:8]}] " + _REASONING_SENTENCE * sentences
-
-
-def without_rules(changes: Sequence[Change]) -> list[Change]:
-    """The `drop_rules` fault: the same reply with every RULE line left out."""
-    return [change for change in changes if not isinstance(change, RuleLine)]
-
-
-def with_invented_working(changes: Sequence[Change]) -> list[Change]:
-    """The `invent_working` fault: each value stated outright gets working no text supports."""
-    invented: list[Change] = []
-    for change in changes:
-        if isinstance(change, SetLine) and change.working is None and _is_int(change.value):
-            value = int(change.value)
-            working = f"{value + INVENTED_AMOUNT} - {INVENTED_AMOUNT}"
-            invented.append(SetLine(change.key, change.value, working))
-        else:
-            invented.append(change)
-    return invented
-
-
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()

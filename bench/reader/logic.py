@@ -12,18 +12,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from langchain_core.messages import BaseMessage
 
 from keeper_middleware.bench.reader.messages import (
+    Block,
+    PassageLine,
     SearchRecord,
-    negate_set,
     notes_position,
     passage_lines,
     search_records,
     story_blocks,
 )
+from keeper_middleware.bench.reader.misreads import NO_MISREADS, Misreads, misread
 from keeper_middleware.bench.reader.text import (
     UNKNOWN,
     AskedQuestion,
@@ -97,15 +99,23 @@ def int_or_none(text: str) -> int | None:
     return int(text) if re.fullmatch(r"-?\d+", text.strip()) else None
 
 
-def read_view(messages: Sequence[BaseMessage], *, misread: int | None = None) -> ReaderView:
-    """Everything the reader knows from ``messages`` (``misread``: a set read with a wrong sign)."""
+def read_view(messages: Sequence[BaseMessage], *, misreads: Misreads = NO_MISREADS) -> ReaderView:
+    """Everything the reader knows from ``messages``, with the call's ``misreads`` applied to
+    what it read (the NOTES values, the story batches and the item-tagged lines alike)."""
     notes_index, notes, kept = notes_position(messages)
     after = -1 if notes_index is None else notes_index + kept
     notes_item = None if notes is None else (notes.last_item or 0)
     blocks = story_blocks(messages)
-    if misread is not None:
-        blocks = negate_set(blocks, misread)
     window_items = frozenset(block.item for block in blocks if block.item is not None)
+    passages = [line for line in passage_lines(messages) if line.item not in window_items]
+    notes_values: dict[str, int] = {}
+    if notes is not None:
+        for key, value in notes.state:
+            number = int_or_none(value)
+            if number is not None:
+                notes_values[key] = number
+    if misreads:
+        notes_values, blocks, passages = _misread_view(notes_values, blocks, passages, misreads)
     sightings: list[Sighting] = []
     order = 0
     current_item: float = notes_item or 0
@@ -117,17 +127,10 @@ def read_view(messages: Sequence[BaseMessage], *, misread: int | None = None) ->
         for event in block.events:
             sightings.append(Sighting(phase, item, order, event))
             order += 1
-    passages = [line for line in passage_lines(messages) if line.item not in window_items]
     for line in passages:
         phase = 1 if notes_item is None or line.item > notes_item else 0
         for position, event in enumerate(line.events):
             sightings.append(Sighting(phase, line.item, line.rank * 100 + position, event))
-    notes_values = {}
-    if notes is not None:
-        for key, value in notes.state:
-            number = int_or_none(value)
-            if number is not None:
-                notes_values[key] = number
     latest = max([*window_items, *(line.item for line in passages), notes_item or 0, 0])
     everything = "\n".join(text_of(message) for message in messages)
     return ReaderView(
@@ -140,6 +143,37 @@ def read_view(messages: Sequence[BaseMessage], *, misread: int | None = None) ->
         latest_item=latest,
         notes_item=notes_item,
     )
+
+
+def _misread_view(
+    notes_values: Mapping[str, int],
+    blocks: Sequence[Block],
+    passages: Sequence[PassageLine],
+    misreads: Misreads,
+) -> tuple[dict[str, int], list[Block], list[PassageLine]]:
+    """The NOTES values, batches and passage lines after the call's misreads: one group per
+    text (the NOTES values, each batch, each item's passage lines)."""
+    by_item: dict[int, list[int]] = {}
+    for index, line in enumerate(passages):
+        by_item.setdefault(line.item, []).append(index)
+    memory = [Event("set", key, value, None, "") for key, value in notes_values.items()]
+    groups: list[list[Event]] = [memory, *(list(block.events) for block in blocks)]
+    for indices in by_item.values():
+        groups.append([event for i in indices for event in passages[i].events])
+    read = misread(groups, misreads, memory=frozenset({0}))
+    values = {e.name: e.amount for e in read[0] if e.amount is not None}
+    new_blocks = [
+        replace(block, events=tuple(events))
+        for block, events in zip(blocks, read[1:], strict=False)
+    ]
+    new_passages = list(passages)
+    for indices, events in zip(by_item.values(), read[1 + len(blocks) :], strict=True):
+        # the item's lines share its events again, in order (a line may lose or change one)
+        first, *rest = indices
+        new_passages[first] = replace(passages[first], events=tuple(events))
+        for i in rest:
+            new_passages[i] = replace(passages[i], events=())
+    return values, new_blocks, new_passages
 
 
 def _uncovered(covered: Sequence[tuple[int, int]], lo: int, hi: int) -> tuple[int, int] | None:
@@ -196,6 +230,8 @@ def value_of(
     gap = _gap(view, name, start_item + 1, through_item)
     for sighting in replay:
         event = sighting.event
+        if not event.applied:  # seen but not applied: the value stays what it was
+            continue
         if event.kind == "set":
             value = event.amount
             continue
@@ -248,11 +284,90 @@ class Finding:
     number: int
     answer: str
     gap: Gap | None
+    more: tuple[Gap, ...] = ()
+    """Further searches that could add to it (one per counter an order or gist names)."""
+
+    @property
+    def gaps(self) -> tuple[Gap, ...]:
+        return tuple(g for g in (self.gap, *self.more) if g is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Questions about a counter's history: what the view shows of its changes, and where it is blind
+# ---------------------------------------------------------------------------------------------
+def changes_seen(view: ReaderView, name: str) -> list[Sighting]:
+    """The changes to ``name`` the view shows (with an actor: not a memory's value line)."""
+    return [s for s in view.sightings if s.event.name == name and s.event.actor]
+
+
+def before_last(view: ReaderView, name: str) -> Reading:
+    """The value ``name`` held before its last change: worked back from the value now when that
+    change moved it by a stated amount, else replayed up to the change."""
+    seen = changes_seen(view, name)
+    if not seen:
+        return Reading(None, _gap(view, name, 1, view.latest_item))
+    last = seen[-1]
+    after_gap = _gap(view, name, int(last.item) + 1, view.latest_item)
+    event = last.event
+    now = value_now(view, name)
+    if now.value is not None and event.amount is not None and event.kind in ("add", "take"):
+        back = now.value - event.amount if event.kind == "add" else now.value + event.amount
+        return Reading(back, after_gap or now.gap)
+    # the NOTES value already holds the change when the NOTES cover its item
+    through = int(last.item) if last.phase == 1 else int(last.item) - 1
+    earlier = value_of(view, name, before=last.key, through_item=through)
+    return Reading(earlier.value, after_gap or earlier.gap)
+
+
+def count_in(view: ReaderView, name: str, first: int, last: int) -> tuple[int, Gap | None]:
+    """How many changes to ``name`` the view shows in items ``first``–``last``, and the part of
+    the span where a search could show more."""
+    count = sum(1 for s in changes_seen(view, name) if first <= s.item <= last)
+    gap = _gap(view, name, first, last)
+    return count, None if gap is None else Gap(name, first, last)
+
+
+def first_seen(view: ReaderView, name: str) -> tuple[float | None, Gap | None]:
+    """The item of the first change to ``name`` the view shows, and the stretch before it where
+    an earlier one could hide."""
+    seen = changes_seen(view, name)
+    if not seen:
+        return None, _gap(view, name, 1, view.latest_item)
+    return seen[0].item, _gap(view, name, 1, int(seen[0].item) - 1)
+
+
+def _history_answer(view: ReaderView, question: AskedQuestion) -> Finding:
+    number, name = question.number, question.name
+    if question.kind == "before_last":
+        if name in view.rules.confidential:
+            return Finding(number, "protected", None)
+        reading = before_last(view, name)
+        return Finding(number, answer_text("old", name, reading.value, view.rules), reading.gap)
+    if question.kind == "count":
+        assert question.item is not None and question.until is not None
+        count, gap = count_in(view, name, question.item, question.until)
+        return Finding(number, str(count), gap)
+    if question.kind == "order":
+        names = (name, *question.others)
+        firsts = [first_seen(view, n) for n in names]
+        gaps = tuple(g for _, g in firsts if g is not None)
+        known = [(item, n) for (item, _), n in zip(firsts, names, strict=True) if item is not None]
+        text = min(known)[1] if len(known) == len(names) else UNKNOWN
+        return Finding(number, text, gaps[0] if gaps else None, gaps[1:])
+    assert question.item is not None and question.until is not None  # gist
+    names = (name, *question.others)
+    counted = [count_in(view, n, question.item, question.until) for n in names]
+    gaps = tuple(g for _, g in counted if g is not None)
+    best = max(count for count, _ in counted)
+    text = UNKNOWN if best == 0 else names[[c for c, _ in counted].index(best)]
+    return Finding(number, text, gaps[0] if gaps else None, gaps[1:])
 
 
 def answer(view: ReaderView, question: AskedQuestion) -> Finding:
     """Answer one question from the view (rules apply only when they are in the context)."""
     rules, name = view.rules, question.name
+    if question.kind in ("before_last", "count", "order", "gist"):
+        return _history_answer(view, question)
     if question.kind == "who":
         assert question.item is not None
         actor, gap = who_changed(view, name, question.item)

@@ -8,26 +8,30 @@ for one (a ``RULE:`` line, or a sentence of its free-text notes); it keeps withi
 size limit by removing what it set least recently. Then it moves on. Prose notes hold one
 sentence per counter ("domo86 stood at 342."), changed in place with ``notes_replace``.
 
-The same faults reach these calls as every other: a misread set is written with the wrong sign,
-``drop_rules`` leaves a stated rule unwritten, ``invent_working`` adds working no text supports.
+The same faults reach these calls as every other: the call's misreads strike what it reads (its
+pinned values and the batch), and ``drop_rules`` leaves a stated rule unwritten, rule by rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from keeper_middleware.bench.reader.faults import INVENTED_AMOUNT, ReaderFaults
+from keeper_middleware.bench.reader.faults import ReaderFaults
 from keeper_middleware.bench.reader.messages import (
     NO_MORE_BATCHES,
     READ_TOOL,
-    count_sets,
     message_kind,
-    negate_set,
     read_blocks,
     story_blocks,
+)
+from keeper_middleware.bench.reader.misreads import (
+    NO_MISREADS,
+    Misreads,
+    misread_memory_and_text,
+    misreads_for,
 )
 from keeper_middleware.bench.reader.pinned import PinnedView, read_pinned
 from keeper_middleware.bench.reader.text import Recount, read_events, rule_sentences
@@ -58,26 +62,34 @@ def _tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def _value_text(value: int, invent: bool) -> str:
-    return f"{value} (= {value + INVENTED_AMOUNT} - {INVENTED_AMOUNT})" if invent else str(value)
+def _value_text(value: int, working: str | None) -> str:
+    return f"{value} (= {working})" if working is not None else str(value)
 
 
 def batch_values(
-    messages: Sequence[BaseMessage], memory: PinnedView, *, misread: int | None
-) -> tuple[list[str], dict[str, int | None]]:
-    """The counters the last message changes, in order, and each one's value after it (None:
-    its starting value is neither in memory nor set in the batch)."""
+    messages: Sequence[BaseMessage], memory: PinnedView, *, misreads: Misreads = NO_MISREADS
+) -> tuple[list[str], dict[str, int | None], dict[str, str]]:
+    """The counters the last message changes, in order, each one's value after it (None: its
+    starting value is neither in memory nor set in the batch), and the working written for a
+    value (the `invent_working` misread); read with the call's ``misreads``."""
     last = len(messages) - 1
     blocks = [block for block in story_blocks(messages) if block.message_index == last]
-    if misread is not None:
-        blocks = negate_set(blocks, misread)
-    values: dict[str, int | None] = dict(memory.values())
+    remembered: dict[str, int | None] = dict(memory.values())
+    values, groups = misread_memory_and_text(
+        remembered, [list(block.events) for block in blocks], misreads
+    )
+    workings: dict[str, str] = {}
     changed: list[str] = []
-    for event in (event for block in blocks for event in block.events):
+    for event in (event for group in groups for event in group):
         if event.name not in changed:
             changed.append(event.name)
+        if not event.applied:
+            continue
+        workings.pop(event.name, None)
         if event.kind == "set":
             values[event.name] = event.amount
+            if event.working is not None:
+                workings[event.name] = event.working
             continue
         amount = event.amount if event.source is None else values.get(event.source)
         value = values.get(event.name)
@@ -85,7 +97,7 @@ def batch_values(
             values[event.name] = None
             continue
         values[event.name] = value + amount if event.kind in ("add", "add_held") else value - amount
-    return changed, {name: values.get(name) for name in changed}
+    return changed, {name: values.get(name) for name in changed}, workings
 
 
 def line_edits(
@@ -95,12 +107,12 @@ def line_edits(
     rules: Sequence[str],
     *,
     with_rules: bool,
-    invent: bool,
+    workings: Mapping[str, str],
 ) -> list[Call]:
     """``memory_set`` per counter (and ``memory_rule`` per new rule), after the deletions that
     keep the state within its limit (the lines set least recently go first)."""
     sets = [
-        (name, _value_text(value, invent))
+        (name, _value_text(value, workings.get(name)))
         for name in changed
         if (value := values[name]) is not None
     ]
@@ -128,7 +140,7 @@ def prose_edits(
     values: dict[str, int | None],
     rules: Sequence[str],
     *,
-    invent: bool,
+    workings: Mapping[str, str],
 ) -> list[Call]:
     """One sentence per counter, replaced in place when the notes already state its value,
     and each new rule sentence appended; the oldest lines go first when over the limit."""
@@ -142,7 +154,7 @@ def prose_edits(
         value = values[name]
         if value is None:
             continue
-        sentence = f"{name} stood at {_value_text(value, invent)}."
+        sentence = f"{name} stood at {_value_text(value, workings.get(name))}."
         old = next((line for line in lines if _states_value_of(line, name)), None)
         if old is None:
             calls.append((APPEND_TOOL, {"text": sentence}))
@@ -209,19 +221,15 @@ def memory_turn(
         and ([] if still_open is None else [still_open.sentence()]) == memory.open_recounts()
     ):
         return (((READ_TOOL, {}),), "") if reading_next else ((), _read_reply(messages))
-    misread = None
-    if faults.fires("misread", digest):
-        sets = count_sets(last_blocks)
-        misread = faults.pick("misread", digest, sets) if sets else None
-    changed, values = batch_values(messages, memory, misread=misread)
-    if faults.fires("drop_rules", digest):
-        rules = []
-    invent = faults.fires("invent_working", digest)
+    changed, values, workings = batch_values(
+        messages, memory, misreads=misreads_for(faults, digest)
+    )
+    rules = [rule for rule in rules if not faults.fires_for("drop_rules", digest, rule)]
     if APPEND_TOOL in tools:
-        calls = prose_edits(memory, changed, values, rules, invent=invent)
+        calls = prose_edits(memory, changed, values, rules, workings=workings)
     else:
         calls = line_edits(
-            memory, changed, values, rules, with_rules=RULE_TOOL in tools, invent=invent
+            memory, changed, values, rules, with_rules=RULE_TOOL in tools, workings=workings
         )
     calls += recount_edits(memory, read_blocks(messages)[1], prose=APPEND_TOOL in tools)
     if not calls:

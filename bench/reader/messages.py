@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -210,25 +210,6 @@ def _without(events: list[Event], taken_out: list[Event]) -> list[Event]:
         if event in remaining:
             remaining.remove(event)
     return remaining
-
-
-def negate_set(blocks: Sequence[Block], ordinal: int) -> list[Block]:
-    """The misread: the ``ordinal``-th set (in reading order) read with the wrong sign."""
-    result: list[Block] = []
-    count = 0
-    for block in blocks:
-        events = list(block.events)
-        for position, event in enumerate(events):
-            if event.kind == "set" and event.amount is not None:
-                if count == ordinal:
-                    events[position] = replace(event, amount=-event.amount)
-                count += 1
-        result.append(replace(block, events=tuple(events)))
-    return result
-
-
-def count_sets(blocks: Sequence[Block]) -> int:
-    return sum(1 for block in blocks for event in block.events if event.kind == "set")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,8 +22,6 @@ from keeper_middleware.bench.reader.faults import (
     request_digest,
     runaway_reasoning,
     thinking_switched_off,
-    with_invented_working,
-    without_rules,
 )
 from keeper_middleware.bench.reader.logic import Finding, Gap, answer, read_view
 from keeper_middleware.bench.reader.memory import edits_memory, memory_turn
@@ -32,17 +30,16 @@ from keeper_middleware.bench.reader.messages import (
     READ_TOOL,
     SEARCH_TOOL,
     SearchRecord,
-    count_sets,
     message_kind,
     open_questions,
     search_args,
     stop_requested,
     story_blocks,
 )
-from keeper_middleware.bench.reader.notes import noted_blocks, rewrite_notes, write_changes
+from keeper_middleware.bench.reader.misreads import misreads_for
+from keeper_middleware.bench.reader.notes import rewrite_notes, write_changes
 from keeper_middleware.bench.reader.rot import NO_ROT, ContextRot, with_rot
 from keeper_middleware.bench.reader.summary import (
-    count_summary_sets,
     is_summary_request,
     summaries_in_view,
     write_summary,
@@ -132,10 +129,8 @@ def plan_searches(
     attempted = {record.command for record in records}
     cut_short = {record.command for record in records if record.outcome == "cut_short"}
     commands: list[Command] = []
-    for finding in findings:
-        if finding.gap is None:
-            continue
-        command = next_command(finding.gap, attempted, cut_short, latest)
+    for gap in (gap for finding in findings for gap in finding.gaps):
+        command = next_command(gap, attempted, cut_short, latest)
         if command is not None and command not in commands:
             commands.append(command)
         if len(commands) == MAX_SEARCHES_PER_TURN:
@@ -171,11 +166,7 @@ def answer_turn(
     """Answer the open question set, or search for what the context lacks."""
     asked_at, questions = open_questions(messages)
     assert asked_at is not None
-    misread = None
-    if faults.fires("misread", digest):
-        sets = count_sets(story_blocks(messages))
-        misread = faults.pick("misread", digest, sets) if sets else None
-    view = read_view(messages, misread=misread)
+    view = read_view(messages, misreads=misreads_for(faults, digest))
     findings = [answer(view, question) for question in questions]
     if SEARCH_TOOL in tools and not stop_requested(messages, asked_at):
         records = [record for record in view.searches if record.message_index > asked_at]
@@ -199,25 +190,16 @@ def answer_turn(
 def notes_turn(
     messages: Sequence[BaseMessage], faults: ReaderFaults, digest: str, *, rewrite: bool
 ) -> Reply:
-    """Note-taking: change lines (or a whole NOTES block), with the notes faults when they fire."""
-    misread = None
-    if faults.fires("misread", digest):
-        population = story_blocks(messages) if rewrite else noted_blocks(messages)
-        sets = count_sets(population)
-        misread = faults.pick("misread", digest, sets) if sets else None
+    """Note-taking (a request or a re-ask): change lines, or a whole NOTES block, read with the
+    call's misreads and each rule left out at the `drop_rules` rate."""
+    misreads = misreads_for(faults, digest)
+
+    def keeps_rule(rule: str) -> bool:
+        return not faults.fires_for("drop_rules", digest, rule)
+
     if rewrite:
-        text = rewrite_notes(
-            messages,
-            misread=misread,
-            drop_rules=faults.fires("drop_rules", digest),
-            invent_working=faults.fires("invent_working", digest),
-        )
-        return Reply(text)
-    changes = write_changes(messages, misread=misread)
-    if faults.fires("drop_rules", digest):
-        changes = without_rules(changes) or changes
-    if faults.fires("invent_working", digest):
-        changes = with_invented_working(changes)
+        return Reply(rewrite_notes(messages, misreads=misreads, keeps_rule=keeps_rule))
+    changes = write_changes(messages, misreads=misreads, keeps_rule=keeps_rule)
     return Reply("\n".join(change.render() for change in changes))
 
 
@@ -225,16 +207,11 @@ def summary_turn(
     messages: Sequence[BaseMessage], faults: ReaderFaults, digest: str, *, budget: int
 ) -> Reply:
     """A summary, with the same faults a notes reply can have."""
-    misread = None
-    if faults.fires("misread", digest):
-        sets = count_summary_sets(messages)
-        misread = faults.pick("misread", digest, sets) if sets else None
     text = write_summary(
         messages,
         budget=budget,
-        misread=misread,
-        drop_rules=faults.fires("drop_rules", digest),
-        invent_working=faults.fires("invent_working", digest),
+        misreads=misreads_for(faults, digest),
+        keeps_rule=lambda rule: not faults.fires_for("drop_rules", digest, rule),
     )
     return Reply(text)
 
@@ -264,8 +241,9 @@ def compose_reply(
     kind = message_kind(last)
     if kind in ("notes_request", "rewrite_request"):
         return notes_turn(messages, faults, digest, rewrite=kind == "rewrite_request")
-    if kind == "reask":
-        return notes_turn(messages, NO_FAULTS, digest, rewrite=False)
+    if kind == "reask":  # the same faults as the request it follows (its own draws)
+        rewrite = any(message_kind(m) == "rewrite_request" for m in messages)
+        return notes_turn(messages, faults, digest, rewrite=rewrite)
     asked_at, _ = open_questions(messages)
     if asked_at is not None:
         return answer_turn(messages, tools, faults, digest)

@@ -8,19 +8,22 @@ the turns the request asks about, so a slip in what the keeper shows it shows up
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
-from keeper_middleware.bench.reader.faults import INVENTED_AMOUNT
 from keeper_middleware.bench.reader.logic import int_or_none, read_view, value_now
 from keeper_middleware.bench.reader.messages import (
     Block,
     message_kind,
-    negate_set,
     notes_position,
     read_blocks,
     story_blocks,
+)
+from keeper_middleware.bench.reader.misreads import (
+    NO_MISREADS,
+    Misreads,
+    misread_memory_and_text,
 )
 from keeper_middleware.bench.reader.text import Recount, open_recount
 from keeper_middleware.bench.reader.text import rule_sentences as story_rule_sentences
@@ -69,6 +72,10 @@ def noted_blocks(messages: Sequence[BaseMessage]) -> list[Block]:
     return [block for block in story_blocks(messages) if start <= block.message_index < end]
 
 
+def _every_rule(_rule: str) -> bool:
+    return True
+
+
 def _term(sign: str, amount: int, working: str) -> str:
     """One step of a working. A held amount is written as the other counter's own working, so
     every number in it comes from the text or the notes (the keeper checks that)."""
@@ -79,18 +86,22 @@ def _term(sign: str, amount: int, working: str) -> str:
     return f" {sign} {amount}"
 
 
-def write_changes(messages: Sequence[BaseMessage], *, misread: int | None = None) -> list[Change]:
+def write_changes(
+    messages: Sequence[BaseMessage],
+    *,
+    misreads: Misreads = NO_MISREADS,
+    keeps_rule: Callable[[str], bool] = _every_rule,
+) -> list[Change]:
     """The change lines for a notes request: RULE lines, then one SET per counter that changed.
 
     A value stated outright is written as it was stated; a worked-out one shows its working from
     the NOTES value or from the set it started at. A counter whose starting value the context
-    does not hold is left out rather than guessed.
+    does not hold is left out rather than guessed. ``misreads`` strike what it reads (the NOTES
+    values and the noted turns); a rule ``keeps_rule`` refuses is left out (`drop_rules`).
     """
     start, end = noted_span(messages)
     _, notes, _ = notes_position(messages[:end])
     blocks = noted_blocks(messages)
-    if misread is not None:
-        blocks = negate_set(blocks, misread)
     values: dict[str, int | None] = {}
     workings: dict[str, str] = {}
     if notes is not None:
@@ -101,13 +112,22 @@ def write_changes(messages: Sequence[BaseMessage], *, misread: int | None = None
             if key not in values:
                 values[key] = int_or_none(recalled)
                 workings[key] = recalled
+    read_values, groups = misread_memory_and_text(
+        values, [list(block.events) for block in blocks], misreads
+    )
+    for key, value in values.items():
+        if read_values.get(key) != value:  # a NOTES value read wrong is worked from as read
+            values[key] = read_values.get(key)
+            workings[key] = "" if values[key] is None else str(values[key])
     changed: list[str] = []
-    for event in (event for block in blocks for event in block.events):
+    for event in (event for group in groups for event in group):
         if event.name not in changed:
             changed.append(event.name)
+        if not event.applied:  # seen, not applied: the value before it is written
+            continue
         if event.kind == "set":
             values[event.name] = event.amount
-            workings[event.name] = str(event.amount)
+            workings[event.name] = event.working or str(event.amount)
             continue
         amount = event.amount if event.source is None else values.get(event.source)
         value = values.get(event.name)
@@ -118,7 +138,8 @@ def write_changes(messages: Sequence[BaseMessage], *, misread: int | None = None
         values[event.name] = value + amount if sign == "+" else value - amount
         step = str(amount) if event.source is None else workings[event.source]
         workings[event.name] = workings[event.name] + _term(sign, amount, step)
-    lines: list[Change] = [RuleLine(rule) for rule in rule_sentences(messages[start:end])]
+    rules = [rule for rule in rule_sentences(messages[start:end]) if keeps_rule(rule)]
+    lines: list[Change] = [RuleLine(rule) for rule in rules]
     for name in changed:
         value = values.get(name)
         if value is None:
@@ -141,17 +162,18 @@ def recount_lines(notes: Notes | None, still_open: Recount | None) -> list[Chang
 def rewrite_notes(
     messages: Sequence[BaseMessage],
     *,
-    misread: int | None = None,
-    drop_rules: bool = False,
-    invent_working: bool = False,
+    misreads: Misreads = NO_MISREADS,
+    keeps_rule: Callable[[str], bool] = _every_rule,
 ) -> str:
-    """A complete NOTES block covering everything in the context (the full-rewrite request);
-    ``drop_rules`` and ``invent_working`` are the faults a notes reply can have."""
+    """A complete NOTES block covering everything in the context (the full-rewrite request),
+    read with the call's ``misreads``; a rule ``keeps_rule`` refuses is left out."""
     _, end = noted_span(messages)
-    view = read_view(messages[:end], misread=misread)
+    view = read_view(messages[:end], misreads=misreads)
     old = view.notes or Notes()
     rules = list(old.rules)
     rules += [rule for rule in rule_sentences(messages[:end]) if rule not in rules]
+    rules = [rule for rule in rules if keeps_rule(rule)]
+    invented = {s.event.name: s.event for s in view.sightings if s.event.working is not None}
     names = [key for key, _ in old.state]
     names += [s.event.name for s in view.sightings if s.event.name not in names]
     names = list(dict.fromkeys(names))
@@ -159,8 +181,9 @@ def rewrite_notes(
     for name in names:
         value = value_now(view, name).value
         noted = old.state_value(name)
-        if value is not None and invent_working:
-            state.append((name, f"{value} (= {value + INVENTED_AMOUNT} - {INVENTED_AMOUNT})"))
+        made_up = invented.get(name)
+        if value is not None and made_up is not None and made_up.amount == value:
+            state.append((name, f"{value} (= {made_up.working})"))
         elif value is not None:
             state.append((name, str(value)))
         elif noted is not None:
@@ -172,7 +195,7 @@ def rewrite_notes(
     if still_open is not None:
         open_lines.append(still_open.sentence())
     covering = Notes(
-        rules=() if drop_rules else tuple(rules),
+        rules=tuple(rules),
         state=tuple(state),
         open=tuple(open_lines),
         first_item=first,

@@ -26,13 +26,13 @@ rules only, so :func:`summaries_in_view` shows such a summary as an ordinary mes
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from keeper_middleware.bench.reader.faults import INVENTED_AMOUNT
 from keeper_middleware.bench.reader.messages import open_questions
+from keeper_middleware.bench.reader.misreads import NO_MISREADS, Misreads, misread
 from keeper_middleware.bench.reader.text import (
     CLERK,
     Event,
@@ -46,15 +46,21 @@ from keeper_middleware.messages import keeper_kind, text_of
 
 SUMMARY_REQUEST_TAG = "[SUMMARY REQUEST]"
 LANGMEM_SUMMARY_START = "Summary of the conversation so far:"
+DEEPAGENTS_SUMMARY_START = "You are in the middle of a conversation that has been summarized."
 _SUMMARY_RESULTS = (
     "[SUMMARY]",  # the summarize arm's stored summary
     "Here is a summary of the conversation to date",  # LangChain's
     LANGMEM_SUMMARY_START,
+    DEEPAGENTS_SUMMARY_START,  # Deep Agents' (its summary between <summary> tags)
 )
 _KEEPER_REQUESTS = frozenset({"notes_request", "notes_reask", "notes", "rules", "retrieved"})
 _ITEM_HEAD = re.compile(r"\bItem (\d+)\.")
 _SUMMARY_LINE = re.compile(r"^\s*(?:[-*]\s+)?item (\d+): (.+?)\s*$", re.MULTILINE)
 _BUDGET = re.compile(r"within (\d[\d,]*) tokens")
+
+
+def _every_rule(_rule: str) -> bool:
+    return True
 
 
 def is_summary_request(messages: Sequence[BaseMessage]) -> bool:
@@ -128,7 +134,8 @@ def histories(pieces: Sequence[tuple[int | None, list[Event]]]) -> dict[str, lis
             if event.source is not None:
                 source_steps = steps.get(event.source) or []
                 amount = source_steps[-1].value if source_steps else None
-            past.append(Step(item, event, amount, _after(event.kind, before, amount)))
+            after = _after(event.kind, before, amount) if event.applied else before
+            past.append(Step(item, event, amount, after))
     return steps
 
 
@@ -156,10 +163,11 @@ def history_line(step: Step) -> str | None:
     return f"item {step.item}: {event.actor} took {amount} from {event.name}."
 
 
-def value_line(name: str, step: Step, *, invented: bool = False) -> str | None:
+def value_line(name: str, step: Step) -> str | None:
     if step.value is None:
         return None
-    working = f" (= {step.value + INVENTED_AMOUNT} - {INVENTED_AMOUNT})" if invented else ""
+    made_up = step.event.working
+    working = f" (= {made_up})" if made_up is not None and step.event.kind == "set" else ""
     return f"item {step.item}: {name} stood at {step.value}{working}."
 
 
@@ -208,32 +216,32 @@ def write_summary(
     messages: Sequence[BaseMessage],
     *,
     budget: int,
-    misread: int | None = None,
-    drop_rules: bool = False,
-    invent_working: bool = False,
+    misreads: Misreads = NO_MISREADS,
+    keeps_rule: Callable[[str], bool] = _every_rule,
 ) -> str:
     """The summary of everything sent, the request's own text included and read first: langmem
     puts the previous summary there (after the new messages, though it comes before them in the
     story), LangChain the whole conversation, the summarize arm nothing but the request.
 
-    ``misread`` (the n-th set read with the wrong sign), ``drop_rules`` and ``invent_working``
-    are the same faults a notes reply can have."""
+    ``misreads`` strike what it reads (each text, a previous summary's lines included) and a
+    rule ``keeps_rule`` refuses is left out, as in a notes reply."""
     texts = [text_of(message) for message in [*messages[-1:], *messages[:-1]]]
     budget = stated_budget(texts[0]) or budget
     pieces, recount = story_pieces(texts)
-    if misread is not None:
-        pieces = negate_set(pieces, misread)
+    if misreads:
+        read = misread([events for _, events in pieces], misreads)
+        pieces = [(item, events) for (item, _), events in zip(pieces, read, strict=True)]
     steps = histories(pieces)
     order = sorted(steps, key=lambda name: (steps[name][-1].item, list(steps).index(name)))
     values: dict[str, str] = {}
     history: dict[str, list[str]] = {}
     for name in order:
-        line = value_line(name, steps[name][-1], invented=invent_working)
+        line = value_line(name, steps[name][-1])
         if line is None:
             continue
         values[name] = line
         history[name] = [h for h in map(history_line, steps[name]) if h is not None]
-    fixed = [] if drop_rules else rule_sentences(texts)
+    fixed = [rule for rule in rule_sentences(texts) if keeps_rule(rule)]
     if recount is not None:  # begun in the last item summarised, finished in the next one
         fixed.append(recount.sentence())
     asked_at, _ = open_questions(messages[:-1])
@@ -243,26 +251,19 @@ def write_summary(
     return "\n".join(lines) if lines else "Nothing to keep yet."
 
 
-def count_summary_sets(messages: Sequence[BaseMessage]) -> int:
-    texts = [text_of(message) for message in [*messages[-1:], *messages[:-1]]]
-    return sum(1 for _, events in story_pieces(texts)[0] for e in events if e.kind == "set")
-
-
-def negate_set(
-    pieces: Sequence[tuple[int | None, list[Event]]], ordinal: int
-) -> list[tuple[int | None, list[Event]]]:
-    """The misread: the ``ordinal``-th set (in reading order) read with the wrong sign."""
-    result: list[tuple[int | None, list[Event]]] = []
-    count = 0
-    for item, events in pieces:
-        changed = list(events)
-        for position, event in enumerate(changed):
-            if event.kind == "set" and event.amount is not None:
-                if count == ordinal:
-                    changed[position] = replace(event, amount=-event.amount)
-                count += 1
-        result.append((item, changed))
-    return result
+def summary_in(messages: Sequence[BaseMessage]) -> str | None:
+    """The summary a request carries, without its header ("" for an empty one), or None when it
+    carries none: what a summarising arm's memory is at that call."""
+    for message in reversed(messages):
+        text = text_of(message).lstrip()
+        if text.startswith(LANGMEM_SUMMARY_START):
+            return text[len(LANGMEM_SUMMARY_START) :].strip()
+        if text.startswith(DEEPAGENTS_SUMMARY_START):
+            inside = text.partition("<summary>")[2].rpartition("</summary>")[0]
+            return inside.strip()
+        if text.startswith(_SUMMARY_RESULTS):
+            return text.partition("\n")[2].strip()
+    return None
 
 
 def summaries_in_view(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

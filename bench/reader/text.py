@@ -23,7 +23,7 @@ messages and each is re-read only while it is in view, so a few thousand keep ev
 hit; at 16,384 a 10M-token run kept every batch it had read (peak RSS 248 MB, now 189 MB)."""
 
 EventKind = Literal["set", "add", "take", "add_held", "take_held"]
-QuestionKind = Literal["current", "old", "who", "tally"]
+QuestionKind = Literal["current", "old", "who", "tally", "before_last", "count", "order", "gist"]
 
 CLERK = "the clerk"
 PROTECTED = "protected"
@@ -41,6 +41,11 @@ class Event:
     """The stated amount; None for the *_held kinds, whose amount is ``source``'s value."""
     source: str | None
     actor: str
+    working: str | None = None
+    """Working the reader wrote for the amount (only the `invent_working` misread gives one)."""
+    applied: bool = True
+    """False: the change was seen but not applied (the `stale_value` misread): the counter keeps
+    the value it had, and a history still lists the change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,10 @@ class AskedQuestion:
     kind: QuestionKind
     name: str
     item: int | None
+    until: int | None = None
+    """The last item of a span (count, gist)."""
+    others: tuple[str, ...] = ()
+    """The other counters an order or gist question names."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,6 +280,18 @@ _QUESTIONS = [
         (rf"What value did (?P<name>{_NAME}) hold at the end of item (?P<item>\d+)\?", "old"),
         (rf"Who changed (?P<name>{_NAME}) in item (?P<item>\d+)\?", "who"),
         (rf"What is the tally of (?P<name>{_NAME}) now\?", "tally"),
+        (rf"What value did (?P<name>{_NAME}) hold before its last change\?", "before_last"),
+        (
+            rf"How many times did (?P<name>{_NAME}) change from item (?P<item>\d+) to item "
+            rf"(?P<until>\d+)\?",
+            "count",
+        ),
+        (rf"Which was recorded first, (?P<name>{_NAME}) or (?P<other>{_NAME})\?", "order"),
+        (
+            rf"Which of (?P<name>{_NAME}), (?P<other>{_NAME}) and (?P<third>{_NAME}) changed "
+            rf"most often from item (?P<item>\d+) to item (?P<until>\d+)\?",
+            "gist",
+        ),
     )
 ]
 _QUESTIONS_HEADS = ("Questions about the stories so far.", "Final questions.")
@@ -292,13 +313,16 @@ def _read_questions(text: str) -> tuple[AskedQuestion, ...]:
     asked: list[AskedQuestion] = []
     for regex, kind in _QUESTIONS:
         for match in regex.finditer(text):
-            item = match.groupdict().get("item")
+            groups = match.groupdict()
+            item, until = groups.get("item"), groups.get("until")
             asked.append(
                 AskedQuestion(
                     int(match.group("number")),
                     kind,  # type: ignore[arg-type]
                     match.group("name"),
                     None if item is None else int(item),
+                    None if until is None else int(until),
+                    tuple(groups[k] for k in ("other", "third") if groups.get(k)),
                 )
             )
     return tuple(sorted(asked, key=lambda question: question.number))

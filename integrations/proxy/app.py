@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
 from keeper_middleware.errors import WindowTooSmallError
-from keeper_middleware.integrations.proxy.completions import completion_body
+from keeper_middleware.integrations.proxy.completions import completion_body, logprobs_after
 from keeper_middleware.integrations.proxy.engine import Answer, KeeperProxy, QuotaError
 from keeper_middleware.integrations.proxy.metrics import SessionCounters, metrics_registry
 from keeper_middleware.integrations.proxy.openai_format import (
@@ -41,6 +41,7 @@ from keeper_middleware.integrations.proxy.openai_format import (
 from keeper_middleware.integrations.proxy.sessions import SessionStore
 from keeper_middleware.integrations.proxy.slots import SlotParking, SlotParkingConfig
 from keeper_middleware.integrations.proxy.streaming import (
+    StreamPiece,
     chunk_envelope,
     sse_delta,
     sse_event,
@@ -337,6 +338,12 @@ def create_proxy_app(
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     async def not_found(request: Request, exc: Exception) -> Response:
+        """An unknown route (or method) is named only to a caller with a key: without one, every
+        path answers 401 alike, so no one learns what is served here without a key."""
+        try:
+            caller_of(request)
+        except _RefusedError as refusal:
+            return refusal.response
         status = getattr(exc, "status_code", 404)
         return _error(
             status,
@@ -387,6 +394,8 @@ def _failure(exc: Exception, session: str, retry: RetryPolicy) -> Response:
             code=exc.code,
             headers=retry_after_header(exc, retry),
         )
+    if isinstance(exc, RequestError):
+        return _error(exc.status, exc.message, kind="invalid_request_error", param=exc.param)
     if isinstance(exc, WindowTooSmallError):
         return _error(400, str(exc), kind="invalid_request_error", code="context_length_exceeded")
     if isinstance(exc, QuotaError):
@@ -401,8 +410,8 @@ async def _stream(
     """Stream the answer: text as the upstream sends it, the rest once the reply is known."""
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
-    async def forward(delta: dict[str, str]) -> None:
-        await queue.put(("delta", delta))
+    async def forward(piece: StreamPiece) -> None:
+        await queue.put(("delta", piece))
 
     async def run() -> None:
         try:
@@ -417,7 +426,8 @@ async def _stream(
 
     async def events() -> AsyncIterator[bytes]:
         nonlocal kind, value
-        envelope = chunk_envelope({})
+        # the upstream's envelope from the first chunk on, for the whole stream
+        envelope = chunk_envelope(value.envelope if kind == "delta" else value.data)
         yield sse_start(envelope)
         try:
             while True:
@@ -430,7 +440,6 @@ async def _stream(
                     return
                 else:
                     answer: Answer = value
-                    envelope = chunk_envelope(answer.data)
                     usage = answer.usage if parsed.include_usage else None
                     for event in sse_finish(
                         envelope,
@@ -438,6 +447,7 @@ async def _stream(
                         answer.reason,
                         already=answer.streamed,
                         usage=usage,
+                        logprobs=logprobs_after(answer.data, answer.streamed_logprobs),
                     ):
                         yield event
                     return

@@ -25,16 +25,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 from keeper_middleware.errors import KeeperError
+from keeper_middleware.integrations.proxy.serving import (
+    DEFAULT_HEADER_TIMEOUT,
+    http_protocol,
+    uvicorn_config,
+)
 from keeper_middleware.startup import freeze_startup_objects
 
 
 @contextmanager
 def serve_in_thread(
-    app: Any, *, host: str = "127.0.0.1", port: int = 0, lifespan: Literal["on", "off"] = "on"
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    lifespan: Literal["on", "off"] = "on",
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
 ) -> Iterator[str]:
-    """Serve an ASGI app (the proxy) with uvicorn in a background thread; yields its ``/v1``
-    base URL. Port 0 picks a free port. For benchmarks and tests that need a real socket;
-    ``lifespan="off"`` skips the shutdown hook, as a killed process would.
+    """Serve an ASGI app (the proxy) with uvicorn in a background thread, as ``keeper-proxy``
+    serves it (:func:`~.serving.uvicorn_config`); yields its ``/v1`` base URL. Port 0 picks a
+    free port. For benchmarks and tests that need a real socket; ``lifespan="off"`` skips the
+    shutdown hook, as a killed process would.
     """
     import uvicorn
 
@@ -42,7 +53,10 @@ def serve_in_thread(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+    config = uvicorn_config(
+        app, host=host, port=bound, header_timeout=header_timeout, lifespan=lifespan
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -147,6 +161,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=120.0,
         help="seconds after which no new upstream try starts (default 120)",
+    )
+    parser.add_argument(
+        "--max-retry-after",
+        type=float,
+        default=10.0,
+        help="the longest Retry-After the proxy waits for inside a request (default 10 s); a "
+        "longer one goes to the agent at once, with the upstream's status",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT,
+        help=f"seconds a client has to send a request's headers before its connection is "
+        f"closed (default {DEFAULT_HEADER_TIMEOUT:g})",
     )
     parser.add_argument(
         "--upstream-api-key",
@@ -282,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 attempts=args.upstream_retries + 1,
                 timeout=args.upstream_timeout,
                 budget=args.upstream_budget,
+                max_retry_after=args.max_retry_after,
             ),
             upstream_api_key=args.upstream_api_key,
             reasoning_effort=args.reasoning_effort,
@@ -298,12 +327,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "it can read every session.",
             file=sys.stderr,
         )
+    if args.header_timeout <= 0:
+        print(
+            "keeper-proxy: --header-timeout must be a positive number of seconds", file=sys.stderr
+        )
+        return 2
     freeze_startup_objects()
     # uvicorn picks uvloop and httptools when installed (the proxy extra installs them)
     uvicorn.run(
         app,
         host=args.host,
         port=args.port,
+        http=http_protocol(args.header_timeout),
         log_level=args.log_level,
         access_log=args.access_log,
     )

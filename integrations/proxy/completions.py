@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage
 
 from keeper_middleware.integrations.proxy.openai_format import message_from_openai
 
-__all__ = ["agent_reply", "ai_from_completion", "completion_body"]
+__all__ = ["agent_reply", "ai_from_completion", "completion_body", "logprobs_after"]
 
 
 def ai_from_completion(data: Mapping[str, Any]) -> AIMessage:
@@ -81,6 +81,32 @@ def completion_body(
     body.setdefault("object", "chat.completion")
     body.setdefault("created", int(time.time()))
     body["choices"] = [
-        {"index": 0, "message": dict(message), "finish_reason": finish_reason, "logprobs": None}
+        {
+            "index": 0,
+            "message": dict(message),
+            "finish_reason": finish_reason,
+            "logprobs": _choice(data).get("logprobs"),
+        }
     ]
     return body
+
+
+def _choice(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    choices = data.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return {}
+
+
+def logprobs_after(data: Mapping[str, Any], sent: Mapping[str, int]) -> dict[str, Any] | None:
+    """The completion's log probabilities past the first ``sent[list]`` of each list (those a
+    stream already passed on); None when none are left."""
+    logprobs = _choice(data).get("logprobs")
+    if not isinstance(logprobs, dict):
+        return None
+    left = {
+        name: entries[sent.get(name, 0) :]
+        for name, entries in logprobs.items()
+        if isinstance(entries, list)
+    }
+    return {name: entries for name, entries in left.items() if entries} or None

@@ -35,6 +35,7 @@ from keeper_middleware.integrations.proxy.metrics import ProxyStats
 from keeper_middleware.integrations.proxy.openai_format import (
     SEARCH_TOOL_SCHEMA,
     ChatRequest,
+    RequestError,
     digest_of,
     message_from_openai,
     message_to_openai,
@@ -48,9 +49,10 @@ from keeper_middleware.integrations.proxy.sessions import (
     SessionStore,
 )
 from keeper_middleware.integrations.proxy.slots import SlotParking
+from keeper_middleware.integrations.proxy.streaming import StreamPiece
 from keeper_middleware.integrations.proxy.tenants import split_stored
-from keeper_middleware.integrations.proxy.turns import Answer, Forward, Turn, new_id, shape_turn
-from keeper_middleware.integrations.proxy.upstream import Upstream, UpstreamError
+from keeper_middleware.integrations.proxy.turns import Answer, Turn, new_id, shape_turn
+from keeper_middleware.integrations.proxy.upstream import Forward, Upstream, UpstreamError
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages import text_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
@@ -86,7 +88,11 @@ class KeeperProxy:
         self.keeper = keeper
         self.upstream = upstream
         self.max_upstream_calls = max_upstream_calls
-        self.store: SessionStore = store or ArchiveSessionStore(keeper.archive)
+        self.store: SessionStore = store or ArchiveSessionStore(
+            keeper.archive,
+            also=keeper.sessions.unsaved_values,
+            saved_also=keeper.sessions.values_saved,
+        )
         self.tenant_quota_bytes = tenant_quota_bytes
         self.slots = slots
         self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
@@ -146,6 +152,7 @@ class KeeperProxy:
 
     def _forget(self, session: str) -> bool:
         if session not in self.sessions():
+            self.keeper.sessions.drop(session)  # what a refused request read: nothing to write
             return False
         tenant = split_stored(session)[0]
         if tenant in self._tenant_bytes:
@@ -169,16 +176,22 @@ class KeeperProxy:
         What another replica may have changed is read again in the first worker-thread step
         (:meth:`_before_call`), not in a thread hop of its own."""
         async with self.keeper.asession(session), AsyncExitStack() as held:
+            if isinstance(self.store, ArchiveSessionStore) and self.store.also is not None:
+                # the keeper's counters go with the request's own save: one transaction
+                held.enter_context(self.keeper.sessions.saving_later(session))
             turn = shape_turn(session, request, auth, forward, reserve=self.keeper.config.reserve)
             if self.slots is not None:
                 turn.lease = await held.enter_async_context(self.slots.lease(session))
             try:
                 return await self._answer(turn, request)
-            except WindowTooSmallError:
+            except (WindowTooSmallError, RequestError):
                 if not turn.existed:  # a refused request stores nothing
                     await self._off_loop(self._forget, session)
                 raise
-            except UpstreamError:
+            except UpstreamError as error:
+                if error.rejected and not turn.existed:  # refused upstream: as if refused here
+                    await self._off_loop(self._forget, session)
+                    raise
                 self.stats(session).failed_requests += 1
                 await self._off_loop(self._account, turn)
                 raise
@@ -209,17 +222,17 @@ class KeeperProxy:
         stats.upstream_retries += tally.retries
         stats.upstream_failures += tally.failures
         stats.upstream_seconds += tally.seconds
-        stats.added_seconds += max(0.0, elapsed - tally.seconds)
+        stats.backoff_seconds += tally.waited
+        stats.added_seconds += max(0.0, elapsed - tally.seconds - tally.waited)
         return stats
 
     def _as_openai(self, session: str) -> MessageMemo:
         """What the upstream reads of each window message, converted once per message."""
         return self._rendered.setdefault(session, MessageMemo(message_to_openai))
 
-    def _intake(self, session: str, request: ChatRequest) -> tuple[bool, SessionRecord]:
+    def _intake(self, session: str, request: ChatRequest) -> SessionRecord:
         """The record after taking in the request (not saved until the keeper step has
-        accepted it: a refused request stores nothing); and whether the session existed."""
-        existed = bool(self.store.load(session).taken)
+        accepted it: a refused request stores nothing)."""
         pairs = request.digests_reusing(self._fingerprints.get(session, ()))
         digests = [digest for _, digest in pairs]
         archive = self.keeper.archive
@@ -237,7 +250,7 @@ class KeeperProxy:
         stats.withdrawn_messages += intake.withdrawn
         stats.returned_messages += intake.returned
         self._fingerprints[session] = pairs
-        return existed, intake.record
+        return intake.record
 
     def _charge(self, session: str, size: int, *, check: bool = True) -> None:
         """Count ``size`` bytes against the session's tenant; over its quota, refuse."""
@@ -293,7 +306,8 @@ class KeeperProxy:
         follow it before anything else can fail); otherwise it is saved once, with the reply."""
         if record is None:
             self.store.refresh(turn.session)
-            turn.existed, record = self._intake(turn.session, request)
+            turn.existed = bool(self.store.load(turn.session).taken)
+            record = self._intake(turn.session, request)
         step = self.keeper.step(
             turn.session, list(record.window), record.keeper_state, turn.setup, note_call
         )
@@ -352,12 +366,12 @@ class KeeperProxy:
     ) -> tuple[dict[str, Any], AIMessage]:
         """A work call: the completion and its message. A reply that thought to its limit is
         asked again without thinking."""
-        turn.streamed = {}
+        turn.streamed, turn.streamed_logprobs = {}, {}
         data = await self._call(turn, body, True)
         reply = ai_from_completion(data)
         retry = self.keeper.retry_kwargs(turn.session, kwargs, reply)
         if retry is not None:
-            turn.streamed = {}
+            turn.streamed, turn.streamed_logprobs = {}, {}
             memo = self._as_openai(turn.session)
             body = upstream_body(messages, turn.tools, turn.params, retry, memo)
             data = await self._call(turn, body, True)
@@ -369,10 +383,15 @@ class KeeperProxy:
         if main and turn.forward is not None:
             sink = turn.forward
 
-            async def forward(delta: dict[str, str]) -> None:
-                for key, text in delta.items():
+            async def forward(piece: StreamPiece) -> None:
+                for key, text in piece.delta.items():
                     turn.streamed[key] = turn.streamed.get(key, "") + text
-                await sink(delta)
+                if isinstance(piece.logprobs, dict):
+                    for name, entries in piece.logprobs.items():
+                        if isinstance(entries, list):
+                            sent = turn.streamed_logprobs.get(name, 0)
+                            turn.streamed_logprobs[name] = sent + len(entries)
+                await sink(piece)
 
         if turn.lease is not None:
             body = await turn.lease.prepare(body)
@@ -406,7 +425,14 @@ class KeeperProxy:
         record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
         self.store.save_all(turn.session, record, self._counted(turn))
         turn.unsaved = None
-        return Answer(data, message, reason, turn.summed_usage(), dict(turn.streamed))
+        return Answer(
+            data,
+            message,
+            reason,
+            turn.summed_usage(),
+            dict(turn.streamed),
+            dict(turn.streamed_logprobs),
+        )
 
     async def aclose(self) -> None:
         await self.upstream.aclose()

@@ -48,8 +48,11 @@ class ProxyStats:
     stored_bytes: int = 0
     """Bytes of agent messages and replies this session stored (counts toward the quota)."""
     upstream_seconds: float = 0.0
+    backoff_seconds: float = 0.0
+    """Time spent waiting between upstream tries (backoff, or what a ``Retry-After`` asked)."""
     added_seconds: float = 0.0
-    """Time the proxy added: request time minus time spent waiting for the upstream."""
+    """Time the proxy added: request time minus time spent waiting for the upstream and
+    between its tries."""
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _STATS_FIELDS}
@@ -96,6 +99,7 @@ PROXY_METRICS = (
     ("returned_messages", "counter", "Withdrawn agent messages sent again."),
     ("stored_bytes", "gauge", "Bytes of messages stored."),
     ("upstream_seconds", "counter", "Seconds spent waiting for the upstream."),
+    ("backoff_seconds", "counter", "Seconds spent waiting between upstream tries."),
     ("added_seconds", "counter", "Seconds the proxy added beyond the upstream's time."),
 )
 

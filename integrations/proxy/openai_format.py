@@ -132,7 +132,7 @@ class ChatRequest:
 class LazyMessages(Sequence[BaseMessage]):
     """Raw OpenAI messages converted on first read. An agent resends its whole history on every
     call and the proxy only needs the new messages as LangChain messages; only messages that
-    cannot fail to convert (:func:`_converts_safely`) are left for later."""
+    cannot fail to convert (those with a :func:`message_key`) are left for later."""
 
     def __init__(self, raw: Sequence[Any], first: int, ready: Mapping[int, BaseMessage]) -> None:
         self._raw, self._first = raw, first
@@ -159,27 +159,61 @@ class LazyMessages(Sequence[BaseMessage]):
         return self._converted[position]
 
 
-def _converts_safely(raw: object) -> bool:
-    """A user, or assistant without tool calls, whose fields are all strings or null: nothing in
-    it can make :func:`message_from_openai` refuse it."""
-    if not isinstance(raw, dict) or raw.get("role") not in ("user", "assistant"):
-        return False
-    # tool_calls, when present, is a list or null; map() keeps this C-speed per message
-    return all(map(isinstance, raw.values(), repeat(_TEXT_OR_NULL)))
+def _plain_fields(raw: dict[str, Any], *, but: str) -> bool:
+    """Whether every field of ``raw`` except ``but`` is a string or null (C speed: map())."""
+    values = (v for k, v in raw.items() if k != but) if but in raw else raw.values()
+    return all(map(isinstance, values, repeat(_TEXT_OR_NULL)))
+
+
+def _call_key(call: object) -> tuple[Any, str, str] | None:
+    """(id, name, arguments) of a tool call whose fields are all as they must be, else None."""
+    if not isinstance(call, dict):
+        return None
+    function = call.get("function")
+    if not isinstance(function, dict):
+        return None
+    name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id")
+    if (
+        type(name) is not str
+        or type(arguments) is not str
+        or not isinstance(call_id, _TEXT_OR_NULL)
+    ):
+        return None
+    return call_id, name, arguments
 
 
 def message_key(raw: object) -> int | None:
-    """Python's hash of the role and text of a message whose fingerprint depends on nothing else
-    (see :func:`_converts_safely`), else None.
+    """Python's hash of everything a message's fingerprint and conversion depend on, for a
+    message that cannot fail to convert (every field as it must be), else None.
 
-    Equal role and text, equal key; it is computed at C speed and lives only in the process's
-    memory (Python seeds it per process), never in the archive. Reusing a wrong fingerprint would
-    take a 64-bit collision at the same position of the same session.
+    Such a message is converted only when first needed (:class:`LazyMessages`): an agent resends
+    its whole history on every call, its tool calls and tool results included, and the proxy
+    needs only the new messages as LangChain messages. Equal fields, equal key; it is computed at
+    C speed and lives only in the process's memory (Python seeds it per process), never in the
+    archive. Reusing a wrong fingerprint would take a 64-bit collision at the same position of
+    the same session.
     """
-    if not _converts_safely(raw):
+    if not isinstance(raw, dict):
         return None
-    assert isinstance(raw, dict)
-    return hash((raw["role"], raw.get("content") or ""))
+    role = raw.get("role")
+    if role == "tool":
+        call_id = raw.get("tool_call_id")
+        if type(call_id) is not str or not call_id or not _plain_fields(raw, but=""):
+            return None
+        return hash((role, raw.get("content") or "", call_id))
+    if role not in ("user", "assistant"):
+        return None
+    calls = raw.get("tool_calls")
+    if calls is None:
+        if not _plain_fields(raw, but=""):
+            return None
+        return hash((role, raw.get("content") or ""))
+    if role != "assistant" or type(calls) is not list or not _plain_fields(raw, but="tool_calls"):
+        return None
+    keys = tuple(map(_call_key, calls))
+    if None in keys:
+        return None
+    return hash((role, raw.get("content") or "", keys))
 
 
 def parse_chat_request(body: object) -> ChatRequest:
@@ -305,7 +339,9 @@ def _tool_calls(raw: object, position: int) -> tuple[list[ToolCall], list[Invali
         return [], []
     if not isinstance(raw, list):
         raise RequestError(
-            f"messages[{position}].tool_calls must be a list.", param=f"messages[{position}]"
+            f"messages[{position}].tool_calls must be a list of tool calls or null, not "
+            f"{type(raw).__name__}.",
+            param=f"messages[{position}].tool_calls",
         )
     calls: list[ToolCall] = []
     invalid: list[InvalidToolCall] = []

@@ -13,6 +13,7 @@ form once while it stays in the window, not on every save.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ from keeper_middleware.session_locks import SessionLockBackend
 __all__ = [
     "RECORD_KEY",
     "STATS_KEY",
+    "WINDOW_CHUNK",
     "ArchiveSessionStore",
     "MessageMemo",
     "SessionRecord",
@@ -35,9 +37,11 @@ __all__ = [
 
 RECORD_KEY = "proxy_session"
 STATS_KEY = "proxy_counters"
-_RECORD_VERSION = 1
-TAKEN_CHUNK = 512
+_RECORD_VERSION = 2
+TAKEN_CHUNK = 128
 """Fingerprints per stored chunk: a save rewrites only the chunks that changed."""
+WINDOW_CHUNK = 16
+"""Window messages per stored chunk: a save rewrites only the chunks that changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,38 +88,39 @@ class SessionRecord:
 
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
-    """A session record as the archive holds it: the window and state in one value under
-    ``RECORD_KEY``, the fingerprints in chunks of ``TAKEN_CHUNK`` under their own keys.
+    """A session record as the archive holds it: a head under ``RECORD_KEY`` (the keeper's state
+    and the names of the chunks), the window in chunks of ``WINDOW_CHUNK`` messages and the
+    fingerprints in chunks of ``TAKEN_CHUNK``, each chunk under a key of its own.
 
-    The fingerprints grow with the whole conversation while the window does not, so a save
-    writes the head and only the chunks that changed (usually the last). Changed chunks get new
-    keys (a new ``generation``) and the head, written last, names the chunks it uses: a save cut
-    short leaves the previous head and its chunks intact.
+    Both lists only grow between cuts, so a save writes the head and only the chunks that
+    changed (usually the last of each): what a request costs to save stays the same however
+    long the window and the conversation are. Changed chunks get new keys (a new
+    ``generation``) and the head, written last, names the chunks it uses: a save cut short
+    leaves the previous head and its chunks intact.
     """
 
     record: SessionRecord
     chunk_keys: tuple[str, ...] = ()
     generation: int = 0
+    window_keys: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, head: object, read: Callable[[str], object]) -> StoredRecord:
         """From the head value and a reader of other keys; a head that holds its fingerprints
-        inline (the first format) is read as it is."""
+        or its window inline (the earlier formats) is read as it is."""
         record = SessionRecord.from_json(head)
         if not isinstance(head, dict) or not isinstance(head.get("taken_chunks"), list):
             return cls(record)
         keys = tuple(str(k) for k in head["taken_chunks"])
-        taken: list[tuple[str, str]] = []
-        for key in keys:
-            chunk = read(key)
-            if not isinstance(chunk, list):
-                raise ValueError(
-                    f"the archive has no {key!r}, a part of this session's record; restore the "
-                    "archive file from a backup, or delete the session to start it again"
-                )
-            taken += [(str(d), str(i)) for d, i in chunk]
+        taken = [(str(d), str(i)) for key in keys for d, i in _chunk(read, key)]
         count = int(head.get("taken_count", len(taken)))
-        return cls(replace(record, taken=tuple(taken[:count])), keys, int(head["generation"]))
+        record = replace(record, taken=tuple(taken[:count]))
+        window_keys: tuple[str, ...] = ()
+        if isinstance(head.get("window_chunks"), list):
+            window_keys = tuple(str(k) for k in head["window_chunks"])
+            dicts = [m for key in window_keys for m in _chunk(read, key)]
+            record = replace(record, window=tuple(messages_from_dict(dicts)))
+        return cls(record, keys, int(head["generation"]), window_keys)
 
     def saved(
         self,
@@ -126,27 +131,76 @@ class StoredRecord:
         keys no longer used, to clear after the head is written)."""
         generation = self.generation + 1
         writes: dict[str, Any] = {}
-        keys: list[str] = []
-        for number, start in enumerate(range(0, len(record.taken), TAKEN_CHUNK)):
-            part = record.taken[start : start + TAKEN_CHUNK]
-            unchanged = number < len(self.chunk_keys) and (
-                self.record.taken[start : start + TAKEN_CHUNK] == part
-            )
-            if unchanged:
-                keys.append(self.chunk_keys[number])
-                continue
-            key = f"{RECORD_KEY}.taken.{number}.{generation}"
-            writes[key] = [list(pair) for pair in part]
-            keys.append(key)
+        keys = _chunked(
+            self.record.taken,
+            self.chunk_keys,
+            record.taken,
+            TAKEN_CHUNK,
+            f"{RECORD_KEY}.taken",
+            generation,
+            writes,
+            lambda part: [list(pair) for pair in part],
+            lambda old, new: old == new,
+        )
+        window_keys = _chunked(
+            self.record.window,
+            self.window_keys,
+            record.window,
+            WINDOW_CHUNK,
+            f"{RECORD_KEY}.window",
+            generation,
+            writes,
+            lambda part: [as_dict(m) for m in part],
+            # messages are never changed in place: the same objects are the same messages
+            lambda old, new: len(old) == len(new) and all(map(operator.is_, old, new)),
+        )
         head = {
-            **replace(record, taken=()).to_json(as_dict),
+            **replace(record, taken=(), window=()).to_json(as_dict),
+            "version": _RECORD_VERSION,
             "taken_chunks": keys,
             "taken_count": len(record.taken),
+            "window_chunks": window_keys,
             "generation": generation,
         }
         writes[RECORD_KEY] = head
-        stale = [k for k in self.chunk_keys if k not in keys]
-        return StoredRecord(record, tuple(keys), generation), writes, stale
+        used = {*keys, *window_keys}
+        stale = [k for k in (*self.chunk_keys, *self.window_keys) if k not in used]
+        return StoredRecord(record, tuple(keys), generation, tuple(window_keys)), writes, stale
+
+
+def _chunk(read: Callable[[str], object], key: str) -> list[Any]:
+    chunk = read(key)
+    if not isinstance(chunk, list):
+        raise ValueError(
+            f"the archive has no {key!r}, a part of this session's record; restore the "
+            "archive file from a backup, or delete the session to start it again"
+        )
+    return chunk
+
+
+def _chunked(
+    before: Sequence[Any],
+    before_keys: Sequence[str],
+    after: Sequence[Any],
+    size: int,
+    prefix: str,
+    generation: int,
+    writes: dict[str, Any],
+    stored: Callable[[Sequence[Any]], list[Any]],
+    same: Callable[[Sequence[Any], Sequence[Any]], bool],
+) -> list[str]:
+    """The keys of ``after`` cut in chunks of ``size``: a chunk equal to the one stored at the
+    same place keeps its key, any other is added to ``writes`` under a new key."""
+    keys: list[str] = []
+    for number, start in enumerate(range(0, len(after), size)):
+        part = after[start : start + size]
+        if number < len(before_keys) and same(before[start : start + size], part):
+            keys.append(before_keys[number])
+            continue
+        key = f"{prefix}.{number}.{generation}"
+        writes[key] = stored(part)
+        keys.append(key)
+    return keys
 
 
 class SessionStore(Protocol):
@@ -216,8 +270,18 @@ class ArchiveSessionStore:
     Counters are always read again there.
     """
 
-    def __init__(self, archive: ArchiveStore) -> None:
+    def __init__(
+        self,
+        archive: ArchiveStore,
+        *,
+        also: Callable[[str], dict[str, Any]] | None = None,
+        saved_also: Callable[[str, Mapping[str, Any]], None] | None = None,
+    ) -> None:
+        """``also`` gives other values of a session to write in the same transaction as each
+        save (the keeper's counters), ``saved_also`` is told once they are written."""
         self.archive = archive
+        self.also = also
+        self.saved_also = saved_also
         self.shared = isinstance(archive, SessionLockBackend)
         self._records: dict[str, StoredRecord] = {}
         self._stats: dict[str, ProxyStats] = {}
@@ -256,9 +320,15 @@ class ArchiveSessionStore:
         dicts.keep(record.window)
         return stored, {**writes, **dict.fromkeys(stale)}
 
+    def _put(self, session: str, values: dict[str, Any]) -> None:
+        extra = self.also(session) if self.also is not None else {}
+        put_values(self.archive, session, {**extra, **values})
+        if extra and self.saved_also is not None:
+            self.saved_also(session, extra)
+
     def save(self, session: str, record: SessionRecord) -> None:
         stored, values = self._record_values(session, record)
-        put_values(self.archive, session, values)
+        self._put(session, values)
         self._records[session] = stored
 
     def stats(self, session: str) -> ProxyStats:
@@ -268,12 +338,12 @@ class ArchiveSessionStore:
 
     def save_stats(self, session: str, stats: ProxyStats) -> None:
         self._stats[session] = stats
-        self.archive.put_value(session, STATS_KEY, stats.to_json())
+        self._put(session, {STATS_KEY: stats.to_json()})
 
     def save_all(self, session: str, record: SessionRecord, stats: ProxyStats) -> None:
         stored, values = self._record_values(session, record)
         values[STATS_KEY] = stats.to_json()
-        put_values(self.archive, session, values)
+        self._put(session, values)
         self._records[session] = stored
         self._stats[session] = stats
 

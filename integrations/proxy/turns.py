@@ -8,27 +8,40 @@ upstream call of the turn summed into one. The engine holds sessions and calls t
 
 from __future__ import annotations
 
+import random
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from keeper_middleware.integrations.proxy.openai_format import SEARCH_TOOL_SCHEMA, ChatRequest
 from keeper_middleware.integrations.proxy.sessions import SessionRecord
 from keeper_middleware.integrations.proxy.slots import SlotLease
-from keeper_middleware.integrations.proxy.upstream import CallTally
+from keeper_middleware.integrations.proxy.upstream import CallTally, Forward
 from keeper_middleware.keeper import ModelSetup
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
-NOT_FOR_NOTES = ("tool_choice", "response_format", "n", "logprobs", "top_logprobs")
+FOR_NOTES = ("model",)
+"""The agent's fields a note call carries besides the messages and tools: what names the model
+(the prompt prefix is the messages and tools, rendered as in a work call). Everything else the
+agent sets (stop, max_tokens, logprobs, temperature, response_format, ...) shapes the agent's
+own replies; a note call takes the keeper's generation settings instead. An allowlist, so a
+field no one has thought of yet never reaches a note call. A note call's reply is bounded by the
+room the window leaves (the reply reserve), under the limit field the agent uses."""
 LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
-Forward = Callable[[dict[str, str]], Awaitable[None]]
+
+
+def _limit_field(params: Mapping[str, Any]) -> str:
+    """The reply-limit field the upstream takes: the one the agent sent, else ``max_tokens``
+    (newer OpenAI models take only ``max_completion_tokens``; agents that talk to them send it)."""
+    return "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
 
 
 def new_id() -> str:
-    """A message id the proxy gives what it adds to a session's window."""
-    return f"p-{uuid.uuid4().hex[:16]}"
+    """A message id the proxy gives what it adds to a session's window: 64 random bits from
+    the ``random`` module, which is seeded from the system at start and again in a forked
+    child (``uuid4`` reads the system's randomness on every call, a system call per id)."""
+    return f"p-{random.getrandbits(64):016x}"
 
 
 @dataclass(slots=True)
@@ -41,6 +54,8 @@ class Answer:
     reason: str
     usage: dict[str, Any] | None
     streamed: dict[str, str] = field(default_factory=dict)
+    streamed_logprobs: dict[str, int] = field(default_factory=dict)
+    """How many log probabilities of each list were streamed already."""
 
 
 @dataclass(slots=True)
@@ -65,6 +80,7 @@ class Turn:
     counters if the request fails)."""
     usage: dict[str, int] = field(default_factory=dict)
     streamed: dict[str, str] = field(default_factory=dict)
+    streamed_logprobs: dict[str, int] = field(default_factory=dict)
     lease: SlotLease | None = None
     """The server slot every upstream call of the request is pinned to (slot parking)."""
 
@@ -103,7 +119,8 @@ def shape_turn(
     for key in LIMIT_FIELDS:  # the window leaves room for reply_reserve tokens, no more
         if isinstance(params.get(key), int) and params[key] > reserve:
             params[key] = reserve
-    note_params = {k: v for k, v in params.items() if k not in NOT_FOR_NOTES}
+    note_params = {k: params[k] for k in FOR_NOTES if k in params}
+    note_params[_limit_field(params)] = reserve
     return Turn(
         session=session,
         setup=ModelSetup(system_prompt=request.system_prompt, tools=tuple(tools)),

@@ -3,8 +3,11 @@
 Errors, 429s and timeouts are tried again with exponential backoff, waiting at least
 as long as the upstream's ``Retry-After`` asks; when the tries or the time budget run out the
 agent gets OpenAI's error shape with a status that says what happened: 504 (the upstream timed
-out), 502 (unreachable, or it failed), 503 (overloaded, with a ``Retry-After``). A 4xx from the
-upstream is not retried and is passed on with the upstream's own message. Every try, failure and
+out), 502 (unreachable, or it failed), the upstream's 429 or 503 (overloaded, with a
+``Retry-After``). A ``Retry-After`` longer than :attr:`RetryPolicy.max_retry_after` is not waited
+for inside the request: the agent gets the upstream's status and ``Retry-After`` at once, and its
+own client decides when to come back. A 4xx from the upstream is not retried and is passed on
+with the upstream's own message. Every try, failure and
 retry is counted in the :class:`CallTally` the caller passes. The HTTP client underneath is
 aiohttp where installed, else httpx (:mod:`.http_clients`).
 """
@@ -29,11 +32,11 @@ from keeper_middleware.integrations.proxy.http_clients import (
     TransportError,
     default_client,
 )
-from keeper_middleware.integrations.proxy.streaming import StreamAssembler
+from keeper_middleware.integrations.proxy.streaming import StreamAssembler, StreamPiece
 
-__all__ = ["CallTally", "RetryPolicy", "Upstream", "UpstreamError"]
+__all__ = ["CallTally", "Forward", "RetryPolicy", "Upstream", "UpstreamError"]
 
-Forward = Callable[[dict[str, str]], Awaitable[None]]
+Forward = Callable[[StreamPiece], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,12 +52,18 @@ class RetryPolicy:
     """Seconds after which no new try starts (a ``Retry-After`` past it ends the tries)."""
     timeout: float = 600.0
     """Seconds one try may take (a thinking model can be slow)."""
+    max_retry_after: float = 10.0
+    """The longest ``Retry-After`` waited for inside a request; a longer one goes back to the
+    agent at once, with the upstream's status (a client held that long inside one request
+    cannot tell a wait from a hang)."""
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError("RetryPolicy.attempts must be at least 1 (1 means no retries)")
-        if min(self.first_wait, self.max_wait, self.budget) < 0:
-            raise ValueError("RetryPolicy.first_wait, max_wait and budget must be >= 0 seconds")
+        if min(self.first_wait, self.max_wait, self.budget, self.max_retry_after) < 0:
+            raise ValueError(
+                "RetryPolicy.first_wait, max_wait, budget and max_retry_after must be >= 0 seconds"
+            )
         if self.timeout <= 0:
             raise ValueError("RetryPolicy.timeout must be a positive number of seconds")
 
@@ -67,6 +76,9 @@ class CallTally:
     failures: int = 0
     retries: int = 0
     seconds: float = 0.0
+    """Seconds inside tries (waiting for the upstream)."""
+    waited: float = 0.0
+    """Seconds between tries (backoff and ``Retry-After``)."""
 
 
 class UpstreamError(Exception):
@@ -84,6 +96,12 @@ class UpstreamError(Exception):
         super().__init__(message)
         self.status, self.code, self.message, self.retry = status, code, message, retry
         self.retry_after = retry_after
+
+    @property
+    def rejected(self) -> bool:
+        """The upstream refused the request itself (a 4xx other than 429): trying again, or
+        later, gives the same answer."""
+        return self.code == "upstream_rejected"
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -163,11 +181,16 @@ class Upstream:
                 tally.failures += 1
                 wait = self._wait(attempt, error)
                 late = time.monotonic() - first + wait > self.retry.budget
+                asked = error.retry_after or 0.0
                 if not error.retry or attempt == self.retry.attempts or late:
+                    raise
+                if asked > self.retry.max_retry_after:  # the agent's client waits, not us
                     raise
             finally:
                 tally.seconds += time.perf_counter() - started
+            slept = time.perf_counter()
             await asyncio.sleep(wait)
+            tally.waited += time.perf_counter() - slept
         raise AssertionError("unreachable: the last try returns or raises")
 
     async def _chat_once(self, content: bytes, auth: str | None) -> dict[str, Any]:
@@ -198,6 +221,7 @@ class Upstream:
                         continue
                     payload = line[5:].strip()
                     if payload == "[DONE]":
+                        assembler.done = True
                         break
                     try:
                         chunk = orjson.loads(payload)
@@ -206,13 +230,21 @@ class Upstream:
                     if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
                         message = str(chunk["error"].get("message") or chunk["error"])
                         raise UpstreamError(502, "upstream_error", message, retry=False)
-                    delta = assembler.feed(chunk) if isinstance(chunk, dict) else {}
-                    if delta:
-                        await forward(delta)
+                    piece = assembler.feed(chunk) if isinstance(chunk, dict) else None
+                    if piece is not None:
+                        await forward(piece)
         except TransportError as exc:
             error = self._transport_error(exc)
             error.retry = error.retry and not assembler.forwarded
             raise error from exc
+        if not assembler.complete:
+            raise UpstreamError(
+                502,
+                "upstream_truncated",
+                "The model server's stream ended before the reply was complete (no finish "
+                "reason, no [DONE]); the partial reply was not kept. Try again.",
+                retry=not assembler.forwarded,
+            )
         data = assembler.completion()
         try:
             ai_from_completion(data)
@@ -279,7 +311,7 @@ def _raise_for_status(response: HttpReply) -> None:
     asked = retry_after_seconds(response.headers.get("retry-after"))
     if status == 429:
         raise UpstreamError(
-            503,
+            429,
             "upstream_overloaded",
             "The model server is overloaded (429); try again later.",
             retry=True,
@@ -312,8 +344,9 @@ def _upstream_message(response: HttpReply) -> str:
 
 
 def retry_after_header(error: UpstreamError, policy: RetryPolicy) -> dict[str, str]:
-    """The ``Retry-After`` the agent gets with a 503: the upstream's, else the longest backoff."""
-    if error.status != 503:
+    """The ``Retry-After`` the agent gets with a 429 or 503: the upstream's, else the longest
+    backoff."""
+    if error.status not in (429, 503):
         return {}
     seconds = error.retry_after if error.retry_after is not None else policy.max_wait
     return {"retry-after": str(max(1, math.ceil(seconds)))}

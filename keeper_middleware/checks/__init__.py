@@ -35,7 +35,12 @@ from keeper_middleware.checks.amounts import (
 )
 from keeper_middleware.checks.base import Action, CheckContext, Issue, NoteCheck, run_checks
 from keeper_middleware.checks.keys import KeysGrounded
-from keeper_middleware.checks.names import NamesMentioned, TrackedNamesAccounted, compile_names
+from keeper_middleware.checks.names import (
+    NamesMentioned,
+    NotedNamesAccounted,
+    TrackedNamesAccounted,
+    compile_names,
+)
 from keeper_middleware.checks.rules import RulesQuoted, rule_is_acceptable, rule_is_quoted
 
 __all__ = [
@@ -47,6 +52,7 @@ __all__ = [
     "KeysGrounded",
     "NamesMentioned",
     "NoteCheck",
+    "NotedNamesAccounted",
     "RulesQuoted",
     "SignsAgree",
     "TrackedNamesAccounted",
@@ -74,9 +80,12 @@ GENERIC_CHECKS: tuple[NoteCheck, ...] = (
 )
 
 
-def default_checks(tracked_names: str | re.Pattern[str] | None = None) -> tuple[NoteCheck, ...]:
-    """The generic checks, plus the tracked-name checks when a pattern for the names is given."""
+def default_checks(
+    tracked_names: str | re.Pattern[str] | None = None, *, noted_names: bool = False
+) -> tuple[NoteCheck, ...]:
+    """The generic checks, plus the tracked-name checks when a pattern for the names is given;
+    with none, ``noted_names`` checks the names the NOTES already hold (`NotedNamesAccounted`)."""
     pattern = compile_names(tracked_names)
     if pattern is None:
-        return GENERIC_CHECKS
+        return (*GENERIC_CHECKS, NotedNamesAccounted()) if noted_names else GENERIC_CHECKS
     return (*GENERIC_CHECKS, NamesMentioned(pattern), TrackedNamesAccounted(pattern))

@@ -103,6 +103,33 @@ class TrackedNamesAccounted:
         return [Issue("", reason, self.name, "reask")]
 
 
+_ONE_NAME = re.compile(r"\w[\w.-]*")
+
+
+@dataclass(frozen=True, slots=True)
+class NotedNamesAccounted:
+    """`TrackedNamesAccounted` for the names the NOTES already track, with no pattern given.
+
+    The names come from the conversation itself: every STATE key that is one word ("domo86",
+    "invoice-17", "parser.py") is a name the model chose to keep. A sentence of the noted turns
+    that names one and states an amount, with no line for it, is asked about again (a change
+    overlooked); nothing is left out. A name the NOTES do not hold yet is not checked.
+    """
+
+    name: str = field(default="noted_names_accounted", init=False)
+
+    def check(self, changes: Sequence[Change], context: CheckContext) -> list[Issue]:
+        keys = sorted(
+            {key for key, _ in context.notes.state if _ONE_NAME.fullmatch(key)},
+            key=lambda key: (-len(key), key),
+        )
+        if not keys:
+            return []
+        alternatives = "|".join(re.escape(key) for key in keys)
+        pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+        return TrackedNamesAccounted(pattern).check(changes, context)
+
+
 def compile_names(tracked_names: str | re.Pattern[str] | None) -> re.Pattern[str] | None:
     """A tracked-names pattern from a regular expression string, with a clear error if it is bad."""
     if tracked_names is None or isinstance(tracked_names, re.Pattern):

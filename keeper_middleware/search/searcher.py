@@ -49,6 +49,9 @@ class ArchiveSearch:
     branches: Branches
     is_new_input: Callable[[BaseMessage], bool]
     """What counts as new input (the guards start over after it)."""
+    index_ready: Callable[[str], None] = lambda session: None
+    """Makes sure the session's archived turns are indexed before a search reads the index
+    (its catch-up may still be queued right after a cut)."""
 
     def answer(
         self, session: str, args: object, *, state: Mapping[str, Any], call_id: str
@@ -128,6 +131,7 @@ class ArchiveSearch:
             return decision.message, artifact
         if isinstance(parsed, ReadArgs):
             return self.read(session, parsed, room, head), artifact
+        self.index_ready(session)
         hits = search_within(
             self.retriever,
             parsed.query,

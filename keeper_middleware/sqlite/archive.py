@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -46,6 +47,7 @@ from keeper_middleware.sqlite import moved as sqlite_moved
 from keeper_middleware.sqlite.open import open_archive_file
 
 _T = TypeVar("_T")
+_NOTES_KEPT = 256
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _ID_CHUNK = 500
@@ -95,6 +97,11 @@ class SQLiteArchive:
         )
         self._adopted: set[str] = set()
         """Sessions whose moved entries are known to be rows (old values adopted or none)."""
+        self._latest: dict[str, NotesVersion | None] = {}
+        """Each session's latest NOTES version as last read or written here (every keeper step
+        reads it; only a cut changes it, and cuts of one session run in one process)."""
+        self._notes_at: OrderedDict[tuple[str, Head], NotesVersion] = OrderedDict()
+        """The NOTES in effect at a cut, as last read (they never change once committed)."""
 
     def _live(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -118,6 +125,7 @@ class SQLiteArchive:
         require_cut_key(cut_key)
         pending = _distinct_turns(session, turns)
         with self._lock:
+            self._latest.pop(session, None)
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -369,9 +377,25 @@ class SQLiteArchive:
         return self.notes_at(session, TIP)
 
     def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
+        """Every step reads the NOTES at its head: a cut's never change once it is committed,
+        and the session's latest changes only with a cut, which runs in one process at a time,
+        so both are remembered as last read or written here."""
         with self._lock:
+            key = (session, head)
+            if head is TIP and session in self._latest:
+                return self._latest[session]
+            if isinstance(head, str) and key in self._notes_at:
+                self._notes_at.move_to_end(key)
+                return self._notes_at[key]
             row = sqlite_branches.notes_at(self._live(), session, head)
-        return None if row is None else _notes(row)
+            found = None if row is None else _notes(row)
+            if head is TIP:
+                self._latest[session] = found
+            elif isinstance(head, str) and found is not None:
+                self._notes_at[key] = found
+                while len(self._notes_at) > _NOTES_KEPT:
+                    self._notes_at.popitem(last=False)
+            return found
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
@@ -516,6 +540,9 @@ class SQLiteArchive:
     def delete_session(self, session: str) -> None:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
         with self._lock:
+            self._latest.pop(session, None)
+            for key in [k for k in self._notes_at if k[0] == session]:
+                del self._notes_at[key]
             self._live().execute("DELETE FROM sessions WHERE session = ?", (session,))
             self._adopted.discard(session)
 

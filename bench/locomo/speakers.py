@@ -1,0 +1,97 @@
+"""Query expansion with the speaker context, as benchmark options (``who``, ``qwho``).
+
+Questions about a conversation name the people in it ("When did Caroline go to the support
+group?"), and every passage now carries who said it in its context. Two ways to use that:
+
+- ``qwho``: the query is written in the passages' own form, ``Name: question``, for each speaker
+  it names, so the embedding side compares like with like (a passage is embedded as
+  ``who (when), item N: text``); the keyword side sees the same words as before;
+- ``who``: the candidates the backend returns (``depth`` times the hits wanted) are fused by
+  reciprocal rank with the same candidates said by a speaker the question names, so the named
+  speaker's turns rise without the others being dropped (a multi-hop answer may be the other's).
+
+The speakers are read from the passages' contexts as they are added (what an index knows), not
+from the dataset. Measured in ``bench/results/locomo_recall.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from keeper_middleware.retrievers.base import Hit, Passage, Retriever, Spans, search_within
+from keeper_middleware.retrievers.hybrid import reciprocal_rank_fusion
+
+_WHO = re.compile(r"^([^\W\d_][\w'’ -]*?)\s*(?:\(|,|$)")
+DEPTH = 4
+
+
+class SpeakerRetriever:
+    """Wraps a retriever; ``rewrite`` is the ``qwho`` form, ``boost`` the ``who`` fusion."""
+
+    def __init__(self, inner: Retriever, *, rewrite: bool, boost: bool) -> None:
+        self._inner = inner
+        self._rewrite = rewrite
+        self._boost = boost
+        self._speakers: set[str] = set()
+
+    def add(self, passages: Sequence[Passage]) -> None:
+        for passage in passages:
+            who = speaker_of(passage.context)
+            if who and who not in ("user", "assistant", "system", "tool"):
+                self._speakers.add(who)
+        self._inner.add(passages)
+
+    def search(
+        self,
+        query: str,
+        *,
+        session: str,
+        k: int = 10,
+        from_item: int | None = None,
+        to_item: int | None = None,
+        within: Spans | None = None,
+    ) -> list[Hit]:
+        named = [s for s in sorted(self._speakers) if re.search(rf"\b{re.escape(s)}\b", query)]
+        asked = query
+        if self._rewrite and named:
+            asked = " ".join(f"{name}:" for name in named) + " " + query
+        if not (self._boost and named):
+            return search_within(
+                self._inner,
+                asked,
+                session=session,
+                k=k,
+                from_item=from_item,
+                to_item=to_item,
+                within=within,
+            )
+        found = search_within(
+            self._inner,
+            asked,
+            session=session,
+            k=DEPTH * k,
+            from_item=from_item,
+            to_item=to_item,
+            within=within,
+        )
+        theirs = [h for h in found if speaker_of(h.passage.context) in named]
+        return reciprocal_rank_fusion([found, theirs], k=k)
+
+    def count(self, session: str) -> int:
+        return self._inner.count(session)
+
+    def delete_session(self, session: str) -> None:
+        self._inner.delete_session(session)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def speaker_of(context: str) -> str:
+    """The ``who`` of a passage's context (``Caroline (8 May, 2023), item 3`` → Caroline)."""
+    match = _WHO.match(context)
+    return match.group(1).strip() if match else ""

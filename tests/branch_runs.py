@@ -1,6 +1,7 @@
 """Runs of one conversation through every entry point with checkpoints, and the memory a branch
 of it has, for the branch tests: each entry point (``create_keeper_agent``, ``KeeperMiddleware``
-in ``create_agent``, ``keeper_pre_model_hook`` in ``create_react_agent``) on each checkpointer,
+in ``create_agent``, ``keeper_pre_model_hook`` in ``create_react_agent``, a ``KeeperNode`` in a
+hand-built ``StateGraph`` with the user's own model node) on each checkpointer,
 fed story items by the scripted story model; a branch's memory is what a fresh thread fed that
 branch's history must have too (archived text, NOTES, the RULES shown at a question, search)."""
 
@@ -16,14 +17,20 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
+from keeper_middleware import (
+    Keeper,
+    KeeperConfig,
+    KeeperGraphState,
+    KeeperNode,
+    create_keeper_agent,
+)
 from keeper_middleware.messages import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 
 CONFIG = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=3)
 TASK = "Task: read every item. Rule: keep every figure exact."
-ENTRY_POINTS = ("agent", "middleware", "hook")
+ENTRY_POINTS = ("agent", "middleware", "hook", "node")
 QUERIES = ("c1", "c4", "c5", "zeta", "omega", "twice", "French")
 
 
@@ -145,9 +152,41 @@ def make_run(kind: str, checkpointer: Any, keeper: Keeper | None = None) -> Run:
             state_schema=KeeperReactState,
             checkpointer=checkpointer,
         )
+    elif kind == "node":
+        graph = hand_built_graph(model, keeper, checkpointer)
     else:
         raise ValueError(kind)
     return Run(keeper=keeper, graph=graph, model=model)
+
+
+def hand_built_graph(model: ScriptedChatModel, keeper: Keeper, checkpointer: Any) -> Any:
+    """The keeper's node before the user's own model node, as examples/custom_graph.py wires it."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    node = KeeperNode(keeper, model=model)
+    bound = model.bind_tools(list(node.tools))
+
+    def call_model(state: KeeperGraphState) -> dict[str, Any]:
+        return {"messages": [bound.invoke(state["messages"])]}
+
+    graph = StateGraph(KeeperGraphState)
+    graph.add_node("keeper", node.as_runnable())
+    graph.add_node("model", call_model)
+    graph.add_node("tools", ToolNode(list(node.tools)))
+    graph.add_edge(START, "keeper")
+    graph.add_edge("keeper", "model")
+    graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "keeper")
+    return graph.compile(checkpointer=checkpointer)
+
+
+def keeper_for(saver_kind: str, tmp_path: Any) -> Keeper:
+    """A keeper whose archive lives where the checkpoints do: a SQLite file beside SqliteSaver's
+    (what a user persisting a thread has), in memory beside InMemorySaver."""
+    if saver_kind == "sqlite":
+        return Keeper(CONFIG, archive=tmp_path / "archive.sqlite3")
+    return Keeper(CONFIG)
 
 
 @contextmanager

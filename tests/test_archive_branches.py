@@ -118,6 +118,32 @@ def test_notes_and_moved_entries_follow_the_branch(store):
     assert store.notes_at("s", "right").text == "[NOTES] after cut 1"
 
 
+def test_notes_read_at_every_step_stay_each_branchs_own_as_other_branches_cut(store):
+    """Every step reads the NOTES at its head (SQLite remembers what it read): reading them
+    again after a sibling branch cut, or after the session's latest cut moved, gives the
+    branch's own NOTES, never another branch's."""
+    store.commit_cut("s", cut_key="root", turns=[], notes=notes_for(1))
+    store.commit_cut("s", cut_key="left", turns=[], notes=notes_for(2), parent="root")
+    assert store.notes_at("s", "left").text == "[NOTES] after cut 2"
+    assert store.latest_notes("s").text == "[NOTES] after cut 2"
+    store.commit_cut("s", cut_key="right", turns=[], notes=notes_for(3), parent="root")
+    assert store.notes_at("s", "left").text == "[NOTES] after cut 2"
+    assert store.notes_at("s", "right").text == "[NOTES] after cut 3"
+    assert store.latest_notes("s").text == "[NOTES] after cut 3"
+    assert store.notes_at("s", "root").text == "[NOTES] after cut 1"
+    # the left branch goes on with a cut of no NOTES of its own: it keeps its own, not the
+    # session's latest (the right branch's)
+    store.commit_cut("s", cut_key="left-2", turns=[], notes=None, parent="left")
+    assert store.notes_at("s", "left-2").text == "[NOTES] after cut 2"
+    assert store.latest_notes("s").text == "[NOTES] after cut 2"
+    assert store.notes_at("s", "right").text == "[NOTES] after cut 3"
+    # an erased session forgets what was read of it
+    store.delete_session("s")
+    store.commit_cut("s", cut_key="left", turns=[], notes=notes_for(4))
+    assert store.notes_at("s", "left").text == "[NOTES] after cut 4"
+    assert store.latest_notes("s").text == "[NOTES] after cut 4"
+
+
 def test_a_cut_after_an_unknown_cut_is_refused_with_the_fix(store):
     with pytest.raises(UnknownCutError, match="has no cut 'nowhere'"):
         store.commit_cut("s", cut_key="k", turns=[], notes=None, parent="nowhere")

@@ -2,8 +2,9 @@
 RemoveMessage, an interrupt resumed after another branch ran, and two forks run alternately each
 leave the branch being run with exactly the memory a fresh thread fed that branch's history has
 (archived text, NOTES, the RULES shown at a question, search), through every entry point with
-checkpoints (create_keeper_agent, KeeperMiddleware, keeper_pre_model_hook) on InMemorySaver and
-SqliteSaver, and in the postgres tier on PostgresSaver with the archive in PostgreSQL."""
+checkpoints (create_keeper_agent, KeeperMiddleware, keeper_pre_model_hook, a KeeperNode in a
+hand-built graph) on InMemorySaver and SqliteSaver, and in the postgres tier on PostgresSaver
+with the archive in PostgreSQL."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.branch_runs import (
     checkpointer_of,
     control,
     feed,
+    keeper_for,
     make_run,
     memory_of,
     rules_at_questions,
@@ -72,7 +74,7 @@ def completed_after(run: Run, item_id: str):
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_time_travel_before_a_cut_forgets_the_abandoned_branch(entry, saver_kind, tmp_path):
     with checkpointer_of(saver_kind, tmp_path) as saver:
-        run = make_run(entry, saver)
+        run = make_run(entry, saver, keeper_for(saver_kind, tmp_path))
         feed(run, COMMON + LEFT + [QUESTION])
         assert "answer in French." in run.keeper.notes("t").rules  # the left branch cut it in
         before = completed_after(run, "item-5")  # the cut at item 6 had not happened yet
@@ -92,7 +94,7 @@ def test_time_travel_before_a_cut_forgets_the_abandoned_branch(entry, saver_kind
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_time_travel_after_a_cut_keeps_what_that_cut_noted(entry, saver_kind, tmp_path):
     with checkpointer_of(saver_kind, tmp_path) as saver:
-        run = make_run(entry, saver)
+        run = make_run(entry, saver, keeper_for(saver_kind, tmp_path))
         feed(run, COMMON + LEFT + [QUESTION])
         after = completed_after(run, "left-6")  # right after the cut that noted the rule
         assert run.keeper.head_of("t", after.values) is not None
@@ -204,7 +206,7 @@ def test_removing_kept_messages_does_not_pass_later_ones_off_as_noted(tmp_path):
 
 def test_two_forks_of_one_checkpoint_run_alternately_each_with_its_own_memory(saver_kind, tmp_path):
     with checkpointer_of(saver_kind, tmp_path) as saver:
-        run = make_run("agent", saver)
+        run = make_run("agent", saver, keeper_for(saver_kind, tmp_path))
         feed(run, COMMON)
         fork = completed_after(run, "item-5").config
         left_config = right_config = fork
@@ -243,7 +245,7 @@ STORY = StoryModel()
 
 def test_an_interrupt_resumed_after_another_branch_ran_resumes_its_own_memory(saver_kind, tmp_path):
     with checkpointer_of(saver_kind, tmp_path) as saver:
-        keeper = Keeper(CONFIG)
+        keeper = keeper_for(saver_kind, tmp_path)
         model = ScriptedChatModel(default=approving)
         agent = create_keeper_agent(model, [approve], keeper=keeper, checkpointer=saver)
         run = Run(keeper=keeper, graph=agent, model=model)

@@ -170,7 +170,11 @@ class Branches:
         walk = chain.seqs.walk  # the branch's own order: its passages follow it
         bounds = {edge for span in walk for edge in span}
         known = self.archive.positions(session, bounds)
-        end = int(self.archive.get_value(session, NEXT_POSITION) or 0)
+        end = (
+            int(self.archive.get_value(session, NEXT_POSITION) or 0)
+            if self.index is None
+            else self.index.next_position(session)  # a bound handed over but not yet saved
+        )
         complete = all(known.get(bound) is not None for bound in bounds)
         ranges = []
         for start, stop in walk:

@@ -242,6 +242,14 @@ class BackgroundIndexing:
         with self._settling:
             pass
 
+    def next_position(self, session: str) -> int:
+        """Where the session's next passage goes, counting what this process has handed over
+        and not saved yet (``NEXT_POSITION`` in the archive lags until it is settled)."""
+        with self._changed:
+            handed = self._handed.get(session)
+        saved = int(self._archive.get_value(session, NEXT_POSITION) or 0)
+        return saved if handed is None else max(saved, handed[1])
+
     def pending(self) -> int:
         """Sessions queued or being handed over now."""
         with self._changed:

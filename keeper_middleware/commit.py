@@ -24,6 +24,7 @@ from keeper_middleware.branches import HEAD_KEY, commit_on_branch, state_head
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import KEPT_KEY, cut_key
 from keeper_middleware.injection import render_rules_block
+from keeper_middleware.items import ITEMS_SINCE_NOTES
 from keeper_middleware.messages import is_input
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import NoteOutcome
@@ -68,7 +69,7 @@ class CutCommit:
         written = self.archive.notes_at(pending.session, pending.key)
         return notes_from_json(written.data_json) if written else pending.notes
 
-    def _rules_beside_open_question(
+    def rules_beside_open_question(
         self,
         session: str,
         window: list[BaseMessage],
@@ -78,7 +79,7 @@ class CutCommit:
         size: int,
     ) -> tuple[list[BaseMessage], int, BaseMessage | None]:
         """The RULES placed right after the open question when the cut that just ran wrote
-        the first of them.
+        the first of them (or the cuts of a backlog that came before the question).
 
         A question is given the RULES as it arrives, from the NOTES of that moment. When the
         same step makes the first cut of a conversation, those NOTES do not exist yet, and the
@@ -129,6 +130,17 @@ class CutCommit:
                 session, render_notes(notes, kept=cut.kept_count), "notes", f"notes-{pending.key}"
             ),
         )
+        if plan.keep_from < plan.boundary and size > self.config.notes_threshold:
+            # the exchange kept in view is too big to leave room to work: its biggest
+            # messages stand as excerpts (or pointers), archived whole now
+            window = self.window.shrink_largest(
+                self.window.classify(window, pending.entries),
+                setup,
+                self.excerpter(session, items),
+                start=plan.layout.head_end + 1,
+                target=self.config.notes_threshold,
+            )
+            size = self.window.count(setup, window)
         if size > self.config.budget:
             window = self.window.shrink_largest(
                 self.window.classify(window, pending.entries),
@@ -138,8 +150,8 @@ class CutCommit:
             )
             size = self.window.count(setup, window)
         if size > self.config.budget:
-            raise self.window.after_cut_error(size)
-        window, size, rules_block = self._rules_beside_open_question(
+            raise self.window.after_cut_error(size, window, setup)
+        window, size, rules_block = self.rules_beside_open_question(
             session, window, pending, notes, setup, size
         )
         head = state_head(state)
@@ -190,6 +202,7 @@ class CutCommit:
         at = next(i for i, m in enumerate(window) if m.id == notes_message.id)
         state[KEPT_KEY] = [str(m.id) for m in window[at + 1 : at + 1 + plan.kept_count]]
         state["notes_item"] = int(state.get("last_item", 0))
+        state[ITEMS_SINCE_NOTES] = 0
         live = {str(m.id) for m in window}
         state["seen"] = [i for i in state["seen"] if i in live] + [str(notes_message.id)]
         if rules_block is not None and str(rules_block.id) not in state["seen"]:

@@ -16,6 +16,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
@@ -223,3 +224,22 @@ def whole_key(session: str, parent: str | None, msg_id: str, digest: str) -> str
         "\0".join((session, parent or "", msg_id, digest)).encode("utf-8", "surrogatepass")
     )
     return "whole-" + name.hexdigest()[:32]
+
+
+def uncount_removed(
+    kstate: dict[str, Any], messages: Sequence[BaseMessage], count_key: str
+) -> None:
+    """Take the inputs a graph removed before any cut noted them (``RemoveMessage``) out of
+    the count of items since the last cut (``count_key``), so the next cut comes where it
+    would on a thread that never saw them. Kept messages were noted, and not counted."""
+    count = kstate.get(count_key)
+    items: dict[str, int] = kstate.get("items", {})
+    if count is None or not items:
+        return
+    live = {str(m.id) for m in messages}
+    kept = set(kstate.get(KEPT_KEY) or ())
+    removed = {n for i, n in items.items() if i not in live and i not in kept}
+    removed -= {n for i, n in items.items() if i in live}
+    if removed:
+        kstate[count_key] = max(0, int(count) - len(removed))
+        kstate["items"] = {i: n for i, n in items.items() if i in live}

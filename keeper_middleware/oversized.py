@@ -24,13 +24,7 @@ from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.branches import HEAD_KEY, Branches, commit_on_branch, state_head
 from keeper_middleware.cut import whole_key
 from keeper_middleware.entries import Entry, messages_of
-from keeper_middleware.excerpts import (
-    EXCERPT_TAG,
-    MIN_EXCERPT_TOKENS,
-    excerpt_ref,
-    excerpt_within,
-    pointer_cost,
-)
+from keeper_middleware.excerpts import EXCERPT_TAG, excerpt_ref, excerpt_within, smallest_form
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.turns import archived_turn
@@ -105,7 +99,8 @@ class OversizedMessages:
         msg_id = str(message.id)
         ref = excerpt_ref(session, msg_id)
         size = self.tokens.count_messages([message])
-        cap = max(cap, pointer_cost(ref, self.tokens.count_text) + MIN_EXCERPT_TOKENS)
+        smallest = smallest_form(message, ref)
+        cap = max(cap, min(size, self.tokens.count_messages([smallest])))
         if size <= cap:
             return message  # an excerpt would be no smaller than the message itself
         turn = archived_turn(session, message, item)

@@ -8,6 +8,8 @@ with the archive in PostgreSQL."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langchain_core.tools import tool
@@ -15,6 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
 from keeper_middleware import Keeper, create_keeper_agent
+from keeper_middleware.errors import ArchiveError
 from tests.branch_runs import (
     CONFIG,
     ENTRY_POINTS,
@@ -336,13 +339,30 @@ def test_a_graph_without_a_checkpointer_handed_its_history_keeps_one_branch():
     assert keeper.notes("t").rules == ("keep every figure exact.", "answer in French.")
 
 
-def test_a_thread_whose_archive_was_erased_goes_on_from_no_cut(caplog):
+def test_a_thread_whose_archive_was_erased_is_told_so_and_loses_nothing_more():
     run = make_run("agent", InMemorySaver())
     feed(run, [*COMMON, *LEFT[:2]])
     run.keeper.forget("t")  # the archive forgets; the checkpoints still name its cuts
-    more = [(story(i, f"Today we set c{i} to {i}."), f"more-{i}") for i in range(8, 14)]
+    with pytest.raises(ArchiveError, match="holds no NOTES"):
+        feed(run, [(story(8, "Today we set c8 to 8."), "more-8")])
+
+
+def test_a_thread_whose_archive_lost_its_latest_cuts_goes_on_from_no_cut(caplog, tmp_path):
+    """An archive put back from a backup older than the checkpoints: the state names a cut the
+    archive no longer holds, and the branch starts afresh from no cut, with a warning."""
+    saver, path, backup = InMemorySaver(), tmp_path / "archive.sqlite3", tmp_path / "backup"
+    run = make_run("agent", saver, Keeper(CONFIG, archive=path))
+    feed(run, COMMON)
+    run.keeper.close()
+    shutil.copy(path, backup)
+    run = make_run("agent", saver, Keeper(CONFIG, archive=path))
+    feed(run, LEFT)
+    run.keeper.close()
+    shutil.copy(backup, path)
+    run = make_run("agent", saver, Keeper(CONFIG, archive=path))
+    more = [(story(i, f"Today we set c{i} to {i}."), f"more-{i}") for i in range(10, 16)]
     with caplog.at_level("WARNING", logger="keeper_middleware"):
         feed(run, more)
     assert "has no cut" in caplog.text
-    assert run.keeper.counters("t").cuts >= 1  # it cut again, from no cut
-    assert next(c.parent for c in run.keeper.archive.cuts("t")) is None
+    assert any(c.parent is None for c in list(run.keeper.archive.cuts("t"))[1:])
+    run.keeper.close()

@@ -320,7 +320,14 @@ class KeeperProxy:
         kwargs = self.keeper.work_kwargs(turn.session, record.window)
         messages = turn.setup.render(record.window)
         memo = self._as_openai(turn.session)
-        body = upstream_body(messages, turn.tools, turn.params, kwargs, memo)
+        tools = turn.tools
+        withheld = not self.keeper.search_offered(turn.session)  # after the stop line
+        if withheld:
+            tools = tuple(t for t in turn.tools if t is not SEARCH_TOOL_SCHEMA)
+        body = upstream_body(messages, tools, turn.params, kwargs, memo)
+        if withheld and not tools:  # no tool left to choose among
+            body.pop("tool_choice", None)
+            body.pop("parallel_tool_calls", None)
         memo.keep(messages)
         return record, kwargs, messages, body
 
@@ -336,6 +343,9 @@ class KeeperProxy:
         the record to call again with) or finish (the answer)."""
         session = turn.session
         searching = any(t is SEARCH_TOOL_SCHEMA for t in turn.tools)
+        if searching and not self.keeper.search_offered(session):
+            searching = False  # withheld from this call: its search calls are not answered
+            reply = self.keeper.answer_only(session, reply)
         reply = self.keeper.record_reply(session, reply)
         reply = reply.model_copy(update={"id": new_id()})
         searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from keeper_middleware.messages import reasoning_of, text_of
-from keeper_middleware.retrievers.base import Spans
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
+
+    from keeper_middleware.retrievers.base import Spans
 
 __all__ = [
     "ROLES",
@@ -311,9 +312,9 @@ class Chain:
     whole: bool
     """Every cut and record of the session is on it (a session that never forked, at its
     latest cut): nothing needs filtering."""
-    ordinals: Spans = dataclasses.field(default_factory=Spans)
+    ordinals: Spans = dataclasses.field(default_factory=lambda: _no_spans())
     """The ordinals of its cuts (0, before any cut, always)."""
-    seqs: Spans = dataclasses.field(default_factory=Spans)
+    seqs: Spans = dataclasses.field(default_factory=lambda: _no_spans())
     """The ``seq`` of every record it sees, in the order the branch archived them (which is
     ``seq`` order unless it took up records another branch archived first)."""
 
@@ -326,3 +327,11 @@ class Chain:
 
     def holds_ordinal(self, ordinal: int) -> bool:
         return self.whole or ordinal in self.ordinals
+
+
+def _no_spans() -> Spans:
+    """No positions (imported here: the retrievers' package imports the SQLite archive, which
+    imports this module)."""
+    from keeper_middleware.retrievers.base import Spans
+
+    return Spans()

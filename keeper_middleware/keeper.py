@@ -73,7 +73,7 @@ from keeper_middleware.questions import (
 from keeper_middleware.retrievers.base import Hit, Retriever, search_within
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.room import unkeep
-from keeper_middleware.search.branch_guards import sample_now
+from keeper_middleware.search.branch_guards import sample_now, withheld_now
 from keeper_middleware.search.guards import GuardState, without_search_calls
 from keeper_middleware.search.searcher import KEEPER_CHANNEL, ArchiveSearch
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
@@ -598,9 +598,14 @@ class Keeper:
                 self._set_guard(session, replace(guard, sample_next=False))
         return kwargs
 
-    def search_offered(self, session: str) -> bool:
+    def search_offered(self, session: str, messages: Sequence[BaseMessage] | None = None) -> bool:
         """Whether the next work call is offered the search tool: not after the stop line,
-        until new input arrives (every adapter asks here, and leaves the tool out)."""
+        until new input arrives (every adapter asks here, and leaves the tool out). In a graph,
+        ``messages`` (the branch's) say it: their search results carry the guards' state."""
+        if messages is not None:
+            carried = withheld_now(messages, self.items.is_new_input)
+            if carried is not None:
+                return not carried
         with self.session(session):
             return not self._guard(session).withheld
 

@@ -120,3 +120,13 @@ def sample_now(messages: Sequence[BaseMessage]) -> bool | None:
         return None
     newest = _newest(messages[last + 1 :])
     return None if newest is None else newest[0].sample_next
+
+
+def withheld_now(
+    messages: Sequence[BaseMessage], is_new_input: Callable[[BaseMessage], bool]
+) -> bool | None:
+    """Whether the search tool is withheld from the next model call, as the branch's search
+    results since its last new input say (None: none since then carries the guards' state)."""
+    start = next((i + 1 for i in range(len(messages) - 1, -1, -1) if is_new_input(messages[i])), 0)
+    newest = _newest(messages[start:])
+    return None if newest is None else newest[0].withheld

@@ -41,6 +41,8 @@ class StreamPiece:
     """The chunk's ``logprobs`` as the upstream sent it (None when it sent none)."""
     envelope: Mapping[str, Any]
     """The stream's envelope, from its first chunk."""
+    item: str | None = None
+    """The upstream's id of the output item the text belongs to (Responses), when it has one."""
 
 
 class StreamAssembler:

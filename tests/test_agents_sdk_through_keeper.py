@@ -17,7 +17,6 @@ import openai
 import pytest
 
 from keeper_middleware.integrations.proxy.tenants import Tenants
-
 from tests.coding_session import CodingSession
 from tests.keeper_stack import RULE, Stack, audit_session, keeper_stack, searches_answered
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,7 +16,6 @@ from anthropic.types import Message, RawMessageStreamEvent
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from keeper_middleware.integrations.proxy.tenants import Tenants
 from tests.coding_session import CodingSession, checksum
 from tests.keeper_stack import Stack, keeper_stack, mentions_search
 

@@ -388,12 +388,14 @@ class KeeperProxy:
         asked again without thinking."""
         turn.carried += turn.streamed.get("content", "")
         turn.streamed, turn.streamed_logprobs = {}, {}
+        turn.main_calls += 1
         data = await self._call(turn, body, True)
         reply = ai_from_completion(data)
         retry = self.keeper.retry_kwargs(turn.session, kwargs, reply)
         if retry is not None:
             turn.carried += turn.streamed.get("content", "")
             turn.streamed, turn.streamed_logprobs = {}, {}
+            turn.main_calls += 1
             body = self._body(turn, messages, turn.tools, turn.params, retry)
             data = await self._call(turn, body, True)
             reply = ai_from_completion(data)
@@ -412,6 +414,8 @@ class KeeperProxy:
                         if isinstance(entries, list):
                             sent = turn.streamed_logprobs.get(name, 0)
                             turn.streamed_logprobs[name] = sent + len(entries)
+                if turn.context is not None:  # a Responses or Messages writer keeps calls apart
+                    piece = replace(piece, call=turn.main_calls)
                 await sink(piece)
 
         if turn.lease is not None:
@@ -465,6 +469,7 @@ class KeeperProxy:
             turn.summed_usage(),
             dict(turn.streamed),
             dict(turn.streamed_logprobs),
+            call=turn.main_calls,
         )
 
     async def aclose(self) -> None:

@@ -431,7 +431,7 @@ class _ResponsesDoor(_Door):
     def finish(self, answer: Answer) -> bytes:
         assert self.writer is not None
         items = response_output(answer.message, _wire(answer), self.names)
-        events, output = self.writer.finish(items, answer.data.get("id"))
+        events, output = self.writer.finish(items, answer.call)
         return events + self.writer.completed(self._finished(answer, output))
 
     def failed(self, failure: Failure) -> bytes:
@@ -490,9 +490,7 @@ class _MessagesDoor(_Door):
         wire = _wire(answer)
         blocks = message_blocks(answer.message, wire)
         usage = messages_usage(answer.data.get("usage"), wire)
-        return self.writer.finish(
-            blocks, answer.data.get("id"), stop_reason(answer.reason, wire), usage
-        )
+        return self.writer.finish(blocks, answer.call, stop_reason(answer.reason, wire), usage)
 
     def failed(self, failure: Failure) -> bytes:
         return MessagesWriter.failed(failure.anthropic_error())

@@ -56,7 +56,7 @@ class _Writer:
 
     def _live_for(self, piece: StreamPiece, kind: str, prefix: str) -> tuple[_Live, bool]:
         """The item this piece's text goes to, and whether it is new."""
-        call = piece.envelope.get("id")
+        call = piece.call
         if self.live:
             last = self.live[-1]
             if last.kind == kind and last.call == call and (piece.item in (None, last.id)):

@@ -43,6 +43,9 @@ class StreamPiece:
     """The stream's envelope, from its first chunk."""
     item: str | None = None
     """The upstream's id of the output item the text belongs to (Responses), when it has one."""
+    call: int = 0
+    """Which upstream work call of the request it came from (set for the Responses and
+    Messages front doors, which keep each call's text in items of its own)."""
 
 
 class StreamAssembler:

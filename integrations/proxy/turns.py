@@ -52,6 +52,9 @@ class Answer:
     streamed: dict[str, str] = field(default_factory=dict)
     streamed_logprobs: dict[str, int] = field(default_factory=dict)
     """How many log probabilities of each list were streamed already."""
+    call: int = 0
+    """The number of the upstream work call that gave the answer (the streamed pieces of each
+    call carry theirs)."""
 
 
 @dataclass(slots=True)
@@ -87,6 +90,8 @@ class Turn:
     reply_id: str | None = None
     """The id the final reply gets in the session (a Responses front door names its response
     by it), instead of a fresh one."""
+    main_calls: int = 0
+    """Work calls made so far (search rounds and retries each make one)."""
     carried: str = ""
     """Text passed on to a streaming agent by earlier upstream calls of this request (before a
     search round): the agent's reply begins with it."""

@@ -28,9 +28,11 @@ from keeper_middleware.integrations.proxy.openai_format import (
     parse_chat_request,
 )
 from keeper_middleware.integrations.proxy.responses_format import (
-    chat_from_response,
     parse_responses_request,
     render_responses,
+)
+from keeper_middleware.integrations.proxy.responses_replies import (
+    chat_from_response,
     response_output,
 )
 from keeper_middleware.integrations.proxy.tenants import SessionIdError

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from keeper_middleware.integrations.proxy.responses_format import output_message
+from keeper_middleware.integrations.proxy.responses_replies import output_message
 from keeper_middleware.integrations.proxy.streaming import StreamPiece
 from keeper_middleware.integrations.proxy.wire import item_id
 

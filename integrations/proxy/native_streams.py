@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from keeper_middleware.integrations.proxy.messages_format import chat_from_message
-from keeper_middleware.integrations.proxy.responses_format import chat_from_response
+from keeper_middleware.integrations.proxy.responses_replies import chat_from_response
 from keeper_middleware.integrations.proxy.streaming import StreamPiece
 
 __all__ = ["MessagesAssembler", "NativeAssembler", "ResponsesAssembler"]

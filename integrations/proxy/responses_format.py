@@ -13,15 +13,13 @@ chat-shaped messages, then LangChain messages carrying their items (:mod:`.wire`
 - a namespaced function is the chat function ``<namespace>__<name>``, a custom tool a function
   of one string, ``input`` (:class:`~.wire.ToolNames`).
 
-The other way: a Responses upstream's reply is read into a chat completion carrying its output
-items, and an answer is written back as the client's output items, the items the upstream sent
-when it speaks Responses, else made from the chat message.
+Replies (a Responses upstream's, read; the client's output, written) are in
+:mod:`.responses_replies`.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,7 +38,6 @@ from keeper_middleware.integrations.proxy.wire import (
     attach,
     content_as_text,
     foreign_items,
-    item_id,
     native_items,
 )
 from keeper_middleware.messages import text_of
@@ -52,12 +49,12 @@ from keeper_middleware.search.schema import (
 
 __all__ = [
     "RESPONSES_SEARCH_TOOL",
-    "chat_from_response",
+    "assistant_from_items",
+    "chat_call",
     "parse_responses_request",
+    "read_items",
     "render_responses",
-    "response_output",
     "responses_tools",
-    "responses_usage",
     "tools_from_responses",
 ]
 
@@ -76,7 +73,7 @@ REFUSED_FIELDS = {
 }
 OWN_FIELDS = ("input", "tools", "stream", "instructions", "stream_options")
 _SYSTEM_ROLES = ("system", "developer")
-_MODEL_SIDE = ("reasoning", "function_call", "custom_tool_call")
+MODEL_SIDE = ("reasoning", "function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
@@ -233,14 +230,14 @@ def read_items(
 
     def flush() -> None:
         if group:
-            messages.append(_assistant(group, first + len(messages)))
+            messages.append(assistant_from_items(group, first + len(messages)))
             group.clear()
 
     for offset, item in enumerate(items):
         index = first + offset
         kind = item.get("type", "message")
         role = item.get("role") if kind == "message" else None
-        if kind in _MODEL_SIDE or role == "assistant":
+        if kind in MODEL_SIDE or role == "assistant":
             group.append(item)
         elif kind in _OUTPUTS:
             flush()
@@ -270,7 +267,7 @@ def read_items(
     return messages
 
 
-def _assistant(items: Sequence[Mapping[str, Any]], index: int) -> BaseMessage:
+def assistant_from_items(items: Sequence[Mapping[str, Any]], index: int) -> BaseMessage:
     """Model-side items as one assistant message: text, tool calls, reasoning."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -281,10 +278,10 @@ def _assistant(items: Sequence[Mapping[str, Any]], index: int) -> BaseMessage:
             texts.append(_output_text(item.get("content")))
         elif kind == "function_call":
             name = ToolNames.flat(item.get("namespace"), str(item.get("name") or ""))
-            calls.append(_chat_call(item.get("call_id"), name, item.get("arguments")))
+            calls.append(chat_call(item.get("call_id"), name, item.get("arguments")))
         elif kind == "custom_tool_call":
             arguments = json.dumps({"input": item.get("input") or ""}, ensure_ascii=False)
-            calls.append(_chat_call(item.get("call_id"), str(item.get("name") or ""), arguments))
+            calls.append(chat_call(item.get("call_id"), str(item.get("name") or ""), arguments))
         elif kind == "reasoning":
             reasoning.append(_summary_text(item))
     chat: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
@@ -297,7 +294,7 @@ def _assistant(items: Sequence[Mapping[str, Any]], index: int) -> BaseMessage:
     return attach(message, "responses", items)
 
 
-def _chat_call(call_id: object, name: str, arguments: object) -> dict[str, Any]:
+def chat_call(call_id: object, name: str, arguments: object) -> dict[str, Any]:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
     return {
         "id": str(call_id or ""),
@@ -357,7 +354,7 @@ def _assistant_items(message: AIMessage, template: list[Mapping[str, Any]]) -> l
     text = text_of(message)
     if text:
         kept.append({"type": "message", "role": "assistant", "content": text})
-    by_id = {i.get("call_id"): i for i in template if i.get("type") in _MODEL_SIDE[1:]}
+    by_id = {i.get("call_id"): i for i in template if i.get("type") in MODEL_SIDE[1:]}
     for call in message.tool_calls:
         arguments = json.dumps(call["args"], ensure_ascii=False)
         kept.append(by_id.get(call["id"]) or _function_call(call["id"], call["name"], arguments))
@@ -401,133 +398,3 @@ def _image_url(block: Mapping[str, Any]) -> str | None:
         return f"data:{source.get('media_type') or 'image/png'};base64,{source.get('data') or ''}"
     url = source.get("url")
     return url if isinstance(url, str) else None
-
-
-# ---------------------------------------------------------------------------- replies
-
-
-def chat_from_response(response: Mapping[str, Any]) -> dict[str, Any]:
-    """A Responses reply as the chat completion the keeper reads; its output items ride along
-    (``message[WIRE_KEY]``) for the window copy and for a Responses client."""
-    output = [i for i in response.get("output") or [] if isinstance(i, Mapping)]
-    if not isinstance(response.get("output"), list):
-        raise ValueError("the upstream's response has no output list")
-    message = _assistant(output, 0) if output else AIMessage(content="")
-    chat: dict[str, Any] = {"role": "assistant", "content": text_of(message) or None}
-    assert isinstance(message, AIMessage)
-    calls = [
-        _chat_call(c["id"], c["name"], json.dumps(c["args"], ensure_ascii=False))
-        for c in message.tool_calls
-    ] + [
-        _chat_call(c["id"], c["name"] or "", c["args"] if isinstance(c["args"], str) else "")
-        for c in message.invalid_tool_calls
-    ]
-    if calls:
-        chat["tool_calls"] = calls
-    reasoning = message.additional_kwargs.get("reasoning_content")
-    if reasoning:
-        chat["reasoning_content"] = reasoning
-    envelope = {
-        k: response.get(k) for k in ("id", "model", "status", "usage", "incomplete_details")
-    }
-    chat[WIRE_KEY] = {"api": "responses", "items": output, "reply": envelope}
-    status = response.get("status")
-    details = response.get("incomplete_details") or {}
-    if status == "incomplete":
-        reason = "content_filter" if details.get("reason") == "content_filter" else "length"
-    elif status in (None, "completed"):
-        reason = "tool_calls" if calls else "stop"
-    else:
-        raise ValueError(f"the upstream's response has status {status!r}")
-    completion: dict[str, Any] = {
-        "id": response.get("id") or "resp-upstream",
-        "object": "chat.completion",
-        "created": int(response.get("created_at") or time.time()),
-        "model": response.get("model") or "",
-        "choices": [{"index": 0, "message": chat, "finish_reason": reason, "logprobs": None}],
-    }
-    usage = response.get("usage")
-    if isinstance(usage, Mapping):
-        details_in = usage.get("input_tokens_details") or {}
-        prompt = int(usage.get("input_tokens") or 0)
-        output_tokens = int(usage.get("output_tokens") or 0)
-        completion["usage"] = {
-            "prompt_tokens": prompt,
-            "completion_tokens": output_tokens,
-            "total_tokens": int(usage.get("total_tokens") or prompt + output_tokens),
-            "prompt_tokens_details": {"cached_tokens": int(details_in.get("cached_tokens") or 0)},
-        }
-    return completion
-
-
-def responses_usage(usage: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A chat completion's usage in the Responses shape (every field the SDK requires)."""
-    usage = usage or {}
-    prompt = int(usage.get("prompt_tokens") or 0)
-    output = int(usage.get("completion_tokens") or 0)
-    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-    reasoning = int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
-    return {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": int(usage.get("total_tokens") or prompt + output),
-    }
-
-
-def response_output(
-    message: Mapping[str, Any], wire: Mapping[str, Any] | None, names: ToolNames
-) -> list[dict[str, Any]]:
-    """The output items a Responses client gets for the agent's ``message`` (the upstream's
-    message without the proxy's hidden calls): the upstream's own items when it speaks
-    Responses, else items made from the message."""
-    visible = {c.get("id") for c in message.get("tool_calls") or []}
-    if wire is not None and wire.get("api") == "responses":
-        return [
-            dict(i)
-            for i in wire.get("items") or []
-            if i.get("type") not in _MODEL_SIDE[1:] or i.get("call_id") in visible
-        ]
-    items: list[dict[str, Any]] = []
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if isinstance(reasoning, str) and reasoning:
-        summary = [{"type": "summary_text", "text": reasoning}]
-        items.append({"id": item_id("rs"), "type": "reasoning", "summary": summary})
-    text = message.get("content")
-    if isinstance(text, str) and text:
-        items.append(output_message(item_id("msg"), text))
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        namespace, name = names.split(str(function.get("name") or ""))
-        item: dict[str, Any] = {
-            "id": item_id("fc"),
-            "status": "completed",
-            "call_id": call.get("id"),
-        }
-        if str(function.get("name")) in names.custom:
-            try:
-                given = json.loads(function.get("arguments") or "{}").get("input", "")
-            except (ValueError, AttributeError):
-                given = function.get("arguments") or ""
-            item |= {"type": "custom_tool_call", "name": name, "input": str(given)}
-        else:
-            item |= {
-                "type": "function_call",
-                "name": name,
-                "arguments": function.get("arguments") or "",
-            }
-        if namespace:
-            item["namespace"] = namespace
-        items.append(item)
-    return items
-
-
-def output_message(message_id: str, text: str) -> dict[str, Any]:
-    return {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }

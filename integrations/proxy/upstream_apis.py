@@ -41,10 +41,10 @@ from keeper_middleware.integrations.proxy.openai_format import (
 )
 from keeper_middleware.integrations.proxy.responses_format import (
     RESPONSES_SEARCH_TOOL,
-    chat_from_response,
     render_responses,
     responses_tools,
 )
+from keeper_middleware.integrations.proxy.responses_replies import chat_from_response
 from keeper_middleware.integrations.proxy.wire import API_NAMES, WireContext, foreign_items
 from keeper_middleware.messages import text_of
 

@@ -264,6 +264,7 @@ def test_the_shipped_plans_hold_on_the_real_suite(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # three whole repair runs: about 3 CPU-minutes on 2 cores
 def test_every_way_works_every_ticket_at_real_message_sizes(tmp_path):
     """Plumbing: the scripted agent fixes everything, keeps every instruction, answers the audit,
     through each way; the keeper ways stay inside their window while reading 150K-char logs."""

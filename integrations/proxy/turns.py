@@ -29,8 +29,20 @@ FOR_NOTES = ("model",)
 (the prompt prefix is the messages and tools, rendered as in a work call). Everything else the
 agent sets (stop, max_tokens, logprobs, temperature, response_format, ...) shapes the agent's
 own replies; a note call takes the keeper's generation settings instead. An allowlist, so a
-field no one has thought of yet never reaches a note call."""
+field no one has thought of yet never reaches a note call. A note call's reply is bounded by the
+room the window leaves (the reply reserve), under the limit field the agent uses."""
 LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def _limit_field(params: Mapping[str, Any], api: str = "chat") -> str:
+    """The reply-limit field the upstream takes: Responses' ``max_output_tokens``, Messages'
+    ``max_tokens``; for Chat Completions the one the agent sent, else ``max_tokens`` (newer
+    OpenAI models take only ``max_completion_tokens``; agents that talk to them send it)."""
+    if api == "responses":
+        return "max_output_tokens"
+    if api == "messages":
+        return "max_tokens"
+    return "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
 
 
 def new_id() -> str:
@@ -149,6 +161,7 @@ def shape_turn(
         if isinstance(params.get(key), int) and params[key] > reserve:
             params[key] = reserve
     note_params = {k: params[k] for k in note_fields if k in params}
+    note_params[_limit_field(params, api.name if api is not None else "chat")] = reserve
     return Turn(
         session=session,
         setup=ModelSetup(system_prompt=request.system_prompt, tools=neutral),

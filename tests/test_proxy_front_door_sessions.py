@@ -16,7 +16,6 @@ from keeper_middleware.messages import text_of
 from tests.client_requests import CLAUDE_SESSION, claude_body, codex_body, codex_step, user_item
 from tests.proxy_upstream import (
     ScriptedUpstream,
-    as_sse,
     client_for,
     completion,
     make_app,
@@ -169,10 +168,6 @@ async def test_a_messages_upstream_gets_the_clients_anthropic_headers_and_the_pr
     assert body["thinking"] == {"type": "adaptive", "display": "omitted"}
     assert body["context_management"]["edits"][0]["type"] == "clear_thinking_20251015"
     await app.state.proxy.aclose()
-
-
-def test_as_sse_is_imported_for_streamed_scripts():
-    assert as_sse(text_reply("x")).endswith(b"data: [DONE]\n\n")
 
 
 async def test_a_messages_stream_keeps_text_before_a_search_in_a_block_of_its_own(tmp_path):

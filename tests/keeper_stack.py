@@ -120,3 +120,30 @@ def searches_answered(stack: Stack, api: str) -> list[str]:
 def mentions_search(payload: object) -> bool:
     """Whether anything a client received names the proxy's search tool."""
     return SEARCH_TOOL in json.dumps(payload)
+
+
+LIMIT_FIELD = {"chat": "max_tokens", "responses": "max_output_tokens", "messages": "max_tokens"}
+
+
+def check_upstream_shapes(stack: Stack, api: str) -> None:
+    """The archive search was offered in the upstream API's own tool format on every work call,
+    top level and never deferred; every note call was bounded by the reply reserve under that
+    API's limit field."""
+    reserve = stack.proxy.keeper.config.reserve
+    calls = stack.upstream.calls(api)
+    notes = [r for r in calls if API_READERS[api](r.body).is_note_call()]
+    assert notes, "no note call reached the upstream"
+    for recorded in calls:
+        tools = recorded.body.get("tools") or []
+        if api == "chat":
+            named = [t for t in tools if t["function"]["name"] == SEARCH_TOOL]
+            assert [t["type"] for t in named] == ["function"]
+        elif api == "responses":
+            named = [t for t in tools if t.get("name") == SEARCH_TOOL]
+            assert [t["type"] for t in named] == ["function"] and "parameters" in named[0]
+        else:
+            named = [t for t in tools if t.get("name") == SEARCH_TOOL]
+            assert len(named) == 1 and "input_schema" in named[0]
+            assert "defer_loading" not in named[0]
+    for recorded in notes:
+        assert recorded.body[LIMIT_FIELD[api]] == reserve, recorded.body.get(LIMIT_FIELD[api])

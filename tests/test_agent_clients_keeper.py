@@ -2,8 +2,9 @@
 upstream (127.0.0.1 only): a coding session long enough for several cuts, in one resumed
 conversation. Each client finishes every prompt with the right answer; every tool result it sent
 is archived or in view exactly once; the NOTES hold the task's rule and the files' checksums;
-the question about the first file is answered through the proxy's own archive search, which the
-client never sees; the session is the client's own conversation (its header); no connection
+the question about the first file is answered through the proxy's own archive search, offered
+in the upstream API's own tool format and never seen by the client; every note call is bounded
+by the reply reserve; the session is the client's own conversation (its header); no connection
 goes beyond the loopback. Each client runs twice: with the upstream speaking the client's API
 (passed through) and with a Chat Completions upstream (translated), as for llama.cpp or vLLM.
 """
@@ -15,7 +16,14 @@ import pytest
 from tests.agent_clients import ClaudeSession, CodexSession, locate
 from tests.agent_upstream import OutsideTrafficSentinel
 from tests.coding_session import CodingSession
-from tests.keeper_stack import RULE, Stack, audit_session, keeper_stack, searches_answered
+from tests.keeper_stack import (
+    RULE,
+    Stack,
+    audit_session,
+    check_upstream_shapes,
+    keeper_stack,
+    searches_answered,
+)
 
 pytestmark = pytest.mark.agent_client
 
@@ -45,6 +53,7 @@ def check_session(stack: Stack, name: str, api: str) -> None:
     assert ("part01.txt", "46b9f5964d37") in notes.state
     answered = searches_answered(stack, api)
     assert any("part01.txt checksum: 46b9f5964d37" in text for text in answered)
+    check_upstream_shapes(stack, api)
 
 
 @pytest.mark.parametrize("upstream_api", ["responses", "chat"])

@@ -18,7 +18,14 @@ import pytest
 
 from keeper_middleware.integrations.proxy.tenants import Tenants
 from tests.coding_session import CodingSession
-from tests.keeper_stack import RULE, Stack, audit_session, keeper_stack, searches_answered
+from tests.keeper_stack import (
+    RULE,
+    Stack,
+    audit_session,
+    check_upstream_shapes,
+    keeper_stack,
+    searches_answered,
+)
 
 SESSION = CodingSession(files=12, file_bytes=600, per_task=4)
 WINDOW = 3072
@@ -93,7 +100,7 @@ def play(
     return finals, [*seen, *sent]
 
 
-@pytest.mark.parametrize("upstream_api", ["responses", "chat"])
+@pytest.mark.parametrize("upstream_api", ["responses", "chat", "messages"])
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_the_agents_sdk_plays_a_session_through_several_cuts(tmp_path, upstream_api, streamed):
     SESSION.write(tmp_path / "work")
@@ -108,6 +115,7 @@ def test_the_agents_sdk_plays_a_session_through_several_cuts(tmp_path, upstream_
         assert RULE in notes.rules and ("part01.txt", "46b9f5964d37") in notes.state
         answered = searches_answered(stack, upstream_api)
         assert any("part01.txt checksum: 46b9f5964d37" in text for text in answered)
+        check_upstream_shapes(stack, upstream_api)
     assert "search_archive" not in repr(seen)
 
 

@@ -59,6 +59,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.sensitivity",
     "keeper_middleware.bench.demo",
     "keeper_middleware.bench.step_cost",
+    "keeper_middleware.bench.bulk_import",
     "keeper_middleware.bench.index_cost",
     "keeper_middleware.bench.locomo.cli",
     "keeper_middleware.bench.notes_cost.command",

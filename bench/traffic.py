@@ -5,7 +5,10 @@ send something else, and each of these once broke a thread: file reads and test 
 500K characters, parallel tool calls, a user pasting tens of thousands of characters mid-session,
 verbose replies bigger than the window, Chinese, Japanese and emoji, search loops with a new query
 every time, and hostile search arguments (``2**70``, ranges backwards, lone surrogates, 100KB
-queries, wrong types).
+queries, wrong types). The second round (``ROUND_TWO``, and ``imported=``) adds what broke next:
+a history imported at once (hundreds of messages in the first invoke), bursts of 50+ parallel
+tool results, content blocks (an image beside the text, tool results as JSON blocks), item
+numbers that restart, jump and go back, and a model that never stops searching.
 
 :func:`coding_session` writes one session as data (what the user says, which tools the model
 calls in which rounds, what it replies); :class:`TrafficModel` plays the model's side of it
@@ -14,6 +17,7 @@ against whatever the keeper sends, so the same session runs through every entry 
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -23,11 +27,23 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from keeper_middleware.excerpts import EXCERPT_TAG
+from keeper_middleware.injection import RETRIEVED_TAG, RULES_TAG
 from keeper_middleware.messages import keeper_kind, storable_args, text_of
-from keeper_middleware.notes import NOTES_CHECK_TAG, NOTES_REQUEST_TAG
+from keeper_middleware.notes import NOTES_CHECK_TAG, NOTES_REQUEST_TAG, NOTES_TAG
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
-__all__ = ["RULE", "TOOL_NAMES", "Call", "Session", "TrafficModel", "Turn", "coding_session"]
+__all__ = [
+    "KINDS",
+    "ROUND_TWO",
+    "RULE",
+    "TOOL_NAMES",
+    "Call",
+    "Session",
+    "TrafficModel",
+    "Turn",
+    "coding_session",
+    "imported_history",
+]
 
 TOOL_NAMES = ("read_file", "run_tests")
 RULE = "Always run the tests before you say that a change is done."
@@ -36,6 +52,14 @@ _NAMES = ("parser", "ledger", "cache", "router", "auth", "billing", "export", "s
 _CJK = "解析器缓存路由认证计费导出搜索测试失败成功文件函数变量错误修复"
 _KANA = "ファイルをよみこみますテストがしっぱいしました"
 _EMOJI = ("🔥", "✅", "❌", "🚀", "🐛", "👍🏽", "👨‍💻")
+_KEEPERS = (RULES_TAG, RETRIEVED_TAG, NOTES_TAG)
+KINDS = ("read", "tests", "parallel", "paste", "question", "hostile", "verbose")
+"""The first round's turn kinds (the default of :func:`coding_session`)."""
+ROUND_TWO = (*KINDS, "burst", "blocks", "renumber", "loop")
+"""With the second round's: a burst of parallel results, content blocks, renumbered items and
+a search loop that never stops on its own."""
+_TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+_RENUMBERED = (999, 1000, 21, 22, 3, 1, 50_000, 7, 2**70)
 _HOSTILE: tuple[dict[str, Any], ...] = (
     {"query": "parser", "from_item": 9, "to_item": 2},
     {"query": "ledger", "from_item": 2**70},
@@ -74,11 +98,27 @@ class Session:
     turns: tuple[Turn, ...]
     files: Mapping[str, str] = field(default_factory=dict)
     system_prompt: str = SYSTEM_PROMPT
+    imported: tuple[BaseMessage, ...] = ()
+    """History imported with the task, all in the first invoke (none by default)."""
 
-    def tool_result(self, name: str, args: Mapping[str, Any]) -> str:
-        """What ``read_file`` or ``run_tests`` returns for these arguments."""
+    def tool_result(self, name: str, args: Mapping[str, Any]) -> str | list[dict[str, Any]]:
+        """What ``read_file`` or ``run_tests`` returns for these arguments: text, or for a
+        ``.json`` file a list of content blocks (a text block and a JSON block)."""
         key = f"{name}:{args.get('path') or args.get('target')}"
-        return self.files.get(key, f"{name}: nothing at {key}")
+        found = self.files.get(key, f"{name}: nothing at {key}")
+        if key.endswith(".json") and found.startswith("{"):
+            return [
+                {"type": "text", "text": f"{key}:"},
+                {"type": "json", "json": json.loads(found)},
+            ]
+        return found
+
+    def user_content(self, turn: Turn) -> str | list[dict[str, Any]]:
+        """A turn's user input as sent: text, or for ``blocks`` text beside an image."""
+        if turn.kind != "blocks":
+            return turn.user
+        image = {"url": f"data:image/png;base64,{_TINY_PNG}"}
+        return [{"type": "text", "text": turn.user}, {"type": "image_url", "image_url": image}]
 
 
 def _size(rng: random.Random, low: int, high: int) -> int:
@@ -130,16 +170,96 @@ def paste(rng: random.Random, chars: int) -> str:
     return "\n".join(parts)[:chars]
 
 
-def coding_session(seed: int, *, turns: int = 10, max_chars: int = 500_000) -> Session:
-    """One coding-agent session; the same seed gives the same session."""
+def imported_history(rng: random.Random, messages: int) -> list[BaseMessage]:
+    """An earlier conversation, exported and imported at once: numbered status items with the
+    agent's replies, and now and then a round of two parallel tool calls with their results."""
+    history: list[BaseMessage] = []
+    item = 0
+    while len(history) < messages:
+        item += 1
+        name = rng.choice(_NAMES)
+        history.append(
+            HumanMessage(
+                f"Item {item}. Earlier: the {name} module failed {rng.randint(1, 40)} tests "
+                f"after change {rng.getrandbits(24):06x}; {rng.choice(_KANA)} {rng.choice(_EMOJI)}"
+            )
+        )
+        if item % 7 == 0:
+            calls = [
+                {"name": "run_tests", "args": {"target": name}, "id": f"imp{item}a"},
+                {"name": "read_file", "args": {"path": f"src/{name}.py"}, "id": f"imp{item}b"},
+            ]
+            history.append(AIMessage("", tool_calls=calls))
+            history += [
+                ToolMessage(f"{name}: {rng.randint(1, 9)} failed", tool_call_id=f"imp{item}a"),
+                ToolMessage(source_file(rng, 600, name), tool_call_id=f"imp{item}b"),
+            ]
+        history.append(AIMessage(f"Noted the {name} failures of item {item}."))
+    return history
+
+
+def coding_session(
+    seed: int,
+    *,
+    turns: int = 10,
+    max_chars: int = 500_000,
+    kinds: Sequence[str] = KINDS,
+    imported: int = 0,
+) -> Session:
+    """One coding-agent session; the same seed (and arguments) give the same session.
+
+    ``kinds`` are the turn kinds drawn from (``ROUND_TWO`` adds the second round's);
+    ``imported`` messages of earlier history arrive with the task, in one invoke.
+    """
     rng = random.Random(seed)
     files: dict[str, str] = {}
     result: list[Turn] = []
     task = f"Task: fix the failing tests in the repository, module by module. Rule: {RULE}"
+    history = tuple(imported_history(random.Random(seed * 7919 + 1), imported)) if imported else ()
+    renumbered = 0
     for _ in range(turns):
-        kind = rng.choice(("read", "tests", "parallel", "paste", "question", "hostile", "verbose"))
+        kind = rng.choice(tuple(kinds))
         name = rng.choice(_NAMES)
-        if kind == "read":
+        if kind == "burst":
+            calls = []
+            for n in range(rng.randint(50, 64)):
+                path = f"src/{name}/part{n:02d}.py"
+                files[f"read_file:{path}"] = source_file(rng, _size(rng, 200, 3_000), name)
+                calls.append(Call("read_file", {"path": path}))
+            turn = Turn(
+                kind,
+                f"Read every part of the {name} package at once.",
+                (tuple(calls),),
+                f"All {len(calls)} parts of {name} are read.",
+            )
+        elif kind == "blocks":
+            path = f"reports/{name}-{rng.getrandbits(16):04x}.json"
+            files[f"read_file:{path}"] = json.dumps(
+                {"module": name, "failed": rng.randint(1, 30), "owner": rng.choice(_KANA)},
+                ensure_ascii=False,
+            )
+            turn = Turn(
+                kind,
+                f"Here is a screenshot of the {name} dashboard; read its report too.",
+                ((Call("read_file", {"path": path}),),),
+                f"The {name} report and the screenshot agree.",
+            )
+        elif kind == "renumber":
+            number = _RENUMBERED[renumbered % len(_RENUMBERED)]
+            renumbered += 1
+            turn = Turn(
+                kind,
+                f"Item {number}. Status of {name}: {rng.randint(0, 9)} tests still fail.",
+                reply=f"Noted the {name} status.",
+            )
+        elif kind == "loop":
+            turn = Turn(
+                kind,
+                f"Question: when did {name} first fail, and who changed it?",
+                reply=f"I kept searching for {name}.",
+                question=True,
+            )
+        elif kind == "read":
             path = f"src/{name}.py"
             files[f"read_file:{path}"] = source_file(rng, _size(rng, 1_000, max_chars), name)
             turn = Turn(
@@ -209,7 +329,7 @@ def coding_session(seed: int, *, turns: int = 10, max_chars: int = 500_000) -> S
                 reply=paste(rng, _size(rng, 20_000, 120_000)),
             )
         result.append(turn)
-    return Session(seed=seed, task=task, turns=tuple(result), files=files)
+    return Session(seed=seed, task=task, turns=tuple(result), files=files, imported=history)
 
 
 class TrafficModel:
@@ -239,7 +359,10 @@ class TrafficModel:
         ):
             seen = "\n".join(text_of(m) for m in messages)
             return f"RULE: {RULE}" if RULE in seen else "NO CHANGES"
-        mine = [m for m in messages if keeper_kind(m) is None]
+        # over the wire (the proxy) the keeper's own messages have no tag: their text says so
+        mine = [
+            m for m in messages if keeper_kind(m) is None and not text_of(m).startswith(_KEEPERS)
+        ]
         latest = mine[-1] if mine else last
         if isinstance(latest, HumanMessage):
             self._start(text_of(latest))
@@ -248,6 +371,9 @@ class TrafficModel:
         turn = self._turn
         if turn is None:
             return "Understood."
+        if turn.kind == "loop":  # never stops on its own: a new search every round
+            query = f"{turn.user[:24]} {self._round}"
+            return self._calls((Call(SEARCH_TOOL_NAME, {"query": query}),), text=turn.reply)
         pointer = self._pointer(messages)
         if pointer is not None:
             self._read = True
@@ -277,11 +403,10 @@ class TrafficModel:
                 return text.split('read="', 1)[1].split('"', 1)[0]
         return None
 
-    def _calls(self, calls: Sequence[Call]) -> AIMessage:
+    def _calls(self, calls: Sequence[Call], text: str = "") -> AIMessage:
         made = []
         for call in calls:
             self._ids += 1
-            args = storable_args(dict(call.args)) if self._storable else dict(call.args)
             args = storable_args(dict(call.args)) if self._storable else dict(call.args)
             made.append(
                 {
@@ -291,4 +416,4 @@ class TrafficModel:
                     "type": "tool_call",
                 }
             )
-        return AIMessage("", tool_calls=made)
+        return AIMessage(text, tool_calls=made)

@@ -2,8 +2,9 @@
 
 ``create_react_agent`` is deprecated in LangGraph v1 (it warns when called) but still used; new
 agents should use ``create_agent`` with ``KeeperMiddleware`` (examples/middleware_agent.py).
-The change: make the hook, bind ``hook.tools`` (yours plus the archive search tool), and give
-the agent a state with room for the keeper's bookkeeping.
+The change: make the hook, give the agent ``hook.model`` (your model bound to ``hook.tools``,
+yours plus the archive search tool, which it withholds after the search tool's stop line) and a
+state with room for the keeper's bookkeeping.
 
     python examples/react_agent_hook.py
 """
@@ -26,7 +27,7 @@ from keeper_middleware.messages import text_of
 def build_agent(model: BaseChatModel, keeper: Keeper) -> Any:
     hook = keeper_pre_model_hook(model, tools=[lookup], system_prompt=SYSTEM, keeper=keeper)
     return create_react_agent(
-        model,
+        hook.model,
         hook.tools,
         prompt=SYSTEM,
         pre_model_hook=hook,

@@ -38,6 +38,7 @@ work in any order; their own state survives cuts.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,7 +46,7 @@ from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.graph.message import add_messages
@@ -64,10 +65,19 @@ from keeper_middleware.model_calls import (
     resolve_chat_model,
     tool_refusal,
 )
-from keeper_middleware.node import KeeperNode, checked_tools, state_update
+from keeper_middleware.node import (
+    KeeperNode,
+    checked_tools,
+    forces_search,
+    state_update,
+    tool_name,
+)
 from keeper_middleware.retrievers.factory import RetrieverSpec
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.search.tool import DEFAULT_SESSION, archive_search_tool, session_of
 from keeper_middleware.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
 
 try:
     from langchain.agents.middleware import (
@@ -217,12 +227,36 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
             self._setup = setup
         self._model = request.model
 
-    def _first_request(self, request: ModelRequest[Any], session: str) -> ModelRequest[Any]:
+    def _first_request(
+        self, request: ModelRequest[Any], session: str
+    ) -> tuple[ModelRequest[Any], bool]:
+        """The request as sent (thinking kwargs; after the stop line, no search tool), and
+        whether the search tool is offered in it."""
         self._learn(request)
         kwargs = self.keeper.work_kwargs(session, request.messages)
-        if not kwargs:
-            return request
-        return request.override(model_settings={**request.model_settings, **kwargs})
+        if kwargs:
+            request = request.override(model_settings={**request.model_settings, **kwargs})
+        offered = self.search_tool is None or self.keeper.search_offered(session)
+        if not offered:
+            tools = [t for t in request.tools if tool_name(t) != SEARCH_TOOL_NAME]
+            choice = request.tool_choice
+            if forces_search(choice) or not tools:
+                choice = None
+            request = request.override(tools=tools, tool_choice=choice)
+        return request, offered
+
+    def _answers_only(
+        self, response: ModelResponse[Any], session: str, offered: bool
+    ) -> ModelResponse[Any]:
+        """The response without search calls, when its request was not offered the tool."""
+        reply = _first_ai(response)
+        if offered or reply is None:
+            return response
+        kept = self.keeper.answer_only(session, reply)
+        if kept is reply:
+            return response
+        result = [kept if m is reply else m for m in response.result]
+        return ModelResponse(result=result, structured_response=response.structured_response)
 
     def _retry(
         self, first: ModelRequest[Any], response: ModelResponse[Any], session: str
@@ -249,12 +283,12 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
         session = _session(request.runtime)
-        first = self._first_request(request, session)
+        first, offered = self._first_request(request, session)
         with self._explained(bool(first.tools)):
-            response = handler(first)
+            response = self._answers_only(handler(first), session, offered)
             again = self._retry(first, response, session)
             if again is not None:
-                response = handler(again)
+                response = self._answers_only(handler(again), session, offered)
         return self._recorded(response, session)
 
     async def awrap_model_call(
@@ -263,12 +297,12 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
         session = _session(request.runtime)
-        first = await asyncio.to_thread(self._first_request, request, session)
+        first, offered = await asyncio.to_thread(self._first_request, request, session)
         with self._explained(bool(first.tools)):
-            response = await handler(first)
+            response = self._answers_only(await handler(first), session, offered)
             again = self._retry(first, response, session)
             if again is not None:
-                response = await handler(again)
+                response = self._answers_only(await handler(again), session, offered)
         return await asyncio.to_thread(self._recorded, response, session)
 
 
@@ -282,12 +316,93 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
     """
 
     def __init__(self, node: KeeperNode) -> None:
-        super().__init__(node.__call__, afunc=node.acall, name="keeper")
+        super().__init__(self._before, afunc=self._abefore, name="keeper")
         self.node = node
+        self._withholding = False
+        """Whether :attr:`model` or :attr:`after_model` has run: the agent can withhold the
+        search tool after the stop line."""
+        self._warned = False
+
+    def _before(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        update = self.node(state, config)
+        self._warn_unless_withheld(session_of(config))
+        return update
+
+    async def _abefore(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        update = await self.node.acall(state, config)
+        await asyncio.to_thread(self._warn_unless_withheld, session_of(config))
+        return update
+
+    def _warn_unless_withheld(self, session: str) -> None:
+        """Past the stop line, an agent given neither :attr:`model` nor :attr:`after_model`
+        still offers the search tool: say so once, naming the two."""
+        if self._withholding or self._warned or self.node.search_tool is None:
+            return
+        if self.node.keeper.search_offered(session):
+            return
+        self._warned = True
+        log.warning(
+            "session=%s: the search tool's stop line was given, but this create_react_agent "
+            "still offers search_archive to its model; give it hook.model, or "
+            "post_model_hook=hook.after_model, or a model that never stops searching runs on "
+            "to the recursion limit",
+            session,
+        )
 
     @property
     def keeper(self) -> Keeper:
         return self.node.keeper
+
+    @property
+    def model(self) -> Callable[[Mapping[str, Any], Runtime[Any]], Runnable[Any, BaseMessage]]:
+        """The model to give ``create_react_agent`` (a dynamic model): bound to
+        :attr:`tools`, and after the search tool's stop line to them without it, its replies'
+        search calls dropped, so a model that never stops searching ends with an answer."""
+        return self._work_model
+
+    def _work_model(
+        self, state: Mapping[str, Any], runtime: Runtime[Any]
+    ) -> Runnable[Any, BaseMessage]:
+        session = _session(runtime)
+        node = self.node
+        self._withholding = True
+        offered = node.search_tool is None or node.keeper.search_offered(session)
+        model = node.work_model(list(state.get("messages", [])), search=offered)
+        if offered:
+            return model
+
+        def answer_only(reply: BaseMessage) -> AIMessage:
+            return node.keeper.answer_only(session, as_ai_message(reply))
+
+        return model | RunnableLambda(answer_only, name="keeper_answer_only")
+
+    @property
+    def after_model(self) -> Runnable[Any, dict[str, Any]]:
+        """A ``post_model_hook`` for an agent given a model of its own (the model itself, or a
+        dynamic model) rather than :attr:`model`: ``create_react_agent`` binds such a model to
+        every tool at every call, so the search tool cannot be withheld after the stop line;
+        this drops the search calls of a reply made after it instead, and the run ends with the
+        reply's answer rather than at LangGraph's recursion limit."""
+        return RunnableLambda(self._after_model, afunc=self._aafter_model, name="keeper_after")
+
+    def _after_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        session = session_of(config)
+        node = self.node
+        self._withholding = True
+        messages = list(state.get("messages", []))
+        if not messages or not isinstance(messages[-1], AIMessage):
+            return {}
+        if node.search_tool is None or node.keeper.search_offered(session):
+            return {}
+        reply = messages[-1]
+        kept = node.keeper.answer_only(session, reply)
+        # the same id: LangGraph's message reducer replaces the reply in place
+        return {} if kept is reply else {"messages": [kept]}
+
+    async def _aafter_model(
+        self, state: Mapping[str, Any], config: RunnableConfig
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(self._after_model, state, config)
 
     @property
     def tools(self) -> list[Tool]:
@@ -306,11 +421,17 @@ def keeper_pre_model_hook(
     token_counter: TokenCounter | str | None = None,
     search: bool = True,
 ) -> KeeperPreModelHook:
-    """The keeper for ``create_react_agent(model, hook.tools, prompt=system_prompt,
+    """The keeper for ``create_react_agent(hook.model, hook.tools, prompt=system_prompt,
     pre_model_hook=hook, state_schema=KeeperReactState)``.
 
     ``model``, ``tools`` and ``system_prompt`` must be the agent's own, so note calls render like
-    its calls. The hook runs before the model only: the thinking kwargs, the retry of a reply
+    its calls. ``hook.model`` is that model bound to ``hook.tools``: given to
+    ``create_react_agent``, it withholds the search tool after the stop line, as every other
+    entry point does. An agent given a model of its own instead (the model itself, or a dynamic
+    model) is offered the tool at every call: pass ``post_model_hook=hook.after_model`` too, and
+    a reply's search calls after the stop line are dropped (without either, a model that never
+    stops searching runs on to LangGraph's recursion limit, and the keeper logs a warning naming
+    these two). The hook runs before the model only: the thinking kwargs, the retry of a reply
     that thought to its limit and the stripping of reasoning from stored replies need the
     middleware (``create_agent``) or ``KeeperNode.model_runnable`` in a graph of your own.
     ``search=False`` adds no search tool; ``hook.keeper`` is the engine.

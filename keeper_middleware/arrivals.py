@@ -23,7 +23,7 @@ from keeper_middleware.injection import (
     render_retrieved_block,
     render_rules_block,
 )
-from keeper_middleware.items import ItemNumbering
+from keeper_middleware.items import ITEMS_SINCE_NOTES, ItemNumbering, items_since_notes
 from keeper_middleware.messages import keeper_kind, role_of
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.notes import Notes
@@ -72,6 +72,7 @@ class Arrivals:
         items: dict[str, int] = dict(kstate.get("items", {}))
         last_item = int(kstate.get("last_item", 0))
         numbered = bool(kstate.get("numbered", False))
+        since_notes = items_since_notes(kstate)
         if notes is None:
             notes = self.sessions.notes(session)
         counters = self.sessions.counters(session)
@@ -92,9 +93,12 @@ class Arrivals:
                 new_input = True
                 stated = self.items.stated_number(message)
                 if stated is not None:
+                    # a number that restarts, jumps or goes back is one more item all the same
+                    since_notes += stated != last_item
                     last_item, numbered = stated, True
                 elif not (numbered and is_question):
                     last_item += 1
+                    since_notes += 1
             items[msg_id] = last_item
             cap = caps[msg_id]
             if entry.tokens > cap:
@@ -115,6 +119,7 @@ class Arrivals:
         kstate["items"] = {k: v for k, v in items.items() if k in live_ids}
         kstate["last_item"] = last_item
         kstate["numbered"] = numbered
+        kstate[ITEMS_SINCE_NOTES] = since_notes
         kstate.setdefault("notes_item", 0)
         return result, shrunk
 

@@ -19,6 +19,7 @@ from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import cut_key
 from keeper_middleware.injection import render_rules_block
+from keeper_middleware.items import ITEMS_SINCE_NOTES
 from keeper_middleware.messages import is_input
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import NoteOutcome
@@ -59,7 +60,7 @@ class CutCommit:
         latest = self.archive.latest_notes(pending.session)
         return notes_from_json(latest.data_json) if latest else pending.notes
 
-    def _rules_beside_open_question(
+    def rules_beside_open_question(
         self,
         session: str,
         window: list[BaseMessage],
@@ -69,7 +70,7 @@ class CutCommit:
         size: int,
     ) -> tuple[list[BaseMessage], int, BaseMessage | None]:
         """The RULES placed right after the open question when the cut that just ran wrote
-        the first of them.
+        the first of them (or the cuts of a backlog that came before the question).
 
         A question is given the RULES as it arrives, from the NOTES of that moment. When the
         same step makes the first cut of a conversation, those NOTES do not exist yet, and the
@@ -119,6 +120,17 @@ class CutCommit:
                 session, render_notes(notes, kept=cut.kept_count), "notes", f"notes-{pending.key}"
             ),
         )
+        if plan.keep_from < plan.boundary and size > self.config.notes_threshold:
+            # the exchange kept in view is too big to leave room to work: its biggest
+            # messages stand as excerpts (or pointers), archived whole now
+            window = self.window.shrink_largest(
+                self.window.classify(window, pending.entries),
+                setup,
+                self.excerpter(session, items),
+                start=plan.layout.head_end + 1,
+                target=self.config.notes_threshold,
+            )
+            size = self.window.count(setup, window)
         if size > self.config.budget:
             window = self.window.shrink_largest(
                 self.window.classify(window, pending.entries),
@@ -128,8 +140,8 @@ class CutCommit:
             )
             size = self.window.count(setup, window)
         if size > self.config.budget:
-            raise self.window.after_cut_error(size)
-        window, size, rules_block = self._rules_beside_open_question(
+            raise self.window.after_cut_error(size, window, setup)
+        window, size, rules_block = self.rules_beside_open_question(
             session, window, pending, notes, setup, size
         )
         turns = leaving_turns(session, pending.entries, plan, items)
@@ -168,6 +180,7 @@ class CutCommit:
         self.sync_index(session)
         state = dict(pending.state)
         state["notes_item"] = int(state.get("last_item", 0))
+        state[ITEMS_SINCE_NOTES] = 0
         live = {str(m.id) for m in window}
         state["seen"] = [i for i in state["seen"] if i in live] + [str(notes_message.id)]
         if rules_block is not None and str(rules_block.id) not in state["seen"]:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.items import numeric_group_problem
 from keeper_middleware.retrievers.passages import PASSAGE_UNITS
 
 NotesMode = Literal["in_place", "rewrite"]
@@ -169,6 +170,13 @@ class KeeperConfig:
                 raise ConfigurationError(
                     f"item_pattern={self.item_pattern!r} has no capture group; capture the item "
                     r"number, e.g. r'^Item (\d+)', or set item_pattern=None"
+                )
+            problem = numeric_group_problem(pattern)
+            if problem is not None:
+                raise ConfigurationError(
+                    f"item_pattern={self.item_pattern!r}: {problem}, and an item number is a "
+                    r"whole number; capture digits only, e.g. r'^Item (\d+)', or set "
+                    "item_pattern=None"
                 )
         for question in self.question_patterns:
             _check_regex("question_patterns", question)

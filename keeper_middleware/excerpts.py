@@ -14,6 +14,7 @@ whatever counter is configured.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -50,6 +51,49 @@ def pointer_cost(ref: str, count: Count) -> int:
     return count(pointer_line(ref, 10**9, 10**6)) + 2
 
 
+def stub_line(ref: str) -> str:
+    """The whole text of a message at its smallest: only where it is and how to read it.
+
+    A burst of tool results (fifty at once, or five hundred) can leave each of them less room
+    than an excerpt's head, tail and full pointer take; each then stands in view as this line
+    alone, and is read back whole from the archive."""
+    return f'{EXCERPT_TAG} archived whole: search_archive(read="{ref}")'
+
+
+def smallest_form(message: BaseMessage, ref: str) -> BaseMessage:
+    """``message`` as small as it can stand in view: same id, role, name and tool-call ids;
+    its text and each tool-call argument longer than :func:`stub_line` replaced by it.
+
+    The same message object when nothing in it is longer than the stub."""
+    stub = stub_line(ref)
+    update: dict[str, Any] = {}
+    if len(text_of(message)) > len(stub):
+        update["content"] = stub
+    if isinstance(message, AIMessage) and message.tool_calls:
+        calls = [
+            {**call, "args": _smallest_args(call.get("args"), stub)} for call in message.tool_calls
+        ]
+        if calls != list(message.tool_calls):
+            update["tool_calls"] = calls
+            update["invalid_tool_calls"] = []
+    return message.model_copy(update=update) if update else message
+
+
+def _smallest_args(args: object, stub: str) -> object:
+    if not isinstance(args, dict):
+        return {"excerpt": stub} if len(json.dumps(args, default=str)) > len(stub) else args
+    smallest: dict[str, object] = {}
+    for key, value in args.items():
+        if value is None or isinstance(value, bool | int | float):
+            smallest[key] = value
+        elif isinstance(value, str):
+            smallest[key] = stub if len(value) > len(stub) else value
+        else:
+            dumped = json.dumps(value, ensure_ascii=False, default=str)
+            smallest[key] = stub if len(dumped) > len(stub) else value
+    return smallest
+
+
 def fit_prefix(text: str, tokens: int, count: Count) -> int:
     """The length of the longest prefix of ``text`` within ``tokens`` (as ``count`` counts)."""
     if tokens <= 0 or not text:
@@ -74,35 +118,54 @@ def fit_suffix(text: str, tokens: int, count: Count) -> int:
 
 
 def page_chars(text: str, page_tokens: int, count: Count) -> int:
-    """Characters per page, from the text's own density, so a page stays within ``page_tokens``
-    for the text as a whole (one count of the whole text, not one per page)."""
+    """Characters per page, from the text's own density (one count of the whole text): the
+    first guess at each page's length, kept when the page is within ``page_tokens``."""
     total = max(1, count(text))
     return max(1, int(len(text) * page_tokens * 0.9 / total))
 
 
-def page_count(text: str, page_tokens: int, count: Count) -> int:
+def page_spans(text: str, page_tokens: int, count: Count) -> tuple[tuple[int, int], ...]:
+    """Where each page of ``text`` starts and ends: every character on exactly one page, and
+    each page within ``page_tokens`` (as ``count`` counts; a single character heavier than a
+    page is a page of its own).
+
+    A page takes the length the text's density suggests; a page that comes out over its size
+    (a dense stretch, CJK or digits, in a light text) ends where it fits, and the next page
+    starts right there. Clipping such a page instead left its tail on no page at all (5.4K of
+    a 48K-character message). Pages are worked out once per text and page size.
+    """
+    return _spans(text, page_tokens, count)
+
+
+@functools.lru_cache(maxsize=16)
+def _spans(text: str, page_tokens: int, count: Count) -> tuple[tuple[int, int], ...]:
+    if not text:
+        return ((0, 0),)
     size = page_chars(text, page_tokens, count)
-    return max(1, -(-len(text) // size))
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if count(text[start:end]) > page_tokens:
+            end = start + max(1, fit_prefix(text[start:end], page_tokens, count))
+        spans.append((start, end))
+        start = end
+    return tuple(spans)
+
+
+def page_count(text: str, page_tokens: int, count: Count) -> int:
+    return len(page_spans(text, page_tokens, count))
 
 
 def read_page(text: str, page: int, page_tokens: int, count: Count) -> tuple[str, int]:
     """(page ``page`` of ``text``, the number of pages); a page past the end is empty.
 
-    A page that the density estimate let grow over ``page_tokens`` (a dense stretch in a light
-    text) is clipped to it; the clipped part is still on no other page, so it is said so.
-    """
-    size = page_chars(text, page_tokens, count)
-    pages = max(1, -(-len(text) // size))
-    if not 1 <= page <= pages:
-        return "", pages
-    chunk = text[(page - 1) * size : page * size]
-    if count(chunk) > page_tokens:
-        kept = fit_prefix(chunk, page_tokens - 24, count)
-        chunk = (
-            chunk[:kept] + f"\n[… {len(chunk) - kept:,} more characters of this page are too "
-            "dense to show; search for a phrase from them to see them in context.]"
-        )
-    return chunk, pages
+    Reading pages 1 to N in turn gives back ``text`` exactly (:func:`page_spans`)."""
+    spans = page_spans(text, page_tokens, count)
+    if not 1 <= page <= len(spans):
+        return "", len(spans)
+    start, end = spans[page - 1]
+    return text[start:end], len(spans)
 
 
 def excerpt(text: str, *, tokens: int, ref: str, page_tokens: int, count: Count) -> str:
@@ -162,15 +225,19 @@ def excerpt_within(
 ) -> BaseMessage:
     """:func:`shrink_message` aimed lower until the excerpt, frame included, is within ``cap``
     by ``count_message`` (the excerpt's text is sized by ``count``, which cannot see the frame
-    a message adds), or until it is as small as an excerpt gets."""
+    a message adds); below what a head, a tail and a full pointer take, the message's
+    :func:`smallest_form`."""
     target = max(MIN_EXCERPT_TOKENS, cap // 2)
     while True:
         shrunk = shrink_message(
             message, tokens=target, ref=ref, page_tokens=page_tokens, count=count
         )
         size = count_message(shrunk)
-        if size <= cap or target <= MIN_EXCERPT_TOKENS:
+        if size <= cap:
             return shrunk
+        if target <= MIN_EXCERPT_TOKENS:
+            smallest = smallest_form(message, ref)
+            return smallest if count_message(smallest) < size else shrunk
         target = max(MIN_EXCERPT_TOKENS, target - (size - cap) - 8)
 
 

@@ -128,6 +128,40 @@ def settle(archive: ArchiveStore, progress: Marks, retrievers: tuple[Retriever, 
         put_values(archive, session, {INDEXED_SEQ: seen, NEXT_POSITION: position})
 
 
+def reconcile(
+    archive: ArchiveStore,
+    session: str,
+    retrievers: tuple[Retriever, ...],
+    *,
+    unit: str = "messages",
+) -> bool:
+    """Rebuild a session's index when it holds passages the archive never indexed; True when
+    it did.
+
+    The archive records how many passages it has given the index (``NEXT_POSITION``); an index
+    holding more belongs to turns the archive no longer has (the archive file was deleted or
+    replaced by an older copy), and search would serve their text. Such an index is emptied for
+    the session and built again from the archive. An index holding fewer is left as it is
+    (a store that counts only what this process added cannot tell).
+    """
+    position = int(archive.get_value(session, NEXT_POSITION) or 0)
+    stale = [r for r in retrievers if r.count(session) > position]
+    if not stale:
+        return False
+    log.warning(
+        "index rebuilt session=%s: it held passages beyond the %d the archive %r indexed "
+        "(the archive was replaced or deleted since)",
+        session,
+        position,
+        archive,
+    )
+    for retriever in retrievers:
+        retriever.delete_session(session)
+    put_values(archive, session, {INDEXED_SEQ: -1, NEXT_POSITION: 0})
+    catch_up(archive, session, retrievers, unit=unit)
+    return True
+
+
 def _add(retrievers: tuple[Retriever, ...], batch: list[Passage]) -> int:
     if batch:
         for retriever in retrievers:

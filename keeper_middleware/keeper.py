@@ -37,12 +37,14 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.archive.store import ArchiveStore, open_archive
 from keeper_middleware.arrivals import Arrivals
+from keeper_middleware.backlog import Backlog, part_end, part_state, with_part
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.commit import CutCommit
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
-from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.indexing import BackgroundIndexing
+from keeper_middleware.entries import Entry, messages_of
+from keeper_middleware.errors import ArchiveError, ConfigurationError
+from keeper_middleware.indexing import BackgroundIndexing, reconcile
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.marks import verified
 from keeper_middleware.messages import (
@@ -63,7 +65,7 @@ from keeper_middleware.questions import (
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.room import unkeep
-from keeper_middleware.search.guards import GuardState
+from keeper_middleware.search.guards import GuardState, without_search_calls
 from keeper_middleware.search.searcher import ArchiveSearch
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions import MOVED_ENTRIES, MOVED_KEYS, SessionState
@@ -196,6 +198,8 @@ class Keeper:
             index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
+        self._indexes_checked: set[str] = set()
+        self._states_checked: set[str] = set()
 
     # ----------------------------------------------------------------- state and counters
 
@@ -236,17 +240,22 @@ class Keeper:
         setup: ModelSetup,
         call: NoteCall,
     ) -> StepResult:
-        """One keeper step before a model call (sync)."""
+        """One keeper step before a model call (sync): as many cuts as the window needs."""
         with self.session(session):
             pending = self._prepare(session, messages, state, setup)
-            if pending.plan is None:
-                return self._finish_without_cut(pending, messages)
-            outcome = self.commit.reuse_committed(pending)
-            if outcome is None:
-                pending.request = self.dialogue.request(pending, setup)
-                pending.tool_schemas = setup.tool_schemas
-                outcome = self.dialogue.take(pending, self.counters(session), call)
-            return self.commit.finish(pending, outcome, setup)
+            cuts = 0
+            while pending.plan is not None:
+                outcome = self.commit.reuse_committed(pending)
+                if outcome is None:
+                    pending.request = self.dialogue.request(pending, setup)
+                    pending.tool_schemas = setup.tool_schemas
+                    outcome = self.dialogue.take(pending, self.counters(session), call)
+                result = self.commit.finish(pending, outcome, setup)
+                cuts += 1
+                if pending.backlog is None:
+                    return result
+                pending = self._next_part(pending, result, setup)
+            return self._finish_without_cut(pending, messages, setup, cuts)
 
     async def astep(
         self,
@@ -263,14 +272,19 @@ class Keeper:
         task's context, so they count as holding it)."""
         async with self.asession(session):
             pending = await asyncio.to_thread(self._prepare, session, messages, state, setup)
-            if pending.plan is None:
-                return await asyncio.to_thread(self._finish_without_cut, pending, messages)
-            outcome = await asyncio.to_thread(self.commit.reuse_committed, pending)
-            if outcome is None:
-                pending.request = self.dialogue.request(pending, setup)
-                pending.tool_schemas = setup.tool_schemas
-                outcome = await self.dialogue.atake(pending, self.counters(session), call)
-            return await asyncio.to_thread(self.commit.finish, pending, outcome, setup)
+            cuts = 0
+            while pending.plan is not None:
+                outcome = await asyncio.to_thread(self.commit.reuse_committed, pending)
+                if outcome is None:
+                    pending.request = self.dialogue.request(pending, setup)
+                    pending.tool_schemas = setup.tool_schemas
+                    outcome = await self.dialogue.atake(pending, self.counters(session), call)
+                result = await asyncio.to_thread(self.commit.finish, pending, outcome, setup)
+                cuts += 1
+                if pending.backlog is None:
+                    return result
+                pending = await asyncio.to_thread(self._next_part, pending, result, setup)
+            return await asyncio.to_thread(self._finish_without_cut, pending, messages, setup, cuts)
 
     # ----------------------------------------------------------------- arrivals
 
@@ -281,12 +295,13 @@ class Keeper:
         state: Mapping[str, Any] | None,
         setup: ModelSetup,
     ) -> Pending:
-        window = self.window
-        budget = self.config.budget
-        self.indexing.schedule_once(session)  # turns a crash left unindexed
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
         if not kstate:
             self._warn_if_archive_outlived_state(session)
+        else:
+            self._check_archive_holds(session, kstate)
+        self._check_index(session)  # before passages are shown beside a question
+        self.indexing.schedule_once(session)  # turns a crash left unindexed
         messages = [_with_id(m) for m in given]
         # where messages enter: a forged keeper tag is ordinary content from here on, and a
         # tool call left without its result (a recursion limit, a crash) is closed
@@ -294,18 +309,85 @@ class Keeper:
         messages, _closed = close_unanswered_calls(messages)
         # each message is classified once per step (kind, text, size, question), here where
         # it enters; a message replaced on the way (an excerpt) is classified anew
-        entries = window.classify(messages)
-        notes = self.notes(session)  # read once a step: nothing below writes a version
+        entries = self.window.classify(messages)
+        notes = self.notes(session)  # read once a step until a cut writes a version
         messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
-        entries = window.classify(messages, entries)
-        plan, request_tokens = window.plan(messages, kstate, setup, notes)
+        entries = self.window.classify(messages, entries)
+        backlog = self._split_backlog(entries, setup)
+        if backlog is not None:
+            # more than one note request can carry: note it in parts, a cut each
+            entries = entries[: backlog.start]
+            messages = messages_of(entries)
+            kstate = part_state(kstate, backlog)
+        return self._decide(
+            session, messages, entries, kstate, setup, notes, bool(forged or shrunk), backlog
+        )
+
+    def _split_backlog(self, entries: list[Entry], setup: ModelSetup) -> Backlog | None:
+        """The messages past what one note request can carry, when there are any (their
+        first ``start`` entries make the first part)."""
+        window = self.window
+        layout = window.layout(messages_of(entries))
+        fixed = window.size_of(setup, entries[: layout.noted_start])
+        room = self.config.budget - window.request_cost() - fixed
+        end = part_end(entries, layout.noted_start, room)
+        if end is None:
+            return None
+        open_at = open_question_index(messages_of(entries), self.detector, start=layout.head_end)
+        if open_at is not None and layout.noted_start < open_at < end:
+            end = open_at  # the part notes what came before the open question
+        backlog = Backlog(entries, {}, open_at=open_at, start=end)
+        return backlog
+
+    def _next_part(self, pending: Pending, result: StepResult, setup: ModelSetup) -> Pending:
+        """After a part's cut: the window it left and the next part of the backlog."""
+        backlog = pending.backlog
+        assert backlog is not None
+        window = self.window
+        entries = window.classify(result.messages, pending.entries)
+        fixed = window.size_of(setup, entries)
+        room = self.config.budget - window.request_cost() - fixed
+        end = part_end(backlog.entries, backlog.start, room, stop=backlog.open_at)
+        taken = backlog.rest() if end is None else backlog.take(end)
+        entries = [*entries, *taken]
+        return self._decide(
+            pending.session,
+            messages_of(entries),
+            entries,
+            with_part(result.state, backlog, taken),
+            setup,
+            self.notes(pending.session),  # as the part's cut left them
+            True,
+            None if end is None else backlog,
+        )
+
+    def _decide(
+        self,
+        session: str,
+        messages: list[BaseMessage],
+        entries: list[Entry],
+        kstate: dict[str, Any],
+        setup: ModelSetup,
+        notes: Notes,
+        replaced: bool,
+        backlog: Backlog | None,
+    ) -> Pending:
+        """The cut this window needs (if any), after fitting what is in view.
+
+        A part of a backlog is always cut (the rest of the backlog follows it), and keeps no
+        exchange in view: the next part comes right after it."""
+        window = self.window
+        budget = self.config.budget
+        shrunk = replaced
+        due = backlog is not None
+        plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
         if plan is None and request_tokens > budget:
             # what was kept in view as already noted may leave with the next cut instead
             messages, unkept = unkeep(entries)
             if unkept:
                 shrunk = True
                 entries = window.classify(messages, entries)
-                plan, request_tokens = window.plan(messages, kstate, setup, notes)
+                plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
         for _ in range(8):
             if plan is not None or request_tokens <= budget:
                 break
@@ -314,7 +396,7 @@ class Keeper:
                 break
             shrunk = True
             entries = window.classify(messages, entries)
-            plan, request_tokens = window.plan(messages, kstate, setup, notes)
+            plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
         if plan is None and request_tokens > budget:
             # the last resort: excerpt the biggest messages in view, wherever they are
             layout = window.layout(messages)
@@ -326,7 +408,18 @@ class Keeper:
             )
             shrunk = True
             entries = window.classify(messages, entries)
-            plan, request_tokens = window.plan(messages, kstate, setup, notes)
+            plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
+        if backlog is not None:
+            if plan is None:
+                # nothing in this part could be cut: the rest is decided as one window
+                taken = backlog.rest()
+                entries = [*entries, *taken]
+                merged = with_part(kstate, backlog, taken)
+                return self._decide(
+                    session, messages_of(entries), entries, merged, setup, notes, shrunk, None
+                )
+            if not plan.pinned:
+                plan = replace(plan, keep_from=plan.boundary)
         counters = self.counters(session)
         if plan is None:  # sent as it is; a cut records the window it leaves (``CutCommit.finish``)
             counters.peak_window = max(counters.peak_window, request_tokens)
@@ -346,8 +439,9 @@ class Keeper:
             kstate,
             plan,
             notes,
-            replaced=bool(forged or shrunk),
+            replaced=shrunk,
             entries=entries,
+            backlog=backlog,
         )
         if plan is not None and self.config.notes_mode == "in_place":
             # only the moved entries the noted turns may name are read, not every one ever moved
@@ -371,13 +465,25 @@ class Keeper:
 
     # ----------------------------------------------------------------- finishing
 
-    def _finish_without_cut(self, pending: Pending, given: Sequence[BaseMessage]) -> StepResult:
+    def _finish_without_cut(
+        self, pending: Pending, given: Sequence[BaseMessage], setup: ModelSetup, cuts: int
+    ) -> StepResult:
+        """The step's result when its last window needs no cut (``cuts``: the parts of a
+        backlog cut before it)."""
+        messages, state = pending.messages, pending.state
+        if cuts:  # a question after a backlog gets the RULES its cuts wrote, as after a cut
+            messages, _size, block = self.commit.rules_beside_open_question(
+                pending.session, messages, pending, pending.notes, setup, 0
+            )
+            if block is not None:
+                state = {**state, "seen": [*state["seen"], str(block.id)]}
+                self.counters(pending.session).rules_injected += 1
         self.sessions.save_counters(pending.session)
         given_ids = [m.id for m in given]
-        ids = [m.id for m in pending.messages]
+        ids = [m.id for m in messages]
         changed = ids != given_ids or pending.replaced
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
-        return StepResult(pending.messages, pending.state, changed, rewritten)
+        return StepResult(messages, state, changed, rewritten, cut=cuts > 0)
 
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retrievers have not seen yet, in the background: the step
@@ -388,6 +494,35 @@ class Keeper:
         if self.passages_retriever is not self.retriever:
             return (self.retriever, self.passages_retriever)
         return (self.retriever,)
+
+    def _check_index(self, session: str) -> None:
+        """Once a process and session: an index holding text the archive lacks is rebuilt
+        from the archive before anything is searched or added (``indexing.reconcile``)."""
+        if session in self._indexes_checked:
+            return
+        with self.session(session):
+            if session not in self._indexes_checked:
+                reconcile(
+                    self.archive, session, self._index_retrievers(), unit=self.config.passages
+                )
+                self._indexes_checked.add(session)
+
+    def _check_archive_holds(self, session: str, kstate: Mapping[str, Any]) -> None:
+        """Once a process and session: a thread whose state says cuts were made must find
+        their NOTES in the archive. An archive replaced or deleted since (or an in-memory one
+        behind a checkpointer that persists) would otherwise go on as if nothing was lost."""
+        if session in self._states_checked:
+            return
+        noted = int(kstate.get("notes_item", 0) or 0)
+        if noted > 0 and self.archive.latest_notes(session) is None:
+            raise ArchiveError(
+                f"the thread {session!r} has made cuts (its state has notes up to item "
+                f"{noted}), but the archive {self.archive!r} holds no NOTES of it: the archive "
+                "was replaced or deleted since those cuts, and the turns they archived are not "
+                "in it. Point archive= at the file that holds them (or restore it from a "
+                "backup), or continue in a new thread"
+            )
+        self._states_checked.add(session)
 
     # ----------------------------------------------------------------- the model's side
 
@@ -406,6 +541,21 @@ class Keeper:
                 kwargs.update(self.config.thinking.sample_after_stop)
                 self._set_guard(session, replace(guard, sample_next=False))
         return kwargs
+
+    def search_offered(self, session: str) -> bool:
+        """Whether the next work call is offered the search tool: not after the stop line,
+        until new input arrives (every adapter asks here, and leaves the tool out)."""
+        with self.session(session):
+            return not self._guard(session).withheld
+
+    def answer_only(self, session: str, reply: AIMessage) -> AIMessage:
+        """A work reply as it stands when the search tool was withheld from its call: any call
+        to it is dropped (it would be refused again), so a model that never stops searching
+        ends with what else it said."""
+        stripped = without_search_calls(reply)
+        if stripped is not reply:
+            log.info("search call dropped session=%s: the tool was withheld", session)
+        return stripped
 
     def record_reply(self, session: str, reply: AIMessage) -> AIMessage:
         """Count a work reply and strip its reasoning before it is stored."""
@@ -462,6 +612,7 @@ class Keeper:
         decided and written under one lock, so parallel searches cannot race past them. The
         reply is sized to the room a message has in view.
         """
+        self._check_index(session)
         return self.searcher.run(session, args)
 
     def forget(self, session: str) -> None:
@@ -473,6 +624,8 @@ class Keeper:
             if self.passages_retriever is not self.retriever:
                 self.passages_retriever.delete_session(session)
             self.sessions.drop(session)
+            self._indexes_checked.discard(session)
+            self._states_checked.discard(session)
 
     def close(self) -> None:
         """Index what is still queued, then close the indexes and the archive."""

@@ -13,6 +13,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from keeper_middleware.blocks import content_as_text
+
 KEEPER_KEY = "keeper"
 _THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
@@ -37,17 +39,10 @@ def keeper_message(text: str, kind: str, *, msg_id: str | None = None) -> HumanM
 
 
 def text_of(message: BaseMessage) -> str:
-    """The visible text of a message: string content, or the text parts of list content."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
-    return "".join(parts)
+    """The text of a message: string content as it is, list content with every block as text
+    (:func:`~keeper_middleware.blocks.content_as_text`: text word for word, tool calls and
+    results and JSON as text, an image or a file as a placeholder; reasoning kept apart)."""
+    return content_as_text(message.content)
 
 
 def role_of(message: BaseMessage) -> str:

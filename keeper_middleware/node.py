@@ -131,45 +131,63 @@ class KeeperNode:
 
     # ---- the model node that goes with it (used by create_keeper_agent and the arms)
 
-    def work_model(self, messages: Sequence[BaseMessage]) -> Runnable[Any, BaseMessage]:
-        """The model for a work call: bound to the tools, with the tool choice for this call.
+    def work_model(
+        self, messages: Sequence[BaseMessage], *, search: bool = True
+    ) -> Runnable[Any, BaseMessage]:
+        """The model for a work call: bound to the tools, with the tool choice for this call;
+        ``search=False`` leaves the search tool out (after the stop line).
 
         Note calls never get a forced tool choice: they must answer in change lines.
         """
         choice = self._tool_choice(messages) if callable(self._tool_choice) else self._tool_choice
-        if choice is None:
+        withheld = not search and self.search_tool is not None
+        if choice is None and not withheld:
             return self.model
-        key = repr(choice)
+        if withheld and (forces_search(choice) or len(self.tools) == 1):
+            choice = None  # no choice forces the withheld tool, or a tool list left empty
+        key = f"{choice!r}|{withheld}"
         if key not in self._forced:
+            tools = [t for t in self.tools if t is not self.search_tool] if withheld else self.tools
             # providers take a name or a {"type": "function", ...} dict; pass it on as given
-            choice_kwargs: dict[str, Any] = {"tool_choice": choice}
-            self._forced[key] = bind_tools_clearly(self._raw_model, self.tools, **choice_kwargs)
+            choice_kwargs: dict[str, Any] = {} if choice is None else {"tool_choice": choice}
+            self._forced[key] = bind_tools_clearly(self._raw_model, tools, **choice_kwargs)
         return self._forced[key]
+
+    def _reply(
+        self, session: str, messages: Sequence[BaseMessage]
+    ) -> tuple[Runnable[Any, BaseMessage], bool]:
+        offered = self.search_tool is None or self.keeper.search_offered(session)
+        return self.work_model(messages, search=offered), offered
 
     def call_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         """A model node that calls the model the way the keeper expects (sync)."""
         session = session_of(config)
         messages = self.setup.render(state["messages"])
         kwargs = self.keeper.work_kwargs(session, state["messages"])
-        model = self.work_model(state["messages"])
+        model, offered = self._reply(session, state["messages"])
         with self._explained():
-            reply = as_ai_message(model.invoke(messages, **kwargs))
+            reply = self._answered(session, offered, model.invoke(messages, **kwargs))
             retry = self.keeper.retry_kwargs(session, kwargs, reply)
             if retry is not None:
-                reply = as_ai_message(model.invoke(messages, **retry))
+                reply = self._answered(session, offered, model.invoke(messages, **retry))
         return {"messages": [self.keeper.record_reply(session, reply)]}
+
+    def _answered(self, session: str, offered: bool, reply: BaseMessage) -> AIMessage:
+        """The reply as an AIMessage; without search calls when the tool was withheld."""
+        message = as_ai_message(reply)
+        return message if offered else self.keeper.answer_only(session, message)
 
     async def acall_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         """The same model node (async)."""
         session = session_of(config)
         messages = self.setup.render(state["messages"])
         kwargs = await asyncio.to_thread(self.keeper.work_kwargs, session, state["messages"])
-        model = self.work_model(state["messages"])
+        model, offered = await asyncio.to_thread(self._reply, session, state["messages"])
         with self._explained():
-            reply = as_ai_message(await model.ainvoke(messages, **kwargs))
+            reply = self._answered(session, offered, await model.ainvoke(messages, **kwargs))
             retry = self.keeper.retry_kwargs(session, kwargs, reply)
             if retry is not None:
-                reply = as_ai_message(await model.ainvoke(messages, **retry))
+                reply = self._answered(session, offered, await model.ainvoke(messages, **retry))
         recorded = await asyncio.to_thread(self.keeper.record_reply, session, reply)
         return {"messages": [recorded]}
 
@@ -195,6 +213,17 @@ def keeper_node(
         tool_choice=tool_choice,
         search=search,
     )
+
+
+def forces_search(choice: object) -> bool:
+    """Whether a tool choice forces the search tool (by name, or OpenAI's function dict)."""
+    if choice == SEARCH_TOOL_NAME:
+        return True
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else choice.get("name")
+        return bool(name == SEARCH_TOOL_NAME)
+    return False
 
 
 def checked_tools(tools: Sequence[Tool], search_tool: Tool | None) -> tuple[Tool, ...]:

@@ -151,13 +151,23 @@ class NoteDialogue:
         last_text = ""
         while isinstance(step, Ask):
             if step.text is not None:
-                convo = [*convo, AIMessage(content=last_text)]
-                text = self.fit_reask(step.text, convo, pending.tool_schemas)
+                with_reply = [*convo, AIMessage(content=last_text)]
+                text = self.fit_reask(step.text, with_reply, pending.tool_schemas)
+                if text is not None:
+                    convo = with_reply
+                else:
+                    # a reply too long to send back beside the re-ask is left out of it: the
+                    # model writes its lines again from the turns (giving up here kept no
+                    # line of a reply that had none, and lost the rule the turns stated)
+                    text = self.fit_reask(_without_reply(step.text), convo, pending.tool_schemas)
+                    log.info(
+                        "reask session=%s: without the reply, which is too long", pending.session
+                    )
                 if text is None:
                     log.info("reask skipped session=%s: it does not fit", pending.session)
                     step = taking.give_up()  # a re-ask that does not fit is not sent
                     break
-                convo.append(keeper_message(text, "notes_reask"))
+                convo = [*convo, keeper_message(text, "notes_reask")]
                 log.info("reask session=%s: %s", pending.session, _first_line(text))
             reply = yield from self._ask_once(counters, convo, thinking_on)
             last_text = text_of(reply)
@@ -272,6 +282,18 @@ class NoteDialogue:
             counters.notes_calls += 1
             counters.add_usage(reply, management=True)
         return strip_reasoning(reply)
+
+
+REPLY_LEFT_OUT = (
+    "(Your last reply is not shown again: it was too long to fit beside this request. "
+    "Write your change lines again from the turns above.)"
+)
+
+
+def _without_reply(reask: str) -> str:
+    """A re-ask that stands without the reply it questions (which is not sent back)."""
+    header, _, rest = reask.partition("\n")
+    return "\n".join(part for part in (header, REPLY_LEFT_OUT, rest) if part)
 
 
 def _first_line(text: str) -> str:

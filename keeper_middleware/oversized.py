@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage
 from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.cut import cut_key
 from keeper_middleware.entries import Entry, messages_of
-from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, excerpt_within, pointer_cost
+from keeper_middleware.excerpts import excerpt_ref, excerpt_within, smallest_form
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.tokens import TokenCounter
 from keeper_middleware.turns import archived_turn
@@ -76,7 +76,8 @@ class OversizedMessages:
         msg_id = str(message.id)
         ref = excerpt_ref(session, msg_id)
         size = self.tokens.count_messages([message])
-        cap = max(cap, pointer_cost(ref, self.tokens.count_text) + MIN_EXCERPT_TOKENS)
+        smallest = smallest_form(message, ref)
+        cap = max(cap, min(size, self.tokens.count_messages([smallest])))
         if size <= cap:
             return message  # an excerpt would be no smaller than the message itself
         turn = archived_turn(session, message, item)

@@ -41,6 +41,21 @@ def water_level(sizes: Sequence[int], room: int, limit: int) -> int:
     return low
 
 
+def water_level_above(sizes: Sequence[int], floors: Sequence[int], room: int, limit: int) -> int:
+    """The largest cap ``c <= limit`` with ``sum(max(floor, min(size, c))) <= room``: as
+    :func:`water_level`, when no message can go below its own floor (the caller has checked
+    that the floors alone fit)."""
+    low, high = 0, min(limit, max(sizes))
+    while low < high:
+        middle = (low + high + 1) // 2
+        taken = sum(max(f, min(size, middle)) for size, f in zip(sizes, floors, strict=True))
+        if taken <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def unkeep(entries: Sequence[Entry]) -> tuple[list[BaseMessage], bool]:
     """The messages with the NOTES no longer counting any message as kept in view: those are
     noted again by the next cut (a repeat the checks accept) and may leave the window with it."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from keeper_middleware.backlog import Backlog
 from keeper_middleware.cut import CutPlan
 from keeper_middleware.entries import Entry
 from keeper_middleware.notes import Notes
@@ -56,3 +57,5 @@ class Pending:
     """The moved entries the notes request recalls (the noted turns name them)."""
     entries: list[Entry] = field(default_factory=list)
     """``messages`` as classified where they entered the step (one entry per message)."""
+    backlog: Backlog | None = None
+    """What the step took in beyond this window, noted in later parts (a cut each)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -19,15 +19,21 @@ from keeper_middleware.config import KeeperConfig
 from keeper_middleware.cut import CutPlan, Layout, find_layout, pin_open_question, plan_cut
 from keeper_middleware.entries import Entry, classify, messages_of
 from keeper_middleware.errors import WindowTooSmallError
-from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, pointer_cost
+from keeper_middleware.excerpts import (
+    MIN_EXCERPT_TOKENS,
+    excerpt_ref,
+    pointer_cost,
+    smallest_form,
+)
 from keeper_middleware.injection import render_rules_block
+from keeper_middleware.items import items_since_notes
 from keeper_middleware.messages import keeper_kind, keeper_message, text_of
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import notes_request_text
 from keeper_middleware.notes import Notes, parse_notes, render_notes
 from keeper_middleware.questions import QuestionDetector, open_question_index
 from keeper_middleware.rewrite import REWRITE_REQUEST_TEXT
-from keeper_middleware.room import units, water_level
+from keeper_middleware.room import units, water_level, water_level_above
 from keeper_middleware.tokens import TokenCounter
 
 NOTES_FRAME_TOKENS = 64
@@ -44,6 +50,8 @@ class WindowPolicy:
     config: KeeperConfig
     tokens: TokenCounter
     detector: QuestionDetector
+    _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Sizes that are the same for every request of this keeper (the note request's)."""
 
     def classify(self, messages: Sequence[BaseMessage], known: Sequence[Entry] = ()) -> list[Entry]:
         """The step's entries of ``messages`` (those in ``known`` reused for the same message)."""
@@ -77,9 +85,9 @@ class WindowPolicy:
         every = self.config.notes_every_items
         if every is None:
             return False
-        # numbering can go backwards (an unnumbered message counted as an item, then a batch
-        # stating a lower number): no new items, never a negative count
-        new_items = max(0, int(kstate["last_item"]) - int(kstate["notes_item"]))
+        # numbering can restart, jump or go back: items are counted as they arrive, never a
+        # negative count (``items_since_notes``)
+        new_items = items_since_notes(kstate)
         if new_items >= every or layout.notes_index is None:
             return new_items >= every
         due = items_due(
@@ -96,12 +104,15 @@ class WindowPolicy:
         kstate: Mapping[str, Any],
         setup: ModelSetup,
         notes: Notes,
+        *,
+        due: bool = False,
     ) -> tuple[CutPlan | None, int]:
-        """The cut to make now (None: none), and the request's size as it stands."""
+        """The cut to make now (None: none), and the request's size as it stands (``due``:
+        cut whatever the size and the cadence say, as a part of a backlog is)."""
         layout = self.layout(messages)
         request_tokens = self.count(setup, messages)
         plan = None
-        if self.notes_due(kstate, request_tokens, layout, messages):
+        if due or self.notes_due(kstate, request_tokens, layout, messages):
             open_at = open_question_index(messages, self.detector, start=layout.head_end)
             request_cost = self.request_cost()
 
@@ -145,10 +156,17 @@ class WindowPolicy:
     def drop_kept_if_too_big(
         self, plan: CutPlan, messages: Sequence[BaseMessage], notes: Notes, setup: ModelSetup
     ) -> CutPlan:
-        """Keep the newest exchange only if the window after the cut leaves room to work."""
+        """Keep the newest exchange only if the window after the cut leaves room to work: as
+        it is, or with its messages at their smallest (a burst of tool results stays in view
+        as pointers the model can follow; :meth:`CutCommit.finish` excerpts them)."""
         notes_estimate = self.notes_estimate(notes)
         after = [*messages[: plan.layout.head_end], *messages[plan.keep_from :]]
-        if self.count(setup, after) + notes_estimate <= self.config.notes_threshold:
+        size = self.count(setup, after) + notes_estimate
+        if size <= self.config.notes_threshold:
+            return plan
+        kept = self.classify(messages[plan.keep_from : plan.boundary])
+        saved = sum(e.tokens - self.least_tokens("", e) for e in kept if e.kind is None)
+        if size - saved <= self.config.notes_threshold:
             return plan
         return replace(plan, keep_from=plan.boundary)
 
@@ -158,13 +176,13 @@ class WindowPolicy:
         """What every note request carries whatever is cut, by part, in tokens (the pinned
         task counted only once taken in, when ``seen`` is given)."""
         layout = self.layout(messages_of(entries))
-        head = [e.message for e in entries[: layout.head_end] if seen is None or not e.fresh(seen)]
+        head = [e for e in entries[: layout.head_end] if seen is None or not e.fresh(seen)]
         tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
-        system_and_tools = self.count(setup, [m for m in head if isinstance(m, SystemMessage)])
+        system_and_tools = self.count(setup, [e.message for e in head if e.is_system])
         return {
             "system prompt": system_and_tools - tools,
             "tools": tools,
-            "pinned task": self.count(setup, head) - system_and_tools,
+            "pinned task": sum(e.tokens for e in head if not e.is_system),
             # the note request that notes a unit carries the NOTES: as they are in view now,
             # and as a later cut may grow them, up to their budget
             "NOTES": max(
@@ -175,10 +193,26 @@ class WindowPolicy:
         }
 
     def request_cost(self) -> int:
-        """The note request's own size (the message appended to ask for the changes)."""
-        rewrite = self.config.notes_mode == "rewrite"
-        text = REWRITE_REQUEST_TEXT if rewrite else notes_request_text(0)
-        return self.tokens.count_messages([keeper_message(text, "notes_request")])
+        """The note request's own size (the message appended to ask for the changes); the
+        same for every request of this keeper, so worked out once."""
+        found = self._known.get("request")
+        if found is None:
+            rewrite = self.config.notes_mode == "rewrite"
+            text = REWRITE_REQUEST_TEXT if rewrite else notes_request_text(0)
+            found = self.tokens.count_messages([keeper_message(text, "notes_request")])
+            self._known["request"] = found
+        return found
+
+    def size_of(self, setup: ModelSetup, entries: Sequence[Entry]) -> int:
+        """A request's size from its entries' own sizes (each message sized once a step):
+        the messages, and the system prompt (when not stored) and tools the call adds."""
+        stored_system = bool(entries) and entries[0].is_system
+        extra = (
+            self.tokens.count_messages([], setup.tool_schemas)
+            if stored_system
+            else self.count(setup, [])
+        )
+        return extra + sum(e.tokens for e in entries)
 
     def beside_cost(self, notes: Notes) -> int:
         """What the keeper places beside a new question: the RULES and retrieved sentences."""
@@ -217,34 +251,62 @@ class WindowPolicy:
         )
         beside = self.beside_cost(notes)
         room = self.config.budget - sum(parts.values())
+        floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
         caps: dict[str, int] = {}
         for unit in units(entries):
             fresh = [e for e in unit if e.fresh(seen)]
             if not fresh:
                 continue
-            fixed = sum(e.tokens for e in unit if not e.fresh(seen))
-            if any(e.question for e in fresh):
-                fixed += beside
+            in_view = sum(e.tokens for e in unit if not e.fresh(seen))
+            besides = beside if any(e.question for e in fresh) else 0
+            avail = room - in_view - besides
             sizes = [e.tokens for e in fresh]
-            share = water_level(sizes, room - fixed - kept, self.config.message_tokens)
-            if share < MIN_EXCERPT_TOKENS and kept:
-                share = water_level(sizes, room - fixed, self.config.message_tokens)
-            floor = MIN_EXCERPT_TOKENS + pointer_cost(
-                excerpt_ref(session, "x"), self.tokens.count_text
+            if sum(min(size, floor) for size in sizes) <= avail:
+                share = water_level(sizes, avail - kept, self.config.message_tokens)
+                if share < MIN_EXCERPT_TOKENS and kept:
+                    share = water_level(sizes, avail, self.config.message_tokens)
+                caps.update((e.id, max(share, floor)) for e in fresh)
+                continue
+            # a burst (fifty tool results at once, or five hundred): too many for each to keep
+            # a head, a tail and a full pointer, so the big ones stand as their smallest form
+            smallest = [self.least_tokens(session, e) for e in fresh]
+            if sum(smallest) > avail:
+                raise self._unit_too_big(parts, in_view, besides, smallest)
+            level = water_level_above(sizes, smallest, avail, self.config.message_tokens)
+            caps.update(
+                (e.id, max(least, min(size, level)))
+                for e, size, least in zip(fresh, sizes, smallest, strict=True)
             )
-            least = sum(min(size, floor) for size in sizes)
-            if room < least:
-                need = sum(parts.values()) + least
-                raise WindowTooSmallError(
-                    f"the fixed part of a request does not fit: {_listed(parts)} + the new input's "
-                    f"excerpt (at least {floor} tokens a message) = {need} tokens, "
-                    f"over the budget of {self.config.budget} (window {self.config.window} - "
-                    f"reply reserve {self.config.reserve}) by "
-                    f"{need - self.config.budget}. Raise the window, lower reply_reserve, or "
-                    "shorten the largest part."
-                )
-            caps.update((e.id, max(share, floor)) for e in fresh)
         return caps, max(MIN_EXCERPT_TOKENS, min(room, self.config.message_tokens))
+
+    def least_tokens(self, session: str, entry: Entry) -> int:
+        """The least a message can take in view: its :func:`smallest_form` (an excerpt is
+        never bigger than what it stands for)."""
+        ref = excerpt_ref(session, entry.id)
+        smallest = smallest_form(entry.message, ref)
+        if smallest is entry.message:
+            return entry.tokens
+        return min(entry.tokens, self.tokens.count_messages([smallest]))
+
+    def _unit_too_big(
+        self, parts: Mapping[str, int], in_view: int, besides: int, smallest: Sequence[int]
+    ) -> WindowTooSmallError:
+        """The refusal of new input that cannot fit even with every message at its smallest;
+        the parts it lists add up to the total it states."""
+        listed = {
+            **parts,
+            "the rest of its unit in view": in_view,
+            "what stands beside a question": besides,
+            f"the new input at its smallest ({len(smallest)} messages)": sum(smallest),
+        }
+        need = sum(listed.values())
+        return WindowTooSmallError(
+            f"the fixed part of a request does not fit: {_listed(listed)} = {need} tokens, "
+            f"over the budget of {self.config.budget} (window {self.config.window} - reply "
+            f"reserve {self.config.reserve}) by {need - self.config.budget}. Raise the "
+            "window, lower reply_reserve, or shorten the largest part (fewer tool calls at once "
+            "make a smaller input)."
+        )
 
     def in_view_excess(self, entries: Sequence[Entry], setup: ModelSetup) -> tuple[list[int], int]:
         """The messages kept in view beside the NOTES and in the first unit not yet noted (a
@@ -283,37 +345,72 @@ class WindowPolicy:
         excerpt: Excerpt,
         *,
         start: int,
+        target: int | None = None,
     ) -> list[BaseMessage]:
         """Excerpt the biggest messages from ``start`` on (not the keeper's own) until the
-        request and a note request fit the budget; ``excerpt`` archives each whole first."""
-        target = self.config.budget - self.request_cost()
+        request fits ``target`` (default: room for a note request within the budget);
+        ``excerpt`` archives each whole first.
+
+        The request is counted once; each excerpt then takes off what it saved (recounting the
+        whole window after each message made this quadratic in the messages)."""
+        if target is None:
+            target = self.config.budget - self.request_cost()
         result = messages_of(entries)
         sizes = {
             i: e.tokens
             for i, e in enumerate(entries)
             if i >= start and e.kind is None and not e.is_system
         }
+        total = self.count(setup, result)
         for index in sorted(sizes, key=lambda i: -sizes[i]):
-            excess = self.count(setup, result) - target
+            excess = total - target
             if excess <= 0:
                 break
             cap = max(MIN_EXCERPT_TOKENS, sizes[index] - excess)
             result[index] = excerpt(result[index], cap)
+            if result[index] is not entries[index].message:
+                total += self.tokens.count_messages([result[index]]) - sizes[index]
         return result
 
     def too_big_error(
         self, request_tokens: int, entries: Sequence[Entry], setup: ModelSetup
     ) -> WindowTooSmallError:
         """The refusal of a request nothing more can be cut from or excerpted in."""
-        parts = self.fixed_parts(entries, setup)
+        parts = self.parts_in_view(messages_of(entries), setup, request_tokens)
         return WindowTooSmallError(
-            f"the request is {request_tokens} tokens, over the budget of "
+            f"the request is {request_tokens} tokens ({_listed(parts)}), over the budget of "
             f"{self.config.budget} (window {self.config.window} - reply reserve "
-            f"{self.config.reserve}) by {request_tokens - self.config.budget}, and "
-            f"nothing more can be cut or excerpted. Its fixed part: {_listed(parts)} = "
-            f"{sum(parts.values())} tokens. Raise the window, lower reply_reserve, or "
-            "shorten the largest part."
+            f"{self.config.reserve}) by {request_tokens - self.config.budget}, and nothing "
+            "more can be cut or excerpted. Raise the window, lower reply_reserve, or shorten "
+            "the largest part."
         )
+
+    def parts_in_view(
+        self, messages: Sequence[BaseMessage], setup: ModelSetup, total: int
+    ) -> dict[str, int]:
+        """What a request of ``total`` tokens is made of, by part: system prompt, tools, the
+        pinned task, the NOTES, an open question with the work on it, and the other messages
+        (the rest of ``total``, so the parts always add up to it)."""
+        layout = self.layout(messages)
+        head = messages[: layout.head_end]
+        tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
+        system_and_tools = self.count(setup, [m for m in head if isinstance(m, SystemMessage)])
+        notes = (
+            self.tokens.count_messages([messages[layout.notes_index]])
+            if layout.notes_index is not None
+            else 0
+        )
+        open_at = open_question_index(messages, self.detector, start=layout.noted_start)
+        question = self.tokens.count_messages(messages[open_at:]) if open_at is not None else 0
+        parts = {
+            "system prompt": system_and_tools - tools,
+            "tools": tools,
+            "pinned task": self.count(setup, head) - system_and_tools,
+            "NOTES": notes,
+            "the open question and the work on it": question,
+        }
+        parts["the other messages in view"] = total - sum(parts.values())
+        return parts
 
     def window_after_cut(
         self,
@@ -339,14 +436,18 @@ class WindowPolicy:
                 break
         return plan, notes, window, size
 
-    def after_cut_error(self, size: int) -> WindowTooSmallError:
+    def after_cut_error(
+        self, size: int, window: Sequence[BaseMessage], setup: ModelSetup
+    ) -> WindowTooSmallError:
         """The refusal of a window that is still too big after a cut and its excerpts."""
+        parts = self.parts_in_view(window, setup, size)
         return WindowTooSmallError(
-            f"after a cut the request is still {size} tokens, over the budget of "
-            f"{self.config.budget} (window {self.config.window} - reply reserve "
-            f"{self.config.reserve}): what must stay in view (system prompt, task, "
-            "NOTES within notes_budget, any open question) does not fit. Raise the "
-            "window, lower reply_reserve or notes_budget, or shorten the system prompt."
+            f"after a cut the request is still {size} tokens ({_listed(parts)}), over the "
+            f"budget of {self.config.budget} (window {self.config.window} - reply reserve "
+            f"{self.config.reserve}) by {size - self.config.budget}: what must stay in view "
+            "(system prompt, task, NOTES within notes_budget, any open question) does not fit. "
+            "Raise the window, lower reply_reserve or notes_budget, or shorten the system "
+            "prompt."
         )
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.retrievers.base import Hit, Passage, check_search_arguments
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
+from keeper_middleware.sqlite.faults import FileConnection
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _COMMON_TERM_FRACTION = 0.05
@@ -160,13 +161,18 @@ class KeywordRetriever:
         self._stopwords = stopwords
         tokenizer = _TOKENIZER if stemming else _PLAIN_TOKENIZER
         try:
-            self._db = sqlite3.connect(location, check_same_thread=False, isolation_level=None)
+            # its failures (a full disk, a damaged page) are ArchiveErrors naming the file
+            db = sqlite3.connect(
+                location, check_same_thread=False, isolation_level=None, factory=FileConnection
+            )
+            db.name_file(location, "the keyword index")
+            self._db: sqlite3.Connection = db
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._upgrade()
             self._db.executescript(_SCHEMA.format(tokenizer=tokenizer))
             self._merge_in_larger_steps()
-        except sqlite3.Error as error:
+        except (sqlite3.Error, ArchiveError) as error:
             raise ArchiveError(
                 f"cannot open the keyword index {location!r} ({error}); the archive beside it is "
                 "untouched: restore this file, or move it away (a new index holds only the turns "
@@ -186,7 +192,8 @@ class KeywordRetriever:
             try:
                 self._db.executemany(_UPSERT, rows)
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # a full disk has rolled it back already
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
 

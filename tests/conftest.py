@@ -113,3 +113,14 @@ def proxy_archive(request, monkeypatch):
     with psycopg.connect(url, autocommit=True) as conn:
         for schema in schemas.values():
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+# ---------------------------------------------------------------- a small real file system
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """An 8 MB tmpfs mounted for the test (skipped, saying why, where none can be mounted)."""
+    from tests.small_disk import mounted_tmpfs
+
+    yield from mounted_tmpfs(tmp_path / "disk", "8m")

@@ -14,9 +14,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 
 from keeper_middleware import Keeper, KeeperConfig, WindowTooSmallError, create_keeper_agent
+from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.excerpts import EXCERPT_TAG
 from keeper_middleware.messages import UNANSWERED_CALL_TEXT, keeper_kind, text_of
-from keeper_middleware.retrievers.base import Passage
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from tests.fake_model import ScriptedChatModel
 
@@ -200,9 +200,18 @@ def test_a_fixed_part_that_cannot_fit_says_which_part_and_by_how_much():
 
 
 def archive_with(keeper: Keeper, session: str, sentences: list[tuple[int, str]]) -> None:
-    keeper.retriever.add(
-        [Passage(session, item, pos, text) for pos, (item, text) in enumerate(sentences)]
+    """Put ``sentences`` in the session's archive (one archived turn each, at its item) and index
+    them, as cuts would have."""
+    turns = [
+        ArchivedTurn(
+            session=session, msg_id=f"{session}-seed-{pos}", item=item, role="human", content=text
+        )
+        for pos, (item, text) in enumerate(sentences)
+    ]
+    keeper.archive.commit_cut(
+        session, cut_key=f"seed-{len(turns)}-{turns[0].msg_id}", turns=turns, notes=None
     )
+    keeper._sync_index(session)
 
 
 def test_ten_long_passages_are_sized_to_a_2048_token_window():

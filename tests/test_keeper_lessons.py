@@ -11,9 +11,9 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, ModelSetup, ThinkingPolicy, create_keeper_agent
+from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import parse_notes
-from keeper_middleware.retrievers.base import Passage
 from keeper_middleware.search.guards import STOP_LINE
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch, note_lines
@@ -37,9 +37,18 @@ def feed(agent, first: int, last: int) -> dict:
 
 
 def archive_with(keeper: Keeper, session: str, sentences: list[tuple[int, str]]) -> None:
-    keeper.retriever.add(
-        [Passage(session, item, pos, text) for pos, (item, text) in enumerate(sentences)]
+    """Put ``sentences`` in the session's archive (one archived turn each, at its item) and index
+    them, as cuts would have."""
+    turns = [
+        ArchivedTurn(
+            session=session, msg_id=f"{session}-seed-{pos}", item=item, role="human", content=text
+        )
+        for pos, (item, text) in enumerate(sentences)
+    ]
+    keeper.archive.commit_cut(
+        session, cut_key=f"seed-{len(turns)}-{turns[0].msg_id}", turns=turns, notes=None
     )
+    keeper._sync_index(session)
 
 
 def test_lesson_1_the_notes_request_comes_after_the_turns_it_notes():

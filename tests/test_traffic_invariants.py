@@ -2,7 +2,9 @@
 
 Sessions come from ``bench/traffic.py`` (coding-agent sessions with 1K–500K-character file reads
 and test logs, parallel tool calls, pasted text, verbose replies, CJK/Japanese/emoji, search
-loops and hostile search arguments), deterministic by seed. Each runs through
+loops and hostile search arguments; and the second round's shapes: a history imported at once,
+bursts of 50+ parallel results, content blocks, item numbers that go back, a model that never
+stops searching), deterministic by seed. Each runs through
 ``create_keeper_agent``, a hand-built ``StateGraph`` with ``KeeperNode``, ``KeeperMiddleware``
 with ``create_agent``, ``keeper_pre_model_hook`` with ``create_react_agent``, and the proxy
 (in-process ASGI; answering in JSON and streamed as server-sent events). For every request the model received:
@@ -12,17 +14,20 @@ with ``create_agent``, ``keeper_pre_model_hook`` with ``create_react_agent``, an
 - no tool call is without its result, and no result without its call;
 - when the latest input is a question and the NOTES hold rules, the rules are beside it;
 
-and after every run: every turn is archived at most once, every user input is in view or in the
-archive word for word, and every run ended.
+and after every run: every turn is archived at most once, every user input (and every imported
+message) is in view or in the archive word for word, and every run ended. A disk that fills
+mid-session (a small tmpfs) stops a step with an ``ArchiveError``, and the thread goes on once
+there is room, with the same invariants.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,25 +48,40 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 
 from keeper_middleware import (
+    ArchiveError,
     Keeper,
     KeeperConfig,
     KeeperGraphState,
     KeeperNode,
     create_keeper_agent,
 )
-from keeper_middleware.bench.traffic import RULE, Session, TrafficModel, coding_session
+from keeper_middleware.bench.traffic import (
+    KINDS,
+    ROUND_TWO,
+    RULE,
+    Session,
+    TrafficModel,
+    coding_session,
+)
+from keeper_middleware.blocks import content_as_text
 from keeper_middleware.integrations.langchain import (
     KeeperMiddleware,
     KeeperReactState,
     keeper_pre_model_hook,
 )
 from keeper_middleware.integrations.proxy import create_proxy_app
-from keeper_middleware.integrations.proxy.openai_format import message_from_openai
+from keeper_middleware.integrations.proxy.openai_format import (
+    message_from_openai,
+    message_to_openai,
+)
 from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import parse_notes
 from keeper_middleware.questions import PatternQuestionDetector
+from keeper_middleware.search.guards import STOP_LINE
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from tests.fake_model import ScriptedChatModel
 from tests.proxy_upstream import FAST_RETRY, as_sse, completion, sse_payloads
+from tests.small_disk import fill
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:create_react_agent has been moved:langgraph.warnings.LangGraphDeprecatedSinceV10"
@@ -86,6 +106,11 @@ def _seeds(default: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
 
 SEEDS = _seeds(((1, 10), (2, 10), (3, 10), (4, 16)))
 """(seed, turns): seed 4's first cut is made in the step its first question arrives."""
+ROUND_TWO_SESSIONS = {
+    "burst+blocks+loop": {"seed": 9, "turns": 10, "kinds": ROUND_TWO},
+    "imported+renumbered": {"seed": 30, "turns": 8, "kinds": ROUND_TWO, "imported": 600},
+}
+"""Sessions of the second round's shapes (which each holds is pinned by a test below)."""
 THREAD = "traffic"
 LIMIT = {"recursion_limit": 400}
 DETECTOR = PatternQuestionDetector(CONFIG.question_patterns)
@@ -101,6 +126,12 @@ class Run:
     session: str
     final_view: list[BaseMessage]
     close: Callable[[], Any] | None = None
+    offered: list[bool] | None = None
+    """For each request, whether it offered the search tool."""
+
+    def __post_init__(self) -> None:
+        if self.offered is None:
+            self.offered = [True] * len(self.requests)
 
 
 def tools_for(session: Session) -> list[BaseTool]:
@@ -118,16 +149,54 @@ def tools_for(session: Session) -> list[BaseTool]:
 
 
 def inputs(session: Session) -> Iterator[str]:
+    """The text of every user input, as the archive keeps it (content blocks as text)."""
     yield session.task
     for turn in session.turns:
-        yield turn.user
+        yield content_as_text(session.user_content(turn))
 
 
-def drive(agent: Any, session: Session, **extra: Any) -> list[BaseMessage]:
+def arrivals(session: Session) -> Iterator[list[BaseMessage]]:
+    """What each invoke sends: the task with any imported history, then one input a turn."""
+    yield [HumanMessage(session.task), *session.imported]
+    for turn in session.turns:
+        yield [HumanMessage(session.user_content(turn))]
+
+
+@dataclass
+class FullDisk:
+    """Fills ``disk`` before input ``at``; the step that then fails with the disk full (an
+    ``ArchiveError``, or the proxy's error naming it) frees the disk again, and is run again."""
+
+    disk: Path
+    at: int = 3
+    filler: Path | None = None
+    failures: list[str] = field(default_factory=list)
+
+    def before(self, number: int) -> None:
+        if number == self.at:
+            self.filler = fill(self.disk)
+
+    def recovered(self, text: str) -> bool:
+        if self.filler is None or "full" not in text or str(self.disk) not in text:
+            return False
+        self.failures.append(text)
+        self.filler.unlink()
+        self.filler = None
+        return True
+
+
+def drive(agent: Any, session: Session, faults: FullDisk | None = None) -> list[BaseMessage]:
     config = {"configurable": {"thread_id": THREAD}, **LIMIT}
     out: dict[str, Any] = {}
-    for text in inputs(session):
-        out = agent.invoke({"messages": [HumanMessage(text)]}, config, **extra)
+    for number, sent in enumerate(arrivals(session)):
+        if faults is not None:
+            faults.before(number)
+        try:
+            out = agent.invoke({"messages": sent}, config)
+        except ArchiveError as exc:
+            if faults is None or not faults.recovered(str(exc)):
+                raise
+            out = agent.invoke(None, config)  # the failed step again, from the checkpoint
     return list(out["messages"])
 
 
@@ -139,11 +208,19 @@ def schemas_of(tools: Sequence[Any]) -> list[dict[str, Any]]:
     return [convert_to_openai_tool(t) for t in tools]
 
 
+def scripted_run(
+    model: ScriptedChatModel, schemas: list[dict[str, Any]], keeper: Keeper, view: list[BaseMessage]
+) -> Run:
+    requests = [r.messages for r in model.received]
+    offered = [SEARCH_TOOL_NAME in r.tools for r in model.received]
+    return Run(requests, schemas, keeper, THREAD, view, offered=offered)
+
+
 # ------------------------------------------------------------------------- the entry points
 
 
-def run_agent(session: Session) -> Run:
-    keeper, model, tools = Keeper(CONFIG), scripted(session), tools_for(session)
+def run_agent(session: Session, archive: Any = ":memory:", faults: FullDisk | None = None) -> Run:
+    keeper, model, tools = Keeper(CONFIG, archive=archive), scripted(session), tools_for(session)
     agent = create_keeper_agent(
         model,
         tools,
@@ -151,13 +228,13 @@ def run_agent(session: Session) -> Run:
         keeper=keeper,
         checkpointer=InMemorySaver(),
     )
-    view = drive(agent, session)
+    view = drive(agent, session, faults)
     node = KeeperNode(keeper, model=model, tools=tools, system_prompt=session.system_prompt)
-    return Run([r.messages for r in model.received], node.setup.tool_schemas, keeper, THREAD, view)
+    return scripted_run(model, node.setup.tool_schemas, keeper, view)
 
 
-def run_graph(session: Session) -> Run:
-    keeper, model, tools = Keeper(CONFIG), scripted(session), tools_for(session)
+def run_graph(session: Session, archive: Any = ":memory:", faults: FullDisk | None = None) -> Run:
+    keeper, model, tools = Keeper(CONFIG, archive=archive), scripted(session), tools_for(session)
     node = KeeperNode(keeper, model=model, tools=tools, system_prompt=session.system_prompt)
     graph = StateGraph(KeeperGraphState)
     graph.add_node("keeper", node.as_runnable())
@@ -167,12 +244,14 @@ def run_graph(session: Session) -> Run:
     graph.add_edge("keeper", "model")
     graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
     graph.add_edge("tools", "keeper")
-    view = drive(graph.compile(checkpointer=InMemorySaver()), session)
-    return Run([r.messages for r in model.received], node.setup.tool_schemas, keeper, THREAD, view)
+    view = drive(graph.compile(checkpointer=InMemorySaver()), session, faults)
+    return scripted_run(model, node.setup.tool_schemas, keeper, view)
 
 
-def run_middleware(session: Session) -> Run:
-    keeper, model, tools = Keeper(CONFIG), scripted(session), tools_for(session)
+def run_middleware(
+    session: Session, archive: Any = ":memory:", faults: FullDisk | None = None
+) -> Run:
+    keeper, model, tools = Keeper(CONFIG, archive=archive), scripted(session), tools_for(session)
     middleware = KeeperMiddleware(
         model, tools=tools, system_prompt=session.system_prompt, keeper=keeper
     )
@@ -183,45 +262,49 @@ def run_middleware(session: Session) -> Run:
         middleware=[middleware],
         checkpointer=InMemorySaver(),
     )
-    view = drive(agent, session)
-    return Run(
-        [r.messages for r in model.received], middleware.setup.tool_schemas, keeper, THREAD, view
-    )
+    view = drive(agent, session, faults)
+    return scripted_run(model, middleware.setup.tool_schemas, keeper, view)
 
 
-def run_hook(session: Session) -> Run:
+def run_hook(session: Session, archive: Any = ":memory:", faults: FullDisk | None = None) -> Run:
     # create_react_agent checkpoints the model's reply before any hook sees it, and LangGraph's
     # checkpointer cannot store 2**70 or a lone surrogate: the model here sends them storable
     # (the node, the middleware and the proxy make them so themselves)
-    keeper, tools = Keeper(CONFIG), tools_for(session)
+    keeper, tools = Keeper(CONFIG, archive=archive), tools_for(session)
     model = ScriptedChatModel(default=TrafficModel(session, storable=True))
     hook = keeper_pre_model_hook(
         model, tools=tools, system_prompt=session.system_prompt, keeper=keeper
     )
     agent = create_react_agent(
-        model,
+        hook.model,
         hook.tools,
         prompt=session.system_prompt,
         pre_model_hook=hook,
         state_schema=KeeperReactState,
         checkpointer=InMemorySaver(),
     )
-    view = drive(agent, session)
-    return Run([r.messages for r in model.received], schemas_of(hook.tools), keeper, THREAD, view)
+    view = drive(agent, session, faults)
+    return scripted_run(model, schemas_of(hook.tools), keeper, view)
 
 
-def run_proxy(session: Session, tmp_path: Path, *, stream: bool = False) -> Run:
+def run_proxy(
+    session: Session, tmp_path: Path, *, stream: bool = False, faults: FullDisk | None = None
+) -> Run:
     """An OpenAI-style agent that sends its whole history every time, through the proxy
     (``stream``: asking for server-sent events, which the upstream then sends too)."""
     model = TrafficModel(session)
     received: list[list[BaseMessage]] = []
+    offered: list[bool] = []
     schemas: list[dict[str, Any]] = []
 
     def upstream(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         messages = [message_from_openai(m) for m in body["messages"]]
         received.append(messages)
-        schemas[:] = body.get("tools") or []
+        names = [t["function"]["name"] for t in body.get("tools") or []]
+        offered.append(SEARCH_TOOL_NAME in names)
+        if SEARCH_TOOL_NAME in names or not schemas:
+            schemas[:] = body.get("tools") or []
         reply = model(messages)
         if isinstance(reply, str):
             message: dict[str, Any] = {"role": "assistant", "content": reply}
@@ -258,15 +341,22 @@ def run_proxy(session: Session, tmp_path: Path, *, stream: bool = False) -> Run:
         history: list[dict[str, Any]] = [{"role": "system", "content": session.system_prompt}]
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy.test") as client:
-            for text in inputs(session):
-                history.append({"role": "user", "content": text})
+            for number, sent in enumerate(arrivals(session)):
+                if faults is not None:
+                    faults.before(number)
+                history += [message_to_openai(m) for m in sent]
                 for _ in range(20):
                     body = {"model": "m", "messages": history, "tools": agent_tools}
-                    response = await client.post(
-                        "/v1/chat/completions",
-                        json={**body, "stream": stream},
-                        headers={"X-Keeper-Session": THREAD},
-                    )
+                    for _attempt in range(2):  # the same request again once there is room
+                        response = await client.post(
+                            "/v1/chat/completions",
+                            json={**body, "stream": stream},
+                            headers={"X-Keeper-Session": THREAD},
+                        )
+                        if response.status_code == 200 or not (
+                            faults and faults.recovered(response.text)
+                        ):
+                            break
                     assert response.status_code == 200, response.text
                     if stream:
                         reply = reassembled(sse_payloads(response.text))
@@ -279,14 +369,21 @@ def run_proxy(session: Session, tmp_path: Path, *, stream: bool = False) -> Run:
                         args = json.loads(call["function"]["arguments"])
                         result = session.tool_result(call["function"]["name"], args)
                         history.append(
-                            {"role": "tool", "tool_call_id": call["id"], "content": result}
+                            {
+                                "role": "tool",
+                                "tool_call_id": call["id"],
+                                # a JSON block goes over the wire as text
+                                "content": content_as_text(result),
+                            }
                         )
 
     asyncio.run(talk())
     keeper = app.state.proxy.keeper
     (stored,) = app.state.proxy.sessions()  # the session's name as the proxy stores it
     view = list(app.state.proxy.record(stored).window)
-    return Run(received, schemas, keeper, stored, view, close=app.state.proxy.aclose)
+    return Run(
+        received, schemas, keeper, stored, view, close=app.state.proxy.aclose, offered=offered
+    )
 
 
 def reassembled(events: list[Any]) -> dict[str, Any]:
@@ -337,8 +434,13 @@ def kind_of(message: BaseMessage) -> str | None:
     return kind
 
 
-def check_request(run: Run, messages: list[BaseMessage], *, note_call: bool = False) -> None:
-    size = run.keeper.tokens.count_messages(messages, run.schemas)
+def check_request(
+    run: Run, messages: list[BaseMessage], *, note_call: bool = False, offered: bool = True
+) -> None:
+    schemas = run.schemas
+    if not offered:  # the search tool was withheld from this call
+        schemas = [t for t in schemas if t["function"]["name"] != SEARCH_TOOL_NAME]
+    size = run.keeper.tokens.count_messages(messages, schemas)
     assert size <= run.keeper.config.budget, f"a request of {size} tokens went out"
     assert isinstance(messages[0], SystemMessage)
     assert not any(isinstance(m, SystemMessage) for m in messages[1:])
@@ -366,16 +468,34 @@ def check_request(run: Run, messages: list[BaseMessage], *, note_call: bool = Fa
 
 def check_run(run: Run, session: Session) -> None:
     assert run.requests, "the model was never called"
-    for messages in run.requests:
+    assert run.offered is not None
+    for messages, offered in zip(run.requests, run.offered, strict=True):
         note_call = keeper_kind(messages[-1]) in ("notes_request", "notes_reask")
-        check_request(run, messages, note_call=note_call)
+        check_request(run, messages, note_call=note_call, offered=offered or note_call)
     ids = [t.msg_id for t in run.keeper.archive.turns(run.session)]
     assert len(ids) == len(set(ids)), "a turn was archived twice"
     archived = {t.content for t in run.keeper.archive.turns(run.session)}
     in_view = {text_of(m) for m in run.final_view}
     for text in inputs(session):
         assert text in archived or text in in_view, f"an input was lost: {text[:60]!r}"
+    for message in session.imported:
+        text = text_of(message)
+        if text:
+            assert text in archived or text in in_view, f"an import was lost: {text[:60]!r}"
     assert RULE in run.keeper.notes(run.session).rules or run.keeper.counters(run.session).cuts == 0
+    for messages, offered in zip(run.requests, run.offered, strict=True):
+        if kind_of(messages[-1]) in ("notes_request", "notes_reask") or text_of(
+            messages[-1]
+        ).startswith(("[NOTES REQUEST]", "[NOTES CHECK]")):
+            continue
+        latest = max(
+            (i for i, m in enumerate(messages) if isinstance(m, HumanMessage) and not kind_of(m)),
+            default=0,
+        )
+        stopped = any(
+            isinstance(m, ToolMessage) and STOP_LINE in text_of(m) for m in messages[latest:]
+        )
+        assert not (stopped and offered), "the search tool was offered after the stop line"
 
 
 @pytest.mark.parametrize(("seed", "turns"), SEEDS)
@@ -409,3 +529,73 @@ def test_the_traffic_is_deterministic_and_realistic():
     texts = "".join(t.user + t.reply for s in sessions for t in s.turns)
     assert any("\u4e00" <= c <= "\u9fff" for c in texts)  # CJK
     assert any("\u30a0" <= c <= "\u30ff" for c in texts)  # katakana
+
+
+# ------------------------------------------------------------------------- the second round
+
+
+def round_two(name: str) -> Session:
+    return coding_session(**ROUND_TWO_SESSIONS[name])
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TWO_SESSIONS))
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_round_two_traffic_keeps_every_invariant(entry, name):
+    session = round_two(name)
+    run = ENTRY_POINTS[entry](session)
+    check_run(run, session)
+    assert run.keeper.counters(THREAD).cuts >= 1
+    if any(turn.kind == "loop" for turn in session.turns):  # the loop met the stop line
+        assert run.keeper.counters(THREAD).search_stops >= 1
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TWO_SESSIONS))
+def test_round_two_traffic_through_the_proxy_keeps_every_invariant(name, tmp_path):
+    session = round_two(name)
+    run = run_proxy(session, tmp_path)
+    try:
+        check_run(run, session)
+        if any(turn.kind == "loop" for turn in session.turns):
+            assert run.keeper.counters(run.session).search_stops >= 1
+    finally:
+        assert run.close is not None
+        asyncio.run(run.close())
+
+
+def test_the_round_two_sessions_hold_the_shapes_they_are_named_for():
+    burst, imported = round_two("burst+blocks+loop"), round_two("imported+renumbered")
+    kinds = {turn.kind for turn in burst.turns}
+    assert {"burst", "blocks", "loop"} <= kinds
+    assert max(len(round_) for t in burst.turns for round_ in t.rounds) >= 50
+    assert len(imported.imported) >= 600
+    assert "renumber" in {turn.kind for turn in imported.turns}
+    numbers = [int(t.user.split(".")[0].split()[1]) for t in imported.turns if t.kind == "renumber"]
+    assert any(later < earlier for earlier, later in itertools.pairwise(numbers))
+    assert coding_session(3, turns=30) == coding_session(3, turns=30, kinds=KINDS)
+
+
+# ------------------------------------------------------------------------- archive faults
+
+FAULTY = {"seed": 2, "turns": 10, "max_chars": 20_000}
+"""A session whose archive fills a small disk (file reads and logs of at most 20K characters)."""
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_a_disk_that_fills_mid_session_stops_a_step_and_loses_nothing(entry, small_disk):
+    session = coding_session(**FAULTY)
+    faults = FullDisk(small_disk)
+    run = ENTRY_POINTS[entry](session, small_disk / "agent.sqlite3", faults)
+    assert faults.failures, "the disk never filled"
+    check_run(run, session)
+
+
+def test_a_disk_that_fills_under_the_proxy_stops_a_request_and_loses_nothing(small_disk):
+    session = coding_session(**FAULTY)
+    faults = FullDisk(small_disk)
+    run = run_proxy(session, small_disk, faults=faults)
+    try:
+        assert faults.failures, "the disk never filled"
+        check_run(run, session)
+    finally:
+        assert run.close is not None
+        asyncio.run(run.close())

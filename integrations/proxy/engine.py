@@ -247,6 +247,21 @@ class KeeperProxy:
         memo = self._as_openai(turn.session)
         return self.upstream.api.body(messages, tools, params, kwargs, memo, turn.context)
 
+    def _work_body(
+        self, turn: Turn, messages: list[BaseMessage], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A work call's request: the archive search left out once the session's searches have
+        passed the stop line (then, with no tool left, no tool choice either)."""
+        tools = turn.tools
+        withheld = turn.search_tool is not None and not self.keeper.search_offered(turn.session)
+        if withheld:
+            tools = tuple(t for t in turn.tools if t is not turn.search_tool)
+        body = self._body(turn, messages, tools, turn.params, kwargs)
+        if withheld and not tools:  # no tool left to choose among
+            body.pop("tool_choice", None)
+            body.pop("parallel_tool_calls", None)
+        return body
+
     def _intake(self, session: str, request: ChatRequest) -> SessionRecord:
         """The record after taking in the request (not saved until the keeper step has
         accepted it: a refused request stores nothing)."""
@@ -340,7 +355,7 @@ class KeeperProxy:
             turn.unsaved = record
         kwargs = self.keeper.work_kwargs(turn.session, record.window)
         messages = turn.setup.render(record.window)
-        body = self._body(turn, messages, turn.tools, turn.params, kwargs)
+        body = self._work_body(turn, messages, kwargs)
         self._as_openai(turn.session).keep(messages)
         return record, kwargs, messages, body
 
@@ -356,6 +371,9 @@ class KeeperProxy:
         the record to call again with) or finish (the answer)."""
         session = turn.session
         searching = turn.search_tool is not None
+        if searching and not self.keeper.search_offered(session):
+            searching = False  # withheld from this call: its search calls are not answered
+            reply = self.keeper.answer_only(session, reply)
         reply = self.keeper.record_reply(session, reply)
         reply = reply.model_copy(update={"id": new_id()})
         searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
@@ -396,7 +414,7 @@ class KeeperProxy:
             turn.carried += turn.streamed.get("content", "")
             turn.streamed, turn.streamed_logprobs = {}, {}
             turn.main_calls += 1
-            body = self._body(turn, messages, turn.tools, turn.params, retry)
+            body = self._work_body(turn, messages, retry)
             data = await self._call(turn, body, True)
             reply = ai_from_completion(data)
         return data, reply

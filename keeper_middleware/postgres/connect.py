@@ -77,7 +77,8 @@ def require_psycopg() -> Any:
 
 @contextmanager
 def translated_errors(url: str, doing: str) -> Iterator[None]:
-    """Turn psycopg's connection, permission and pool errors into ``ArchiveError``s."""
+    """Turn psycopg's connection, permission, pool, disk and damaged-data errors into
+    ``ArchiveError``s that name the server (without its password) and say what to do."""
     psycopg = require_psycopg()
     from psycopg_pool import PoolTimeout
 
@@ -95,6 +96,23 @@ def translated_errors(url: str, doing: str) -> Iterator[None]:
             f"the role connecting to {shown} may not do this while {doing}: "
             f"{_first_line(exc)}; grant it CREATE on the database (or create the schema and "
             "grant it ALL on the schema), or connect as the schema's owner"
+        ) from exc
+    except psycopg.errors.DiskFull as exc:
+        raise ArchiveError(
+            f"the PostgreSQL archive at {shown} has no disk space left while {doing}: "
+            f"{_first_line(exc)}. Nothing of this write was kept (the transaction rolled "
+            "back); free space on the server (or its tablespace), then run the step again"
+        ) from exc
+    except (psycopg.errors.DataCorrupted, psycopg.errors.IndexCorrupted) as exc:
+        raise ArchiveError(
+            f"the PostgreSQL archive at {shown} reports damaged data while {doing}: "
+            f"{_first_line(exc)}; restore the database from a backup (REINDEX for a damaged "
+            "index), then run the step again"
+        ) from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        raise ArchiveError(
+            f"the PostgreSQL archive at {shown} is read-only while {doing} (a standby?): "
+            f"{_first_line(exc)}; connect to the primary server"
         ) from exc
     except psycopg.OperationalError as exc:
         raise ArchiveError(

@@ -4,13 +4,19 @@ Every rule here is a fix for a measured failure: the same search twice in a row 
 search sent a third time since the last new input is refused (the archive has not changed); after
 three refusals in a row the model is told to stop and answer, and that reply is sampled with some
 randomness (a refusal alone did not end a loop of 362 identical searches); past a budget of
-searches between two new inputs every search is stopped.
+searches between two new inputs every search is stopped. After the stop line the tool is
+withheld until new input arrives: a model that ignores the line (the same query, or a new one
+each time) otherwise searched on until LangGraph's recursion limit ended the run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Literal
+
+from langchain_core.messages import AIMessage
+
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 STOP_LINE = "Stop searching now and answer with what you have."
 
@@ -43,6 +49,8 @@ class GuardState:
     sample_next: bool = False
     since_input: int = 0
     """Searches run since the last new input (reads of an archived message do not count)."""
+    withheld: bool = False
+    """The stop line was given: the model is not offered the tool until new input arrives."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -51,6 +59,7 @@ class GuardState:
             "refusals_in_row": self.refusals_in_row,
             "sample_next": self.sample_next,
             "since_input": self.since_input,
+            "withheld": self.withheld,
         }
 
     @classmethod
@@ -64,6 +73,7 @@ class GuardState:
             refusals_in_row=int(data.get("refusals_in_row") or 0),
             sample_next=bool(data.get("sample_next")),
             since_input=int(data.get("since_input") or 0),
+            withheld=bool(data.get("withheld")),
         )
 
 
@@ -94,7 +104,7 @@ def decide(
             "stop",
             f"Refused: {state.since_input} searches have run since the last new input, the "
             f"most allowed. {STOP_LINE}",
-            replace(state, refusals_in_row=0, sample_next=True),
+            replace(state, refusals_in_row=0, sample_next=True, withheld=True),
         )
     reason = ""
     if key == state.last_key:
@@ -118,11 +128,38 @@ def decide(
     refusals = state.refusals_in_row + 1
     if refusals >= 3:
         return GuardDecision(
-            "stop", f"{reason}\n{STOP_LINE}", replace(state, refusals_in_row=0, sample_next=True)
+            "stop",
+            f"{reason}\n{STOP_LINE}",
+            replace(state, refusals_in_row=0, sample_next=True, withheld=True),
         )
     return GuardDecision("refuse", reason, replace(state, refusals_in_row=refusals))
 
 
 def after_new_input(state: GuardState) -> GuardState:
-    """New input arrived: the archive may have changed, so every search may run again."""
+    """New input arrived: the archive may have changed, so every search may run again (and
+    the tool is offered again)."""
     return GuardState(sample_next=state.sample_next)
+
+
+def without_search_calls(reply: AIMessage) -> AIMessage:
+    """``reply`` without its calls to the search tool (the same object when it has none).
+
+    Used on a reply to a call that was not offered the tool: a model that calls it anyway
+    (a scripted one, or a server that ignores the tool list) is not searching, it is looping,
+    and the call would only be refused again. What else the reply says or calls stands."""
+    calls = [c for c in reply.tool_calls if c["name"] != SEARCH_TOOL_NAME]
+    invalid = [c for c in reply.invalid_tool_calls if c.get("name") != SEARCH_TOOL_NAME]
+    if len(calls) == len(reply.tool_calls) and len(invalid) == len(reply.invalid_tool_calls):
+        return reply
+    update: dict[str, object] = {"tool_calls": calls, "invalid_tool_calls": invalid}
+    if isinstance(reply.content, list):  # a provider that also lists calls as content blocks
+        update["content"] = [
+            block
+            for block in reply.content
+            if not (
+                isinstance(block, dict)
+                and block.get("type") in ("tool_use", "tool_call")
+                and block.get("name") == SEARCH_TOOL_NAME
+            )
+        ]
+    return reply.model_copy(update=update)

@@ -34,6 +34,7 @@ from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.messages import storable_text
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
 from keeper_middleware.sqlite import moved as sqlite_moved
+from keeper_middleware.sqlite.faults import FileConnection
 from keeper_middleware.sqlite.open import open_archive_file
 
 _T = TypeVar("_T")
@@ -76,13 +77,19 @@ class SQLiteArchive:
         *,
         timeout: float = 30.0,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        check: Literal["quick", "full", "off"] = "quick",
     ) -> None:
+        """``check``: how the file is checked when it is opened (``open_archive_file``):
+        SQLite's ``quick_check`` by default (0.5 s for a 230 MB file), ``"full"`` or
+        ``"off"``."""
         if synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError(f'synchronous must be "NORMAL" or "FULL", got {synchronous!r}')
+        if check not in ("quick", "full", "off"):
+            raise ConfigurationError(f'check must be "quick", "full" or "off", got {check!r}')
         self.path = str(path)
         self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = open_archive_file(
-            self.path, timeout=timeout, synchronous=synchronous
+        self._conn: FileConnection | None = open_archive_file(
+            self.path, timeout=timeout, synchronous=synchronous, check=check
         )
         self._adopted: set[str] = set()
         """Sessions whose moved entries are known to be rows (old values adopted or none)."""
@@ -90,10 +97,30 @@ class SQLiteArchive:
         """Each session's latest NOTES version as last read or written here (every keeper step
         reads it; only a cut changes it, and cuts of one session run in one process)."""
 
-    def _live(self) -> sqlite3.Connection:
+    def _live(self) -> FileConnection:
         if self._conn is None:
             raise ArchiveError(f"the archive {self.path!r} is closed; open a new SQLiteArchive")
         return self._conn
+
+    def rescue(self, to: str | os.PathLike[str]) -> None:
+        """Save a whole copy of what this connection holds to ``to`` (SQLite's backup).
+
+        For the archive file deleted or replaced under a running keeper: the process still
+        holds the file it opened, with every turn it acknowledged, and this writes it out.
+        ``to`` must not exist yet.
+        """
+        target = os.fspath(to)
+        if os.path.exists(target):
+            raise ArchiveError(f"{target!r} exists; rescue the archive to a new path")
+        with self._lock:
+            conn = self._live()
+            copy = sqlite3.connect(target)
+            try:
+                conn.backup(copy)
+            except sqlite3.Error as exc:
+                raise ArchiveError(f"cannot save the archive to {target!r}: {exc}") from exc
+            finally:
+                copy.close()
 
     def _before_commit(self, session: str, cut_key: str) -> None:
         """Runs inside the cut's transaction just before COMMIT (a seam for crash tests)."""

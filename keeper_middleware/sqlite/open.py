@@ -15,6 +15,7 @@ from typing import Literal
 from keeper_middleware.archive.store import SCHEMA_VERSION, ArchiveSchemaError
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.sqlite import moved as sqlite_moved
+from keeper_middleware.sqlite.faults import FileConnection, describe
 
 _SCHEMA = """
 CREATE TABLE sessions (session TEXT PRIMARY KEY);
@@ -65,30 +66,72 @@ CREATE TABLE kv (
 
 
 def open_archive_file(
-    path: str, *, timeout: float, synchronous: Literal["NORMAL", "FULL"]
-) -> sqlite3.Connection:
-    """A connection to the archive at ``path`` (or ``":memory:"``), its tables current, or an
-    ``ArchiveError`` that says why not."""
+    path: str,
+    *,
+    timeout: float,
+    synchronous: Literal["NORMAL", "FULL"],
+    check: Literal["quick", "full", "off"] = "quick",
+) -> FileConnection:
+    """A connection to the archive at ``path`` (or ``":memory:"``), its tables current and its
+    pages checked, or an ``ArchiveError`` that says why not.
+
+    The connection fails as ``ArchiveError``s from then on, and refuses to go on once the path
+    no longer names the file it opened (:class:`~keeper_middleware.sqlite.faults.FileConnection`).
+    ``check`` is how the file is checked when opened: SQLite's ``quick_check`` (every page's
+    structure and records: a damaged file is refused here, not at some later cut), the full
+    ``integrity_check`` (indexes against their tables too, slower), or not at all.
+    """
     if path != ":memory:":
         _check_archive_path(Path(path))
     try:
-        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            path,
+            timeout=timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=FileConnection,
+        )
     except sqlite3.DatabaseError as exc:
         raise ArchiveError(_open_failure(path, exc)) from exc
+    conn.name_file(path, "the archive")
     conn.row_factory = sqlite3.Row
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
+        if check != "off":
+            _check_pages(conn, path, check)
         _migrate(conn, path)
         _probe_write(conn)
+        if path != ":memory:":
+            conn.watch(path)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise ArchiveError(_open_failure(path, exc)) from exc
+    except ArchiveError as exc:
+        conn.close()
+        if isinstance(exc.__cause__, sqlite3.DatabaseError) and not isinstance(
+            exc, ArchiveSchemaError
+        ):
+            raise ArchiveError(_open_failure(path, exc.__cause__)) from exc.__cause__
+        raise
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _check_pages(conn: FileConnection, path: str, check: str) -> None:
+    """Refuse a damaged file now (``PRAGMA quick_check`` / ``integrity_check``)."""
+    pragma = "quick_check" if check == "quick" else "integrity_check"
+    found = [str(row[0]) for row in conn.execute(f"PRAGMA {pragma}(5)").fetchall()]
+    if found != ["ok"]:
+        problems = "; ".join(" ".join(line.split()) for line in found)
+        raise ArchiveError(
+            f"the archive {path!r} is damaged: SQLite's {pragma} found {problems[:600]}. "
+            "Restore it from a backup, or move it away and start a new file (the graph's "
+            "checkpoints still hold what was in view)"
+        )
 
 
 def _migrate(conn: sqlite3.Connection, path: str) -> None:
@@ -158,9 +201,9 @@ def _open_failure(path: str, exc: sqlite3.DatabaseError) -> str:
             "make the file and its folder writable (SQLite adds -wal and -shm files beside it), "
             "or open a writable copy"
         )
-    if "not a database" in text or "malformed" in text:
+    if "not a database" in text:
         return (
             f"cannot open the archive {path!r}: it is not a keeper archive ({text}); point "
             "archive= at a new file, or move this one away"
         )
-    return f"cannot open the archive {path!r}: {text}"
+    return f"cannot open the archive {path!r}: {describe(path, exc)}"

@@ -194,3 +194,37 @@ async def test_a_messages_stream_keeps_text_before_a_search_in_a_block_of_its_ow
     (name,) = proxy.sessions()
     assert proxy.stats(name).withdrawn_messages == 0
     await proxy.aclose()
+
+
+@pytest.mark.parametrize("door", ["responses", "messages"])
+async def test_a_model_that_never_stops_searching_ends_with_an_answer_at_either_door(
+    tmp_path, door
+):
+    """Past the stop line the search is withheld from the upstream (translated to Chat
+    Completions here, where the tool is the proxy's own copy) and the reply is the answer."""
+    from keeper_middleware import KeeperConfig
+
+    config = KeeperConfig(window=8192, search_budget=4)
+    calls = {"n": 0}
+
+    def never_stops(body: dict[str, Any]) -> Any:
+        calls["n"] += 1
+        return tool_reply(
+            (f"s{calls['n']}", "search_archive", {"query": f"where {calls['n']}"}),
+            text="Let me look once more.",
+        )
+
+    upstream = ScriptedUpstream(default=never_stops)
+    app = make_app(upstream, tmp_path, window=8192, config=config)
+    async with client_for(app) as client:
+        if door == "responses":
+            body = codex_body(user_item("Where is the key?"), stream=False)
+        else:
+            body = claude_body(stream=False)
+        got = await client.post(f"/v1/{door}", json=body)
+    assert got.status_code == 200, got.text
+    assert "search_archive" not in got.text and "Let me look once more." in got.text
+    offered = [[t["function"]["name"] for t in b.get("tools") or []] for b in upstream.work_calls]
+    assert "search_archive" in offered[0] and "search_archive" not in offered[-1]
+    assert len(upstream.work_calls) == config.search_budget + 2
+    await app.state.proxy.aclose()

@@ -32,7 +32,8 @@ from keeper_middleware.window import WindowPolicy
 
 EXCERPT_KEY = "keeper_excerpt"
 """``additional_kwargs`` key of an excerpt: ``{"of": digest of the record archived whole,
-"is": digest of the excerpt as made}``."""
+"is": digest of the excerpt as made}`` (its form alone: the item a step numbers it with may come
+later)."""
 
 KState = MutableMapping[str, Any]
 
@@ -94,7 +95,8 @@ class OversizedMessages:
         to the new commit), and return its excerpt (same id) for the view.
 
         A later cut that moves the excerpt out archives this record again, which its branch
-        already holds: the turn is in it exactly once, whole.
+        already holds: the turn is in it exactly once, whole. An untouched excerpt shrunk again
+        (a burst that leaves it less room) is not archived: it keeps pointing at its record.
         """
         msg_id = str(message.id)
         ref = excerpt_ref(session, msg_id)
@@ -104,12 +106,17 @@ class OversizedMessages:
         if size <= cap:
             return message  # an excerpt would be no smaller than the message itself
         turn = archived_turn(session, message, item)
-        head = state_head(kstate)
-        key = whole_key(session, head, msg_id, turn.digest)
-        commit_on_branch(self.archive, session, head, cut_key=key, turns=[turn], notes=None)
-        kstate[HEAD_KEY] = key
-        self.archive.put_value(session, f"ref:{ref}", msg_id)
-        self.sync_index(session)
+        marker = message.additional_kwargs.get(EXCERPT_KEY)
+        if isinstance(marker, dict) and marker.get("is") == _form_digest(session, message):
+            whole = str(marker.get("of"))  # an excerpt made smaller still: its record stands
+        else:
+            whole = turn.digest
+            head = state_head(kstate)
+            key = whole_key(session, head, msg_id, turn.digest)
+            commit_on_branch(self.archive, session, head, cut_key=key, turns=[turn], notes=None)
+            kstate[HEAD_KEY] = key
+            self.archive.put_value(session, f"ref:{ref}", msg_id)
+            self.sync_index(session)
         shrunk = excerpt_within(
             message,
             cap=cap,
@@ -118,8 +125,8 @@ class OversizedMessages:
             count=self.tokens.count_text,
             count_message=lambda m: self.tokens.count_messages([m]),
         )
-        made = archived_turn(session, shrunk, item).digest
-        kwargs = {**shrunk.additional_kwargs, EXCERPT_KEY: {"of": turn.digest, "is": made}}
+        made = _form_digest(session, shrunk)
+        kwargs = {**shrunk.additional_kwargs, EXCERPT_KEY: {"of": whole, "is": made}}
         return shrunk.model_copy(update={"additional_kwargs": kwargs})
 
     def whole_of(
@@ -130,7 +137,7 @@ class OversizedMessages:
         excerpts said which record they stand for is known by its own pointer line."""
         marker = message.additional_kwargs.get(EXCERPT_KEY)
         if isinstance(marker, dict):
-            if marker.get("is") != turn.digest:
+            if marker.get("is") != _form_digest(session, message):
                 return turn  # edited since it was made: archived as it now reads
             wanted = marker.get("of")
         elif EXCERPT_TAG in turn.content and (
@@ -145,3 +152,8 @@ class OversizedMessages:
         if whole is None or (wanted is not None and whole.digest != wanted):
             return turn
         return whole
+
+
+def _form_digest(session: str, message: BaseMessage) -> str:
+    """The digest of what ``message`` holds, whatever item it is numbered with."""
+    return archived_turn(session, message, None).digest

@@ -64,6 +64,7 @@ COMMAND_MODULES = (
     "keeper_middleware.bench.locomo.cli",
     "keeper_middleware.bench.notes_cost.command",
     "keeper_middleware.bench.moved_cost",
+    "keeper_middleware.bench.branches_cost",
     "keeper_middleware.bench.marathon.cli",
     "keeper_middleware.bench.proxy.overhead",
 )

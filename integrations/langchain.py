@@ -236,7 +236,7 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         kwargs = self.keeper.work_kwargs(session, request.messages)
         if kwargs:
             request = request.override(model_settings={**request.model_settings, **kwargs})
-        offered = self.search_tool is None or self.keeper.search_offered(session)
+        offered = self.search_tool is None or self.keeper.search_offered(session, request.messages)
         if not offered:
             tools = [t for t in request.tools if tool_name(t) != SEARCH_TOOL_NAME]
             choice = request.tool_choice
@@ -325,20 +325,22 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
 
     def _before(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         update = self.node(state, config)
-        self._warn_unless_withheld(session_of(config))
+        self._warn_unless_withheld(session_of(config), state.get("messages", []))
         return update
 
     async def _abefore(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         update = await self.node.acall(state, config)
-        await asyncio.to_thread(self._warn_unless_withheld, session_of(config))
+        await asyncio.to_thread(
+            self._warn_unless_withheld, session_of(config), state.get("messages", [])
+        )
         return update
 
-    def _warn_unless_withheld(self, session: str) -> None:
+    def _warn_unless_withheld(self, session: str, messages: Sequence[BaseMessage]) -> None:
         """Past the stop line, an agent given neither :attr:`model` nor :attr:`after_model`
         still offers the search tool: say so once, naming the two."""
         if self._withholding or self._warned or self.node.search_tool is None:
             return
-        if self.node.keeper.search_offered(session):
+        if self.node.keeper.search_offered(session, messages):
             return
         self._warned = True
         log.warning(
@@ -366,8 +368,9 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
         session = _session(runtime)
         node = self.node
         self._withholding = True
-        offered = node.search_tool is None or node.keeper.search_offered(session)
-        model = node.work_model(list(state.get("messages", [])), search=offered)
+        messages = list(state.get("messages", []))
+        offered = node.search_tool is None or node.keeper.search_offered(session, messages)
+        model = node.work_model(messages, search=offered)
         if offered:
             return model
 
@@ -392,7 +395,7 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
         messages = list(state.get("messages", []))
         if not messages or not isinstance(messages[-1], AIMessage):
             return {}
-        if node.search_tool is None or node.keeper.search_offered(session):
+        if node.search_tool is None or node.keeper.search_offered(session, messages):
             return {}
         reply = messages[-1]
         kept = node.keeper.answer_only(session, reply)

@@ -23,6 +23,7 @@ from keeper_middleware.errors import (
     WindowTooSmallError,
 )
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult
+from keeper_middleware.messages import is_keeper_message
 from keeper_middleware.node import KeeperGraphState, KeeperNode, keeper_node
 from keeper_middleware.notes import Notes, parse_notes, render_notes
 from keeper_middleware.questions import PatternQuestionDetector, QuestionDetector
@@ -69,6 +70,7 @@ __all__ = [
     "create_keeper_agent",
     "default_checks",
     "freeze_startup_objects",
+    "is_keeper_message",
     "keeper_node",
     "parse_notes",
     "render_notes",

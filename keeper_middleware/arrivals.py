@@ -9,12 +9,13 @@ the RULES right after it, so a model that reads only the newest turns still sees
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from keeper_middleware.branches import Branches, state_head
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.entries import Entry
 from keeper_middleware.injection import (
@@ -28,7 +29,7 @@ from keeper_middleware.messages import keeper_kind, role_of
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.notes import Notes
 from keeper_middleware.questions import QuestionDetector
-from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.base import Retriever, search_within
 from keeper_middleware.search.guards import after_new_input
 from keeper_middleware.sessions import SessionState
 from keeper_middleware.tokens import TokenCounter
@@ -36,9 +37,13 @@ from keeper_middleware.window import WindowPolicy
 
 log = logging.getLogger(__name__)
 
-ArchiveWhole = Callable[[str, BaseMessage, int | None, int], BaseMessage]
-"""Archive a message word for word and return its excerpt within a cap (session, message,
-item, cap): the engine's I/O, handed in."""
+ArchiveWhole = Callable[[str, BaseMessage, int | None, int, MutableMapping[str, Any]], BaseMessage]
+"""Archive a message word for word on the branch the keeper state names and return its excerpt
+within a cap (session, message, item, cap, keeper state): the engine's I/O, handed in."""
+
+ROOM_KEY = "room"
+"""Where the keeper state keeps the room one message has in view, as the step measured it (the
+search tool sizes its reply to it, on the branch it runs on)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +59,8 @@ class Arrivals:
     passages: Retriever
     """Serves the sentences shown beside a new question (``show_retrieved``)."""
     archive_whole: ArchiveWhole
+    branches: Branches
+    """What the branch a step runs on sees (the retrieved sentences are its own)."""
     index_ready: Callable[[str], None] = lambda session: None
     """Makes sure the session's archived turns are indexed before its passages are searched."""
 
@@ -63,21 +70,20 @@ class Arrivals:
         entries: Sequence[Entry],
         kstate: dict[str, Any],
         setup: ModelSetup,
-        notes: Notes | None = None,
+        notes: Notes,
     ) -> tuple[list[BaseMessage], bool]:
         """Number new inputs, fit each new message to the room it needs, and place the RULES
         (and retrieved sentences) after new questions. True when a message was excerpted.
-        ``notes``: the session's current NOTES, when the caller has read them already."""
+        ``notes`` are the NOTES in effect on the branch ``kstate`` names."""
         seen = set(kstate.get("seen", []))
         items: dict[str, int] = dict(kstate.get("items", {}))
         last_item = int(kstate.get("last_item", 0))
         numbered = bool(kstate.get("numbered", False))
         since_notes = items_since_notes(kstate)
-        if notes is None:
-            notes = self.sessions.notes(session)
         counters = self.sessions.counters(session)
         caps, room = self.window.message_caps(session, entries, seen, setup, notes)
         self.sessions.set_room(session, room)
+        kstate[ROOM_KEY] = room
         result: list[BaseMessage] = []
         new_input = shrunk = False
         for entry in entries:
@@ -102,11 +108,11 @@ class Arrivals:
             items[msg_id] = last_item
             cap = caps[msg_id]
             if entry.tokens > cap:
-                message = self.archive_whole(session, message, last_item, cap)
+                message = self.archive_whole(session, message, last_item, cap, kstate)
                 shrunk = True
             result.append(message)
             if is_question:
-                extra = self.beside_question(session, message, notes.rules)
+                extra = self.beside_question(session, message, notes.rules, state_head(kstate))
                 for added in extra:
                     seen.add(str(added.id))
                     result.append(added)
@@ -124,10 +130,10 @@ class Arrivals:
         return result, shrunk
 
     def beside_question(
-        self, session: str, question: BaseMessage, rules: Sequence[str]
+        self, session: str, question: BaseMessage, rules: Sequence[str], head: str | None
     ) -> list[BaseMessage]:
         """The keeper's messages placed right after a new question: the RULES, and the
-        passages retrieved for it (kept to a quarter of the budget)."""
+        passages retrieved for it from the branch ``head`` (kept to a quarter of the budget)."""
         added: list[BaseMessage] = []
         qid = str(question.id)
         own = self.sessions.own
@@ -135,8 +141,11 @@ class Arrivals:
             added.append(own(session, render_rules_block(rules), "rules", f"rules-{qid}"))
         if self.config.show_retrieved > 0:
             self.index_ready(session)
+            within = self.branches.passages(session, head)
             per_query = [
-                self.passages.search(q, session=session, k=self.config.show_retrieved)
+                search_within(
+                    self.passages, q, session=session, k=self.config.show_retrieved, within=within
+                )
                 for q in question_queries(question)
             ]
             hits = merge_hits(per_query, self.config.show_retrieved * max(1, len(per_query)))

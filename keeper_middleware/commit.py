@@ -3,21 +3,26 @@ turns that leave it archived word for word in the same transaction as the new NO
 (and the change to which entries moved from the NOTES to the archive).
 
 A cut whose transaction committed before a crash is finished from the archive, not asked of the
-model again, so no turn is archived twice and no NOTES version is written twice.
+model again, so no turn is archived twice and no NOTES version is written twice. The same holds
+for a cut replayed from the same checkpoint (LangGraph time travel without new input): its key
+names the branch it follows and every message it covers, so it is the same cut, with the same
+NOTES. The cut follows the branch's head (the keeper state's ``head``) and becomes it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
 from keeper_middleware.archive.store import ArchiveStore
+from keeper_middleware.branches import HEAD_KEY, commit_on_branch, state_head
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.cut import cut_key
+from keeper_middleware.cut import KEPT_KEY, cut_key
 from keeper_middleware.injection import render_rules_block
 from keeper_middleware.items import ITEMS_SINCE_NOTES
 from keeper_middleware.messages import is_input
@@ -44,21 +49,25 @@ class CutCommit:
     window: WindowPolicy
     sessions: SessionState
     archive: ArchiveStore
-    excerpter: Callable[[str, Mapping[str, int]], Excerpt]
-    """Archives a message whole and excerpts it (for a window still too big after a cut)."""
+    excerpter: Callable[[str, MutableMapping[str, Any]], Excerpt]
+    """Archives a message whole on the branch the keeper state names and excerpts it (for a
+    window still too big after a cut)."""
     sync_index: Callable[[str], None]
     """Indexes what was archived (after the transaction: a crash there is caught up)."""
+    whole_of: Callable[[str, str | None, ArchivedTurn, BaseMessage], ArchivedTurn]
+    """The record an untouched excerpt stands for (``OversizedMessages.whole_of``)."""
 
     def reuse_committed(self, pending: Pending) -> NoteOutcome | Notes | None:
-        """A cut committed before a crash is finished from the archive, not asked again."""
+        """A cut committed before a crash (or made before on this branch from the same
+        messages: a replay) is finished from the archive, with the NOTES it wrote."""
         assert pending.plan is not None
-        leaving = [pending.messages[i] for i in pending.plan.leaving]
-        boundary_id = str(pending.messages[pending.plan.boundary - 1].id)
-        pending.key = cut_key(pending.session, [str(m.id) for m in leaving], boundary_id)
+        head = state_head(pending.state)
+        covered = pending.messages[: pending.plan.boundary]
+        pending.key = cut_key(pending.session, head, covered)
         if self.archive.find_cut(pending.session, pending.key) is None:
             return None
-        latest = self.archive.latest_notes(pending.session)
-        return notes_from_json(latest.data_json) if latest else pending.notes
+        written = self.archive.notes_at(pending.session, pending.key)
+        return notes_from_json(written.data_json) if written else pending.notes
 
     def rules_beside_open_question(
         self,
@@ -100,6 +109,7 @@ class CutCommit:
         plan, session, messages = pending.plan, pending.session, pending.messages
         assert plan is not None
         items: dict[str, int] = pending.state["items"]
+        state = pending.state
         notes = outcome.notes if isinstance(outcome, NoteOutcome) else outcome
         known = [items[str(messages[i].id)] for i in plan.noted if str(messages[i].id) in items]
         first = (
@@ -135,7 +145,7 @@ class CutCommit:
             window = self.window.shrink_largest(
                 self.window.classify(window, pending.entries),
                 setup,
-                self.excerpter(session, items),
+                self.excerpter(session, state),
                 start=plan.layout.head_end + 1,
             )
             size = self.window.count(setup, window)
@@ -144,7 +154,14 @@ class CutCommit:
         window, size, rules_block = self.rules_beside_open_question(
             session, window, pending, notes, setup, size
         )
-        turns = leaving_turns(session, pending.entries, plan, items)
+        head = state_head(state)
+        turns = leaving_turns(
+            session,
+            pending.entries,
+            plan,
+            items,
+            resolve=lambda turn, message: self.whole_of(session, head, turn, message),
+        )
         if fitted.moved_any:
             # what left the NOTES is archived word for word with the cut, where search finds it
             turns.append(
@@ -158,8 +175,10 @@ class CutCommit:
                 )
             )
         data_json = notes_to_json(notes)
-        record = self.archive.commit_cut(
+        record = commit_on_branch(
+            self.archive,
             session,
+            head,
             cut_key=pending.key,
             turns=turns,
             notes=NotesDraft(
@@ -178,7 +197,10 @@ class CutCommit:
         )
         remember_notes(data_json, notes)  # the next step reads this version: not parsed back
         self.sync_index(session)
-        state = dict(pending.state)
+        state = dict(state)
+        state[HEAD_KEY] = pending.key
+        at = next(i for i, m in enumerate(window) if m.id == notes_message.id)
+        state[KEPT_KEY] = [str(m.id) for m in window[at + 1 : at + 1 + plan.kept_count]]
         state["notes_item"] = int(state.get("last_item", 0))
         state[ITEMS_SINCE_NOTES] = 0
         live = {str(m.id) for m in window}

@@ -13,12 +13,18 @@ everything from the earliest open question on (an open question never leaves the
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.messages import is_input, keeper_kind, safe_boundary
+from keeper_middleware.messages import is_input, keeper_kind, safe_boundary, text_of
+from keeper_middleware.notes import parse_notes, render_notes
+
+KEPT_KEY = "kept"
+"""Where the keeper state lists the ids of the messages a cut kept in view as already noted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +161,85 @@ def pin_open_question(
     return replace(plan, pinned=tuple(pinned))
 
 
-def cut_key(session: str, message_ids: Sequence[str], boundary_id: str) -> str:
-    """A stable name for one cut, so a cut committed before a crash is recognised on retry."""
-    digest = hashlib.sha256(session.encode())
-    for msg_id in message_ids:
-        digest.update(b"\0" + msg_id.encode())
-    digest.update(b"\1" + boundary_id.encode())
-    return digest.hexdigest()[:32]
+def recount_kept(
+    messages: Sequence[BaseMessage], kept_ids: Sequence[str] | None
+) -> tuple[list[BaseMessage], list[str] | None, bool]:
+    """The messages with the NOTES' count of kept messages lowered to the kept messages still in
+    view, the ids still kept (None: all of them) and whether the NOTES message was re-rendered.
+
+    A cut keeps the newest exchange in view and says in the NOTES how many messages after them
+    are already noted. A graph can remove some of them afterwards (``RemoveMessage``): counted
+    by position, the messages that moved up into their places would pass as noted and never be
+    noted. The NOTES message keeps its id and mark (the mark covers kind and id, not text)."""
+    result = list(messages)
+    if not kept_ids:
+        return result, None, False
+    at = next((i for i, m in enumerate(result) if keeper_kind(m) == "notes"), None)
+    if at is None:
+        return result, None, False
+    following = [str(m.id) for m in result[at + 1 : at + 1 + len(kept_ids)]]
+    if following == list(kept_ids):
+        return result, None, False
+    known = set(kept_ids)
+    still: list[str] = []
+    for message in result[at + 1 :]:
+        if str(message.id) not in known:
+            break
+        still.append(str(message.id))
+    notes, kept = parse_notes(text_of(result[at]))
+    if len(still) >= kept:
+        return result, still, False
+    text = render_notes(notes, kept=len(still))
+    result[at] = result[at].model_copy(update={"content": text})
+    return result, still, True
+
+
+def cut_key(session: str, parent: str | None, messages: Sequence[BaseMessage]) -> str:
+    """A stable name for one cut: the session, the cut before it on its branch, and every
+    message up to the cut's boundary (what it notes, archives or keeps), each by id and content.
+
+    A cut committed before a crash is recognised on retry, and the same cut replayed from the
+    same checkpoint is the same cut (its NOTES are reused, not asked for again); a cut over an
+    edited message, or after another parent, is another cut. The keeper's own messages count by
+    id only (the proxy may re-render the NOTES' kept count in place)."""
+    parts = [session, "\x02", parent or ""]
+    for message in messages:
+        parts.append("\x00" + str(message.id))
+        if keeper_kind(message) is None:
+            parts.append("\x03" + message.type + "\x1f" + text_of(message))
+            calls = message.tool_calls if isinstance(message, AIMessage) else None
+            if calls:
+                parts.append(json.dumps(calls, ensure_ascii=False, sort_keys=True, default=str))
+            answered = message.tool_call_id if isinstance(message, ToolMessage) else None
+            if answered or message.name:
+                parts.append(f"\x1f{answered or ''}\x1f{message.name or ''}")
+    joined = "\x1e".join(parts).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(joined).hexdigest()[:32]
+
+
+def whole_key(session: str, parent: str | None, msg_id: str, digest: str) -> str:
+    """The name of the commit that archives one message whole as it arrives (an excerpt stands
+    in view): the same message on the same branch is the same commit."""
+    name = hashlib.sha256(
+        "\0".join((session, parent or "", msg_id, digest)).encode("utf-8", "surrogatepass")
+    )
+    return "whole-" + name.hexdigest()[:32]
+
+
+def uncount_removed(
+    kstate: dict[str, Any], messages: Sequence[BaseMessage], count_key: str
+) -> None:
+    """Take the inputs a graph removed before any cut noted them (``RemoveMessage``) out of
+    the count of items since the last cut (``count_key``), so the next cut comes where it
+    would on a thread that never saw them. Kept messages were noted, and not counted."""
+    count = kstate.get(count_key)
+    items: dict[str, int] = kstate.get("items", {})
+    if count is None or not items:
+        return
+    live = {str(m.id) for m in messages}
+    kept = set(kstate.get(KEPT_KEY) or ())
+    removed = {n for i, n in items.items() if i not in live and i not in kept}
+    removed -= {n for i, n in items.items() if i in live}
+    if removed:
+        kstate[count_key] = max(0, int(count) - len(removed))
+        kstate["items"] = {i: n for i, n in items.items() if i in live}

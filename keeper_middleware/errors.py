@@ -83,3 +83,20 @@ class ArchiveError(KeeperError):
 
 class ArchiveSchemaError(ArchiveError):
     """The archive file was written by a newer version of keeper-middleware."""
+
+
+class UnknownCutError(ArchiveError, KeyError):
+    """A branch names a cut the session does not have (the archive was erased or swapped while
+    the graph's checkpoints lived on)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def unknown_cut(session: str, cut_key: str) -> UnknownCutError:
+    """The error for a branch that names a cut this archive lacks, with what to do."""
+    return UnknownCutError(
+        f"session {session!r} has no cut {cut_key!r}: its graph state points at a cut this "
+        "archive does not hold (was the archive erased or replaced?); open the archive the "
+        "thread was run with, or start a new thread"
+    )

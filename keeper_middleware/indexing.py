@@ -13,6 +13,12 @@ writes its session's queued vectors first, and a hybrid's ranks passages whose v
 written yet by keyword alone. Progress is saved in the archive only after the indexes have
 written the passages, so a crash loses none: the next catch-up (the session's first step or
 search in a new process) indexes them again.
+
+Each record's first passage position is kept beside it in the archive (``set_positions``, when
+its passages are handed over): a branch of a forked conversation is a set of records, and this
+is how its passages are found in an index shared by every branch (``branches``). Records indexed
+before positions were kept get theirs worked out again, once, the first time a branch needs them
+(:func:`ensure_positions`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ log = logging.getLogger(__name__)
 INDEXED_SEQ = "indexed_seq"
 NEXT_POSITION = "next_position"
 _BATCH = 2_000
+_PAGE = 512
 SESSIONS_A_BATCH = 16
 """Most sessions one background catch-up indexes together (their passages share batches)."""
 
@@ -103,7 +110,9 @@ def hand_over(
         if start and session in start and start[session][0] > done:
             done, position = start[session]
         seen = done
+        positions: list[tuple[int, int]] = []
         for turn in archive.turns(session, after_seq=done):
+            positions.append((turn.seq, position))
             passages = turn_passages(turn, unit, position)
             position += len(passages)
             batch.extend(passages)
@@ -112,6 +121,7 @@ def hand_over(
                 added += _add(retrievers, batch)
                 batch = []
         if seen != done:
+            archive.set_positions(session, positions)
             progress[session] = (seen, position)
     added += _add(retrievers, batch)
     return added, progress
@@ -266,6 +276,14 @@ class BackgroundIndexing:
         with self._settling:
             pass
 
+    def next_position(self, session: str) -> int:
+        """Where the session's next passage goes, counting what this process has handed over
+        and not saved yet (``NEXT_POSITION`` in the archive lags until it is settled)."""
+        with self._changed:
+            handed = self._handed.get(session)
+        saved = int(self._archive.get_value(session, NEXT_POSITION) or 0)
+        return saved if handed is None else max(saved, handed[1])
+
     def pending(self) -> int:
         """Sessions queued or being handed over now."""
         with self._changed:
@@ -337,3 +355,53 @@ class _CatchUpJob:
 
     def __repr__(self) -> str:
         return f"catch-up of {self.archive}"
+
+
+def ensure_positions(
+    archive: ArchiveStore,
+    session: str,
+    retrievers: tuple[Retriever, ...],
+    *,
+    unit: str = "messages",
+    before_rebuild: Callable[[], None] | None = None,
+) -> None:
+    """Give the records indexed before positions were kept (an archive of an earlier release)
+    their positions: the passages they were cut into are counted again, as ``catch_up`` cut
+    them. When the count does not come out where the index is (it was built with another
+    ``unit``), the session's index is built again from the archive, positions and all."""
+    done = int(archive.get_value(session, INDEXED_SEQ) or -1)
+    if done < 0 or archive.positions(session, [0]).get(0) is not None:
+        return
+    position = 0
+    positions: list[tuple[int, int]] = []
+    known: int | None = None
+    stored: dict[int, int | None] = {}
+    for turn in archive.turns(session):
+        if turn.seq > done:
+            break
+        if turn.seq not in stored:  # the stored positions are read a page at a time
+            stored = archive.positions(session, range(turn.seq, turn.seq + _PAGE))
+        known = stored.get(turn.seq)
+        if known is not None:  # the first record indexed since positions are kept
+            break
+        positions.append((turn.seq, position))
+        position += len(turn_passages(turn, unit, position))
+    if known is None:
+        known = int(archive.get_value(session, NEXT_POSITION) or 0)
+    if known == position:
+        archive.set_positions(session, positions)
+        return
+    log.warning(
+        "session=%s: the search index was built with other passages than %r (%d counted, %d "
+        "indexed); indexing the session again",
+        session,
+        unit,
+        position,
+        known,
+    )
+    if before_rebuild is not None:
+        before_rebuild()
+    for retriever in retrievers:
+        retriever.delete_session(session)
+    put_values(archive, session, {INDEXED_SEQ: -1, NEXT_POSITION: 0})
+    catch_up(archive, session, retrievers, unit=unit)

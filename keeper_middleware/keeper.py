@@ -18,7 +18,12 @@ This module holds the step's order and its I/O; each phase lives beside it:
 messages; pure), :mod:`~keeper_middleware.note_dialogue` (the note-taking conversation),
 :mod:`~keeper_middleware.commit` (finishing a cut), :mod:`~keeper_middleware.oversized`
 (messages archived whole, an excerpt in view), :mod:`~keeper_middleware.sessions` (per-session
-values) and :mod:`~keeper_middleware.search.searcher` (the search tool's body).
+values), :mod:`~keeper_middleware.branches` (what the branch a step runs on sees) and
+:mod:`~keeper_middleware.search.searcher` (the search tool's body).
+
+The keeper's memory is a function of the branch being run: the keeper state (the graph's
+``keeper`` channel) names the branch's latest cut, and the NOTES, the archive's records, the
+moved entries and the search guards are those of that branch (docs/branches.md).
 """
 
 from __future__ import annotations
@@ -35,17 +40,20 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.archive.store import ArchiveStore, open_archive
 from keeper_middleware.arrivals import Arrivals
 from keeper_middleware.backlog import Backlog, part_end, part_state, with_part
+from keeper_middleware.branches import HEAD_KEY, Branches, state_head
 from keeper_middleware.checks import NoteCheck, default_checks
 from keeper_middleware.commit import CutCommit
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.counters import Counters
+from keeper_middleware.cut import KEPT_KEY, recount_kept, uncount_removed
 from keeper_middleware.entries import Entry, messages_of
 from keeper_middleware.errors import ArchiveError, ConfigurationError
 from keeper_middleware.indexing import BackgroundIndexing, reconcile
-from keeper_middleware.items import ItemNumbering
+from keeper_middleware.items import ITEMS_SINCE_NOTES, ItemNumbering
 from keeper_middleware.marks import verified
 from keeper_middleware.messages import (
     close_unanswered_calls,
@@ -62,11 +70,12 @@ from keeper_middleware.questions import (
     QuestionDetector,
     open_question_index,
 )
-from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.base import Hit, Retriever, search_within
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.room import unkeep
+from keeper_middleware.search.branch_guards import sample_now, withheld_now
 from keeper_middleware.search.guards import GuardState, without_search_calls
-from keeper_middleware.search.searcher import ArchiveSearch
+from keeper_middleware.search.searcher import KEEPER_CHANNEL, ArchiveSearch
 from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions import MOVED_ENTRIES, MOVED_KEYS, SessionState
 from keeper_middleware.steps import Pending, StepResult
@@ -160,21 +169,26 @@ class Keeper:
         self.sessions = SessionState(self.archive, self.locks)
         self.window = WindowPolicy(self.config, self.tokens, self.detector)
         self.dialogue = NoteDialogue(self.config, self.tokens, self.checks, self.detector)
+        self.branches = Branches(self.archive, self._index_retrievers, self.config.passages)
         self.oversized = OversizedMessages(
             archive=self.archive,
             tokens=self.tokens,
             window=self.window,
             page_tokens=self.config.page_tokens,
             sync_index=lambda session: self._sync_index(session),
+            branches=self.branches,
         )
         self.indexing = BackgroundIndexing(
             self.archive, self._index_retrievers, unit=self.config.passages
         )
+        self.branches.index = self.indexing
         self.searcher = ArchiveSearch(
             sessions=self.sessions,
             retriever=self.retriever,
             config=self.config,
             tokens=self.tokens,
+            branches=self.branches,
+            is_new_input=self.items.is_new_input,
             index_ready=self.indexing.ready,
         )
         self.commit = CutCommit(
@@ -185,6 +199,7 @@ class Keeper:
             archive=self.archive,
             excerpter=self.oversized.excerpter,
             sync_index=lambda session: self._sync_index(session),
+            whole_of=self.oversized.whole_of,
         )
         self.arrivals = Arrivals(
             config=self.config,
@@ -195,6 +210,7 @@ class Keeper:
             sessions=self.sessions,
             passages=self.passages_retriever,
             archive_whole=self.oversized.archive_whole,
+            branches=self.branches,
             index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
@@ -220,9 +236,26 @@ class Keeper:
         """The session's counters (calls, cuts, searches, tokens)."""
         return self.sessions.counters(session)
 
-    def notes(self, session: str) -> Notes:
-        """The current NOTES of a session (empty before the first cut)."""
-        return self.sessions.notes(session)
+    def notes(self, session: str, *, head: Head = TIP) -> Notes:
+        """The NOTES of a session at the cut ``head`` (default: its latest cut; a branch's head
+        is :meth:`head_of` its graph state). Empty before the first cut."""
+        return self.sessions.notes(session, head)
+
+    def head_of(self, session: str, values: Mapping[str, Any] | None) -> str | None:
+        """The latest cut of the branch a graph state is on (``agent.get_state(config).values``
+        or a ``StateSnapshot``'s values): what :meth:`notes`, :meth:`turns` and :meth:`search`
+        take as ``head=`` to read that branch's memory."""
+        values = values or {}
+        kstate = values.get(KEEPER_CHANNEL)
+        messages = values.get("messages") or []
+        return self.branches.head(
+            session, kstate if isinstance(kstate, Mapping) else None, messages
+        )
+
+    def turns(self, session: str, *, head: Head = TIP) -> Iterator[ArchivedTurn]:
+        """The archived turns the branch ``head`` sees, in order (default: the session's latest
+        cut's branch; :meth:`head_of` a graph state names a branch)."""
+        return self.archive.turns(session, within=self.branches.chain(session, head))
 
     def _guard(self, session: str) -> GuardState:
         return self.sessions.guard(session)
@@ -307,10 +340,18 @@ class Keeper:
         # tool call left without its result (a recursion limit, a crash) is closed
         messages, forged = verified(messages, lambda: self.sessions.secret(session))
         messages, _closed = close_unanswered_calls(messages)
+        # the branch this step runs on: its latest cut, as the graph state names it
+        kstate[HEAD_KEY] = self.branches.head(session, kstate, messages)
+        notes = self.notes(session, head=kstate[HEAD_KEY])
+        # inputs a graph removed before a cut noted them no longer count toward the next one
+        uncount_removed(kstate, messages, ITEMS_SINCE_NOTES)
+        # kept messages a graph removed since the cut no longer count as noted
+        messages, still_kept, recounted = recount_kept(messages, kstate.get(KEPT_KEY))
+        if still_kept is not None:
+            kstate[KEPT_KEY] = still_kept
         # each message is classified once per step (kind, text, size, question), here where
         # it enters; a message replaced on the way (an excerpt) is classified anew
         entries = self.window.classify(messages)
-        notes = self.notes(session)  # read once a step until a cut writes a version
         messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
         entries = self.window.classify(messages, entries)
         backlog = self._split_backlog(entries, setup)
@@ -320,7 +361,14 @@ class Keeper:
             messages = messages_of(entries)
             kstate = part_state(kstate, backlog)
         return self._decide(
-            session, messages, entries, kstate, setup, notes, bool(forged or shrunk), backlog
+            session,
+            messages,
+            entries,
+            kstate,
+            setup,
+            notes,
+            bool(forged or shrunk or recounted),
+            backlog,
         )
 
     def _split_backlog(self, entries: list[Entry], setup: ModelSetup) -> Backlog | None:
@@ -356,7 +404,8 @@ class Keeper:
             entries,
             with_part(result.state, backlog, taken),
             setup,
-            self.notes(pending.session),  # as the part's cut left them
+            # as the part's cut left them, on the branch it made
+            self.notes(pending.session, head=state_head(result.state)),
             True,
             None if end is None else backlog,
         )
@@ -403,7 +452,7 @@ class Keeper:
             messages = window.shrink_largest(
                 entries,
                 setup,
-                self.oversized.excerpter(session, kstate.get("items", {})),
+                self.oversized.excerpter(session, kstate),
                 start=layout.head_end,
             )
             shrunk = True
@@ -446,9 +495,10 @@ class Keeper:
         if plan is not None and self.config.notes_mode == "in_place":
             # only the moved entries the noted turns may name are read, not every one ever moved
             noted = self.dialogue.noted_text(pending)
-            pending.moved_entries = self.sessions.moved_named(session, noted)
+            chain = self.branches.chain(session, state_head(kstate))
+            pending.moved_entries = self.sessions.moved_named(session, noted, chain)
             pending.archived_keys = self.sessions.archived_keys(
-                session, self.dialogue.named_names(noted)
+                session, self.dialogue.named_names(noted), chain
             )
         return pending
 
@@ -456,9 +506,10 @@ class Keeper:
         archived = self.archive.turn_count(session)
         if archived:
             log.warning(
-                "session=%s starts afresh but its archive already holds %d turns: the graph "
-                "state was lost (an in-memory checkpointer with a file archive?). Pair the "
-                "archive with a persistent checkpointer (SqliteSaver), or use a new thread id",
+                "session=%s starts afresh but its archive already holds %d turns, which this "
+                "new start does not see: the graph state was lost (an in-memory checkpointer "
+                "with a file archive?). Pair the archive with a persistent checkpointer "
+                "(SqliteSaver), or use a new thread id",
                 session,
                 archived,
             )
@@ -535,6 +586,11 @@ class Keeper:
         layout = self.window.layout(messages)
         open_at = open_question_index(messages, self.detector, start=layout.head_end)
         kwargs = call_kwargs(self.config.thinking, thinking=open_at is not None)
+        carried = sample_now(messages)  # the branch's own search results say, in a graph
+        if carried is not None:
+            if carried:
+                kwargs.update(self.config.thinking.sample_after_stop)
+            return kwargs
         with self.session(session):
             guard = self._guard(session)
             if guard.sample_next:
@@ -542,9 +598,14 @@ class Keeper:
                 self._set_guard(session, replace(guard, sample_next=False))
         return kwargs
 
-    def search_offered(self, session: str) -> bool:
+    def search_offered(self, session: str, messages: Sequence[BaseMessage] | None = None) -> bool:
         """Whether the next work call is offered the search tool: not after the stop line,
-        until new input arrives (every adapter asks here, and leaves the tool out)."""
+        until new input arrives (every adapter asks here, and leaves the tool out). In a graph,
+        ``messages`` (the branch's) say it: their search results carry the guards' state."""
+        if messages is not None:
+            carried = withheld_now(messages, self.items.is_new_input)
+            if carried is not None:
+                return not carried
         with self.session(session):
             return not self._guard(session).withheld
 
@@ -597,15 +658,19 @@ class Keeper:
         *,
         read: object = None,
         page: object = None,
+        head: Head = TIP,
     ) -> str:
-        """The archive search tool's body, guards included; see :meth:`run_search_tool`."""
+        """The archive search tool's body, guards included; see :meth:`run_search_tool`.
+        ``head``: the branch to search (:meth:`head_of` a graph state; default: the session's
+        latest cut's)."""
         args = {"query": query, "from_item": from_item, "to_item": to_item}
         if read is not None:
             args.update(read=read, page=page)
-        return self.run_search_tool(session, args)
+        return self.run_search_tool(session, args, head=head)
 
-    def run_search_tool(self, session: str, args: object) -> str:
-        """Answer one ``search_archive`` call from the model's raw arguments.
+    def run_search_tool(self, session: str, args: object, *, head: Head = TIP) -> str:
+        """Answer one ``search_archive`` call from the model's raw arguments, with the
+        session's own guards (the proxy, a tool called outside a graph).
 
         Never raises for anything the model can send: bad arguments get a "Refused: …" text
         (:func:`~keeper_middleware.search.args.parse_search_args`). The guards' state is read,
@@ -613,7 +678,30 @@ class Keeper:
         reply is sized to the room a message has in view.
         """
         self._check_index(session)
-        return self.searcher.run(session, args)
+        return self.searcher.run(session, args, head=head)[0]
+
+    def answer_search(
+        self, session: str, args: object, *, state: Mapping[str, Any], call_id: str
+    ) -> tuple[str, dict[str, Any] | None]:
+        """Answer the ``search_archive`` call ``call_id`` of a graph whose state is ``state``:
+        on that state's branch, with the guards' state its messages carry. Returns the reply
+        and the result's artifact (the guards' state after the search, for the next one). A
+        state without a keeper step's values (a graph that archives by itself) searches the
+        session as of its latest cut, with the session's own guards."""
+        return self.searcher.answer(session, args, state=state, call_id=call_id)
+
+    def retrieve(self, session: str, query: str, *, k: int = 10, head: Head = TIP) -> list[Hit]:
+        """The archive's best matches for ``query`` on the branch ``head``, as the search
+        tool finds them (without its guards or its rendering)."""
+        self._check_index(session)
+        self.indexing.ready(session)
+        return search_within(
+            self.retriever,
+            query,
+            session=session,
+            k=k,
+            within=self.branches.passages(session, head),
+        )
 
     def forget(self, session: str) -> None:
         """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""
@@ -624,6 +712,7 @@ class Keeper:
             if self.passages_retriever is not self.retriever:
                 self.passages_retriever.delete_session(session)
             self.sessions.drop(session)
+            self.branches.forget(session)
             self._indexes_checked.discard(session)
             self._states_checked.discard(session)
 

@@ -33,6 +33,28 @@ def keeper_kind(message: BaseMessage) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+def is_keeper_message(message: BaseMessage) -> bool:
+    """Whether the keeper wrote this message into the graph's messages: the NOTES after a cut,
+    the RULES after a question, retrieved passages (all user-role messages the model must read).
+
+    A chat UI that shows ``stream_mode="messages"`` or a thread's state filters these out, so
+    the user never sees the keeper's notes as if they had written them; the marker is
+    ``additional_kwargs["keeper"]`` (the kind, a string), which the keeper writes on every such
+    message and removes from any message it did not write (docs/branches.md, "Chat UIs").
+
+    Args:
+        message: any message of the graph's state or stream.
+
+    Example:
+        .. code-block:: python
+
+            for chunk, meta in agent.stream(inputs, config, stream_mode="messages"):
+                if not is_keeper_message(chunk):
+                    show(chunk)
+    """
+    return keeper_kind(message) is not None
+
+
 def keeper_message(text: str, kind: str, *, msg_id: str | None = None) -> HumanMessage:
     """A user-role message written by the keeper, tagged so it is recognised later."""
     return HumanMessage(content=text, additional_kwargs={KEEPER_KEY: kind}, id=msg_id)

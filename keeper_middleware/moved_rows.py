@@ -11,12 +11,18 @@ and rewrote the whole list, a cost that grew with every entry ever moved (5 ms a
 A key is looked up by the first word of its case-folded form: the noted text names a key only if
 it holds every word of it (``recall.named_in``), so the rows whose first word is among the
 text's words are all the candidates there are, and ``named_in`` decides among them.
+
+The rows are a log, never rewritten: each cut appends what it changed, tagged with the cut's
+ordinal, and a branch sees, for each key, the newest row written by a cut on its chain
+(:func:`latest_on_chain`). So a conversation that forks keeps the moved entries of each branch
+apart without copying any.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -69,3 +75,39 @@ def legacy_rows(keys: Any, entries: Any) -> list[MovedRow]:
 def distinct(keys: Iterable[str]) -> list[str]:
     """``keys`` once each, in order (a statement is given each key once)."""
     return list(dict.fromkeys(keys))
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedRow:
+    """One change to a moved key, as the log keeps it."""
+
+    id: int
+    """Order of writing within the session."""
+    ordinal: int
+    """The cut that wrote it (0: before any cut)."""
+    key: str
+    value: str | None
+    gone: bool
+    """The key is back in the NOTES (no longer moved)."""
+    place: int
+    """Where the key stands in the order entries moved (a forget keeps the key's place)."""
+
+
+def latest_on_chain(
+    rows: Iterable[LoggedRow], holds: Callable[[int], bool]
+) -> dict[str, LoggedRow]:
+    """Key → its newest row written by a cut the branch holds (``holds(ordinal)``), for the keys
+    still moved there (a newest row that says "gone" drops the key)."""
+    newest: dict[str, LoggedRow] = {}
+    for row in rows:
+        if not holds(row.ordinal):
+            continue
+        held = newest.get(row.key)
+        if held is None or row.id > held.id:
+            newest[row.key] = row
+    return {key: row for key, row in newest.items() if not row.gone}
+
+
+def in_order(rows: Mapping[str, LoggedRow]) -> list[LoggedRow]:
+    """The rows in the order their keys moved."""
+    return sorted(rows.values(), key=lambda row: (row.place, row.id))

@@ -156,7 +156,7 @@ class KeeperNode:
     def _reply(
         self, session: str, messages: Sequence[BaseMessage]
     ) -> tuple[Runnable[Any, BaseMessage], bool]:
-        offered = self.search_tool is None or self.keeper.search_offered(session)
+        offered = self.search_tool is None or self.keeper.search_offered(session, messages)
         return self.work_model(messages, search=offered), offered
 
     def call_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from keeper_middleware.archive.records import TIP, Chain, Head
 from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.counters import Counters
 from keeper_middleware.marks import SECRET_KEY, new_secret, signed
@@ -131,12 +132,12 @@ class SessionState:
         if "counters" in values:
             self._saved_counters[session] = values["counters"]
 
-    def notes(self, session: str) -> Notes:
-        """The current NOTES of a session (empty before the first cut)."""
-        latest = self.archive.latest_notes(session)
-        if latest is None:
+    def notes(self, session: str, head: Head = TIP) -> Notes:
+        """The NOTES in effect at the cut ``head`` (empty before a branch's first cut)."""
+        version = self.archive.notes_at(session, head)
+        if version is None:
             return Notes()
-        return _notes_of(latest.data_json)
+        return _notes_of(version.data_json)
 
     def secret(self, session: str) -> str:
         """The session's secret for marking the keeper's own messages (kept in the archive, so
@@ -171,15 +172,18 @@ class SessionState:
         with self.lock:
             self._rooms[session] = room
 
-    def moved_named(self, session: str, text: str) -> dict[str, str]:
+    def moved_named(self, session: str, text: str, within: Chain) -> dict[str, str]:
         """The moved entries ``text`` may name (their key's first word is one of its words),
-        key → value as last noted, in the order they moved (``recall.named_in`` decides)."""
-        return dict(self.archive.moved_named(session, words_of(text)))
+        key → value as last noted on the branch, in the order they moved (``recall.named_in``
+        decides)."""
+        return dict(self.archive.moved_named(session, words_of(text), within=within))
 
-    def archived_keys(self, session: str, names: Collection[str]) -> ArchivedKeys:
-        """Whether a case-folded name is a moved key's, the ``names`` read at once."""
+    def archived_keys(self, session: str, names: Collection[str], within: Chain) -> ArchivedKeys:
+        """Whether a case-folded name is a moved key's on the branch, the ``names`` read at
+        once."""
         return ArchivedKeys(
-            lambda folded: self.archive.moved_among(session, folded), prefetch=names
+            lambda folded: self.archive.moved_among(session, folded, within=within),
+            prefetch=names,
         )
 
 

@@ -7,7 +7,7 @@ through :func:`archived_turn`, so a turn reads back the same however it left the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
@@ -42,13 +42,21 @@ def archived_turn(session: str, message: BaseMessage, item: int | None) -> Archi
 
 
 def leaving_turns(
-    session: str, entries: Sequence[Entry], plan: CutPlan, items: Mapping[str, int]
+    session: str,
+    entries: Sequence[Entry],
+    plan: CutPlan,
+    items: Mapping[str, int],
+    *,
+    resolve: Callable[[ArchivedTurn, BaseMessage], ArchivedTurn] | None = None,
 ) -> list[ArchivedTurn]:
     """The turns a cut archives: everything that leaves the window except the keeper's own
-    messages (the NOTES are versioned apart) and the stored system prompt (it never leaves)."""
+    messages (the NOTES are versioned apart) and the stored system prompt (it never leaves).
+    ``resolve`` may replace a message's turn (an excerpt's, by the record it stands for)."""
     leaving = [*entries[: plan.layout.head_end], *(entries[i] for i in plan.leaving)]
-    return [
-        archived_turn(session, e.message, items.get(e.id))
-        for e in leaving
-        if e.kind is None and not (e is entries[0] and e.is_system)
-    ]
+    turns = []
+    for e in leaving:
+        if e.kind is not None or (e is entries[0] and e.is_system):
+            continue
+        turn = archived_turn(session, e.message, items.get(e.id))
+        turns.append(turn if resolve is None else resolve(turn, e.message))
+    return turns

@@ -14,8 +14,11 @@ Errors (all are :class:`~keeper_middleware.errors.KeeperError`)::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import bisect
+import inspect
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from keeper_middleware.errors import (
@@ -89,6 +92,147 @@ class Hit:
     """Index of the best-matching sentence among ``split_sentences(passage.text)``."""
 
 
+@dataclass(frozen=True, slots=True)
+class Spans:
+    """Which positions a search may return: sorted, disjoint, half-open ranges ``[start, end)``.
+
+    A conversation that forks (LangGraph time travel, an edit, a replay) keeps one archive per
+    thread, and each branch sees only the passages of its own history: a search given
+    ``within=Spans(...)`` returns passages at those positions only, and the sentence shown after
+    a match is the next passage *within* the spans (the next one of that branch), never one of
+    another branch. ``None`` (the default of every backend) means every passage of the session.
+    """
+
+    ranges: tuple[tuple[int, int], ...] = ()
+    """The ranges, sorted and disjoint; adjacent ones are merged (``Spans.of`` makes them so)."""
+    sequence: tuple[tuple[int, int], ...] = ()
+    """The same positions in the branch's own order, when it is not the sorted one (a branch
+    that took up passages another branch indexed first): what :meth:`following` walks.
+    Empty: the sorted order (``Spans.ordered`` makes it so)."""
+    _walk: tuple[tuple[int, int, int], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        last = None
+        for start, end in self.ranges:
+            if start >= end or (last is not None and start <= last):
+                raise ConfigurationError(
+                    f"Spans need sorted, disjoint, non-empty ranges; got {self.ranges!r}: "
+                    "build them with Spans.of(...)"
+                )
+            last = end
+        if self.sequence:
+            if sorted(self.sequence) != sorted(_split(self.ranges, self.sequence)):
+                raise ConfigurationError(
+                    f"Spans.sequence {self.sequence!r} does not hold the positions of "
+                    f"{self.ranges!r}: build them with Spans.ordered(...)"
+                )
+            walk = sorted((start, end, index) for index, (start, end) in enumerate(self.sequence))
+            object.__setattr__(self, "_walk", tuple(walk))
+
+    @classmethod
+    def ordered(cls, ranges: Iterable[tuple[int, int]]) -> Spans:
+        """Spans from disjoint ranges listed in the branch's own order (empty ones dropped,
+        consecutive ones that continue each other merged)."""
+        sequence: list[list[int]] = []
+        for start, end in ranges:
+            if start >= end:
+                continue
+            if sequence and sequence[-1][1] == start:
+                sequence[-1][1] = end
+            else:
+                sequence.append([start, end])
+        spans = cls.of((a, b) for a, b in sequence)
+        walked = tuple((a, b) for a, b in sequence)
+        return spans if walked == spans.ranges else cls(spans.ranges, walked)
+
+    @classmethod
+    def of(cls, ranges: Iterable[tuple[int, int]]) -> Spans:
+        """Spans from any ranges ``[start, end)``: empty ones dropped, overlapping and adjacent
+        ones merged."""
+        merged: list[list[int]] = []
+        for start, end in sorted(r for r in ranges if r[0] < r[1]):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        return cls(tuple((a, b) for a, b in merged))
+
+    def __contains__(self, position: object) -> bool:
+        if not isinstance(position, int):
+            return False
+        index = bisect.bisect_right(self.ranges, (position, _ABOVE_ANY)) - 1
+        return index >= 0 and self.ranges[index][0] <= position < self.ranges[index][1]
+
+    def __bool__(self) -> bool:
+        return bool(self.ranges)
+
+    def __len__(self) -> int:
+        """How many positions the spans hold."""
+        return sum(end - start for start, end in self.ranges)
+
+    def following(self, position: int) -> int | None:
+        """The position within the spans that comes after ``position`` in the branch's order
+        (None: there is none)."""
+        if self._walk:
+            index = bisect.bisect_right(self._walk, (position, _ABOVE_ANY, 0)) - 1
+            if index < 0 or not self._walk[index][0] <= position < self._walk[index][1]:
+                return None
+            _start, end, order = self._walk[index]
+            if position + 1 < end:
+                return position + 1
+            return self.sequence[order + 1][0] if order + 1 < len(self.sequence) else None
+        nxt = position + 1
+        index = bisect.bisect_right(self.ranges, (nxt, _ABOVE_ANY)) - 1
+        if index >= 0 and nxt < self.ranges[index][1]:
+            return nxt
+        if index + 1 < len(self.ranges):
+            return self.ranges[index + 1][0]
+        return None
+
+    def union(self, other: Spans) -> Spans:
+        return Spans.of((*self.ranges, *other.ranges))
+
+    @property
+    def walk(self) -> tuple[tuple[int, int], ...]:
+        """The ranges in the branch's own order."""
+        return self.sequence or self.ranges
+
+    def rank(self, position: int) -> int:
+        """How many positions come before ``position`` in the branch's order (it must be
+        within the spans)."""
+        before = 0
+        for start, end in self.walk:
+            if start <= position < end:
+                return before + position - start
+            before += end - start
+        raise ConfigurationError(f"{position} is not within {self!r}")
+
+
+_ABOVE_ANY = 2**63
+"""Sorts after any end of a range, so ``bisect`` finds the range a position falls in."""
+
+
+def _split(
+    ranges: Sequence[tuple[int, int]], pieces: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """``ranges`` cut at every edge of ``pieces`` (for checking both hold the same positions)."""
+    edges = sorted({edge for piece in pieces for edge in piece})
+    result: list[tuple[int, int]] = []
+    for start, end in ranges:
+        cuts = [start, *(e for e in edges if start < e < end), end]
+        result.extend(itertools.pairwise(cuts))
+    return result
+
+
+def keep_within(hits: Sequence[Hit], within: Spans | None) -> list[Hit]:
+    """``hits`` whose passage lies within ``within`` (all of them when it is None)."""
+    if within is None:
+        return list(hits)
+    return [hit for hit in hits if hit.passage.position in within]
+
+
 @runtime_checkable
 class Retriever(Protocol):
     """Adds passages as they arrive and finds the best matches for a query.
@@ -99,6 +243,11 @@ class Retriever(Protocol):
     with no word in it (empty, only punctuation) finds nothing. A search always sees every
     passage added before it: a backend that indexes in the background waits for that session's
     queue first. ``flush`` waits until everything added is searchable; ``close`` flushes too.
+
+    ``within`` (keyword only) limits a search to the positions of one branch of a forked
+    conversation (:class:`Spans`): no passage outside it is returned, and the sentence shown after
+    a match is the next one within it. A backend written before branches existed, without the
+    argument, still works: the keeper then asks it for more and keeps what lies within.
     """
 
     def add(self, passages: Sequence[Passage]) -> None: ...
@@ -111,6 +260,7 @@ class Retriever(Protocol):
         k: int = 10,
         from_item: int | None = None,
         to_item: int | None = None,
+        within: Spans | None = None,
     ) -> list[Hit]: ...
 
     def count(self, session: str) -> int: ...
@@ -120,6 +270,69 @@ class Retriever(Protocol):
     def flush(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+def takes_within(retriever: object) -> bool:
+    """Whether ``retriever.search`` accepts ``within=`` (every backend here does; one written
+    before branches existed may not)."""
+    kind = type(retriever)
+    known = _TAKES_WITHIN.get(kind)
+    if known is None:
+        try:
+            parameters = inspect.signature(retriever.search).parameters  # type: ignore[attr-defined]
+        except (TypeError, ValueError):
+            parameters = {}  # type: ignore[assignment]
+        known = "within" in parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+        )
+        _TAKES_WITHIN[kind] = known
+    return known
+
+
+_TAKES_WITHIN: dict[type, bool] = {}
+_GROW = 4
+
+
+def search_within(
+    retriever: Retriever,
+    query: str,
+    *,
+    session: str,
+    k: int = 10,
+    from_item: int | None = None,
+    to_item: int | None = None,
+    within: Spans | None = None,
+    search: Callable[..., list[Hit]] | None = None,
+) -> list[Hit]:
+    """``retriever.search`` limited to ``within``, whether or not the backend takes the argument.
+    ``search``: another search method of the same retriever to call (a hybrid's embedding side
+    may read only the vectors written so far).
+
+    A backend that does not is asked for more hits, four times as many each round, until ``k``
+    of them lie within the spans or it has no more to give; the sentence shown after a match is
+    kept only when it is the next position within the spans (the backend cannot be asked for
+    another), so no text of another branch is ever shown.
+    """
+    run = retriever.search if search is None else search
+    if within is None:
+        return run(query, session=session, k=k, from_item=from_item, to_item=to_item)
+    if not within:
+        return []
+    if takes_within(retriever):
+        return run(query, session=session, k=k, from_item=from_item, to_item=to_item, within=within)
+    asked = k * _GROW
+    while True:
+        found = run(query, session=session, k=asked, from_item=from_item, to_item=to_item)
+        kept = keep_within(found, within)
+        if len(kept) >= k or len(found) < asked:
+            break
+        asked *= _GROW
+    return [
+        hit
+        if within.following(hit.passage.position) == hit.passage.position + 1
+        else replace(hit, next_text="")
+        for hit in kept[:k]
+    ]
 
 
 class RetrieverError(KeeperError):

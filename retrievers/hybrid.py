@@ -17,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.retrievers.base import Hit, Passage, Retriever, check_search_arguments
+from keeper_middleware.retrievers.base import (
+    Hit,
+    Passage,
+    Retriever,
+    Spans,
+    check_search_arguments,
+    search_within,
+)
 
 DEFAULT_K_RRF = 60
 DEFAULT_KEYWORD_WEIGHT = 1.0
@@ -111,14 +118,27 @@ class HybridRetriever:
         k: int = 10,
         from_item: int | None = None,
         to_item: int | None = None,
+        within: Spans | None = None,
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
         embedded = self._embedding.search
         if not self._wait_for_vectors:
             embedded = getattr(self._embedding, "search_written", embedded)
         lists = [
-            search(query, session=session, k=self._depth * k, from_item=from_item, to_item=to_item)
-            for search in (self._keyword.search, embedded)
+            search_within(
+                backend,
+                query,
+                session=session,
+                k=self._depth * k,
+                from_item=from_item,
+                to_item=to_item,
+                within=within,
+                search=search,
+            )
+            for backend, search in (
+                (self._keyword, self._keyword.search),
+                (self._embedding, embedded),
+            )
         ]
         return reciprocal_rank_fusion(lists, k=k, k_rrf=self._k_rrf, weights=self._weights)
 

@@ -41,7 +41,7 @@ from os import PathLike
 from pathlib import Path
 
 from keeper_middleware.errors import ArchiveError, ConfigurationError, InvalidStateError
-from keeper_middleware.retrievers.base import Hit, Passage, check_search_arguments
+from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 from keeper_middleware.sqlite.faults import FileConnection
 
@@ -101,7 +101,7 @@ SELECT p.item, p.position, p.text, -c.bm25 AS score, COALESCE(n.text, ''), p.con
 FROM candidates AS c
 CROSS JOIN kw_passages AS p ON p.id = c.id
 LEFT JOIN kw_passages AS n ON n.session = p.session AND n.position = p.position + 1
-WHERE p.session = :session AND p.item BETWEEN :from_item AND :to_item {exclude}
+WHERE p.session = :session AND p.item BETWEEN :from_item AND :to_item {exclude} {within}
 ORDER BY score DESC, p.position DESC
 LIMIT :k
 """
@@ -134,6 +134,16 @@ def query_terms(query: str) -> list[str]:
     for token in _TOKEN.findall(query.lower()):
         seen.setdefault(token, None)
     return list(seen)
+
+
+def _within_clause(within: Spans) -> tuple[str, dict[str, object]]:
+    """The SQL that keeps a passage within the spans, and its parameters."""
+    parts = []
+    bounds: dict[str, object] = {}
+    for index, (start, end) in enumerate(within.ranges):
+        parts.append(f"(p.position >= :w{index}a AND p.position < :w{index}b)")
+        bounds[f"w{index}a"], bounds[f"w{index}b"] = start, end
+    return f"AND ({' OR '.join(parts)})", bounds
 
 
 def match_expression(terms: Sequence[str]) -> str:
@@ -205,10 +215,11 @@ class KeywordRetriever:
         k: int = 10,
         from_item: int | None = None,
         to_item: int | None = None,
+        within: Spans | None = None,
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
         terms = query_terms(query)
-        if not terms:
+        if not terms or (within is not None and not within):
             return []
         params: dict[str, object] = {
             "session": session,
@@ -216,17 +227,25 @@ class KeywordRetriever:
             "to_item": _MAX_ITEM if to_item is None else to_item,
             "k": k,
         }
+        clause = ""
+        if within is not None:
+            clause, bounds = _within_clause(within)
+            params |= bounds
         with self._lock:
             self._check_open()
             params |= self._id_range(params, narrow=from_item is not None or to_item is not None)
             if params["low_id"] is None:
                 return []
             rare = self._rare_terms(terms)
-            rows = self._run(rare, params, exclude=[])
+            rows = self._run(rare, params, exclude=[], within=clause)
             wider = [t for t in terms if t not in self._stopwords] or terms
             if len(rows) < k and len(rare) < len(wider):
                 found = [position for _, position, *_ in rows]
-                rows += self._run(wider, {**params, "k": k - len(rows)}, exclude=found)
+                rows += self._run(
+                    wider, {**params, "k": k - len(rows)}, exclude=found, within=clause
+                )
+            if within is not None:
+                rows = [self._next_within(row, session, within) for row in rows]
         hits = [
             Hit(
                 passage=Passage(
@@ -319,14 +338,35 @@ class KeywordRetriever:
         self._term_counts[term] = (int(count), total)
         return int(count)
 
+    def _next_within(self, row: tuple, session: str, within: Spans) -> tuple:  # type: ignore[type-arg]
+        """The row with the passage that follows it within the spans (the next one of the same
+        branch), where the next position belongs to another branch."""
+        item, position, text, score, _, context = row
+        if within.following(position) == position + 1:
+            return row
+        following = within.following(position)
+        found = (
+            None
+            if following is None
+            else self._db.execute(
+                "SELECT text FROM kw_passages WHERE session = ? AND position = ?",
+                (session, following),
+            ).fetchone()
+        )
+        return (item, position, text, score, found[0] if found else "", context)
+
     def _run(
-        self, terms: Sequence[str], params: dict[str, object], exclude: list[int]
+        self,
+        terms: Sequence[str],
+        params: dict[str, object],
+        exclude: list[int],
+        within: str = "",
     ) -> list[tuple]:  # type: ignore[type-arg]
         """Ranks the newest ``_CANDIDATES`` matches; when filters leave too few, ranks them all."""
         exclusion = ""
         if exclude:
             exclusion = f"AND p.position NOT IN ({','.join(str(int(p)) for p in exclude)})"
-        sql = _SEARCH.format(exclude=exclusion)
+        sql = _SEARCH.format(exclude=exclusion, within=within)
         bound = {**params, "match": match_expression(terms), "candidates": _CANDIDATES}
         rows = self._db.execute(sql, bound).fetchall()
         if len(rows) < int(str(params["k"])):

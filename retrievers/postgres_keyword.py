@@ -39,6 +39,7 @@ from keeper_middleware.retrievers.base import (
     MissingExtraError,
     Passage,
     ServerUnavailableError,
+    Spans,
     check_search_arguments,
 )
 from keeper_middleware.retrievers.keyword import query_terms
@@ -171,10 +172,11 @@ class PostgresKeywordRetriever:
         k: int = 10,
         from_item: int | None = None,
         to_item: int | None = None,
+        within: Spans | None = None,
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
         terms = [t for t in query_terms(query) if t not in STOPWORDS] or query_terms(query)
-        if not terms:
+        if not terms or (within is not None and not within):
             return []
         params: dict[str, Any] = {
             "config": self.config,
@@ -183,6 +185,8 @@ class PostgresKeywordRetriever:
             "to_item": _MAX_ITEM if to_item is None else to_item,
             "k": k,
             "tie": _TIE_BREAK,
+            "lows": None if within is None else [start for start, _ in within.ranges],
+            "highs": None if within is None else [end for _, end in within.ranges],
         }
         with self._connection() as conn:
             total, weights = self._idf(conn, session, terms)
@@ -192,6 +196,8 @@ class PostgresKeywordRetriever:
             if len(rows) < k and rare and len(rare) < len(every):
                 found = [position for _, position, *_ in rows]
                 rows += self._run(conn, every, {**params, "k": k - len(rows)}, exclude=found)
+            if within is not None:
+                rows = [self._next_within(conn, row, session, within) for row in rows]
         return [
             Hit(
                 passage=Passage(
@@ -237,12 +243,34 @@ class PostgresKeywordRetriever:
             WHERE p.session = %(session)s AND p.tsv @@ %(q)s::tsquery
               AND p.item BETWEEN %(from_item)s AND %(to_item)s
               AND NOT (p.position = ANY(%(exclude)s))
+              AND (%(lows)s::bigint[] IS NULL OR EXISTS (
+                  SELECT 1 FROM unnest(%(lows)s::bigint[], %(highs)s::bigint[]) AS s(low, high)
+                  WHERE p.position >= s.low AND p.position < s.high))
             ORDER BY score DESC, p.position DESC
             LIMIT %(k)s
             """,
             bound,
         ).fetchall()
         return rows
+
+    def _next_within(
+        self, conn: Any, row: tuple[Any, ...], session: str, within: Spans
+    ) -> tuple[Any, ...]:
+        """The row with the passage that follows it within the spans (the next one of the same
+        branch), where the next position belongs to another branch."""
+        item, position, text, score, _ = row
+        if within.following(position) == position + 1:
+            return row
+        following = within.following(position)
+        found = (
+            None
+            if following is None
+            else conn.execute(
+                f"SELECT text FROM {self.schema}.passages WHERE session = %s AND position = %s",
+                (session, following),
+            ).fetchone()
+        )
+        return (item, position, text, score, None if found is None else found[0])
 
     def _idf(
         self, conn: Any, session: str, terms: list[str]

@@ -23,7 +23,7 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from keeper_middleware.errors import ArgumentTypeError
-from keeper_middleware.retrievers.base import Hit, Passage, check_search_arguments
+from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
 from keeper_middleware.retrievers.passages import mark_hits
 from keeper_middleware.retrievers.sentences import has_searchable_text, split_sentences
 
@@ -87,15 +87,18 @@ class VectorStoreRetriever:
         k: int = 10,
         from_item: int | None = None,
         to_item: int | None = None,
+        within: Spans | None = None,
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
-        if not has_searchable_text(query):
+        if not has_searchable_text(query) or (within is not None and not within):
             return []
         best: dict[int, tuple[Document, float]] = {}
         fetch = k
         with self._lock:
             while True:  # a message's sentences take several places: ask for more until k
-                scored = self._dialect.search(self.store, query, fetch, session, from_item, to_item)
+                scored = self._dialect.search(
+                    self.store, query, fetch, session, from_item, to_item, within
+                )
                 best = {}
                 for document, score in scored:
                     position = int(document.metadata["position"])
@@ -109,7 +112,10 @@ class VectorStoreRetriever:
         marked: list[Hit] = []
         for document, score in ranked:
             passage = _passage(document)
-            following = self.store.get_by_ids([passage_id(session, passage.position + 1)])
+            next_at = passage.position + 1 if within is None else within.following(passage.position)
+            following = (
+                [] if next_at is None else self.store.get_by_ids([passage_id(session, next_at)])
+            )
             sentence = document.metadata.get("sentence")
             hit = Hit(
                 passage=passage,
@@ -150,8 +156,9 @@ class _Dialect:
         session: str,
         from_item: int | None,
         to_item: int | None,
+        within: Spans | None = None,
     ) -> Scored:
-        keep = _predicate(session, from_item, to_item)
+        keep = _predicate(session, from_item, to_item, within)
         fetch = max(4 * k, 32)
         while True:
             found = store.similarity_search_with_relevance_scores(query, k=fetch)
@@ -177,8 +184,9 @@ class _InMemory(_Dialect):
         session: str,
         from_item: int | None,
         to_item: int | None,
+        within: Spans | None = None,
     ) -> Scored:
-        keep = _predicate(session, from_item, to_item)
+        keep = _predicate(session, from_item, to_item, within)
         return store.similarity_search_with_score(query, k=k, filter=keep)
 
     def _ids(self, store: VectorStore, session: str) -> list[str]:
@@ -203,12 +211,19 @@ class _Chroma(_Dialect):
         session: str,
         from_item: int | None,
         to_item: int | None,
+        within: Spans | None = None,
     ) -> Scored:
         clauses: list[dict[str, Any]] = [{"session": session}]
         if from_item is not None:
             clauses.append({"item": {"$gte": from_item}})
         if to_item is not None:
             clauses.append({"item": {"$lte": to_item}})
+        if within is not None:
+            ranges: list[dict[str, Any]] = [
+                {"$and": [{"position": {"$gte": start}}, {"position": {"$lt": end}}]}
+                for start, end in within.ranges
+            ]
+            clauses.append(ranges[0] if len(ranges) == 1 else {"$or": ranges})
         where = clauses[0] if len(clauses) == 1 else {"$and": clauses}
         found = store.similarity_search_with_score(query, k=k, filter=where)
         return [(document, -distance) for document, distance in found]  # higher is better
@@ -232,11 +247,13 @@ def _dialect_of(store: VectorStore) -> _Dialect:
 
 
 def _predicate(
-    session: str, from_item: int | None, to_item: int | None
+    session: str, from_item: int | None, to_item: int | None, within: Spans | None = None
 ) -> Callable[[Document], bool]:
     def keep(document: Document) -> bool:
         meta = document.metadata
         if meta.get("session") != session:
+            return False
+        if within is not None and int(meta.get("position", -1)) not in within:
             return False
         item = int(meta.get("item", 0))
         return (from_item is None or item >= from_item) and (to_item is None or item <= to_item)

@@ -8,7 +8,7 @@ import pytest
 
 # the shared modules whose helpers assert (a proxy conversation, an archive audit) report a failed
 # assert with its values, as the test modules do
-pytest.register_assert_rewrite("tests.proxy_upstream", "tests.archive_stores")
+pytest.register_assert_rewrite("tests.proxy_upstream", "tests.archive_stores", "tests.keeper_stack")
 
 
 @pytest.fixture

@@ -137,3 +137,58 @@ def test_info_lists_sessions_of_either_backend(proxy_folder, postgres_url, pg_sc
     assert main(["info", postgres_url, "--schema", pg_schema]) == 0
     assert capsys.readouterr().out == sqlite_listing
     assert "alpha" in sqlite_listing
+
+
+def test_migrate_copies_a_forked_session_branch_by_branch(tmp_path, postgres_url, pg_schema):
+    from keeper_middleware.archive.records import ArchivedTurn
+    from keeper_middleware.postgres.migrate import migrate
+
+    def turn(msg_id: str, content: str) -> ArchivedTurn:
+        return ArchivedTurn(session="s", msg_id=msg_id, item=1, role="human", content=content)
+
+    path = tmp_path / "forked.sqlite3"
+    with SQLiteArchive(path) as source:
+        source.commit_cut("s", cut_key="root", turns=[turn("task", "the task")], notes=None)
+        source.commit_cut(
+            "s",
+            cut_key="left",
+            turns=[turn("m1", "edited"), turn("r1", "reply")],
+            notes=None,
+            moved=MovedUpdate(add=(("a", "1"), ("b", "2"))),
+        )
+        source.commit_cut(
+            "s",
+            cut_key="right",
+            turns=[turn("m1", "original"), turn("r1", "reply")],
+            notes=None,
+            moved=MovedUpdate(add=(("c", "3"),)),
+            parent="root",
+        )
+        source.commit_cut(
+            "s",
+            cut_key="left-2",
+            turns=[],
+            notes=None,
+            moved=MovedUpdate(forget=("a",), drop=("b",)),
+            parent="left",
+        )
+        before = {
+            head: (
+                [(t.seq, t.content) for t in source.turns("s", within=source.chain("s", head))],
+                list(source.moved_rows("s", within=source.chain("s", head))),
+            )
+            for head in ("left-2", "right")
+        }
+    migrate(path, postgres_url, schema=pg_schema)
+    with PostgresArchive(postgres_url, schema=pg_schema) as target:
+        after = {
+            head: (
+                [(t.seq, t.content) for t in target.turns("s", within=target.chain("s", head))],
+                list(target.moved_rows("s", within=target.chain("s", head))),
+            )
+            for head in ("left-2", "right")
+        }
+        assert target.turn_count("s") == 4  # the shared reply is linked, not copied
+    assert after == before
+    assert before["right"] == ([(0, "the task"), (3, "original"), (2, "reply")], [("c", "3")])
+    assert before["left-2"][1] == [("a", None)]

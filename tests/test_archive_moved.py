@@ -19,6 +19,7 @@ from tests.archive_stores import (
     spec_fixture,  # noqa: F401
     store_fixture,  # noqa: F401
 )
+from tests.legacy_layouts import write_v1
 
 # -- moved NOTES entries: one row each, read by the words of a text, written with the cut -----
 
@@ -147,17 +148,16 @@ def test_old_values_are_adopted_before_a_cut_changes_them(spec):
 
 def test_a_file_of_the_first_layout_opens_and_keeps_its_moved_entries(tmp_path):
     path = tmp_path / "v1.sqlite3"
-    with SQLiteArchive(path) as archive:
-        archive.commit_cut("s", cut_key="cut-1", turns=make_turns("s", 1), notes=notes_for(1))
-        archive.put_value("s", LEGACY_KEYS, ["c1"])
-        archive.put_value("s", LEGACY_ENTRIES, {"c1": "3"})
-    raw = sqlite3.connect(path)  # as the previous version wrote it: no table of moved entries
-    raw.execute("DROP TABLE moved")
-    raw.execute("UPDATE schema_version SET version = 1")
+    write_v1(path, "s", [("cut-1", make_turns("s", 1), notes_for(1))])  # no table of moved entries
+    raw = sqlite3.connect(path)
+    raw.execute(
+        "INSERT INTO kv VALUES ('s', ?, '[\"c1\"]'), ('s', ?, '{\"c1\": \"3\"}')",
+        (LEGACY_KEYS, LEGACY_ENTRIES),
+    )
     raw.commit()
     raw.close()
     with SQLiteArchive(path) as archive:
         assert list(archive.moved_rows("s")) == [("c1", "3")]
         assert archive.turn_count("s") == 3
     with sqlite3.connect(path) as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchone() == (2,)
+        assert raw.execute("SELECT version FROM schema_version").fetchone() == (3,)

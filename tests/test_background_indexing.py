@@ -434,3 +434,39 @@ def test_an_index_whose_queue_is_full_writes_before_the_add_returns(held_worker,
     finally:
         held_worker.opened.set()
         index.close()
+
+
+def test_a_forked_branch_finds_its_newest_cut_before_the_worker_has_saved_its_progress(
+    held_worker,
+):
+    """On a forked thread a search is limited to the branch's passages; those of the branch's
+    newest cut are found while their indexing's progress is still unsaved (the worker is busy)."""
+    from tests.branch_runs import make_run
+    from tests.test_branches_graph import COMMON, LEFT, QUESTION, RIGHT, completed_after
+
+    held_worker.opened.set()  # the left branch is indexed and settled as usual
+    run = make_run("agent", InMemorySaver())
+    for text, msg_id in [*COMMON, *LEFT, QUESTION]:
+        run.say(text, msg_id=msg_id)
+    run.keeper.indexing.drain()
+    before = completed_after(run, "item-5")
+    gate = Gate()
+    background_worker().submit(gate, gate)  # hold the worker again: nothing settles now
+    assert gate.holding.wait(10)
+    try:
+        config = before.config
+        for text, msg_id in RIGHT:
+            run.say(text, config, msg_id=msg_id)
+            config = None
+        assert (
+            run.keeper.archive.get_value("t", INDEXED_SEQ) < run.keeper.archive.turn_count("t") - 1
+        )  # the right branch's progress is not saved yet
+        head = run.head()
+        found = [h.passage.text for h in run.keeper.retrieve("t", "omega", head=head)]
+        assert any("omega" in text for text in found)
+        assert not [
+            h for h in run.keeper.retrieve("t", "zeta", head=head) if "zeta" in h.passage.text
+        ]  # said only on the branch left behind
+    finally:
+        gate.opened.set()
+        background_worker().drain()

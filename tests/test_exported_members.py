@@ -41,6 +41,7 @@ EXPECTED = {
     "create_keeper_agent",
     "default_checks",
     "freeze_startup_objects",
+    "is_keeper_message",
     "keeper_node",
     "parse_notes",
     "render_notes",

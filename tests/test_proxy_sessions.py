@@ -128,6 +128,39 @@ async def test_an_edit_of_an_archived_message_is_taken_as_new_input_alone(upstre
     await app.state.proxy.aclose()
 
 
+async def test_a_chat_ui_edit_withdraws_what_followed_and_keeps_what_was_archived(
+    upstream, tmp_path
+):
+    """The README's "edit a message": a chat UI resends the history up to the edited message,
+    changed. The messages after it still in view are withdrawn, the edited one is new input, and
+    whatever a cut had archived stays archived (one memory per session, never edited)."""
+    app = make_app(upstream, tmp_path, window=2048)
+    async with client_for(app) as client:
+        history = await run_items(client, 12, "ui")
+        keeper = app.state.proxy.keeper
+        archived = [t.content for t in keeper.archive.turns("default:ui")]
+        assert any(text.startswith("Item 2:") for text in archived)
+        assert not any(text.startswith("Item 11:") for text in archived)  # still in view
+        at = next(
+            i
+            for i, m in enumerate(history)
+            if m["role"] == "user" and str(m["content"]).startswith("Item 11:")
+        )
+        edited = [*history[:at], {"role": "user", "content": "Item 11: correction, domo11 was 4."}]
+        response = await client.post(
+            "/v1/chat/completions", json=chat(edited), headers={"X-Keeper-Session": "ui"}
+        )
+    assert response.status_code == 200
+    sent = [m.get("content") or "" for m in upstream.work_calls[-1]["messages"]]
+    assert sent[-1] == "Item 11: correction, domo11 was 4."
+    assert sum(text.startswith("Item 11:") for text in sent) == 1
+    assert not any(text.startswith("Item 12:") for text in sent)
+    after = [t.content for t in keeper.archive.turns("default:ui")]
+    assert after[: len(archived)] == archived
+    assert app.state.proxy.stats("default:ui").withdrawn_messages >= 3  # 11, its reply, 12
+    await app.state.proxy.aclose()
+
+
 async def test_overlapping_requests_of_one_session_run_one_at_a_time(tmp_path):
     in_flight, peak = 0, 0
 

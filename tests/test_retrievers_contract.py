@@ -320,3 +320,39 @@ def test_an_unknown_spec_lists_the_choices(spec):
 def test_a_non_retriever_object_is_refused():
     with pytest.raises(TypeError, match="retriever must be a Retriever"):
         make_retriever(42)  # type: ignore[arg-type]
+
+
+def test_within_returns_only_the_branchs_passages_and_its_next_sentence(retriever):
+    """A forked thread's index holds every branch's passages: positions 0-5 are shared, 6-11
+    another branch's, 12-17 this branch's. A search within this branch never returns the other
+    branch's, even when they would rank first, and shows as the next sentence of its last shared
+    passage the first of its own."""
+    from keeper_middleware.retrievers.base import Spans
+
+    shared = story(text="The clerk recorded domo86 at three. " * 5 + "A cart rolled past the gate.")
+    other = passages_from_text("s1", 2, "Ten were taken from domo86 on the left. " * 6, len(shared))
+    mine = passages_from_text(
+        "s1", 2, "Mira added four to domo86 on the right. " * 6, len(shared) + len(other)
+    )
+    retriever.add([*shared, *other, *mine])
+    branch = Spans.ordered([(0, len(shared)), (mine[0].position, mine[-1].position + 1)])
+    hits = retriever.search("domo86 left", session="s1", k=20, within=branch)
+    assert hits and all(hit.passage.position in branch for hit in hits)
+    assert not any("left" in hit.passage.text for hit in hits)
+    last_shared = [h for h in hits if h.passage.position == len(shared) - 1]
+    cart = retriever.search("cart gate", session="s1", k=3, within=branch)
+    assert cart[0].passage.position == len(shared) - 1
+    assert cart[0].next_text == mine[0].text  # the branch's next, not the other's
+    assert retriever.search("domo86", session="s1", k=5, within=Spans()) == []
+    assert last_shared == [] or last_shared[0].next_text == mine[0].text
+    # a branch that took up the cart sentence after its own (another branch indexed it first):
+    # it comes last in the branch's order, so nothing is shown after it
+    later = Spans.ordered(
+        [
+            (0, len(shared) - 1),
+            (mine[0].position, mine[-1].position + 1),
+            (len(shared) - 1, len(shared)),
+        ]
+    )
+    cart = retriever.search("cart gate", session="s1", k=3, within=later)
+    assert cart[0].passage.position == len(shared) - 1 and cart[0].next_text == ""

@@ -88,7 +88,9 @@ def test_a_burst_of_parallel_results_is_handled_and_each_is_readable(calls, char
     for received in model.received:
         size = keeper.tokens.count_messages(received.messages, schemas)
         assert size <= keeper.config.budget, f"a request of {size} tokens went out"
-    whole = {t.tool_call_id: t.content for t in keeper.archive.turns("t1") if t.role == "tool"}
+    tools = [t for t in keeper.archive.turns("t1") if t.role == "tool"]
+    assert len({t.tool_call_id for t in tools}) == len(tools)  # each result archived once
+    whole = {t.tool_call_id: t.content for t in tools}
     for i in range(calls):
         assert whole[f"call_{i:03d}"] == page(f"https://site.test/{i}", chars)
     if reads:  # a pointer read back gives the start of that result

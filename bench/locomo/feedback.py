@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from keeper_middleware.retrievers.base import Hit, Passage
+from keeper_middleware.retrievers.base import Hit, Passage, Spans
 from keeper_middleware.retrievers.hybrid import reciprocal_rank_fusion
 from keeper_middleware.retrievers.keyword import KeywordRetriever, query_terms
 from keeper_middleware.retrievers.passages import STOPWORDS
@@ -106,10 +106,11 @@ class FeedbackKeywordRetriever:
         k: int = 10,
         from_item: int | None = None,
         to_item: int | None = None,
+        within: Spans | None = None,
     ) -> list[Hit]:
         wide = max(k, self._docs) * self._depth
         first = self._inner.search(
-            query, session=session, k=wide, from_item=from_item, to_item=to_item
+            query, session=session, k=wide, from_item=from_item, to_item=to_item, within=within
         )
         added = expansion_terms(
             (hit.passage.text for hit in first[: self._docs]),
@@ -126,6 +127,7 @@ class FeedbackKeywordRetriever:
             k=wide if self._fused else k,
             from_item=from_item,
             to_item=to_item,
+            within=within,
         )
         if not self._fused:
             return expanded

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from keeper_middleware.retrievers.base import Hit, Passage, Retriever
+from keeper_middleware.retrievers.base import Hit, Passage, Retriever, Spans, search_within
 from keeper_middleware.retrievers.hybrid import reciprocal_rank_fusion
 
 _WHO = re.compile(r"^([^\W\d_][\w'’ -]*?)\s*(?:\(|,|$)")
@@ -50,17 +50,30 @@ class SpeakerRetriever:
         k: int = 10,
         from_item: int | None = None,
         to_item: int | None = None,
+        within: Spans | None = None,
     ) -> list[Hit]:
         named = [s for s in sorted(self._speakers) if re.search(rf"\b{re.escape(s)}\b", query)]
         asked = query
         if self._rewrite and named:
             asked = " ".join(f"{name}:" for name in named) + " " + query
         if not (self._boost and named):
-            return self._inner.search(
-                asked, session=session, k=k, from_item=from_item, to_item=to_item
+            return search_within(
+                self._inner,
+                asked,
+                session=session,
+                k=k,
+                from_item=from_item,
+                to_item=to_item,
+                within=within,
             )
-        found = self._inner.search(
-            asked, session=session, k=DEPTH * k, from_item=from_item, to_item=to_item
+        found = search_within(
+            self._inner,
+            asked,
+            session=session,
+            k=DEPTH * k,
+            from_item=from_item,
+            to_item=to_item,
+            within=within,
         )
         theirs = [h for h in found if speaker_of(h.passage.context) in named]
         return reciprocal_rank_fusion([found, theirs], k=k)

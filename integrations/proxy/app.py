@@ -1,6 +1,7 @@
 """The keeper proxy as a Starlette app: routes, keys, errors, and streaming to the agent.
 
-Routes: ``POST /v1/chat/completions`` (the agent's calls), ``GET /v1/models`` (passed through),
+Routes: ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/messages`` (the
+agent's calls, in the API it speaks: :mod:`.front_doors`), ``GET /v1/models`` (passed through),
 ``GET /keeper/sessions`` (the caller's sessions), ``GET`` and ``DELETE /keeper/sessions/{id}``
 (one session's notes and counters; forgetting it), ``GET /metrics`` (Prometheus). Every route
 serves only the caller's tenant (see :mod:`.tenants`); an admin key names another tenant's
@@ -32,6 +33,7 @@ from keeper_middleware.config import KeeperConfig, ThinkingPolicy
 from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
 from keeper_middleware.integrations.proxy.completions import completion_body, logprobs_after
 from keeper_middleware.integrations.proxy.engine import Answer, KeeperProxy, QuotaError
+from keeper_middleware.integrations.proxy.front_doors import FrontDoors
 from keeper_middleware.integrations.proxy.metrics import SessionCounters, metrics_registry
 from keeper_middleware.integrations.proxy.openai_format import (
     RequestError,
@@ -64,6 +66,7 @@ from keeper_middleware.integrations.proxy.upstream import (
     UpstreamError,
     retry_after_header,
 )
+from keeper_middleware.integrations.proxy.upstream_apis import upstream_api as make_upstream_api
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.notes import render_notes
 from keeper_middleware.retrievers.base import Retriever
@@ -153,6 +156,7 @@ def create_proxy_app(
     store: SessionStore | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     slot_parking: SlotParkingConfig | None = None,
+    upstream_api: str = "chat",
 ) -> Starlette:
     """The proxy as a Starlette app; ``app.state.proxy`` is its :class:`KeeperProxy`.
 
@@ -166,7 +170,10 @@ def create_proxy_app(
     or with ``archive_url`` (``postgresql://…``) in that database, where any number of replicas
     can serve any session: requests of one session take turns across replicas.
     ``slot_parking`` manages a llama.cpp upstream's slots: sessions are pinned to slots and the
-    caches of evicted ones parked on disk (:mod:`.slots`).
+    caches of evicted ones parked on disk (:mod:`.slots`). ``upstream_api`` is the API the
+    upstream speaks (``chat``, ``responses`` or ``messages``): clients of that API get it passed
+    through, the others are translated (:mod:`.upstream_apis`); every front door
+    (``/v1/chat/completions``, ``/v1/responses``, ``/v1/messages``) serves either way.
     """
     if max_body_bytes < 1:
         raise ConfigurationError("max_body_bytes must be a positive number of bytes")
@@ -193,6 +200,7 @@ def create_proxy_app(
         forward_auth=callers.open,
         retry=retry,
         transport=transport,
+        api=make_upstream_api(upstream_api, reserve=keeper.config.reserve),
     )
     proxy = KeeperProxy(
         keeper,
@@ -356,9 +364,17 @@ def create_proxy_app(
         yield
         await proxy.aclose()
 
+    doors = FrontDoors(
+        proxy,
+        callers,
+        retry,
+        lambda request: _read_json(request, max_body_bytes),
+        require_session=require_session,
+    )
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            *doors.routes(),
             Route("/v1/models", models, methods=["GET"]),
             Route("/keeper/sessions", session_list, methods=["GET"]),
             Route("/keeper/sessions/{session}", session_info, methods=["GET"]),

@@ -2,7 +2,9 @@
 
     keeper-proxy --upstream http://127.0.0.1:8000/v1 --window 32768 --port 8100
 
-Then point the agent's base URL at ``http://127.0.0.1:8100/v1``. Send ``X-Keeper-Session: <id>``
+Then point the agent's base URL at ``http://127.0.0.1:8100/v1`` (Chat Completions and Responses
+clients) or ``http://127.0.0.1:8100`` (Anthropic Messages clients; ``--upstream-api`` names what
+the upstream speaks). Send ``X-Keeper-Session: <id>``
 to name a conversation; without it, a conversation is named by the request's ``user``, system
 prompt and first user message. Keys map to tenants (``--keys-file``, ``KEEPER_PROXY_KEYS``);
 ``GET``/``DELETE /keeper/sessions/<id>`` show or forget one of the caller's sessions, ``/metrics``
@@ -81,6 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--upstream", required=True, help="the model server's base URL, e.g. http://host:8000/v1"
+    )
+    parser.add_argument(
+        "--upstream-api",
+        choices=("chat", "responses", "messages"),
+        default="chat",
+        help="the API the upstream speaks: chat (Chat Completions, the default: llama.cpp, vLLM), "
+        "responses (OpenAI Responses) or messages (Anthropic Messages). Clients of that API are "
+        "passed through; clients of the others (every front door is open: /v1/chat/completions, "
+        "/v1/responses, /v1/messages) are translated",
     )
     parser.add_argument(
         "--window", type=int, required=True, help="the live window in tokens, e.g. 32768"
@@ -317,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_upstream_calls=args.max_upstream_calls,
             token_counter=args.tokenizer,
             slot_parking=slot_parking_config(args),
+            upstream_api=args.upstream_api,
         )
     except (KeeperError, ValueError) as exc:
         print(f"keeper-proxy: {exc}", file=sys.stderr)

@@ -14,7 +14,11 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from keeper_middleware.errors import MalformedDataError
-from keeper_middleware.integrations.proxy.openai_format import message_from_openai
+from keeper_middleware.integrations.proxy.openai_format import (
+    WIRE_KEY,
+    digest_of,
+    message_from_openai,
+)
 
 __all__ = ["agent_reply", "ai_from_completion", "completion_body", "logprobs_after"]
 
@@ -33,6 +37,9 @@ def ai_from_completion(data: Mapping[str, Any]) -> AIMessage:
     reasoning = {
         k: raw[k] for k in ("reasoning_content", "reasoning") if isinstance(raw.get(k), str)
     }
+    wire = raw.get(WIRE_KEY)
+    if wire is not None:  # the upstream's own items (Responses, Messages) ride along
+        reasoning[WIRE_KEY] = {**wire, "check": digest_of(message)}
     metadata = {"finish_reason": choices[0].get("finish_reason"), "model_name": data.get("model")}
     update: dict[str, Any] = {"additional_kwargs": reasoning, "response_metadata": metadata}
     usage = data.get("usage")
@@ -53,7 +60,7 @@ def agent_reply(data: Mapping[str, Any], hidden_tool: str | None) -> tuple[dict[
     """The message and finish reason the agent receives: upstream's own, minus ``hidden_tool``
     calls (the proxy's archive search, which the agent never sees)."""
     choice = data["choices"][0]
-    message = {k: v for k, v in choice["message"].items()}
+    message = {k: v for k, v in choice["message"].items() if k != WIRE_KEY}
     message["role"] = "assistant"
     calls = [
         c

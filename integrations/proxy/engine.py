@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -35,16 +35,13 @@ from keeper_middleware.errors import (
     WindowTooSmallError,
 )
 from keeper_middleware.integrations.proxy.completions import agent_reply, ai_from_completion
-from keeper_middleware.integrations.proxy.history import take_in
+from keeper_middleware.integrations.proxy.history import continued, take_in
 from keeper_middleware.integrations.proxy.metrics import ProxyStats
 from keeper_middleware.integrations.proxy.openai_format import (
-    SEARCH_TOOL_SCHEMA,
     ChatRequest,
     RequestError,
     digest_of,
     message_from_openai,
-    message_to_openai,
-    upstream_body,
 )
 from keeper_middleware.integrations.proxy.searching import answer_searches
 from keeper_middleware.integrations.proxy.sessions import (
@@ -186,7 +183,15 @@ class KeeperProxy:
             if isinstance(self.store, ArchiveSessionStore) and self.store.also is not None:
                 # the keeper's counters go with the request's own save: one transaction
                 held.enter_context(self.keeper.sessions.saving_later(session))
-            turn = shape_turn(session, request, auth, forward, reserve=self.keeper.config.reserve)
+            turn = shape_turn(
+                session,
+                request,
+                auth,
+                forward,
+                reserve=self.keeper.config.reserve,
+                api=self.upstream.api,
+            )
+            turn.reply_id = request.reply_id
             if self.slots is not None:
                 turn.lease = await held.enter_async_context(self.slots.lease(session))
             try:
@@ -235,20 +240,52 @@ class KeeperProxy:
 
     def _as_openai(self, session: str) -> MessageMemo:
         """What the upstream reads of each window message, converted once per message."""
-        return self._rendered.setdefault(session, MessageMemo(message_to_openai))
+        return self._rendered.setdefault(session, MessageMemo(self.upstream.api.render))
+
+    def _body(
+        self,
+        turn: Turn,
+        messages: list[BaseMessage],
+        tools: tuple[dict[str, Any], ...],
+        params: Mapping[str, Any],
+        kwargs: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """One upstream request in the upstream's API."""
+        memo = self._as_openai(turn.session)
+        return self.upstream.api.body(messages, tools, params, kwargs, memo, turn.context)
+
+    def _work_body(
+        self, turn: Turn, messages: list[BaseMessage], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A work call's request: the archive search left out once the session's searches have
+        passed the stop line (then, with no tool left, no tool choice either)."""
+        tools = turn.tools
+        withheld = turn.search_tool is not None and not self.keeper.search_offered(turn.session)
+        if withheld:
+            tools = tuple(t for t in turn.tools if t is not turn.search_tool)
+        body = self._body(turn, messages, tools, turn.params, kwargs)
+        if withheld and not tools:  # no tool left to choose among
+            body.pop("tool_choice", None)
+            body.pop("parallel_tool_calls", None)
+        return body
 
     def _intake(self, session: str, request: ChatRequest) -> SessionRecord:
         """The record after taking in the request (not saved until the keeper step has
         accepted it: a refused request stores nothing)."""
         pairs = request.digests_reusing(self._fingerprints.get(session, ()))
+        messages: Sequence[BaseMessage] = request.messages
+        record = self.record(session)
+        if request.continues is not None:  # only what follows the session's latest response
+            pairs, messages = continued(record, request, pairs)
         digests = [digest for _, digest in pairs]
         archive = self.keeper.archive
         intake = take_in(
-            self.record(session),
-            request.messages,
+            record,
+            messages,
             digests,
             new_id,
             lambda ids: archive.archived_ids(session, ids),
+            keep_dropped=request.keep_dropped,
         )
         old_ids = {str(m.id) for m in self.record(session).window}
         added = sum(len(text_of(m)) for m in intake.record.window if str(m.id) not in old_ids)
@@ -278,8 +315,7 @@ class KeeperProxy:
         loop = asyncio.get_running_loop()
 
         async def note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
-            memo = self._as_openai(turn.session)
-            body = upstream_body(messages, turn.tools, turn.note_params, kwargs, memo)
+            body = self._body(turn, messages, turn.tools, turn.note_params, kwargs)
             return ai_from_completion(await self._call(turn, body))
 
         def sync_note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
@@ -326,16 +362,8 @@ class KeeperProxy:
             turn.unsaved = record
         kwargs = self.keeper.work_kwargs(turn.session, record.window)
         messages = turn.setup.render(record.window)
-        memo = self._as_openai(turn.session)
-        tools = turn.tools
-        withheld = not self.keeper.search_offered(turn.session)  # after the stop line
-        if withheld:
-            tools = tuple(t for t in turn.tools if t is not SEARCH_TOOL_SCHEMA)
-        body = upstream_body(messages, tools, turn.params, kwargs, memo)
-        if withheld and not tools:  # no tool left to choose among
-            body.pop("tool_choice", None)
-            body.pop("parallel_tool_calls", None)
-        memo.keep(messages)
+        body = self._work_body(turn, messages, kwargs)
+        self._as_openai(turn.session).keep(messages)
         return record, kwargs, messages, body
 
     def _after_call(
@@ -349,7 +377,7 @@ class KeeperProxy:
         """In a worker thread: keep the reply (``data`` as a message); answer its searches (then
         the record to call again with) or finish (the answer)."""
         session = turn.session
-        searching = any(t is SEARCH_TOOL_SCHEMA for t in turn.tools)
+        searching = turn.search_tool is not None
         if searching and not self.keeper.search_offered(session):
             searching = False  # withheld from this call: its search calls are not answered
             reply = self.keeper.answer_only(session, reply)
@@ -383,14 +411,17 @@ class KeeperProxy:
     ) -> tuple[dict[str, Any], AIMessage]:
         """A work call: the completion and its message. A reply that thought to its limit is
         asked again without thinking."""
+        turn.carried += turn.streamed.get("content", "")
         turn.streamed, turn.streamed_logprobs = {}, {}
+        turn.main_calls += 1
         data = await self._call(turn, body, True)
         reply = ai_from_completion(data)
         retry = self.keeper.retry_kwargs(turn.session, kwargs, reply)
         if retry is not None:
+            turn.carried += turn.streamed.get("content", "")
             turn.streamed, turn.streamed_logprobs = {}, {}
-            memo = self._as_openai(turn.session)
-            body = upstream_body(messages, turn.tools, turn.params, retry, memo)
+            turn.main_calls += 1
+            body = self._work_body(turn, messages, retry)
             data = await self._call(turn, body, True)
             reply = ai_from_completion(data)
         return data, reply
@@ -408,11 +439,16 @@ class KeeperProxy:
                         if isinstance(entries, list):
                             sent = turn.streamed_logprobs.get(name, 0)
                             turn.streamed_logprobs[name] = sent + len(entries)
+                if turn.context is not None:  # a Responses or Messages writer keeps calls apart
+                    piece = replace(piece, call=turn.main_calls)
                 await sink(piece)
 
         if turn.lease is not None:
             body = await turn.lease.prepare(body)
-        data = await self.upstream.chat(body, auth=turn.auth, tally=turn.tally, forward=forward)
+        headers = turn.context.headers if turn.context is not None else None
+        data = await self.upstream.chat(
+            body, auth=turn.auth, tally=turn.tally, forward=forward, headers=headers
+        )
         if turn.lease is not None:
             turn.lease.observe(data)
         turn.add_usage(data)
@@ -428,15 +464,24 @@ class KeeperProxy:
     ) -> Answer:
         """Keep the final reply and give the agent exactly what it may see. ``answered``: the
         reply's searches were answered and their results follow it in ``record``'s window."""
-        hide = SEARCH_TOOL_NAME if any(t is SEARCH_TOOL_SCHEMA for t in turn.tools) else None
+        hide = SEARCH_TOOL_NAME if turn.search_tool is not None else None
         message, reason = agent_reply(data, hide)
+        if turn.reply_id is not None and turn.reply_id != reply.id:  # the front door named it
+            named = reply.model_copy(update={"id": turn.reply_id})
+            if answered:  # already in the window, ahead of its search results
+                window = tuple(named if m is reply else m for m in record.window)
+                record = replace(record, window=window)
+            reply = named
         visible = reply.model_copy(
             update={
                 "tool_calls": [c for c in reply.tool_calls if c["name"] != hide],
                 "invalid_tool_calls": [c for c in reply.invalid_tool_calls if c["name"] != hide],
             }
         )
-        digest = digest_of(message_from_openai(message))
+        received = message_from_openai(message)
+        if turn.carried:  # a streaming agent got earlier calls' text before this reply's
+            received = received.model_copy(update={"content": turn.carried + text_of(received)})
+        digest = digest_of(received)
         window = record.window if answered else (*record.window, visible)
         self._charge(turn.session, len(text_of(reply)), check=False)
         record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
@@ -449,6 +494,7 @@ class KeeperProxy:
             turn.summed_usage(),
             dict(turn.streamed),
             dict(turn.streamed_logprobs),
+            call=turn.main_calls,
         )
 
     async def aclose(self) -> None:

@@ -29,14 +29,16 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from keeper_middleware.integrations.proxy.openai_format import RequestError
 from keeper_middleware.integrations.proxy.sessions import SessionRecord
 from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.notes import parse_notes, render_notes
 
-__all__ = ["Intake", "align", "take_in", "withdraw"]
+__all__ = ["Intake", "align", "continued", "take_in", "withdraw"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,17 +83,23 @@ def take_in(
     digests: Sequence[str],
     new_id: Callable[[], str],
     archived: Callable[[set[str]], set[str]],
+    *,
+    keep_dropped: bool = False,
 ) -> Intake:
     """The record after the agent's request: withdrawals applied, new messages appended.
 
     ``archived`` says which of some message ids the archive holds (only asked about withdrawn
-    messages coming back)."""
+    messages coming back). With ``keep_dropped`` nothing is withdrawn: messages the request no
+    longer carries stay where they are (the client compacted its own history; the keeper keeps
+    what it dropped in view until a cut archives it)."""
     taken = record.taken
     pairs = align([d for d, _ in taken], digests)
     matched = {j: i for i, j in pairs}
     first = pairs[0][0] if pairs else len(taken)
     kept_taken = {i for i, _ in pairs}
     withdrawn = [taken[i] for i in range(first, len(taken)) if i not in kept_taken]
+    if keep_dropped:
+        withdrawn = []
     pool: dict[str, list[str]] = {}
     for digest, msg_id in (*record.withdrawn, *withdrawn):
         pool.setdefault(digest, []).append(msg_id)
@@ -166,3 +174,39 @@ def withdraw(window: Sequence[BaseMessage], ids: set[str]) -> tuple[BaseMessage,
             text = render_notes(notes, kept=still_kept)
             kept[notes_at] = window[notes_at].model_copy(update={"content": text})
     return tuple(kept)
+
+
+class _After(Sequence[BaseMessage]):
+    """``messages`` placed after ``count`` positions that are never read (they match what the
+    session has taken in already)."""
+
+    def __init__(self, count: int, messages: Sequence[BaseMessage]) -> None:
+        self.skipped, self.messages = count, messages
+
+    def __len__(self) -> int:
+        return self.skipped + len(self.messages)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < self.skipped:
+            raise IndexError("a message the session has taken in already is not resent")
+        return self.messages[index - self.skipped]
+
+
+def continued(
+    record: SessionRecord, request: Any, pairs: Sequence[tuple[int | None, str]]
+) -> tuple[tuple[tuple[int | None, str], ...], Sequence[BaseMessage]]:
+    """A request that sends only what follows the session's latest response (``continues``),
+    as the whole history it stands for: what the session took in, then the request's messages.
+    Refused when the session has moved on since that response (or never reached it)."""
+    taken = record.taken
+    if not taken or taken[-1][1] != request.continues:
+        raise RequestError(
+            "This response is not the latest of its conversation in keeper-proxy (a later "
+            "request continued it, or it was never answered here); keeper-proxy continues "
+            "only from the latest response. Send the whole conversation in 'input' instead.",
+            param="previous_response_id",
+        )
+    whole = tuple((None, digest) for digest, _ in taken) + tuple(pairs)
+    return whole, _After(len(taken), request.messages)

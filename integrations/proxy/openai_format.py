@@ -42,6 +42,7 @@ from keeper_middleware.search.schema import (
 
 __all__ = [
     "SEARCH_TOOL_SCHEMA",
+    "WIRE_KEY",
     "ChatRequest",
     "LazyMessages",
     "RequestError",
@@ -62,6 +63,9 @@ SEARCH_TOOL_SCHEMA: dict[str, Any] = {
         "parameters": SEARCH_TOOL_PARAMETERS,
     },
 }
+WIRE_KEY = "keeper_wire"
+"""Where a message, or a reply read from a Responses or Messages upstream, carries the items of
+the API it came through (:mod:`.wire`); never sent to a chat model or a chat client."""
 _SYSTEM_ROLES = ("system", "developer")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _OWN_FIELDS = ("messages", "tools", "stream", "stream_options")
@@ -107,9 +111,27 @@ class ChatRequest:
     """Every other field (model, temperature, unknown ones), forwarded untouched."""
     keys: tuple[int | None, ...] = ()
     """A cheap key per message (:func:`message_key`), so fingerprints can be reused by position."""
+    api: str = "chat"
+    """The API the client spoke: ``chat``, ``responses`` or ``messages``."""
+    context: Any = None
+    """What the front door read besides the neutral request (a :class:`~.wire.WireContext`;
+    None for Chat Completions)."""
+    given_digests: tuple[str, ...] = ()
+    """The messages' fingerprints, when the front door computed them already."""
+    continues: str | None = None
+    """For a request that sends only what follows a response of the session (Responses'
+    ``previous_response_id``): the id that response's reply has in the session. The request is
+    refused unless that reply is still the last message the session took in."""
+    reply_id: str | None = None
+    """The id to give this request's final reply in the session (instead of a fresh one)."""
+    keep_dropped: bool = False
+    """Messages taken in earlier that this request no longer carries stay where they are (in
+    view, or archived), instead of being withdrawn: the client compacted its own history."""
 
     @property
     def digests(self) -> tuple[str, ...]:
+        if len(self.given_digests) == len(self.messages):
+            return self.given_digests
         return tuple(digest_of(m) for m in self.messages)
 
     def digests_reusing(

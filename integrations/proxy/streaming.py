@@ -41,6 +41,11 @@ class StreamPiece:
     """The chunk's ``logprobs`` as the upstream sent it (None when it sent none)."""
     envelope: Mapping[str, Any]
     """The stream's envelope, from its first chunk."""
+    item: str | None = None
+    """The upstream's id of the output item the text belongs to (Responses), when it has one."""
+    call: int = 0
+    """Which upstream work call of the request it came from (set for the Responses and
+    Messages front doors, which keep each call's text in items of its own)."""
 
 
 class StreamAssembler:

@@ -14,10 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from keeper_middleware.integrations.proxy.api_params import translate_params
 from keeper_middleware.integrations.proxy.openai_format import SEARCH_TOOL_SCHEMA, ChatRequest
 from keeper_middleware.integrations.proxy.sessions import SessionRecord
 from keeper_middleware.integrations.proxy.slots import SlotLease
 from keeper_middleware.integrations.proxy.upstream import CallTally, Forward
+from keeper_middleware.integrations.proxy.upstream_apis import UpstreamApi
+from keeper_middleware.integrations.proxy.wire import WireContext
 from keeper_middleware.keeper import ModelSetup
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
@@ -28,12 +31,17 @@ agent sets (stop, max_tokens, logprobs, temperature, response_format, ...) shape
 own replies; a note call takes the keeper's generation settings instead. An allowlist, so a
 field no one has thought of yet never reaches a note call. A note call's reply is bounded by the
 room the window leaves (the reply reserve), under the limit field the agent uses."""
-LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
+LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
-def _limit_field(params: Mapping[str, Any]) -> str:
-    """The reply-limit field the upstream takes: the one the agent sent, else ``max_tokens``
-    (newer OpenAI models take only ``max_completion_tokens``; agents that talk to them send it)."""
+def _limit_field(params: Mapping[str, Any], api: str = "chat") -> str:
+    """The reply-limit field the upstream takes: Responses' ``max_output_tokens``, Messages'
+    ``max_tokens``; for Chat Completions the one the agent sent, else ``max_tokens`` (newer
+    OpenAI models take only ``max_completion_tokens``; agents that talk to them send it)."""
+    if api == "responses":
+        return "max_output_tokens"
+    if api == "messages":
+        return "max_tokens"
     return "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
 
 
@@ -56,6 +64,9 @@ class Answer:
     streamed: dict[str, str] = field(default_factory=dict)
     streamed_logprobs: dict[str, int] = field(default_factory=dict)
     """How many log probabilities of each list were streamed already."""
+    call: int = 0
+    """The number of the upstream work call that gave the answer (the streamed pieces of each
+    call carry theirs)."""
 
 
 @dataclass(slots=True)
@@ -83,6 +94,19 @@ class Turn:
     streamed_logprobs: dict[str, int] = field(default_factory=dict)
     lease: SlotLease | None = None
     """The server slot every upstream call of the request is pinned to (slot parking)."""
+    search_tool: dict[str, Any] | None = None
+    """The archive search in the upstream's tool format, when the proxy offers it (the agent
+    has no tool of that name): one of ``tools``, by identity."""
+    context: WireContext | None = None
+    """What the client's front door read besides the neutral request (None: Chat Completions)."""
+    reply_id: str | None = None
+    """The id the final reply gets in the session (a Responses front door names its response
+    by it), instead of a fresh one."""
+    main_calls: int = 0
+    """Work calls made so far (search rounds and retries each make one)."""
+    carried: str = ""
+    """Text passed on to a streaming agent by earlier upstream calls of this request (before a
+    search round): the agent's reply begins with it."""
 
     def add_usage(self, data: Mapping[str, Any]) -> None:
         """Add one upstream call's usage (and its cached prompt tokens) to the turn's."""
@@ -109,24 +133,43 @@ class Turn:
 
 
 def shape_turn(
-    session: str, request: ChatRequest, auth: str | None, forward: Forward | None, *, reserve: int
+    session: str,
+    request: ChatRequest,
+    auth: str | None,
+    forward: Forward | None,
+    *,
+    reserve: int,
+    api: UpstreamApi | None = None,
 ) -> Turn:
     """The request as every upstream call of it is sent: the search tool added to the agent's
-    tools, and reply limits no larger than ``reserve`` (the room the window leaves)."""
+    tools, and reply limits no larger than ``reserve`` (the room the window leaves). ``api``
+    is the upstream's (default: Chat Completions); the keeper counts the tools in their chat
+    form whatever API carries them."""
     own = [t["function"]["name"] for t in request.tools]
-    tools = request.tools if SEARCH_TOOL_NAME in own else (*request.tools, SEARCH_TOOL_SCHEMA)
-    params = dict(request.params)
+    offered = SEARCH_TOOL_NAME not in own
+    neutral = (*request.tools, SEARCH_TOOL_SCHEMA) if offered else tuple(request.tools)
+    if api is None or (api.name == "chat" and request.api == "chat"):
+        tools, search = neutral, SEARCH_TOOL_SCHEMA if offered else None
+        params = dict(request.params)
+        note_fields: tuple[str, ...] = FOR_NOTES
+    else:
+        search = dict(api.search_tool) if offered else None
+        tools = (*api.tools(request), *([search] if search is not None else []))
+        params = translate_params(request.params, request.api, api.name)
+        note_fields = api.note_fields
     for key in LIMIT_FIELDS:  # the window leaves room for reply_reserve tokens, no more
         if isinstance(params.get(key), int) and params[key] > reserve:
             params[key] = reserve
-    note_params = {k: params[k] for k in FOR_NOTES if k in params}
-    note_params[_limit_field(params)] = reserve
+    note_params = {k: params[k] for k in note_fields if k in params}
+    note_params[_limit_field(params, api.name if api is not None else "chat")] = reserve
     return Turn(
         session=session,
-        setup=ModelSetup(system_prompt=request.system_prompt, tools=tuple(tools)),
+        setup=ModelSetup(system_prompt=request.system_prompt, tools=neutral),
         tools=tuple(tools),
         params=params,
         note_params=note_params,
         auth=auth,
         forward=forward,
+        search_tool=search,
+        context=request.context,
     )

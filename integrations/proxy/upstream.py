@@ -34,6 +34,7 @@ from keeper_middleware.integrations.proxy.http_clients import (
     default_client,
 )
 from keeper_middleware.integrations.proxy.streaming import StreamAssembler, StreamPiece
+from keeper_middleware.integrations.proxy.upstream_apis import ChatApi, UpstreamApi
 
 __all__ = ["CallTally", "Forward", "RetryPolicy", "Upstream", "UpstreamError"]
 
@@ -132,21 +133,31 @@ class Upstream:
         forward_auth: bool,
         retry: RetryPolicy,
         transport: httpx.AsyncBaseTransport | None = None,
+        api: UpstreamApi | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.forward_auth = forward_auth
         self.retry = retry
+        self.api: UpstreamApi = api or ChatApi()
+        self.url = f"{self.base_url}{self.api.path}"
         self.client: HttpClient = default_client(
             self.base_url, timeout=retry.timeout, transport=transport
         )
 
-    def _headers(self, auth: str | None) -> dict[str, str]:
+    def _headers(self, auth: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
         elif auth and self.forward_auth:
             headers["authorization"] = auth
+        if self.api.name == "messages":  # Anthropic takes its key as x-api-key
+            _, _, key = headers.pop("authorization", "").partition(" ")
+            if key:
+                headers["x-api-key"] = key
+            headers["anthropic-version"] = "2023-06-01"
+        if extra:
+            headers.update(extra)
         return headers
 
     def _wait(self, attempt: int, error: UpstreamError) -> float:
@@ -161,14 +172,20 @@ class Upstream:
         auth: str | None,
         tally: CallTally,
         forward: Forward | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The upstream's completion. With ``forward``, the upstream is asked for a stream and
-        its text deltas are passed to ``forward`` until a tool call begins; a try that already
-        passed text on is not repeated.
+        """The upstream's completion (a chat completion, whatever API the upstream speaks).
+        With ``forward``, the upstream is asked for a stream and its text deltas are passed to
+        ``forward`` until a tool call begins; a try that already passed text on is not
+        repeated. ``headers`` are added to the request's own.
 
         A failed try is repeated while tries are left and the next one would start within the
         budget (counted from the first try); the last error is raised."""
-        content = orjson.dumps(body if forward is None else _streaming(body))
+        chat = self.api.name == "chat"
+        if forward is None:
+            content = orjson.dumps(body)
+        else:
+            content = orjson.dumps(_streaming(body) if chat else {**body, "stream": True})
         first = time.monotonic()
         for attempt in range(1, self.retry.attempts + 1):
             tally.retries += attempt > 1
@@ -176,7 +193,9 @@ class Upstream:
             started = time.perf_counter()
             try:
                 if forward is None:
-                    return await self._chat_once(content, auth)
+                    return await self._chat_once(content, auth, headers)
+                if not chat:
+                    return await self._stream_native(content, auth, forward, headers)
                 return await self._stream_once(content, auth, forward)
             except UpstreamError as error:
                 tally.failures += 1
@@ -194,19 +213,88 @@ class Upstream:
             tally.waited += time.perf_counter() - slept
         raise AssertionError("unreachable: the last try returns or raises")
 
-    async def _chat_once(self, content: bytes, auth: str | None) -> dict[str, Any]:
-        url = f"{self.base_url}/chat/completions"
+    async def _chat_once(
+        self, content: bytes, auth: str | None, headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
         try:
-            reply = await self.client.post(url, content, self._headers(auth))
+            reply = await self.client.post(self.url, content, self._headers(auth, headers))
         except TransportError as exc:
             raise self._transport_error(exc) from exc
         _raise_for_status(reply)
-        return _completion(reply.body)
+        if self.api.name == "chat":
+            return _completion(reply.body)
+        return self._native(reply.body)
+
+    def _native(self, content: bytes) -> dict[str, Any]:
+        """A Responses or Messages reply read into a chat completion."""
+        try:
+            data = orjson.loads(content)
+            if not isinstance(data, dict):
+                raise MalformedDataError("the reply is not a JSON object")
+            completion = self.api.read(data)
+            ai_from_completion(completion)
+        except ValueError as exc:
+            raise _bad_reply(str(exc), retry=True) from exc
+        return completion
+
+    async def _stream_native(
+        self,
+        content: bytes,
+        auth: str | None,
+        forward: Forward,
+        headers: Mapping[str, str] | None,
+    ) -> dict[str, Any]:
+        """A Responses or Messages stream: events read by the API's assembler."""
+        assembler = self.api.assembler()
+        try:
+            async with self.client.stream(
+                self.url, content, self._headers(auth, headers)
+            ) as response:
+                if response.status >= 400:
+                    body = await response.read()
+                    _raise_for_status(
+                        HttpReply(response.status, response.reason, response.headers, body)
+                    )
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    return self._native(await response.read())
+                async for line in response.lines():
+                    if not line.startswith("data:"):
+                        continue
+                    try:
+                        event = orjson.loads(line[5:].strip())
+                        if not isinstance(event, dict):
+                            continue
+                        problem = assembler.problem(event)
+                        piece = None if problem else assembler.feed(event)
+                    except ValueError as exc:
+                        raise _bad_reply(f"a stream event: {exc}", retry=False) from exc
+                    if problem:
+                        raise UpstreamError(502, "upstream_error", problem, retry=False)
+                    if piece is not None:
+                        await forward(piece)
+        except TransportError as exc:
+            error = self._transport_error(exc)
+            error.retry = error.retry and not assembler.forwarded
+            raise error from exc
+        if not assembler.complete:
+            raise UpstreamError(
+                502,
+                "upstream_truncated",
+                "The model server's stream ended before the reply was complete (no final "
+                "event); the partial reply was not kept. Try again.",
+                retry=not assembler.forwarded,
+            )
+        try:
+            data = assembler.completion()
+            ai_from_completion(data)
+        except ValueError as exc:
+            raise _bad_reply(str(exc), retry=not assembler.forwarded) from exc
+        return data
 
     async def _stream_once(
         self, content: bytes, auth: str | None, forward: Forward
     ) -> dict[str, Any]:
-        url = f"{self.base_url}/chat/completions"
+        url = self.url
         assembler = StreamAssembler()
         try:
             async with self.client.stream(url, content, self._headers(auth)) as response:

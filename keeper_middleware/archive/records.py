@@ -5,12 +5,21 @@ store), and ``item`` is the content's own numbering (the batch, ticket or input 
 to), the only numbering the model ever sees. Every NOTES version is kept with the item range it
 covers, so an audit can compare each one with the truth at that point.
 
+A turn is an immutable record named by its message id and a digest of what it holds
+(:func:`turn_digest`): a message edited under its id, or sent again with new text, is a new
+record beside the old one, never a rewrite. Cuts form a chain, each naming its parent, so a
+conversation that forks (LangGraph time travel, replays, edits) is a tree of cuts over one set of
+records; a :class:`Chain` says which cuts and records one branch sees (docs/branches.md).
+
 The records check themselves when made, so a store (SQLite, PostgreSQL or a user's own) never
 receives a turn without an id or a notes range running backwards.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,17 +31,70 @@ from keeper_middleware.messages import reasoning_of, text_of
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
+    from keeper_middleware.retrievers.base import Spans
+
 __all__ = [
     "ROLES",
+    "TIP",
     "ArchivedTurn",
+    "Chain",
     "CutRecord",
     "MovedUpdate",
     "NotesDraft",
     "NotesVersion",
+    "Tip",
+    "turn_digest",
     "turn_from_message",
 ]
 
 ROLES = ("system", "human", "ai", "tool")
+
+
+class Tip(enum.Enum):
+    """The session's latest cut, whichever branch made it: what a caller that knows no branch
+    means (a linear conversation, the proxy, an audit)."""
+
+    TIP = "tip"
+
+
+TIP = Tip.TIP
+"""The session's latest cut (see :class:`Tip`)."""
+
+Head = str | None | Tip
+"""A branch's latest cut: its key, None before any cut (the root), or :data:`TIP`."""
+
+_FIELD = b"\x1f"
+
+
+def turn_digest(
+    *,
+    item: int | None,
+    role: str,
+    content: str,
+    tool_calls_json: str,
+    tool_call_id: str | None,
+    name: str | None,
+    reasoning: str,
+) -> str:
+    """The name of what a turn holds (32 hex digits of a SHA-256): two turns with one message id
+    are one record only when this matches. PostgreSQL computes the same digest of the rows it
+    migrates (``postgres.schema``), so the bytes hashed are fixed: each field as UTF-8
+    (lone surrogates kept), an optional one as "-" when absent and "+" then its value, fields
+    separated by the unit separator."""
+
+    def optional(value: object) -> bytes:
+        return b"-" if value is None else b"+" + str(value).encode("utf-8", "surrogatepass")
+
+    parts = (
+        optional(item),
+        role.encode("utf-8", "surrogatepass"),
+        content.encode("utf-8", "surrogatepass"),
+        tool_calls_json.encode("utf-8", "surrogatepass"),
+        optional(tool_call_id),
+        optional(name),
+        reasoning.encode("utf-8", "surrogatepass"),
+    )
+    return hashlib.sha256(_FIELD.join(parts)).hexdigest()[:32]
 
 
 def _require_session(session: str) -> None:
@@ -73,6 +135,8 @@ class ArchivedTurn:
     """Reasoning text, kept apart from the content: it is archived but never put back in view."""
     seq: int = -1
     """Order within the session (0-based, gap-free), assigned by the store; ignored on commit."""
+    digest: str = ""
+    """What the turn holds, named (:func:`turn_digest`); worked out when not given."""
 
     def __post_init__(self) -> None:
         _require_session(self.session)
@@ -88,6 +152,25 @@ class ArchivedTurn:
                 f"content must be str, got {type(self.content).__name__}: pass the text"
             )
         _require_json(self.tool_calls_json, "tool_calls_json", list)
+        if not self.digest:
+            object.__setattr__(
+                self,
+                "digest",
+                turn_digest(
+                    item=self.item,
+                    role=self.role,
+                    content=self.content,
+                    tool_calls_json=self.tool_calls_json,
+                    tool_call_id=self.tool_call_id,
+                    name=self.name,
+                    reasoning=self.reasoning,
+                ),
+            )
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The record's name: (message id, digest)."""
+        return self.msg_id, self.digest
 
 
 def turn_from_message(message: BaseMessage, *, session: str, item: int | None) -> ArchivedTurn:
@@ -111,7 +194,8 @@ def turn_from_message(message: BaseMessage, *, session: str, item: int | None) -
 
 
 def _distinct_turns(session: str, turns: Sequence[ArchivedTurn]) -> list[ArchivedTurn]:
-    """Turns in order, each msg_id once; two different turns under one id is a caller bug."""
+    """Turns in order, each msg_id once; two different turns under one id in one cut is a
+    caller bug (a conversation in view never holds one id twice)."""
     seen: dict[str, ArchivedTurn] = {}
     for turn in turns:
         if turn.session != session:
@@ -119,7 +203,7 @@ def _distinct_turns(session: str, turns: Sequence[ArchivedTurn]) -> list[Archive
                 f"turn {turn.msg_id!r} is for session {turn.session!r}, not {session!r}"
             )
         first = seen.setdefault(turn.msg_id, turn)
-        if first != turn:
+        if first.digest != turn.digest:
             raise ConfigurationError(
                 f"two different turns share msg_id {turn.msg_id!r} in one cut; "
                 "give every message its own id"
@@ -211,7 +295,48 @@ class CutRecord:
     session: str
     cut_key: str
     turns_archived: int
-    """Turns this cut added; turns already archived by an earlier cut are not counted."""
+    """Records this cut added; turns already archived on its branch are not counted, nor those
+    another branch archived first (the cut links them instead of copying)."""
     notes_version: int | None
     """The NOTES version written with the cut, if any."""
     created: float
+    parent: str | None = None
+    """The cut before it on its branch (None: the first cut of the branch)."""
+    ordinal: int = 0
+    """1-based order of commit within the session (a child always after its parent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """What one branch of a session sees: the cuts from its head back to the first, and the
+    records they archived or linked. Made by the store (``ArchiveStore.chain``)."""
+
+    session: str
+    head: str | None
+    """The branch's latest cut (None: no cut yet)."""
+    whole: bool
+    """Every cut and record of the session is on it (a session that never forked, at its
+    latest cut): nothing needs filtering."""
+    ordinals: Spans = dataclasses.field(default_factory=lambda: _no_spans())
+    """The ordinals of its cuts (0, before any cut, always)."""
+    seqs: Spans = dataclasses.field(default_factory=lambda: _no_spans())
+    """The ``seq`` of every record it sees, in the order the branch archived them (which is
+    ``seq`` order unless it took up records another branch archived first)."""
+
+    def sees(self, seq: int) -> bool:
+        return self.whole or seq in self.seqs
+
+    def rank(self, seq: int) -> int:
+        """Where a record it sees stands in the branch's order (``seq`` itself when whole)."""
+        return seq if self.whole else self.seqs.rank(seq)
+
+    def holds_ordinal(self, ordinal: int) -> bool:
+        return self.whole or ordinal in self.ordinals
+
+
+def _no_spans() -> Spans:
+    """No positions (imported here: the retrievers' package imports the SQLite archive, which
+    imports this module)."""
+    from keeper_middleware.retrievers.base import Spans
+
+    return Spans()

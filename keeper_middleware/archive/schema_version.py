@@ -5,5 +5,7 @@ from __future__ import annotations
 
 __all__ = ["SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 2
-"""SQLite archive layout: 2 keeps moved STATE entries one row each (``moved_rows``)."""
+SCHEMA_VERSION = 3
+"""SQLite archive layout: 2 keeps moved STATE entries one row each (``moved_rows``); 3 names
+records by id and digest, chains cuts to their parents and logs moved entries per cut
+(docs/branches.md)."""

@@ -7,6 +7,13 @@ committing the same key again returns the first record and changes nothing, whic
 that crashed after the commit but before its graph state was saved recovers without writing a
 second notes version.
 
+Branches: every cut names its parent (the branch's cut before it), so the cuts of one session
+form a tree as LangGraph's checkpoints do, and whatever reads memory names the branch by its
+latest cut (its *head*): the NOTES in effect there, the records it sees, the entries moved out
+of its NOTES. Records are shared, never copied: a turn another branch archived first is linked
+to the cut that needs it. A session that never forked answers everything as before
+(docs/branches.md).
+
 Storage sits behind ``ArchiveStore``: ``SQLiteArchive`` (one file, the embedded default) and
 ``PostgresArchive`` (one database shared by workers and replicas, ``keeper_middleware.postgres``).
 """
@@ -19,19 +26,23 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from keeper_middleware.archive.records import (
+    TIP,
     ArchivedTurn,
+    Chain,
     CutRecord,
+    Head,
     MovedUpdate,
     NotesDraft,
     NotesVersion,
 )
 from keeper_middleware.archive.schema_version import SCHEMA_VERSION
-from keeper_middleware.errors import ArchiveSchemaError, ArgumentTypeError
+from keeper_middleware.errors import ArchiveSchemaError, ArgumentTypeError, UnknownCutError
 
 __all__ = [
     "SCHEMA_VERSION",
     "ArchiveSchemaError",
     "ArchiveStore",
+    "UnknownCutError",
     "open_archive",
     "put_values",
 ]
@@ -53,28 +64,38 @@ class ArchiveStore(Protocol):
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
         moved: MovedUpdate | None = None,
+        parent: Head = TIP,
     ) -> CutRecord:
-        """In one transaction: add the turns not yet archived (by msg_id), the notes version
-        (if any), the change to the moved entries (if any) and the cut record. A cut_key
+        """In one transaction: the records of the turns the branch does not hold yet (by
+        message id and digest; one another branch archived first is linked, not copied), the
+        notes version (if any), the change to the moved entries (if any) and the cut record,
+        with ``parent`` as the cut before it (:data:`TIP`: the session's latest cut). A cut_key
         already committed returns its first record and changes nothing."""
         ...
 
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         """Apply ``update`` to the moved entries outside a cut (copying an archive), in one
-        transaction."""
+        transaction, as of the session's latest cut."""
         ...
 
-    def moved_named(self, session: str, words: Collection[str]) -> list[tuple[str, str]]:
+    def moved_named(
+        self, session: str, words: Collection[str], *, within: Chain | None = None
+    ) -> list[tuple[str, str]]:
         """The moved entries that have a value and whose key's first case-folded word is one of
         ``words`` (``moved_rows.key_lookup``), in the order they moved: the candidates a text
-        with those words may name. Reads only the rows it returns."""
+        with those words may name. Reads only the rows it returns. ``within``: as that branch
+        has them (None: as of the session's latest cut)."""
         ...
 
-    def moved_among(self, session: str, folded: Collection[str]) -> list[str]:
+    def moved_among(
+        self, session: str, folded: Collection[str], *, within: Chain | None = None
+    ) -> list[str]:
         """The moved keys whose case-folded form is one of ``folded`` (with a value or not)."""
         ...
 
-    def moved_rows(self, session: str) -> Iterator[tuple[str, str | None]]:
+    def moved_rows(
+        self, session: str, *, within: Chain | None = None
+    ) -> Iterator[tuple[str, str | None]]:
         """Every moved key with its value (None: none to recall), in the order they moved.
 
         Sessions stored with the old layout (two JSON values) are moved to rows on first use of
@@ -83,6 +104,16 @@ class ArchiveStore(Protocol):
 
     def find_cut(self, session: str, cut_key: str) -> CutRecord | None: ...
 
+    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
+        """Every cut of the session in the order it was committed (all branches), from the
+        one after ordinal ``after``."""
+        ...
+
+    def chain(self, session: str, head: Head = TIP) -> Chain:
+        """What the branch whose latest cut is ``head`` sees (raises ``ArchiveError`` for a cut
+        the session does not have)."""
+        ...
+
     def turns(
         self,
         session: str,
@@ -90,23 +121,53 @@ class ArchiveStore(Protocol):
         from_item: int | None = None,
         to_item: int | None = None,
         after_seq: int = -1,
+        within: Chain | None = None,
     ) -> Iterator[ArchivedTurn]:
-        """Turns in seq order; item bounds are inclusive and leave out turns with no item."""
+        """Turns in seq order; item bounds are inclusive and leave out turns with no item.
+        ``within``: only the records that branch sees (None: every record of the session)."""
         ...
 
-    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
-        """One archived turn by its message id (how an excerpt's pointer is followed)."""
+    def turn(
+        self, session: str, msg_id: str, *, within: Chain | None = None
+    ) -> ArchivedTurn | None:
+        """The latest archived record of a message id (how an excerpt's pointer is followed);
+        ``within``: the latest that branch sees."""
         ...
 
-    def turn_count(self, session: str) -> int: ...
+    def turn_count(self, session: str) -> int:
+        """The records of the session, every branch's."""
+        ...
 
     def archived_ids(self, session: str, msg_ids: Iterable[str]) -> set[str]:
-        """Which of these message ids are already archived."""
+        """Which of these message ids have a record (on any branch)."""
         ...
 
-    def latest_notes(self, session: str) -> NotesVersion | None: ...
+    def set_positions(
+        self,
+        session: str,
+        positions: Sequence[tuple[int, int]],
+        values: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record (seq, the position of the record's first search passage) pairs: how a branch's
+        records are found among the search index's passages (``indexing.catch_up``); with
+        ``values``, upsert those per-session values in the same transaction."""
+        ...
 
-    def notes_versions(self, session: str) -> Iterator[NotesVersion]: ...
+    def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
+        """The recorded first passage position of each of these records (None: not recorded)."""
+        ...
+
+    def latest_notes(self, session: str) -> NotesVersion | None:
+        """The NOTES in effect at the session's latest cut."""
+        ...
+
+    def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
+        """The NOTES in effect at the cut ``head`` (None: no NOTES yet on that branch)."""
+        ...
+
+    def notes_versions(self, session: str) -> Iterator[NotesVersion]:
+        """Every saved version, every branch's, in the order they were written."""
+        ...
 
     def get_value(self, session: str, key: str) -> Any | None: ...
 

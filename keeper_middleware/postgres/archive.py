@@ -10,7 +10,8 @@ rolls back a transaction whose connection is gone), and committing the same ``cu
 returns the first record.
 
 Beyond the contract it implements ``SessionLockBackend`` with the server's advisory locks
-(``locks``).
+(``locks``). Branches (docs/branches.md) are kept as in SQLite: a session that never forked is
+one line of cuts at no extra cost; a forked one reads a branch's chain with one recursive query.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from keeper_middleware.archive.records import (
+    TIP,
     ArchivedTurn,
+    Chain,
     CutRecord,
+    Head,
     MovedUpdate,
     NotesDraft,
     NotesVersion,
@@ -32,12 +36,20 @@ from keeper_middleware.archive.records import (
 )
 from keeper_middleware.archive.rows import (
     CUT_COLUMNS,
+    CUT_INSERT_COLUMNS,
     NOTES_COLUMNS,
     TURN_COLUMNS,
     cut_rows,
+    place_turns,
     require_cut_key,
 )
-from keeper_middleware.errors import ArchiveError, ArgumentTypeError, ConfigurationError
+from keeper_middleware.errors import (
+    ArchiveError,
+    ArgumentTypeError,
+    ConfigurationError,
+    unknown_cut,
+)
+from keeper_middleware.postgres import branches as pg_branches
 from keeper_middleware.postgres import moved as pg_moved
 from keeper_middleware.postgres.connect import (
     check_schema_name,
@@ -150,8 +162,11 @@ class PostgresArchive:
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
         moved: MovedUpdate | None = None,
+        parent: Head = TIP,
     ) -> CutRecord:
-        return self.import_cut(session, cut_key=cut_key, turns=turns, notes=notes, moved=moved)
+        return self.import_cut(
+            session, cut_key=cut_key, turns=turns, notes=notes, moved=moved, parent=parent
+        )
 
     def import_cut(
         self,
@@ -162,6 +177,7 @@ class PostgresArchive:
         notes: NotesDraft | None,
         created: float | None = None,
         moved: MovedUpdate | None = None,
+        parent: Head = TIP,
     ) -> CutRecord:
         """``commit_cut`` keeping the time the cut was first made (for migrations)."""
         _require_session(session)
@@ -183,18 +199,37 @@ class PostgresArchive:
                 f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
                 (session,),
             )
-            next_seq, next_version = conn.execute(
-                f"SELECT next_seq, next_version FROM {s}.sessions WHERE session = %s FOR UPDATE",
+            next_seq, next_version, tip, forked, count = conn.execute(
+                f"SELECT next_seq, next_version, tip, forked, cuts FROM {s}.sessions "
+                "WHERE session = %s FOR UPDATE",
                 (session,),
             ).fetchone()
+            forked = bool(forked)
             row = conn.execute(
                 f"SELECT {CUT_COLUMNS} FROM {s}.cuts WHERE session = %s AND cut_key = %s",
                 (session, cut_key),
             ).fetchone()
             if row is not None:
                 return cut_from_row(row)
-            already = self._archived_ids(conn, session, [t.msg_id for t in pending])
-            new = [t for t in pending if t.msg_id not in already]
+            base = tip if parent is TIP else parent
+            notes_at = None
+            if base is not None:
+                found = conn.execute(
+                    f"SELECT notes_at FROM {s}.cuts WHERE session = %s AND cut_key = %s",
+                    (session, base),
+                ).fetchone()
+                if found is None:
+                    raise unknown_cut(session, base)
+                notes_at = found[0]
+            linear = not forked and base == tip
+            chain = None if linear else pg_branches.chain_at(conn, s, session, base, tip, forked)
+            placed = place_turns(
+                pending,
+                pg_branches.stored(conn, s, session, pending),
+                (lambda seq: True) if chain is None else chain.sees,
+            )
+            new = placed.new
+            ordinal = count + 1
             rows = cut_rows(
                 session,
                 cut_key,
@@ -203,11 +238,16 @@ class PostgresArchive:
                 notes_version=None if notes is None else next_version,
                 first_seq=next_seq,
                 created=time.time() if created is None else created,
+                parent=base,
+                ordinal=ordinal,
+                notes_at=notes_at,
                 text=encoded,
             )
             record = rows.record
             conn.execute(
-                f"INSERT INTO {s}.cuts ({CUT_COLUMNS}) VALUES (%s, %s, %s, %s, %s)", rows.cut
+                f"INSERT INTO {s}.cuts ({CUT_INSERT_COLUMNS}) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                rows.cut,
             )
             if rows.notes is not None:
                 conn.execute(
@@ -215,22 +255,51 @@ class PostgresArchive:
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                     rows.notes,
                 )
-            if new:
-                with conn.cursor() as cursor:
+            with conn.cursor() as cursor:
+                if new:
                     cursor.executemany(
                         f"INSERT INTO {s}.turns ({TURN_COLUMNS}, cut_key) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                         rows.turns,
                     )
+                if placed.links:
+                    cursor.executemany(
+                        f"INSERT INTO {s}.links (session, cut_key, seq, place) "
+                        "VALUES (%s, %s, %s, %s)",
+                        [(session, cut_key, seq, place) for seq, place in placed.links],
+                    )
             conn.execute(
-                f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s WHERE session = %s",
-                (next_seq + len(new), next_version + (notes is not None), session),
+                f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s, tip = %s, "
+                "cuts = %s, forked = %s WHERE session = %s",
+                (
+                    next_seq + len(new),
+                    next_version + (notes is not None),
+                    cut_key,
+                    ordinal,
+                    forked or base != tip,
+                    session,
+                ),
             )
             if moved:
-                pg_moved.adopt_legacy(conn, s, session)
-                pg_moved.apply(conn, s, session, moved)
+                pg_moved.adopt_legacy(conn, s, session, ordinal=count, linear=linear)
+                if chain is None:
+                    pg_moved.apply_linear(conn, s, session, moved, ordinal=ordinal)
+                else:
+                    holds = chain.holds_ordinal
+                    pg_moved.apply(
+                        conn,
+                        s,
+                        session,
+                        moved,
+                        ordinal=ordinal,
+                        holds=lambda o: o == ordinal or holds(o),
+                    )
             self._before_commit(session, cut_key)
         return record
+
+    def chain(self, session: str, head: Head = TIP) -> Chain:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return pg_branches.chain(conn, self.schema, session, head)
 
     def _archived_ids(self, conn: Any, session: str, msg_ids: list[str]) -> set[str]:
         if not msg_ids:
@@ -281,7 +350,18 @@ class PostgresArchive:
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         _require_session(session)
         refuse_nul(session, "session")
-        self._write_moved(session, lambda conn: pg_moved.apply(conn, self.schema, session, update))
+
+        def work(conn: Any) -> None:
+            tip, forked, count = pg_branches.tip_of(conn, self.schema, session)
+            if not forked:
+                pg_moved.apply_linear(conn, self.schema, session, update, ordinal=count)
+                return
+            chain = pg_branches.chain_at(conn, self.schema, session, tip, tip, forked)
+            pg_moved.apply(
+                conn, self.schema, session, update, ordinal=count, holds=chain.holds_ordinal
+            )
+
+        self._write_moved(session, work)
 
     def _write_moved(self, session: str, work: Callable[[Any], None]) -> None:
         """``work`` in one transaction with the session's row locked, after adopting the
@@ -297,7 +377,8 @@ class PostgresArchive:
                 (session,),
             )
             conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session = %s FOR UPDATE", (session,))
-            pg_moved.adopt_legacy(conn, s, session)
+            _, forked, count = pg_branches.tip_of(conn, s, session)
+            pg_moved.adopt_legacy(conn, s, session, ordinal=count, linear=not forked)
             work(conn)
         self._adopted.add(session)
 
@@ -311,22 +392,56 @@ class PostgresArchive:
             self._write_moved(session, lambda conn: None)
         self._adopted.add(session)
 
-    def moved_named(self, session: str, words: Collection[str]) -> list[tuple[str, str]]:
+    def _current(self, conn: Any, session: str, within: Chain | None) -> bool:
+        """Whether a read of moved entries can use the current rows (the branch is the whole of
+        a session that never forked); else it reads the log."""
+        if within is not None:
+            return within.whole
+        return not pg_branches.tip_of(conn, self.schema, session)[1]
+
+    def _holds(self, conn: Any, session: str, within: Chain | None) -> Callable[[int], bool]:
+        return (within or pg_branches.chain(conn, self.schema, session, TIP)).holds_ordinal
+
+    def moved_named(
+        self, session: str, words: Collection[str], *, within: Chain | None = None
+    ) -> list[tuple[str, str]]:
         self._adopt(session)
         with self._errors("reading"), self._live_pool().connection() as conn:
-            return pg_moved.named(conn, self.schema, session, words)
+            if self._current(conn, session, within):
+                return pg_moved.named_current(conn, self.schema, session, words)
+            holds = self._holds(conn, session, within)
+            rows = pg_moved.named(conn, self.schema, session, words, holds)
+        return [(row.key, str(row.value)) for row in rows]
 
-    def moved_among(self, session: str, folded: Collection[str]) -> list[str]:
+    def moved_among(
+        self, session: str, folded: Collection[str], *, within: Chain | None = None
+    ) -> list[str]:
         self._adopt(session)
         with self._errors("reading"), self._live_pool().connection() as conn:
-            return pg_moved.among(conn, self.schema, session, folded)
+            if self._current(conn, session, within):
+                return pg_moved.among_current(conn, self.schema, session, folded)
+            holds = self._holds(conn, session, within)
+            return [row.key for row in pg_moved.among(conn, self.schema, session, folded, holds)]
 
-    def moved_rows(self, session: str) -> Iterator[tuple[str, str | None]]:
+    def moved_rows(
+        self, session: str, *, within: Chain | None = None
+    ) -> Iterator[tuple[str, str | None]]:
         self._adopt(session)
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            current = self._current(conn, session, within)
+            logged = (
+                []
+                if current
+                else pg_moved.every(conn, self.schema, session, self._holds(conn, session, within))
+            )
+        if not current:
+            for row in logged:
+                yield row.key, row.value
+            return
         last = -1
         while True:
             with self._errors("reading"), self._live_pool().connection() as conn:
-                rows = pg_moved.page(conn, self.schema, session, last, _TURN_PAGE)
+                rows = pg_moved.page_current(conn, self.schema, session, last, _TURN_PAGE)
             if not rows:
                 return
             for key, value, _ in rows:
@@ -348,6 +463,13 @@ class PostgresArchive:
         )
         return cut_from_row(rows[0]) if rows else None
 
+    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
+        sql = (
+            f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND ordinal > %s "
+            f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last), after, 6, cut_from_row)
+
     def turns(
         self,
         session: str,
@@ -355,11 +477,12 @@ class PostgresArchive:
         from_item: int | None = None,
         to_item: int | None = None,
         after_seq: int = -1,
+        within: Chain | None = None,
     ) -> Iterator[ArchivedTurn]:
         """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
         _require_session(session)
         where = "session = %s AND seq > %s"
-        bounds: list[int] = []
+        bounds: list[Any] = []
         if from_item is not None:
             where, bounds = where + " AND item >= %s", [*bounds, from_item]
         if to_item is not None:
@@ -368,7 +491,32 @@ class PostgresArchive:
             f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
             f"ORDER BY seq LIMIT {_TURN_PAGE}"
         )
-        return self._pages(sql, lambda last: (session, last, *bounds), after_seq, 9, turn_from_row)
+        if within is None or within.whole:
+            return self._pages(
+                sql, lambda last: (session, last, *bounds), after_seq, 9, turn_from_row
+            )
+        return self._walk(where, session, bounds, after_seq, within)
+
+    def _walk(
+        self, where: str, session: str, bounds: list[Any], after_seq: int, within: Chain
+    ) -> Iterator[ArchivedTurn]:
+        """The records a branch sees, in its own order: each run of its records read in turn."""
+        sql = (
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} AND seq < %s "
+            f"ORDER BY seq LIMIT {_TURN_PAGE}"
+        )
+        for start, end in within.seqs.walk:
+
+            def params(last: int, end: int = end) -> tuple[Any, ...]:
+                return (session, last, *bounds, end)
+
+            yield from self._pages(
+                sql,
+                params,
+                max(after_seq, start - 1),
+                9,
+                turn_from_row,
+            )
 
     def _pages(
         self,
@@ -385,12 +533,20 @@ class PostgresArchive:
             yield from map(make, rows)
             last = rows[-1][key]
 
-    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
+    def turn(
+        self, session: str, msg_id: str, *, within: Chain | None = None
+    ) -> ArchivedTurn | None:
         rows = self._query(
-            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s",
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s "
+            "ORDER BY seq DESC",
             (session, msg_id),
         )
-        return turn_from_row(rows[0]) if rows else None
+        seen = [row for row in rows if within is None or within.sees(int(row[9]))]
+        if not seen:
+            return None
+        if within is None:
+            return turn_from_row(seen[0])
+        return turn_from_row(max(seen, key=lambda row: within.rank(int(row[9]))))
 
     def turn_count(self, session: str) -> int:
         rows = self._query(
@@ -403,13 +559,33 @@ class PostgresArchive:
         with self._errors("reading"), self._live_pool().connection() as conn:
             return self._archived_ids(conn, session, wanted)
 
+    def set_positions(
+        self,
+        session: str,
+        positions: Sequence[tuple[int, int]],
+        values: Mapping[str, Any] | None = None,
+    ) -> None:
+        if positions:
+            with (
+                self._errors("saving positions"),
+                self._live_pool().connection() as conn,
+                conn.transaction(),
+            ):
+                pg_branches.set_positions(conn, self.schema, session, positions)
+        if values:  # after the positions: an index caught up is never ahead of them
+            self.put_values(session, values)
+
+    def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return pg_branches.positions(conn, self.schema, session, seqs)
+
     def latest_notes(self, session: str) -> NotesVersion | None:
-        rows = self._query(
-            f"SELECT {NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
-            "ORDER BY version DESC LIMIT 1",
-            (session,),
-        )
-        return notes_from_row(rows[0]) if rows else None
+        return self.notes_at(session, TIP)
+
+    def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            row = pg_branches.notes_at(conn, self.schema, session, head)
+        return None if row is None else notes_from_row(row)
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""

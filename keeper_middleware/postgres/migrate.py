@@ -1,9 +1,10 @@
 """Moving a SQLite archive (a file, or the proxy's data folder) into PostgreSQL.
 
 Cuts are replayed in the order they were made, each with its own turns and NOTES version and its
-original time, through the same one-transaction commit as a live cut: ``seq`` and notes versions
-come out as they were, and a migration stopped at any point is finished by running it again
-(a cut already copied is recognised by its key and skipped). Per-session values (counters, search
+original time, after the same parent, through the same one-transaction commit as a live cut:
+``seq``, notes versions and the tree of branches come out as they were (a record a cut took up
+from another branch is linked again, not copied), and a migration stopped at any point is
+finished by running it again (a cut already copied is recognised by its key and skipped). Per-session values (counters, search
 guards, the proxy's session records) and the entries moved out of the NOTES are copied after
 the cuts, and the keyword index is rebuilt
 in the database from the archived turns, so the new deployment needs none of the old files. The
@@ -22,6 +23,7 @@ from keeper_middleware.archive.records import ArchivedTurn, MovedUpdate, NotesDr
 from keeper_middleware.archive.schema_version import SCHEMA_VERSION
 from keeper_middleware.errors import ArchiveError
 from keeper_middleware.indexing import INDEXED_SEQ, NEXT_POSITION, catch_up
+from keeper_middleware.moved_rows import LoggedRow
 from keeper_middleware.postgres.archive import PostgresArchive
 from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
 
@@ -62,33 +64,104 @@ def source_file(source: str | Path) -> Path:
     return path
 
 
-def _cuts(raw: sqlite3.Connection, session: str) -> Iterator[tuple[str, float]]:
-    """(cut_key, created) in the order the cuts were committed."""
-    yield from raw.execute(
+def _branched(raw: sqlite3.Connection) -> bool:
+    """Whether the file keeps branches (schema version 3: parents, links, a log of moves)."""
+    return raw.execute("SELECT 1 FROM sqlite_master WHERE name = 'links'").fetchone() is not None
+
+
+def _cuts(raw: sqlite3.Connection, session: str) -> Iterator[tuple[str, float, str | None, int]]:
+    """(cut_key, created, parent, ordinal) in the order the cuts were committed; a file made
+    before branches holds one line of cuts, each after the one before it."""
+    if _branched(raw):
+        yield from raw.execute(
+            "SELECT cut_key, created, parent, ordinal FROM cuts WHERE session = ? ORDER BY ordinal",
+            (session,),
+        )
+        return
+    parent = None
+    rows = raw.execute(
         "SELECT cut_key, created FROM cuts WHERE session = ? ORDER BY rowid", (session,)
+    )
+    for ordinal, (key, created) in enumerate(rows, start=1):
+        yield key, created, parent, ordinal
+        parent = key
+
+
+_TURN = (
+    "SELECT session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, "
+    "reasoning FROM turns"
+)
+
+
+def _turn(row: tuple[object, ...]) -> ArchivedTurn:
+    return ArchivedTurn(
+        session=str(row[0]),
+        msg_id=str(row[1]),
+        item=row[2],  # type: ignore[arg-type]
+        role=str(row[3]),
+        content=str(row[4]),
+        tool_calls_json=str(row[5]),
+        tool_call_id=row[6],  # type: ignore[arg-type]
+        name=row[7],  # type: ignore[arg-type]
+        reasoning=str(row[8]),
     )
 
 
 def _turns_of(raw: sqlite3.Connection, session: str, key: str) -> list[ArchivedTurn]:
-    rows = raw.execute(
-        "SELECT session, msg_id, item, role, content, tool_calls_json, tool_call_id, name, "
-        "reasoning FROM turns WHERE session = ? AND cut_key = ? ORDER BY seq",
-        (session, key),
-    )
-    return [
-        ArchivedTurn(
-            session=row[0],
-            msg_id=row[1],
-            item=row[2],
-            role=row[3],
-            content=row[4],
-            tool_calls_json=row[5],
-            tool_call_id=row[6],
-            name=row[7],
-            reasoning=row[8],
+    """The records a cut brought onto its branch, in its order: its own and, in a file that
+    keeps branches, those it linked from another branch."""
+    owned = [
+        _turn(row)
+        for row in raw.execute(
+            f"{_TURN} WHERE session = ? AND cut_key = ? ORDER BY seq", (session, key)
         )
-        for row in rows
     ]
+    if not _branched(raw):
+        return owned
+    linked = raw.execute(
+        "SELECT l.place, t.session, t.msg_id, t.item, t.role, t.content, t.tool_calls_json, "
+        "t.tool_call_id, t.name, t.reasoning FROM links AS l JOIN turns AS t "
+        "ON t.session = l.session AND t.seq = l.seq WHERE l.session = ? AND l.cut_key = ? "
+        "ORDER BY l.place",
+        (session, key),
+    ).fetchall()
+    turns = list(owned)
+    for row in linked:
+        turns.insert(int(row[0]), _turn(row[1:]))
+    return turns
+
+
+def _moves_of(raw: sqlite3.Connection, session: str, ordinal: int) -> MovedUpdate | None:
+    """What a cut changed in the moved entries, in a file that keeps them as a log."""
+    if not _branched(raw):
+        return None
+    rows = [
+        LoggedRow(
+            id=row[0], ordinal=ordinal, key=row[1], value=row[2], gone=bool(row[3]), place=row[4]
+        )
+        for row in raw.execute(
+            "SELECT id, key, value, gone, place FROM moved_log WHERE session = ? AND ordinal = ? "
+            "ORDER BY id",
+            (session, ordinal),
+        )
+    ]
+    if not rows:
+        return None
+
+    def kept_its_place(row: LoggedRow) -> bool:
+        """A key unset after a recall keeps its place; one moved out anew takes a new one."""
+        earlier = raw.execute(
+            "SELECT 1 FROM moved_log WHERE session = ? AND key = ? AND place = ? AND id < ?",
+            (session, row.key, row.place, row.id),
+        ).fetchone()
+        return earlier is not None
+
+    forgotten = {r.id for r in rows if not r.gone and r.value is None and kept_its_place(r)}
+    return MovedUpdate(
+        drop=tuple(r.key for r in rows if r.gone),
+        forget=tuple(r.key for r in rows if r.id in forgotten),
+        add=tuple((r.key, r.value) for r in rows if not r.gone and r.id not in forgotten),
+    )
 
 
 def _notes_of(raw: sqlite3.Connection, session: str, key: str) -> NotesDraft | None:
@@ -123,7 +196,7 @@ def migrate_session(
 ) -> SessionCopy:
     """Copy one session: its cuts in order, then its values, then rebuild its keyword index."""
     cuts = copied = 0
-    for key, created in _cuts(raw, session):
+    for key, created, parent, ordinal in _cuts(raw, session):
         cuts += 1
         if target.find_cut(session, key) is not None:
             continue
@@ -133,6 +206,8 @@ def migrate_session(
             turns=_turns_of(raw, session, key),
             notes=_notes_of(raw, session, key),
             created=created,
+            moved=_moves_of(raw, session, ordinal),
+            parent=parent,
         )
         copied += 1
     count = _one(raw, "SELECT COUNT(*) FROM turns WHERE session = ?", session)
@@ -149,7 +224,7 @@ def migrate_session(
             target.put_value(session, key, json.loads(value_json))
             values += 1
     moved = _moved_of(raw, session)
-    if moved:
+    if moved and not _branched(raw):
         target.update_moved(session, MovedUpdate(add=moved))
     index.delete_session(session)
     target.put_value(session, INDEXED_SEQ, -1)

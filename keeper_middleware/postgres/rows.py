@@ -30,7 +30,7 @@ def refuse_nul(value: str | None, field: str) -> None:
 
 
 def turn_from_row(row: Sequence[Any]) -> ArchivedTurn:
-    session, msg_id, item, role, content, calls, call_id, name, reasoning, seq = row
+    session, msg_id, item, role, content, calls, call_id, name, reasoning, seq, digest = row
     return ArchivedTurn(
         session=session,
         msg_id=msg_id,
@@ -42,6 +42,7 @@ def turn_from_row(row: Sequence[Any]) -> ArchivedTurn:
         name=name,
         reasoning=decoded(reasoning),
         seq=seq,
+        digest=digest,
     )
 
 
@@ -60,11 +61,13 @@ def notes_from_row(row: Sequence[Any]) -> NotesVersion:
 
 
 def cut_from_row(row: Sequence[Any]) -> CutRecord:
-    session, key, archived, version, created = row
+    session, key, archived, version, created, parent, ordinal = row
     return CutRecord(
         session=session,
         cut_key=key,
         turns_archived=archived,
         notes_version=version,
         created=created,
+        parent=parent,
+        ordinal=ordinal,
     )

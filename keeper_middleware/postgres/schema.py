@@ -84,8 +84,92 @@ MIGRATIONS: tuple[str, ...] = (
     """CREATE INDEX moved_by_word ON {schema}.moved (session, word)""",
     """CREATE INDEX moved_by_folded ON {schema}.moved (session, folded)""",
     """CREATE INDEX moved_by_seq ON {schema}.moved (session, seq)""",
+    # branches (docs/branches.md): cuts chained to their parents, records named by message id
+    # and digest, links to records another branch archived first, moved entries as a log
+    """ALTER TABLE {schema}.sessions ADD COLUMN tip TEXT,
+        ADD COLUMN forked BOOLEAN NOT NULL DEFAULT false,
+        ADD COLUMN cuts INTEGER NOT NULL DEFAULT 0""",
+    """ALTER TABLE {schema}.cuts ADD COLUMN parent TEXT,
+        ADD COLUMN ordinal INTEGER NOT NULL DEFAULT 0,
+        ADD COLUMN first_seq BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN notes_at INTEGER""",
+    # a session was one line of cuts: its order is the order of their records, else of their
+    # notes versions, else of their times; each cut's parent is the one before it
+    """WITH firsts AS (
+        SELECT session, cut_key, MIN(seq) AS first FROM {schema}.turns
+        GROUP BY session, cut_key
+    ), ordered AS (
+        SELECT c.session, c.cut_key, COALESCE(f.first, 0) AS first,
+            ROW_NUMBER() OVER (PARTITION BY c.session
+                ORDER BY f.first NULLS LAST, c.notes_version NULLS LAST, c.created, c.cut_key)
+                AS ordinal
+        FROM {schema}.cuts AS c LEFT JOIN firsts AS f
+            ON f.session = c.session AND f.cut_key = c.cut_key
+    ), chained AS (
+        SELECT o.session, o.cut_key, o.first, o.ordinal,
+            LAG(o.cut_key) OVER (PARTITION BY o.session ORDER BY o.ordinal) AS parent,
+            MAX(c.notes_version) OVER (PARTITION BY o.session ORDER BY o.ordinal
+                ROWS UNBOUNDED PRECEDING) AS notes_at
+        FROM ordered AS o JOIN {schema}.cuts AS c
+            ON c.session = o.session AND c.cut_key = o.cut_key
+    )
+    UPDATE {schema}.cuts AS c SET parent = ch.parent, ordinal = ch.ordinal,
+        first_seq = ch.first, notes_at = ch.notes_at
+    FROM chained AS ch WHERE c.session = ch.session AND c.cut_key = ch.cut_key""",
+    """UPDATE {schema}.sessions AS s SET cuts = n.cuts, tip = n.tip
+    FROM (SELECT DISTINCT ON (session) session, ordinal AS cuts, cut_key AS tip
+          FROM {schema}.cuts ORDER BY session, ordinal DESC) AS n
+    WHERE s.session = n.session""",
+    """ALTER TABLE {schema}.turns ADD COLUMN digest TEXT, ADD COLUMN position BIGINT""",
+    # the same digest as ``records.turn_digest``, over the same bytes
+    """UPDATE {schema}.turns SET digest = left(encode(sha256(
+        (CASE WHEN item IS NULL THEN decode('2d', 'hex') ELSE convert_to('+' || item::text, 'UTF8') END)
+        || decode('1f', 'hex') || convert_to(role, 'UTF8')
+        || decode('1f', 'hex') || content
+        || decode('1f', 'hex') || convert_to(tool_calls_json, 'UTF8')
+        || decode('1f', 'hex') || (CASE WHEN tool_call_id IS NULL THEN decode('2d', 'hex')
+            ELSE convert_to('+' || tool_call_id, 'UTF8') END)
+        || decode('1f', 'hex') || (CASE WHEN name IS NULL THEN decode('2d', 'hex')
+            ELSE convert_to('+' || name, 'UTF8') END)
+        || decode('1f', 'hex') || reasoning), 'hex'), 32)""",
+    """ALTER TABLE {schema}.turns ALTER COLUMN digest SET NOT NULL,
+        DROP CONSTRAINT turns_session_msg_id_key,
+        ADD CONSTRAINT turns_session_msg_id_digest_key UNIQUE (session, msg_id, digest)""",
+    """CREATE INDEX cuts_by_ordinal ON {schema}.cuts (session, ordinal)""",
+    """CREATE TABLE {schema}.links (
+        session TEXT NOT NULL,
+        cut_key TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        place INTEGER NOT NULL,
+        PRIMARY KEY (session, cut_key, seq),
+        FOREIGN KEY (session, cut_key) REFERENCES {schema}.cuts (session, cut_key)
+            ON DELETE CASCADE
+    )""",
+    """CREATE TABLE {schema}.moved_log (
+        session TEXT NOT NULL REFERENCES {schema}.sessions (session) ON DELETE CASCADE,
+        id BIGINT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        key BYTEA NOT NULL,
+        value BYTEA,
+        gone BOOLEAN NOT NULL DEFAULT false,
+        place BIGINT NOT NULL,
+        folded BYTEA NOT NULL,
+        word BYTEA,
+        PRIMARY KEY (session, id)
+    )""",
+    """CREATE INDEX moved_log_by_word ON {schema}.moved_log (session, word)""",
+    """CREATE INDEX moved_log_by_folded ON {schema}.moved_log (session, folded)""",
+    """CREATE INDEX moved_log_by_key ON {schema}.moved_log (session, key)""",
+    # the latest state of each moved key starts the log as of the session's latest cut (the
+    # table stays: a session that never forked keeps reading its current rows there)
+    """INSERT INTO {schema}.moved_log (session, id, ordinal, key, value, gone, place, folded, word)
+    SELECT m.session, m.seq + 1, s.cuts, m.key, m.value, false, m.seq, m.folded, m.word
+    FROM {schema}.moved AS m JOIN {schema}.sessions AS s ON s.session = m.session""",
 )
 """Append only: a released statement is never edited, a change is a new statement."""
+
+BRANCHES_MIGRATION = 11
+"""The first migration of branches (docs/branches.md); the ones before it are 0.2's."""
 
 SETUP_LOCK = 0x6B656570  # "keep": serialises setup across processes (two-int advisory key)
 

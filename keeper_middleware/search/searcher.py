@@ -4,25 +4,38 @@ archive searched or an excerpted message read back page by page, the reply sized
 Never raises for anything the model can send: a bad argument, a repeat or a search past the
 budget gets a "Refused: …" text the model can act on, and the guards' state is read, decided
 and written while the session is held, so parallel searches cannot race past them.
+
+A search runs on a branch (its head, ``branches``): it finds only what that branch archived,
+reads only the records it holds, and, in a graph, takes the guards' state from the branch's own
+messages (``branch_guards``) rather than from the session.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from keeper_middleware.archive.records import ArchivedTurn
+from langchain_core.messages import BaseMessage
+
+from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
+from keeper_middleware.arrivals import ROOM_KEY
+from keeper_middleware.branches import Branches
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
-from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.base import Retriever, search_within
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
+from keeper_middleware.search.branch_guards import GuardBefore, guard_before
 from keeper_middleware.search.guards import SearchCommand, decide
 from keeper_middleware.search.results import render_results
 from keeper_middleware.sessions import SessionState
 from keeper_middleware.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
+
+KEEPER_CHANNEL = "keeper"
+"""The graph state's channel that holds the keeper state (``KeeperGraphState.keeper``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,12 +46,49 @@ class ArchiveSearch:
     retriever: Retriever
     config: KeeperConfig
     tokens: TokenCounter
+    branches: Branches
+    is_new_input: Callable[[BaseMessage], bool]
+    """What counts as new input (the guards start over after it)."""
     index_ready: Callable[[str], None] = lambda session: None
     """Makes sure the session's archived turns are indexed before a search reads the index
     (its catch-up may still be queued right after a cut)."""
 
-    def run(self, session: str, args: object) -> str:
-        """Answer one call from the model's raw arguments."""
+    def answer(
+        self, session: str, args: object, *, state: Mapping[str, Any], call_id: str
+    ) -> tuple[str, dict[str, Any] | None]:
+        """Answer the call ``call_id`` of a graph whose state is ``state``: on the branch its
+        keeper state names, with the guards' state its messages carry. A state without a keeper
+        step's values (a graph that archives by itself, and keeps the session's guards) searches
+        the session as of its latest cut, with the session's guards."""
+        messages = list(state.get("messages") or [])
+        kstate = state.get(KEEPER_CHANNEL)
+        if not isinstance(kstate, Mapping) or not kstate:
+            return self.run(session, args)
+        guard = guard_before(messages, call_id, self.is_new_input, budget=self.config.search_budget)
+        room = kstate.get(ROOM_KEY)
+        return self.run(
+            session,
+            args,
+            head=self.branches.head(session, kstate, messages),
+            guard=guard,
+            room=room if isinstance(room, int) else None,
+        )
+
+    def run(
+        self,
+        session: str,
+        args: object,
+        *,
+        head: Head = TIP,
+        guard: GuardBefore | None = None,
+        room: int | None = None,
+    ) -> tuple[str, dict[str, Any] | None]:
+        """Answer one call from the model's raw arguments, on the branch ``head``: the reply,
+        and what its result carries for the next search (None: nothing).
+
+        ``guard``: the guards' state the call meets, from the branch's messages; without it
+        the session's own is read and written (the proxy, a tool called outside a graph).
+        ``room``: the room a message has in view, as the branch's last step measured it."""
         sessions = self.sessions
         parsed = parse_search_args(args)
         if isinstance(parsed, Refusal):
@@ -46,17 +96,23 @@ class ArchiveSearch:
             with sessions.hold(session):
                 sessions.counters(session).search_refusals += 1
                 sessions.save_counters(session)
-            return parsed.text
+            return parsed.text, None
         if isinstance(parsed, ReadArgs):
             command = SearchCommand(query="", read=parsed.ref, page=parsed.page)
         else:
             command = SearchCommand(
                 query=parsed.query, from_item=parsed.from_item, to_item=parsed.to_item
             )
+        artifact = None
         with sessions.hold(session):
             counters = sessions.counters(session)
-            decision = decide(sessions.guard(session), command, budget=self.config.search_budget)
-            sessions.set_guard(session, decision.state)
+            budget = self.config.search_budget
+            if guard is None:
+                decision = decide(sessions.guard(session), command, budget=budget)
+                sessions.set_guard(session, decision.state)
+            else:
+                decision = decide(guard.state, command, budget=budget)
+                artifact = guard.artifact(decision.state)
             if decision.verdict != "run":
                 log.info(
                     "search %s session=%s key=%r",
@@ -69,20 +125,23 @@ class ArchiveSearch:
             else:
                 counters.searches += 1
             sessions.save_counters(session)
-            room = sessions.room(session, self.config.message_tokens)
+            if room is None:
+                room = sessions.room(session, self.config.message_tokens)
         if decision.verdict != "run":
-            return decision.message
+            return decision.message, artifact
         if isinstance(parsed, ReadArgs):
-            return self.read(session, parsed, room)
+            return self.read(session, parsed, room, head), artifact
         self.index_ready(session)
-        hits = self.retriever.search(
+        hits = search_within(
+            self.retriever,
             parsed.query,
             session=session,
             k=self.config.search_scan,
             from_item=parsed.from_item,
             to_item=parsed.to_item,
+            within=self.branches.passages(session, head),
         )
-        return render_results(
+        text = render_results(
             command,
             hits,
             shown=self.config.search_results,
@@ -90,12 +149,18 @@ class ArchiveSearch:
             max_tokens=max(MIN_EXCERPT_TOKENS, room - 16),
             count=self.tokens.count_text,
         )
+        return text, artifact
 
-    def read(self, session: str, args: ReadArgs, room: int) -> str:
-        """One page of an archived message (what an excerpt's pointer leads to)."""
+    def read(self, session: str, args: ReadArgs, room: int, head: Head = TIP) -> str:
+        """One page of an archived message (what an excerpt's pointer leads to), as the branch
+        ``head`` archived it."""
         archive = self.sessions.archive
         msg_id = archive.get_value(session, f"ref:{args.ref}")
-        turn = archive.turn(session, msg_id if isinstance(msg_id, str) else args.ref)
+        turn = archive.turn(
+            session,
+            msg_id if isinstance(msg_id, str) else args.ref,
+            within=self.branches.chain(session, head),
+        )
         page_tokens = max(MIN_EXCERPT_TOKENS, min(self.config.page_tokens, room - 64))
         return render_page(turn, args, page_tokens, self.tokens.count_text)
 

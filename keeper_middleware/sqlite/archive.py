@@ -1,6 +1,8 @@
 """The SQLite archive backend: WAL mode, one transaction per cut.
 
-The contract it meets is ``ArchiveStore`` (``keeper_middleware.archive.store``).
+The contract it meets is ``ArchiveStore`` (``keeper_middleware.archive.store``). A session that
+never forked answers every question as one line of cuts, at no cost beyond that; once it has
+forked, a branch's chain is read with one recursive query (docs/branches.md).
 """
 
 from __future__ import annotations
@@ -10,13 +12,17 @@ import os
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
 from keeper_middleware.archive.records import (
+    TIP,
     ArchivedTurn,
+    Chain,
     CutRecord,
+    Head,
     MovedUpdate,
     NotesDraft,
     NotesVersion,
@@ -25,19 +31,28 @@ from keeper_middleware.archive.records import (
 )
 from keeper_middleware.archive.rows import (
     CUT_COLUMNS,
+    CUT_INSERT_COLUMNS,
     NOTES_COLUMNS,
     TURN_COLUMNS,
     cut_rows,
+    place_turns,
     require_cut_key,
 )
-from keeper_middleware.errors import ArchiveError, ArgumentTypeError, ConfigurationError
+from keeper_middleware.errors import (
+    ArchiveError,
+    ArgumentTypeError,
+    ConfigurationError,
+    unknown_cut,
+)
 from keeper_middleware.messages import storable_text
 from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
+from keeper_middleware.sqlite import branches as sqlite_branches
 from keeper_middleware.sqlite import moved as sqlite_moved
 from keeper_middleware.sqlite.faults import FileConnection
 from keeper_middleware.sqlite.open import open_archive_file
 
 _T = TypeVar("_T")
+_NOTES_KEPT = 256
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _ID_CHUNK = 500
@@ -96,6 +111,8 @@ class SQLiteArchive:
         self._latest: dict[str, NotesVersion | None] = {}
         """Each session's latest NOTES version as last read or written here (every keeper step
         reads it; only a cut changes it, and cuts of one session run in one process)."""
+        self._notes_at: OrderedDict[tuple[str, Head], NotesVersion] = OrderedDict()
+        """The NOTES in effect at a cut, as last read (they never change once committed)."""
 
     def _live(self) -> FileConnection:
         if self._conn is None:
@@ -133,6 +150,7 @@ class SQLiteArchive:
         turns: Sequence[ArchivedTurn],
         notes: NotesDraft | None,
         moved: MovedUpdate | None = None,
+        parent: Head = TIP,
     ) -> CutRecord:
         _require_session(session)
         require_cut_key(cut_key)
@@ -146,21 +164,47 @@ class SQLiteArchive:
                 if existing is not None:
                     conn.execute("ROLLBACK")
                     return existing
-                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
-                already = self._archived_ids(conn, session, [t.msg_id for t in pending])
+                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                tip, forked, count = sqlite_branches.tip_of(conn, session)
+                base = tip if parent is TIP else parent
+                notes_at = None
+                if base is not None:
+                    found = conn.execute(
+                        "SELECT notes_at FROM cuts WHERE session = ? AND cut_key = ?",
+                        (session, base),
+                    ).fetchone()
+                    if found is None:
+                        raise unknown_cut(session, base)
+                    notes_at = found[0]
+                linear = not forked and base == tip
+                chain = (
+                    None if linear else sqlite_branches.chain_at(conn, session, base, tip, forked)
+                )
+                placed = place_turns(
+                    pending,
+                    sqlite_branches.stored(conn, session, pending),
+                    (lambda seq: True) if chain is None else chain.sees,
+                )
+                ordinal = count + 1
                 rows = cut_rows(
                     session,
                     cut_key,
-                    [t for t in pending if t.msg_id not in already],
+                    placed.new,
                     notes,
                     notes_version=None if notes is None else self._next_version(conn, session),
                     first_seq=conn.execute(
                         "SELECT COALESCE(MAX(seq) + 1, 0) FROM turns WHERE session = ?", (session,)
                     ).fetchone()[0],
                     created=time.time(),
+                    parent=base,
+                    ordinal=ordinal,
+                    notes_at=notes_at,
                 )
                 record = rows.record
-                conn.execute(f"INSERT INTO cuts ({CUT_COLUMNS}) VALUES (?, ?, ?, ?, ?)", rows.cut)
+                conn.execute(
+                    f"INSERT INTO cuts ({CUT_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows.cut,
+                )
                 if rows.notes is not None:
                     conn.execute(
                         f"INSERT INTO notes ({NOTES_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -168,12 +212,30 @@ class SQLiteArchive:
                     )
                 conn.executemany(
                     f"INSERT INTO turns ({TURN_COLUMNS}, cut_key) VALUES "
-                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows.turns,
                 )
+                conn.executemany(
+                    "INSERT INTO links (session, cut_key, seq, place) VALUES (?, ?, ?, ?)",
+                    [(session, cut_key, seq, place) for seq, place in placed.links],
+                )
+                conn.execute(
+                    "UPDATE sessions SET tip = ?, cuts = ?, forked = ? WHERE session = ?",
+                    (cut_key, ordinal, int(forked or base != tip), session),
+                )
                 if moved:
-                    sqlite_moved.adopt_legacy(conn, session)
-                    sqlite_moved.apply(conn, session, moved)
+                    sqlite_moved.adopt_legacy(conn, session, ordinal=count, linear=linear)
+                    if chain is None:
+                        sqlite_moved.apply_linear(conn, session, moved, ordinal=ordinal)
+                    else:
+                        holds = chain.holds_ordinal
+                        sqlite_moved.apply(
+                            conn,
+                            session,
+                            moved,
+                            ordinal=ordinal,
+                            holds=lambda o: o == ordinal or holds(o),
+                        )
                 self._before_commit(session, cut_key)
                 conn.execute("COMMIT")
             except BaseException:
@@ -181,6 +243,10 @@ class SQLiteArchive:
                     conn.execute("ROLLBACK")
                 raise
         return record
+
+    def chain(self, session: str, head: Head = TIP) -> Chain:
+        with self._lock:
+            return sqlite_branches.chain(self._live(), session, head)
 
     @staticmethod
     def _next_version(conn: sqlite3.Connection, session: str) -> int:
@@ -218,6 +284,13 @@ class SQLiteArchive:
         with self._lock:
             return self._find_cut(self._live(), session, cut_key)
 
+    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
+        sql = (
+            f"SELECT {CUT_COLUMNS} FROM cuts WHERE session = ? AND ordinal > ? "
+            f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last), after, "ordinal", _cut)
+
     def turns(
         self,
         session: str,
@@ -225,6 +298,7 @@ class SQLiteArchive:
         from_item: int | None = None,
         to_item: int | None = None,
         after_seq: int = -1,
+        within: Chain | None = None,
     ) -> Iterator[ArchivedTurn]:
         """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
         _require_session(session)
@@ -234,8 +308,28 @@ class SQLiteArchive:
             where, bounds = where + " AND item >= ?", [*bounds, from_item]
         if to_item is not None:
             where, bounds = where + " AND item <= ?", [*bounds, to_item]
+        if within is None or within.whole:
+            sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
+            return self._pages(sql, lambda last: (session, last, *bounds), after_seq, "seq", _turn)
+        return self._walk(where + " AND seq < ?", session, bounds, after_seq, within)
+
+    def _walk(
+        self, where: str, session: str, bounds: list[int], after_seq: int, within: Chain
+    ) -> Iterator[ArchivedTurn]:
+        """The records a branch sees, in its own order: each run of its records read in turn."""
         sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
-        return self._pages(sql, lambda last: (session, last, *bounds), after_seq, "seq", _turn)
+        for start, end in within.seqs.walk:
+
+            def params(last: int, end: int = end) -> tuple[Any, ...]:
+                return (session, last, *bounds, end)
+
+            yield from self._pages(
+                sql,
+                params,
+                max(after_seq, start - 1),
+                "seq",
+                _turn,
+            )
 
     def _pages(
         self,
@@ -252,11 +346,19 @@ class SQLiteArchive:
             yield from map(make, rows)
             last = rows[-1][key]
 
-    def turn(self, session: str, msg_id: str) -> ArchivedTurn | None:
+    def turn(
+        self, session: str, msg_id: str, *, within: Chain | None = None
+    ) -> ArchivedTurn | None:
         rows = self._query(
-            f"SELECT {TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ?", (session, msg_id)
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ? ORDER BY seq DESC",
+            (session, msg_id),
         )
-        return _turn(rows[0]) if rows else None
+        seen = [row for row in rows if within is None or within.sees(int(row["seq"]))]
+        if not seen:
+            return None
+        if within is None:
+            return _turn(seen[0])
+        return _turn(max(seen, key=lambda row: within.rank(int(row["seq"]))))
 
     def turn_count(self, session: str) -> int:
         """The turns archived: a cut numbers its turns on from the last (``commit_cut``) and
@@ -272,17 +374,59 @@ class SQLiteArchive:
         with self._lock:
             return self._archived_ids(self._live(), session, list(dict.fromkeys(msg_ids)))
 
-    def latest_notes(self, session: str) -> NotesVersion | None:
+    def set_positions(
+        self,
+        session: str,
+        positions: Sequence[tuple[int, int]],
+        values: Mapping[str, Any] | None = None,
+    ) -> None:
+        rows = _value_rows(session, values or {})
+        if not positions and not rows:
+            return
         with self._lock:
-            if session in self._latest:
+            conn = self._live()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "UPDATE turns SET position = ? WHERE session = ? AND seq = ?",
+                    [(position, session, seq) for seq, position in positions],
+                )
+                if rows:
+                    conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                    conn.executemany(_UPSERT_VALUE, rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
+        with self._lock:
+            return sqlite_branches.positions(self._live(), session, seqs)
+
+    def latest_notes(self, session: str) -> NotesVersion | None:
+        return self.notes_at(session, TIP)
+
+    def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
+        """Every step reads the NOTES at its head: a cut's never change once it is committed,
+        and the session's latest changes only with a cut, which runs in one process at a time,
+        so both are remembered as last read or written here."""
+        with self._lock:
+            key = (session, head)
+            if head is TIP and session in self._latest:
                 return self._latest[session]
-            rows = self._query(
-                f"SELECT {NOTES_COLUMNS} FROM notes WHERE session = ? "
-                "ORDER BY version DESC LIMIT 1",
-                (session,),
-            )
-            latest = self._latest[session] = _notes(rows[0]) if rows else None
-            return latest
+            if isinstance(head, str) and key in self._notes_at:
+                self._notes_at.move_to_end(key)
+                return self._notes_at[key]
+            row = sqlite_branches.notes_at(self._live(), session, head)
+            found = None if row is None else _notes(row)
+            if head is TIP:
+                self._latest[session] = found
+            elif isinstance(head, str) and found is not None:
+                self._notes_at[key] = found
+                while len(self._notes_at) > _NOTES_KEPT:
+                    self._notes_at.popitem(last=False)
+            return found
 
     def notes_versions(self, session: str) -> Iterator[NotesVersion]:
         """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
@@ -306,29 +450,15 @@ class SQLiteArchive:
 
         One commit instead of one per value is most of what saving a session costs."""
         _require_session(session)
-        rows = []
-        for key, value in values.items():
-            try:
-                # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
-                value_json = storable_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
-            except (TypeError, ValueError) as exc:
-                raise ArgumentTypeError(
-                    f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "
-                    f"{exc}"
-                ) from exc
-            rows.append((session, key, value_json))
+        rows = _value_rows(session, values)
         if not rows:
             return
         with self._lock:
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
-                conn.executemany(
-                    "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
-                    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
-                    rows,
-                )
+                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                conn.executemany(_UPSERT_VALUE, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -337,7 +467,16 @@ class SQLiteArchive:
 
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         _require_session(session)
-        self._write(session, lambda conn: sqlite_moved.apply(conn, session, update))
+
+        def work(conn: sqlite3.Connection) -> None:
+            tip, forked, count = sqlite_branches.tip_of(conn, session)
+            if not forked:
+                sqlite_moved.apply_linear(conn, session, update, ordinal=count)
+                return
+            holds = sqlite_branches.chain_at(conn, session, tip, tip, forked).holds_ordinal
+            sqlite_moved.apply(conn, session, update, ordinal=count, holds=holds)
+
+        self._write(session, work)
 
     def _write(self, session: str, work: Callable[[sqlite3.Connection], None]) -> None:
         """``work`` in one write transaction, after adopting the session's old values."""
@@ -345,8 +484,9 @@ class SQLiteArchive:
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("INSERT OR IGNORE INTO sessions VALUES (?)", (session,))
-                sqlite_moved.adopt_legacy(conn, session)
+                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                _, forked, count = sqlite_branches.tip_of(conn, session)
+                sqlite_moved.adopt_legacy(conn, session, ordinal=count, linear=not forked)
                 work(conn)
                 conn.execute("COMMIT")
             except BaseException:
@@ -369,26 +509,61 @@ class SQLiteArchive:
                 self._write(session, lambda conn: None)
         return conn
 
-    def moved_named(self, session: str, words: Collection[str]) -> list[tuple[str, str]]:
-        with self._lock:
-            return sqlite_moved.named(self._adopt(session), session, words)
+    def _current(self, conn: sqlite3.Connection, session: str, within: Chain | None) -> bool:
+        """Whether a read of moved entries can use the current rows (the branch is the whole of
+        a session that never forked); else it reads the log."""
+        if within is not None:
+            return within.whole
+        return not sqlite_branches.tip_of(conn, session)[1]
 
-    def moved_among(self, session: str, folded: Collection[str]) -> list[str]:
-        with self._lock:
-            return sqlite_moved.among(self._adopt(session), session, folded)
+    def _holds(self, session: str, within: Chain | None) -> Callable[[int], bool]:
+        """Which cut ordinals a read of the log counts (lock held)."""
+        if within is None:
+            within = self.chain(session, TIP)
+        return within.holds_ordinal
 
-    def moved_rows(self, session: str) -> Iterator[tuple[str, str | None]]:
+    def moved_named(
+        self, session: str, words: Collection[str], *, within: Chain | None = None
+    ) -> list[tuple[str, str]]:
         with self._lock:
-            self._adopt(session)
+            conn = self._adopt(session)
+            if self._current(conn, session, within):
+                return sqlite_moved.named_current(conn, session, words)
+            rows = sqlite_moved.named(conn, session, words, self._holds(session, within))
+        return [(row.key, str(row.value)) for row in rows]
+
+    def moved_among(
+        self, session: str, folded: Collection[str], *, within: Chain | None = None
+    ) -> list[str]:
+        with self._lock:
+            conn = self._adopt(session)
+            if self._current(conn, session, within):
+                return sqlite_moved.among_current(conn, session, folded)
+            rows = sqlite_moved.among(conn, session, folded, self._holds(session, within))
+        return [row.key for row in rows]
+
+    def moved_rows(
+        self, session: str, *, within: Chain | None = None
+    ) -> Iterator[tuple[str, str | None]]:
+        with self._lock:
+            conn = self._adopt(session)
+            current = self._current(conn, session, within)
+            logged = (
+                [] if current else sqlite_moved.every(conn, session, self._holds(session, within))
+            )
+        if not current:
+            for entry in logged:
+                yield entry.key, entry.value
+            return
         last = -1
         while True:
             with self._lock:
-                rows = sqlite_moved.every(self._live(), session, last, _TURN_PAGE)
-            if not rows:
+                page = sqlite_moved.every_current(self._live(), session, last, _TURN_PAGE)
+            if not page:
                 return
-            for row in rows:
+            for row in page:
                 yield row[0], row[1]
-            last = rows[-1][2]
+            last = page[-1][2]
 
     def sessions(self) -> list[str]:
         return [row[0] for row in self._query("SELECT session FROM sessions ORDER BY session", ())]
@@ -397,6 +572,8 @@ class SQLiteArchive:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
         with self._lock:
             self._latest.pop(session, None)
+            for key in [k for k in self._notes_at if k[0] == session]:
+                del self._notes_at[key]
             self._live().execute("DELETE FROM sessions WHERE session = ?", (session,))
             self._adopted.discard(session)
 
@@ -419,3 +596,24 @@ class SQLiteArchive:
 
     def __repr__(self) -> str:
         return f"SQLiteArchive({self.path!r})"
+
+
+_UPSERT_VALUE = (
+    "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
+    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json"
+)
+
+
+def _value_rows(session: str, values: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(session, key, JSON) rows of per-session values, or a TypeError naming the key."""
+    rows = []
+    for key, value in values.items():
+        try:
+            # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
+            value_json = storable_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise ArgumentTypeError(
+                f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): {exc}"
+            ) from exc
+        rows.append((session, key, value_json))
+    return rows

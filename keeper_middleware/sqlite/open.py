@@ -2,7 +2,9 @@
 the file proven writable, and every failure explained with the fix.
 
 Kept apart from ``archive`` so the backend's transactions read without the file's setup;
-the moved entries' table is ``moved``'s (schema version 2).
+the moved entries' log is ``moved``'s. Version 3 (branches, docs/branches.md) names records by
+message id and digest, chains cuts to their parents and keeps moved entries as a log; a file of
+version 1 or 2 is brought forward when opened, in one transaction.
 """
 
 from __future__ import annotations
@@ -12,25 +14,18 @@ import sqlite3
 from pathlib import Path
 from typing import Literal
 
+from keeper_middleware.archive.records import turn_digest
 from keeper_middleware.archive.schema_version import SCHEMA_VERSION
 from keeper_middleware.errors import ArchiveError, ArchiveSchemaError
 from keeper_middleware.sqlite import moved as sqlite_moved
 from keeper_middleware.sqlite.faults import FileConnection, describe
 
-_SCHEMA = """
-CREATE TABLE sessions (session TEXT PRIMARY KEY);
-CREATE TABLE cuts (
-    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
-    cut_key TEXT NOT NULL,
-    turns_archived INTEGER NOT NULL,
-    notes_version INTEGER,
-    created REAL NOT NULL,
-    PRIMARY KEY (session, cut_key)
-);
-CREATE TABLE turns (
+_TURNS = """
+CREATE TABLE {name} (
     session TEXT NOT NULL,
     seq INTEGER NOT NULL,
     msg_id TEXT NOT NULL,
+    digest TEXT NOT NULL,
     item INTEGER,
     role TEXT NOT NULL,
     content TEXT NOT NULL,
@@ -39,11 +34,55 @@ CREATE TABLE turns (
     name TEXT,
     reasoning TEXT NOT NULL,
     cut_key TEXT NOT NULL,
+    position INTEGER,
     PRIMARY KEY (session, seq),
-    UNIQUE (session, msg_id),
+    UNIQUE (session, msg_id, digest),
     FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
-);
+)
+"""
+"""A record: ``position`` is its first search passage's (``indexing.catch_up``), NULL until
+indexed (or indexed before version 3: ``indexing.ensure_positions`` works them out)."""
+
+_BRANCHES = """
 CREATE INDEX turns_by_item ON turns(session, item, seq);
+CREATE INDEX cuts_by_ordinal ON cuts(session, ordinal);
+CREATE TABLE links (
+    session TEXT NOT NULL,
+    cut_key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    place INTEGER NOT NULL,
+    PRIMARY KEY (session, cut_key, seq),
+    FOREIGN KEY (session, cut_key) REFERENCES cuts(session, cut_key) ON DELETE CASCADE
+)
+"""
+"""A cut's links to records another branch archived first (``place``: where the record stands
+among the records the cut brings onto its branch)."""
+
+_SCHEMA = (
+    """
+CREATE TABLE sessions (
+    session TEXT PRIMARY KEY,
+    tip TEXT,
+    forked INTEGER NOT NULL DEFAULT 0,
+    cuts INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE cuts (
+    session TEXT NOT NULL REFERENCES sessions(session) ON DELETE CASCADE,
+    cut_key TEXT NOT NULL,
+    turns_archived INTEGER NOT NULL,
+    notes_version INTEGER,
+    created REAL NOT NULL,
+    parent TEXT,
+    ordinal INTEGER NOT NULL DEFAULT 0,
+    first_seq INTEGER NOT NULL DEFAULT 0,
+    notes_at INTEGER,
+    PRIMARY KEY (session, cut_key)
+);
+"""
+    + _TURNS.format(name="turns")
+    + ";"
+    + _BRANCHES
+    + """;
 CREATE TABLE notes (
     session TEXT NOT NULL,
     version INTEGER NOT NULL,
@@ -63,6 +102,33 @@ CREATE TABLE kv (
     PRIMARY KEY (session, key)
 );
 """
+)
+
+_TO_V3 = (
+    """
+ALTER TABLE sessions ADD COLUMN tip TEXT;
+ALTER TABLE sessions ADD COLUMN forked INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN cuts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cuts ADD COLUMN parent TEXT;
+ALTER TABLE cuts ADD COLUMN ordinal INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cuts ADD COLUMN first_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cuts ADD COLUMN notes_at INTEGER;
+"""
+    + _TURNS.format(name="turns_v3")
+    + """;
+INSERT INTO turns_v3 (session, seq, msg_id, digest, item, role, content, tool_calls_json,
+    tool_call_id, name, reasoning, cut_key)
+SELECT session, seq, msg_id,
+    keeper_digest(item, role, content, tool_calls_json, tool_call_id, name, reasoning),
+    item, role, content, tool_calls_json, tool_call_id, name, reasoning, cut_key
+FROM turns;
+DROP TABLE turns;
+ALTER TABLE turns_v3 RENAME TO turns;
+"""
+    + _BRANCHES
+)
+"""Version 2 to 3: the turns table is rebuilt with each record's digest (its id alone no longer
+names it); cuts get their place in a chain (``_chain_cuts``)."""
 
 
 def open_archive_file(
@@ -95,6 +161,7 @@ def open_archive_file(
         raise ArchiveError(_open_failure(path, exc)) from exc
     conn.name_file(path, "the archive")
     conn.row_factory = sqlite3.Row
+    conn.create_function("keeper_digest", 7, _digest, deterministic=True)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={synchronous}")
@@ -141,10 +208,14 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
         found = row[0]
         if found is None:
-            _run(conn, _SCHEMA + sqlite_moved.SCHEMA)
+            _run(conn, _SCHEMA + sqlite_moved.CURRENT + ";" + sqlite_moved.SCHEMA)
             conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-        elif found == 1:  # moved entries were two JSON values: adopted per session on use
-            _run(conn, sqlite_moved.SCHEMA)
+        elif found in (1, 2):
+            if found == 1:  # moved entries were two JSON values: adopted per session on use
+                _run(conn, sqlite_moved.CURRENT)
+            _run(conn, _TO_V3)
+            _chain_cuts(conn)
+            _run(conn, sqlite_moved.SCHEMA + ";" + sqlite_moved.FROM_ROWS)
             conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
         elif found > SCHEMA_VERSION:
             raise ArchiveSchemaError(
@@ -156,6 +227,53 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _digest(
+    item: int | None,
+    role: str,
+    content: str,
+    tool_calls_json: str,
+    tool_call_id: str | None,
+    name: str | None,
+    reasoning: str,
+) -> str:
+    return turn_digest(
+        item=item,
+        role=role,
+        content=content,
+        tool_calls_json=tool_calls_json,
+        tool_call_id=tool_call_id,
+        name=name,
+        reasoning=reasoning,
+    )
+
+
+def _chain_cuts(conn: sqlite3.Connection) -> None:
+    """Before version 3 a session was one line of cuts: each cut's parent is the one committed
+    before it, its records start where the earlier cuts' end, and the NOTES in effect after it
+    are the latest version written by then."""
+    sessions = [row[0] for row in conn.execute("SELECT session FROM sessions")]
+    for session in sessions:
+        rows = conn.execute(
+            "SELECT cut_key, turns_archived, notes_version FROM cuts WHERE session = ? "
+            "ORDER BY rowid",
+            (session,),
+        ).fetchall()
+        parent, first, notes_at, updates = None, 0, None, []
+        for ordinal, (key, archived, version) in enumerate(rows, start=1):
+            notes_at = version if version is not None else notes_at
+            updates.append((parent, ordinal, first, notes_at, session, key))
+            parent, first = key, first + int(archived)
+        conn.executemany(
+            "UPDATE cuts SET parent = ?, ordinal = ?, first_seq = ?, notes_at = ? "
+            "WHERE session = ? AND cut_key = ?",
+            updates,
+        )
+        conn.execute(
+            "UPDATE sessions SET tip = ?, cuts = ? WHERE session = ?",
+            (parent, len(rows), session),
+        )
 
 
 def _check_archive_path(path: Path) -> None:

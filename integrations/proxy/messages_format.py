@@ -1,0 +1,445 @@
+"""Anthropic Messages (``POST /v1/messages``) ⇄ the proxy's internal model (pure functions).
+
+A request is read leniently (plain mappings: Claude Code sends beta fields and a
+``role: "system"`` message inside the conversation that the SDK's param types do not all know):
+
+- ``system`` (a string or text blocks) and every ``role: "system"`` message are the system
+  prompt; the messages leave the conversation (Claude Code sends its environment that way, right
+  after the first user message);
+- a user message's ``tool_result`` blocks are one tool result each, its other blocks (text,
+  images, documents) one user message, in the order they came;
+- an assistant message is one assistant message: text, ``tool_use`` calls, and its
+  ``thinking`` blocks (signatures included) riding along;
+- the client's ``cache_control`` marks are dropped on the way in (Claude Code moves its mark to
+  the newest block on every request; the proxy places its own breakpoints upstream).
+
+Each message carries its blocks (:mod:`.wire`), so a Messages upstream gets them as they came.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+
+from keeper_middleware.errors import MalformedDataError
+from keeper_middleware.integrations.proxy.openai_format import (
+    ChatRequest,
+    RequestError,
+    digest_of,
+    message_from_openai,
+)
+from keeper_middleware.integrations.proxy.wire import (
+    WIRE_KEY,
+    WireContext,
+    attach,
+    content_as_text,
+    foreign_items,
+    native_items,
+)
+from keeper_middleware.messages import text_of
+from keeper_middleware.search.schema import (
+    SEARCH_TOOL_DESCRIPTION,
+    SEARCH_TOOL_NAME,
+    SEARCH_TOOL_PARAMETERS,
+)
+
+__all__ = [
+    "MESSAGES_SEARCH_TOOL",
+    "chat_from_message",
+    "message_blocks",
+    "messages_tools",
+    "messages_usage",
+    "parse_messages_request",
+    "render_messages",
+    "tools_from_messages",
+]
+
+MESSAGES_SEARCH_TOOL: dict[str, Any] = {
+    "name": SEARCH_TOOL_NAME,
+    "description": SEARCH_TOOL_DESCRIPTION,
+    "input_schema": SEARCH_TOOL_PARAMETERS,
+}
+OWN_FIELDS = ("messages", "system", "tools", "stream")
+STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
+           "max_tokens": "length", "refusal": "content_filter", "pause_turn": "stop"}  # fmt: skip
+
+
+def without_cache_marks(block: Any) -> Any:
+    """A block without ``cache_control`` (also inside a tool result's own blocks)."""
+    if not isinstance(block, Mapping):
+        return block
+    out = {k: v for k, v in block.items() if k != "cache_control"}
+    if isinstance(out.get("content"), list):
+        out["content"] = [without_cache_marks(b) for b in out["content"]]
+    return out
+
+
+# ---------------------------------------------------------------------------- tools
+
+
+def tools_from_messages(raw: object) -> tuple[dict[str, Any], ...]:
+    """The client's tools as chat functions (what the keeper counts and a chat upstream is
+    offered); Anthropic's server tools (web search, ...) have no chat form."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(t, Mapping) for t in raw):
+        raise RequestError("'tools' must be a list of tool objects.", param="tools")
+    chat = []
+    for tool in raw:
+        if isinstance(tool.get("name"), str) and isinstance(tool.get("input_schema"), Mapping):
+            function: dict[str, Any] = {"name": tool["name"], "parameters": tool["input_schema"]}
+            if tool.get("description"):
+                function["description"] = str(tool["description"])
+            chat.append({"type": "function", "function": function})
+    return tuple(chat)
+
+
+def messages_tools(chat_tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat function tools as Messages tools (a chat client's tools, upstream)."""
+    out = []
+    for tool in chat_tools:
+        function = tool.get("function") or {}
+        item = {"name": function.get("name"), "input_schema": function.get("parameters") or {}}
+        if function.get("description"):
+            item["description"] = function["description"]
+        out.append(item)
+    return out
+
+
+# ---------------------------------------------------------------------------- the request
+
+
+def parse_messages_request(body: object) -> ChatRequest:
+    """Read a ``POST /v1/messages`` body; a :class:`RequestError` says what is wrong."""
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object with 'messages'.")
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw or not all(isinstance(m, Mapping) for m in raw):
+        raise RequestError("'messages' must be a non-empty list of messages.", param="messages")
+    system = body.get("system")
+    if isinstance(system, str):
+        system_blocks: list[Any] = [{"type": "text", "text": system}] if system else []
+    elif isinstance(system, list):
+        system_blocks = [without_cache_marks(b) for b in system]
+    elif system is None:
+        system_blocks = []
+    else:
+        raise RequestError("'system' must be a string or a list of text blocks.", param="system")
+    messages: list[BaseMessage] = []
+    for index, message in enumerate(raw):
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(content, str | list):
+            raise RequestError(
+                f"messages[{index}].content must be a string or a list of blocks.",
+                param=f"messages[{index}].content",
+            )
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        blocks = [without_cache_marks(b) for b in blocks]
+        if role == "system":
+            system_blocks.append({"type": "text", "text": content_as_text(blocks)})
+        elif role == "user":
+            messages += _user(blocks, index)
+        elif role == "assistant":
+            messages.append(_assistant(blocks, index))
+        else:
+            raise RequestError(
+                f"messages[{index}].role must be user, assistant or system.",
+                param=f"messages[{index}].role",
+            )
+    if not messages:
+        raise RequestError("'messages' holds no user message.", param="messages")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("'stream' must be true or false.", param="stream")
+    tools = body.get("tools") or []
+    context = WireContext(
+        api="messages",
+        system_items=tuple(system_blocks),
+        tools=tuple(without_cache_marks(t) for t in tools if isinstance(t, Mapping)),
+    )
+    texts = [content_as_text([b]) for b in system_blocks]
+    return ChatRequest(
+        system_prompt="\n\n".join(t for t in texts if t) or None,
+        messages=messages,
+        tools=tools_from_messages(body.get("tools")),
+        stream=stream,
+        include_usage=True,
+        params={k: v for k, v in body.items() if k not in OWN_FIELDS},
+        api="messages",
+        context=context,
+        given_digests=tuple(digest_of(m) for m in messages),
+    )
+
+
+def _user(blocks: Sequence[Any], index: int) -> list[BaseMessage]:
+    """A user message's blocks: each tool result a tool message, the rest user messages."""
+    out: list[BaseMessage] = []
+    pending: list[Any] = []
+
+    def flush() -> None:
+        if pending:
+            chat = {"role": "user", "content": content_as_text(pending)}
+            out.append(attach(message_from_openai(chat, index), "messages", pending, role="user"))
+            pending.clear()
+
+    for block in blocks:
+        if isinstance(block, Mapping) and block.get("type") == "tool_result":
+            flush()
+            call_id = block.get("tool_use_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise RequestError(
+                    f"messages[{index}] has a tool_result without a 'tool_use_id'.",
+                    param=f"messages[{index}].content",
+                )
+            inner = block.get("content")
+            text = inner if isinstance(inner, str) else content_as_text(inner or [])
+            chat = {"role": "tool", "tool_call_id": call_id, "content": text}
+            out.append(attach(message_from_openai(chat, index), "messages", [block], role="user"))
+        else:
+            pending.append(block)
+    flush()
+    return out
+
+
+def _assistant(blocks: Sequence[Any], index: int) -> BaseMessage:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    thinking: list[str] = []
+    for block in blocks:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(str(block.get("text") or ""))
+        elif kind == "tool_use":
+            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+            function = {"name": str(block.get("name") or ""), "arguments": arguments}
+            calls.append(
+                {"id": str(block.get("id") or ""), "type": "function", "function": function}
+            )
+        elif kind == "thinking":
+            thinking.append(str(block.get("thinking") or ""))
+    chat: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        chat["tool_calls"] = calls
+    message = message_from_openai(chat, index)
+    if any(thinking):
+        kwargs = {**message.additional_kwargs, "reasoning_content": "\n".join(thinking)}
+        message = message.model_copy(update={"additional_kwargs": kwargs})
+    return attach(message, "messages", blocks, role="assistant")
+
+
+# ---------------------------------------------------------------------------- to the upstream
+
+
+def render_messages(message: BaseMessage) -> dict[str, Any]:
+    """What a Messages upstream reads of one window message: ``{"role", "content": [blocks]}``
+    (the body merges neighbours of one role). Blocks it came in as, when unchanged; else blocks
+    made from its neutral part, keeping thinking blocks and the calls it still holds."""
+    blocks = native_items(message, "messages")
+    role = "assistant" if isinstance(message, AIMessage) else "user"
+    if isinstance(message, SystemMessage):
+        role = "system"
+    if blocks is not None:
+        return {"role": role, "content": blocks}
+    template = _own_blocks(message)
+    text = text_of(message)
+    if isinstance(message, ToolMessage):
+        base = next((b for b in template if b.get("type") == "tool_result"), {})
+        block = {
+            **base,
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": text,
+        }
+        return {"role": "user", "content": [block]}
+    if isinstance(message, AIMessage):
+        kept = [b for b in template if b.get("type") in ("thinking", "redacted_thinking")]
+        if text:
+            kept.append({"type": "text", "text": text})
+        by_id = {b.get("id"): b for b in template if b.get("type") == "tool_use"}
+        for call in message.tool_calls:
+            block = {
+                "type": "tool_use",
+                "id": call["id"],
+                "name": call["name"],
+                "input": call["args"],
+            }
+            kept.append(by_id.get(call["id"]) or block)
+        for bad in message.invalid_tool_calls:
+            block = {"type": "tool_use", "id": bad["id"], "name": bad["name"], "input": {}}
+            kept.append(by_id.get(bad["id"]) or block)
+        return {"role": "assistant", "content": kept}
+    if role == "system":
+        return {"role": "system", "content": text}
+    return {"role": "user", "content": _user_blocks(message, text)}
+
+
+def _own_blocks(message: BaseMessage) -> list[Mapping[str, Any]]:
+    wire = message.additional_kwargs.get(WIRE_KEY)
+    if isinstance(wire, Mapping) and wire.get("api") == "messages":
+        return [b for b in wire.get("items") or [] if isinstance(b, Mapping)]
+    return []
+
+
+def _user_blocks(message: BaseMessage, text: str) -> list[dict[str, Any]]:
+    """A user message's blocks: its images when it came through the Responses API unchanged."""
+    found = foreign_items(message)
+    if found is not None and found[0] == "responses":
+        blocks: list[dict[str, Any]] = []
+        for item in found[1]:
+            content = item.get("content") if isinstance(item, Mapping) else None
+            for part in content if isinstance(content, list) else []:
+                if not isinstance(part, Mapping):
+                    continue
+                if part.get("type") in ("input_text", "text"):
+                    blocks.append({"type": "text", "text": str(part.get("text") or "")})
+                elif part.get("type") == "input_image" and (image := _image_block(part)):
+                    blocks.append(image)
+        if blocks:
+            return [b for b in blocks if b.get("type") != "text" or b["text"]]
+    return [{"type": "text", "text": text}] if text else []
+
+
+def _image_block(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    url = part.get("image_url")
+    if not isinstance(url, str):
+        return None
+    if url.startswith("data:"):
+        head, _, data = url.partition(",")
+        media = head[5:].split(";")[0] or "image/png"
+        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def merged(rendered: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rendered messages with neighbours of one role (user, assistant) merged into one message,
+    as the Messages API takes them; a message left with no block is left out."""
+    out: list[dict[str, Any]] = []
+    for message in rendered:
+        content = message["content"]
+        if not content:
+            continue
+        role = message["role"]
+        if out and role != "system" and out[-1]["role"] == role:
+            out[-1] = {"role": role, "content": [*out[-1]["content"], *content]}
+        else:
+            out.append({"role": role, "content": list(content) if role != "system" else content})
+    return out
+
+
+# ---------------------------------------------------------------------------- replies
+
+
+def chat_from_message(reply: Mapping[str, Any]) -> dict[str, Any]:
+    """A Messages reply as the chat completion the keeper reads; its blocks ride along."""
+    content = reply.get("content")
+    if not isinstance(content, list):
+        raise MalformedDataError("the upstream's message has no content list")
+    message = _assistant(content, 0)
+    assert isinstance(message, AIMessage)
+    chat: dict[str, Any] = {"role": "assistant", "content": text_of(message) or None}
+    calls = [
+        {
+            "id": c["id"],
+            "type": "function",
+            "function": {"name": c["name"], "arguments": json.dumps(c["args"], ensure_ascii=False)},
+        }
+        for c in message.tool_calls
+    ]
+    if calls:
+        chat["tool_calls"] = calls
+    if message.additional_kwargs.get("reasoning_content"):
+        chat["reasoning_content"] = message.additional_kwargs["reasoning_content"]
+    envelope = {k: reply.get(k) for k in ("id", "model", "stop_reason", "stop_sequence", "usage")}
+    chat[WIRE_KEY] = {"api": "messages", "items": list(content), "reply": envelope}
+    reason = _FINISH.get(str(reply.get("stop_reason")), "tool_calls" if calls else "stop")
+    completion: dict[str, Any] = {
+        "id": reply.get("id") or "msg-upstream",
+        "object": "chat.completion",
+        "created": 0,
+        "model": reply.get("model") or "",
+        "choices": [{"index": 0, "message": chat, "finish_reason": reason, "logprobs": None}],
+    }
+    usage = reply.get("usage")
+    if isinstance(usage, Mapping):
+        read = int(usage.get("cache_read_input_tokens") or 0)
+        prompt = int(usage.get("input_tokens") or 0) + read
+        prompt += int(usage.get("cache_creation_input_tokens") or 0)
+        output = int(usage.get("output_tokens") or 0)
+        completion["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": output,
+            "total_tokens": prompt + output,
+            "prompt_tokens_details": {"cached_tokens": read},
+        }
+    return completion
+
+
+def messages_usage(
+    usage: Mapping[str, Any] | None, wire: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A Messages client's usage: the upstream's own when it speaks Messages, else the chat
+    usage split into uncached input and cache reads."""
+    if wire is not None and wire.get("api") == "messages":
+        native = (wire.get("reply") or {}).get("usage")
+        if isinstance(native, Mapping):
+            return dict(native)
+    usage = usage or {}
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return {
+        "input_tokens": max(0, int(usage.get("prompt_tokens") or 0) - cached),
+        "output_tokens": int(usage.get("completion_tokens") or 0),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def message_blocks(
+    message: Mapping[str, Any], wire: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The content blocks a Messages client gets for the agent's ``message`` (without the
+    proxy's hidden calls): the upstream's blocks when it speaks Messages, else blocks made from
+    the message (reasoning from another API is not shown: it has no signature)."""
+    visible = {c.get("id") for c in message.get("tool_calls") or []}
+    if wire is not None and wire.get("api") == "messages":
+        return [
+            dict(b)
+            for b in wire.get("items") or []
+            if b.get("type") != "tool_use" or b.get("id") in visible
+        ]
+    blocks: list[dict[str, Any]] = []
+    text = message.get("content")
+    if isinstance(text, str) and text:
+        blocks.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        raw = function.get("arguments") or "{}"
+        try:
+            given = json.loads(raw)
+        except ValueError:
+            given = None
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "input": given if isinstance(given, dict) else {"arguments": raw},
+            }
+        )
+    return blocks
+
+
+def stop_reason(reason: str, wire: Mapping[str, Any] | None) -> str:
+    """The Messages stop reason for a chat finish reason (the upstream's own when it agrees)."""
+    mapped = STOP_REASONS.get(reason, "end_turn")
+    if reason == "content_filter":
+        mapped = "refusal"
+    native = (wire or {}).get("reply", {}).get("stop_reason") if wire else None
+    if isinstance(native, str) and _FINISH.get(native) == reason:
+        return native
+    return mapped

@@ -74,6 +74,26 @@ def create_keeper_agent(
     search tool (for a model or server without tool calling).
 
     The engine stays reachable as ``agent.keeper`` (counters, NOTES, archive search per thread).
+
+    Args:
+        model: the chat model, or an ``init_chat_model`` string.
+        tools: the agent's tools; the archive search tool is added to them.
+        system_prompt: the agent's system prompt.
+        config: the keeper's settings, for a keeper made here (not with ``keeper=``).
+        keeper: an engine to share between graphs; its own settings then stand, so ``config``,
+            ``archive``, ``retriever`` and ``token_counter`` must be left unset.
+        archive: where a keeper made here archives: a SQLite path, a ``postgresql://`` URL, an
+            :class:`ArchiveStore`, or ``":memory:"``.
+        retriever: the search backend of a keeper made here (see :class:`Keeper`).
+        token_counter: how a keeper made here counts tokens (see :class:`Keeper`).
+        checkpointer: the graph's checkpointer; pair a file archive with a persistent one.
+        name: the compiled graph's name.
+        tool_choice: the work calls' tool choice; note calls never force a tool.
+        search: ``False`` runs without the archive search tool.
+
+    Raises:
+        ConfigurationError: ``keeper=`` given together with the arguments that make a keeper,
+            a ``keeper`` that is not a :class:`Keeper`, or a tool named ``search_archive``.
     """
     engine = make_keeper(keeper, config, archive, retriever, token_counter)
     node = KeeperNode(

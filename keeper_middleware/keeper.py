@@ -120,7 +120,31 @@ class Keeper:
         same) serves the sentences shown next to new questions (``show_retrieved``), so the two
         can be swapped independently. ``namespace`` names the collection a retriever on a
         Chroma server (``"embedding+http://host:port"``) keeps this keeper's passages in; the
-        default is one collection per archive file, so apps sharing a server never collide."""
+        default is one collection per archive file, so apps sharing a server never collide.
+
+        Args:
+            config: the window, budgets and cadence (:class:`KeeperConfig`); its defaults
+                when ``None``.
+            archive: an :class:`ArchiveStore`, a SQLite file path, a ``postgresql://`` URL,
+                or ``":memory:"``.
+            retriever: what answers the search tool: ``"keyword"``, ``"embedding"``,
+                ``"hybrid"`` (with ``+http://host:port`` for a Chroma server), or a retriever.
+            passages_retriever: what finds the passages shown next to new questions; the
+                ``retriever`` when ``None``.
+            token_counter: how tokens are counted: a :class:`TokenCounter`, a tokenizer name,
+                a function from messages to a count, or a chat model.
+            checks: the checks a NOTES change must pass; the default checks when ``None``.
+            question_detector: what marks a message as a question that gets the RULES
+                repeated beside it; the default detector when ``None``.
+            namespace: the Chroma collection this keeper's passages live in on a shared
+                server.
+
+        Raises:
+            ConfigurationError: a ``config`` that is not a :class:`KeeperConfig`, or a
+                retriever or token counter it cannot build.
+            ArgumentTypeError: an ``archive`` of a type it cannot open.
+            ArchiveError: an archive that cannot be opened or is damaged.
+        """
         if config is not None and not isinstance(config, KeeperConfig):
             raise ConfigurationError(
                 f"config={config!r} is a {type(config).__name__}, not a KeeperConfig; pass "

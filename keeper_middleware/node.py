@@ -63,6 +63,18 @@ class KeeperNode:
     ``model`` may be an ``init_chat_model`` string; ``search=False`` leaves the search tool out
     (for a model or server without tool calling). Note calls stay out of user-facing streams and
     callbacks (see :mod:`keeper_middleware.model_calls`).
+
+    Args:
+        keeper: the engine that keeps this graph's memory (one may serve many graphs).
+        model: the chat model the model node calls, or an ``init_chat_model`` string.
+        tools: the tools the model node binds; the archive search tool is added to them.
+        system_prompt: the model node's system prompt (note calls render it the same way).
+        tool_choice: the work calls' tool choice; note calls never force a tool.
+        search: ``False`` leaves the archive search tool out.
+
+    Raises:
+        ConfigurationError: ``keeper`` is not a :class:`Keeper`, ``tools`` is not a list, or
+            one of them is already named ``search_archive`` (rename it, or ``search=False``).
     """
 
     def __init__(
@@ -204,7 +216,20 @@ def keeper_node(
     tool_choice: ToolChoice | None = None,
     search: bool = True,
 ) -> KeeperNode:
-    """Build a :class:`KeeperNode`; add ``node.as_runnable()`` before your model node."""
+    """Build a :class:`KeeperNode`; add ``node.as_runnable()`` before your model node.
+
+    Args:
+        keeper: the engine that keeps this graph's memory (one may serve many graphs).
+        model: the chat model the model node calls, or an ``init_chat_model`` string.
+        tools: the tools the model node binds; the archive search tool is added to them.
+        system_prompt: the model node's system prompt (note calls render it the same way).
+        tool_choice: the work calls' tool choice; note calls never force a tool.
+        search: ``False`` leaves the archive search tool out.
+
+    Raises:
+        ConfigurationError: ``keeper`` is not a :class:`Keeper`, ``tools`` is not a list, or
+            one of them is already named ``search_archive`` (rename it, or ``search=False``).
+    """
     return KeeperNode(
         keeper,
         model=model,

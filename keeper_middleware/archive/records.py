@@ -243,12 +243,17 @@ class NotesVersion:
     """A saved NOTES version."""
 
     session: str
+    """The session (thread) the NOTES belong to."""
     version: int
     """1-based, assigned by the store, one per cut that wrote notes."""
     first_item: int | None
+    """The first item the NOTES cover (``Covers items first–last``); None before any item."""
     last_item: int | None
+    """The last item the NOTES cover."""
     text: str
+    """The NOTES block as the model reads it."""
     data_json: str
+    """The NOTES as structured data (RULES, STATE, OPEN entries), JSON."""
     cut_key: str
     """The cut that wrote it."""
     created: float

@@ -94,9 +94,21 @@ class SQLiteArchive:
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
         check: Literal["quick", "full", "off"] = "quick",
     ) -> None:
-        """``check``: how the file is checked when it is opened (``open_archive_file``):
-        SQLite's ``quick_check`` by default (0.5 s for a 230 MB file), ``"full"`` or
-        ``"off"``."""
+        """Open (or create) the archive file and check it.
+
+        Args:
+            path: the SQLite file, or ``":memory:"``.
+            timeout: seconds to wait for another process's write lock before failing.
+            synchronous: ``"NORMAL"`` (atomic, survives a crash of the process) or ``"FULL"``
+                (also survives a power loss: one fsync a commit).
+            check: how the file is checked when it is opened (``open_archive_file``): SQLite's
+                ``quick_check`` by default (0.5 s for a 230 MB file), ``"full"`` or ``"off"``.
+
+        Raises:
+            ConfigurationError: ``synchronous`` or ``check`` is not one of its values.
+            ArchiveError: the file cannot be opened, is not an archive, or fails its check.
+            ArchiveSchemaError: the file was written by a newer version.
+        """
         if synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError(f'synchronous must be "NORMAL" or "FULL", got {synchronous!r}')
         if check not in ("quick", "full", "off"):

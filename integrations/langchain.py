@@ -139,6 +139,23 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
     tool is added to the agent through ``self.tools``. The session is the run's thread id.
     ``model`` may be an ``init_chat_model`` string; ``search=False`` adds no tool (for a model or
     server without tool calling). ``self.keeper`` is the engine (counters, NOTES, archive search).
+
+    Args:
+        model: the agent's chat model, or an ``init_chat_model`` string.
+        tools: the agent's tools; the archive search tool is added beside them.
+        system_prompt: the agent's system prompt (note calls render it the same way).
+        keeper: an engine to share (its own settings then stand, so ``config``, ``archive``,
+            ``retriever`` and ``token_counter`` stay unset), or a :class:`KeeperConfig`.
+        config: the settings of a keeper made here.
+        archive: where a keeper made here archives (a SQLite path, a ``postgresql://`` URL,
+            an ``ArchiveStore`` or ``":memory:"``).
+        retriever: the search backend of a keeper made here.
+        token_counter: how a keeper made here counts tokens.
+        search: ``False`` adds no archive search tool.
+
+    Raises:
+        ConfigurationError: ``keeper=`` given with the arguments that make a keeper, or a
+            tool of the agent's named ``search_archive``.
     """
 
     state_schema = KeeperAgentState
@@ -149,7 +166,7 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
         *,
         tools: Sequence[Tool] = (),
         system_prompt: str | None = None,
-        keeper: Keeper | None = None,
+        keeper: Keeper | KeeperConfig | None = None,
         config: KeeperConfig | None = None,
         archive: ArchiveStore | str | Path = ":memory:",
         retriever: RetrieverSpec = None,
@@ -417,7 +434,7 @@ def keeper_pre_model_hook(
     *,
     tools: Sequence[Tool] = (),
     system_prompt: str | None = None,
-    keeper: Keeper | None = None,
+    keeper: Keeper | KeeperConfig | None = None,
     config: KeeperConfig | None = None,
     archive: ArchiveStore | str | Path = ":memory:",
     retriever: RetrieverSpec = None,
@@ -438,6 +455,23 @@ def keeper_pre_model_hook(
     that thought to its limit and the stripping of reasoning from stored replies need the
     middleware (``create_agent``) or ``KeeperNode.model_runnable`` in a graph of your own.
     ``search=False`` adds no search tool; ``hook.keeper`` is the engine.
+
+    Args:
+        model: the agent's chat model, or an ``init_chat_model`` string.
+        tools: the agent's tools; the archive search tool is added beside them.
+        system_prompt: the agent's system prompt (note calls render it the same way).
+        keeper: an engine to share (its own settings then stand, so ``config``, ``archive``,
+            ``retriever`` and ``token_counter`` stay unset), or a :class:`KeeperConfig`.
+        config: the settings of a keeper made here.
+        archive: where a keeper made here archives (a SQLite path, a ``postgresql://`` URL,
+            an ``ArchiveStore`` or ``":memory:"``).
+        retriever: the search backend of a keeper made here.
+        token_counter: how a keeper made here counts tokens.
+        search: ``False`` adds no archive search tool.
+
+    Raises:
+        ConfigurationError: ``keeper=`` given with the arguments that make a keeper, or a
+            tool of the agent's named ``search_archive``.
     """
     engine = make_keeper(keeper, config, archive, retriever, token_counter)
     return KeeperPreModelHook(

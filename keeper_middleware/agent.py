@@ -22,14 +22,22 @@ from keeper_middleware.tokens import TokenCounter
 
 
 def make_keeper(
-    keeper: Keeper | None,
+    keeper: Keeper | KeeperConfig | None,
     config: KeeperConfig | None,
     archive: ArchiveStore | str | Path,
     retriever: RetrieverSpec,
     token_counter: TokenCounter | str | None,
 ) -> Keeper:
     """The given keeper, or one made from its arguments; both at once is a mistake, since the
-    given keeper's own settings would silently win."""
+    given keeper's own settings would silently win. A :class:`KeeperConfig` given as ``keeper``
+    is the config of a keeper made here: every entry point takes ``keeper=Keeper(...)`` or
+    ``keeper=KeeperConfig(...)`` alike."""
+    if isinstance(keeper, KeeperConfig):
+        if config is not None:
+            raise ConfigurationError(
+                "keeper= is a KeeperConfig and config= was given too: pass one of them"
+            )
+        keeper, config = None, keeper
     if keeper is None:
         return Keeper(config, archive=archive, retriever=retriever, token_counter=token_counter)
     if not isinstance(keeper, Keeper):
@@ -55,7 +63,7 @@ def create_keeper_agent(
     *,
     system_prompt: str | None = None,
     config: KeeperConfig | None = None,
-    keeper: Keeper | None = None,
+    keeper: Keeper | KeeperConfig | None = None,
     archive: ArchiveStore | str | Path = ":memory:",
     retriever: RetrieverSpec = None,
     token_counter: TokenCounter | str | None = None,
@@ -80,8 +88,9 @@ def create_keeper_agent(
         tools: the agent's tools; the archive search tool is added to them.
         system_prompt: the agent's system prompt.
         config: the keeper's settings, for a keeper made here (not with ``keeper=``).
-        keeper: an engine to share between graphs; its own settings then stand, so ``config``,
-            ``archive``, ``retriever`` and ``token_counter`` must be left unset.
+        keeper: an engine to share between graphs (its own settings then stand, so ``config``,
+            ``archive``, ``retriever`` and ``token_counter`` must be left unset), or a
+            :class:`KeeperConfig` for a keeper made here.
         archive: where a keeper made here archives: a SQLite path, a ``postgresql://`` URL, an
             :class:`ArchiveStore`, or ``":memory:"``.
         retriever: the search backend of a keeper made here (see :class:`Keeper`).

@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMe
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
+from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult, Tool
 from keeper_middleware.messages import as_ai_message
@@ -65,7 +66,8 @@ class KeeperNode:
     callbacks (see :mod:`keeper_middleware.model_calls`).
 
     Args:
-        keeper: the engine that keeps this graph's memory (one may serve many graphs).
+        keeper: the engine that keeps this graph's memory (one may serve many graphs), or a
+            :class:`KeeperConfig` for a keeper of its own (archive in memory).
         model: the chat model the model node calls, or an ``init_chat_model`` string.
         tools: the tools the model node binds; the archive search tool is added to them.
         system_prompt: the model node's system prompt (note calls render it the same way).
@@ -73,13 +75,13 @@ class KeeperNode:
         search: ``False`` leaves the archive search tool out.
 
     Raises:
-        ConfigurationError: ``keeper`` is not a :class:`Keeper`, ``tools`` is not a list, or
+        ConfigurationError: ``keeper`` is neither a :class:`Keeper` nor a config, ``tools`` is not a list, or
             one of them is already named ``search_archive`` (rename it, or ``search=False``).
     """
 
     def __init__(
         self,
-        keeper: Keeper,
+        keeper: Keeper | KeeperConfig,
         *,
         model: BaseChatModel | str,
         tools: Sequence[Tool] = (),
@@ -87,9 +89,12 @@ class KeeperNode:
         tool_choice: ToolChoice | None = None,
         search: bool = True,
     ) -> None:
+        if isinstance(keeper, KeeperConfig):
+            keeper = Keeper(keeper)
         if not isinstance(keeper, Keeper):
             raise ConfigurationError(
-                f"keeper={keeper!r} is a {type(keeper).__name__}; give a Keeper(...)"
+                f"keeper={keeper!r} is a {type(keeper).__name__}; give a Keeper(...) or a "
+                "KeeperConfig(...)"
             )
         chat_model = resolve_chat_model(model)
         self.keeper = keeper
@@ -208,7 +213,7 @@ class KeeperNode:
 
 
 def keeper_node(
-    keeper: Keeper,
+    keeper: Keeper | KeeperConfig,
     *,
     model: BaseChatModel | str,
     tools: Sequence[Tool] = (),
@@ -219,7 +224,8 @@ def keeper_node(
     """Build a :class:`KeeperNode`; add ``node.as_runnable()`` before your model node.
 
     Args:
-        keeper: the engine that keeps this graph's memory (one may serve many graphs).
+        keeper: the engine that keeps this graph's memory (one may serve many graphs), or a
+            :class:`KeeperConfig` for a keeper of its own (archive in memory).
         model: the chat model the model node calls, or an ``init_chat_model`` string.
         tools: the tools the model node binds; the archive search tool is added to them.
         system_prompt: the model node's system prompt (note calls render it the same way).
@@ -227,7 +233,7 @@ def keeper_node(
         search: ``False`` leaves the archive search tool out.
 
     Raises:
-        ConfigurationError: ``keeper`` is not a :class:`Keeper`, ``tools`` is not a list, or
+        ConfigurationError: ``keeper`` is neither a :class:`Keeper` nor a config, ``tools`` is not a list, or
             one of them is already named ``search_archive`` (rename it, or ``search=False``).
     """
     return KeeperNode(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from tests.proxy_upstream import (
     make_app,
     proxy_fixture,  # noqa: F401
     run_items,
+    story,
     text_reply,
     upstream_fixture,  # noqa: F401
 )
@@ -135,29 +137,48 @@ async def test_a_chat_ui_edit_withdraws_what_followed_and_keeps_what_was_archive
     changed. The messages after it still in view are withdrawn, the edited one is new input, and
     whatever a cut had archived stays archived (one memory per session, never edited)."""
     app = make_app(upstream, tmp_path, window=2048)
+    keeper = app.state.proxy.keeper
+    history = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Task: keep the ledger."},
+    ]
+
+    def archived_items() -> set[int]:
+        found = (re.match(r"Item (\d+):", t.content) for t in keeper.archive.turns("default:ui"))
+        return {int(m.group(1)) for m in found if m}
+
     async with client_for(app) as client:
-        history = await run_items(client, 12, "ui")
-        keeper = app.state.proxy.keeper
+        for number in range(1, 40):  # until a cut has archived items and two are still in view
+            history.append({"role": "user", "content": story(number)})
+            response = await client.post(
+                "/v1/chat/completions", json=chat(history), headers={"X-Keeper-Session": "ui"}
+            )
+            history.append(response.json()["choices"][0]["message"])
+            if archived_items() and not archived_items() & {number - 1, number}:
+                break
+        edited_item = number - 1  # still in view, with its reply and one more item after it
+        assert 1 in archived_items() and edited_item not in archived_items()
         archived = [t.content for t in keeper.archive.turns("default:ui")]
-        assert any(text.startswith("Item 2:") for text in archived)
-        assert not any(text.startswith("Item 11:") for text in archived)  # still in view
         at = next(
             i
             for i, m in enumerate(history)
-            if m["role"] == "user" and str(m["content"]).startswith("Item 11:")
+            if m["role"] == "user" and str(m["content"]).startswith(f"Item {edited_item}:")
         )
-        edited = [*history[:at], {"role": "user", "content": "Item 11: correction, domo11 was 4."}]
+        correction = f"Item {edited_item}: correction, domo{edited_item} was 4."
+        edited = [*history[:at], {"role": "user", "content": correction}]
         response = await client.post(
             "/v1/chat/completions", json=chat(edited), headers={"X-Keeper-Session": "ui"}
         )
     assert response.status_code == 200
     sent = [m.get("content") or "" for m in upstream.work_calls[-1]["messages"]]
-    assert sent[-1] == "Item 11: correction, domo11 was 4."
-    assert sum(text.startswith("Item 11:") for text in sent) == 1
-    assert not any(text.startswith("Item 12:") for text in sent)
+    assert sent[-1] == correction
+    assert sum(text.startswith(f"Item {edited_item}:") for text in sent) == 1
+    assert not any(text.startswith(f"Item {number}:") for text in sent)
     after = [t.content for t in keeper.archive.turns("default:ui")]
     assert after[: len(archived)] == archived
-    assert app.state.proxy.stats("default:ui").withdrawn_messages >= 3  # 11, its reply, 12
+    assert (
+        app.state.proxy.stats("default:ui").withdrawn_messages >= 3
+    )  # the item, its reply, the next
     await app.state.proxy.aclose()
 
 

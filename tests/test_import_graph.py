@@ -141,7 +141,7 @@ def test_the_walk_sees_every_folder_and_the_imports_it_should():
     assert "keeper_middleware.integrations.proxy.app" in MODULES
     assert "keeper_middleware.errors" in GRAPH["keeper_middleware.retrievers.base"]
     # deferred imports count: open_archive picks its backend inside the function
-    assert "keeper_middleware.sqlite" in GRAPH["keeper_middleware.archive.store"]
+    assert "keeper_middleware.archive.sqlite" in GRAPH["keeper_middleware.archive.store"]
 
 
 def test_the_cycle_finder_finds_a_loop_through_three_modules():
@@ -162,7 +162,7 @@ def _room(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-BELOW_THE_RETRIEVERS = {"keeper_middleware.errors", "keeper_middleware.sqlite.faults"}
+BELOW_THE_RETRIEVERS = {"keeper_middleware.errors", "keeper_middleware.archive.sqlite.faults"}
 """What a retriever may import from the rest of the package: the errors, and how a SQLite file's
 failures are read (the keyword index is a SQLite file too); both import only the errors."""
 

@@ -12,7 +12,7 @@ from keeper_middleware.graphs.arms import PEER_SETTINGS
 from keeper_middleware.graphs.baselines import default_reply_reserve
 from keeper_middleware.graphs.keeper_arms import notes_budget
 from keeper_middleware.graphs.peers import langmem_summarization_graph
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from tests.fake_model import Received, ScriptedChatModel
 from tests.story_model import batch
 

@@ -15,7 +15,7 @@ from keeper_middleware.bench.reader.misreads import Misreads, misread, misreads_
 from keeper_middleware.bench.reader.text import Event
 from keeper_middleware.bench.run_options import RunOptions, resolve_stream
 from keeper_middleware.bench.runner import run_arm
-from keeper_middleware.changes import SetLine, parse_changes
+from keeper_middleware.notes.changes import SetLine, parse_changes
 from tests.reader_stories import ITEM_2, answers, item_1, notes_request, questions, story
 
 BATCH = [

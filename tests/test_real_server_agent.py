@@ -44,7 +44,7 @@ from keeper_middleware.bench.local_run import (  # noqa: E402
 )
 from keeper_middleware.bench.run_options import resolve_stream  # noqa: E402
 from keeper_middleware.config import KeeperConfig  # noqa: E402
-from keeper_middleware.messages import keeper_kind  # noqa: E402
+from keeper_middleware.messages.facts import keeper_kind  # noqa: E402
 
 
 class ToolForcingModel:

@@ -27,7 +27,7 @@ from keeper_middleware.bench.run_options import (
 from keeper_middleware.bench.runner import run_arm
 from keeper_middleware.bench.steps import CONTINUE_TOOL, TASK_MESSAGES, TASK_TOOL, plan_steps
 from keeper_middleware.bench.streams import read_stream
-from keeper_middleware.messages import keeper_message
+from keeper_middleware.messages.facts import keeper_message
 
 WINDOW = 4096
 

@@ -26,7 +26,7 @@ from keeper_middleware.bench.streams import (
 from keeper_middleware.graphs import build_arm
 from keeper_middleware.graphs.self_edit import PINNED_TAG, PinnedState, apply_edit
 from keeper_middleware.graphs.self_edit.memory import INSTRUCTIONS
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
 
 SELF_EDIT_ARMS = ("self_edit", "self_edit_archive", "self_edit_rules", "free_notes")

@@ -23,6 +23,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from keeper_middleware.archive.sqlite import SQLiteArchive
 from keeper_middleware.bench.marathon.grading import (
     FIXES_FILE,
     RECIPES_FILE,
@@ -44,8 +45,7 @@ from keeper_middleware.bench.marathon.tickets import Ticket, build_tickets
 from keeper_middleware.bench.recording import CallRecorder
 from keeper_middleware.bench.run_options import parse_model
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.notes import parse_notes
-from keeper_middleware.sqlite import SQLiteArchive
+from keeper_middleware.notes.block import parse_notes
 
 WAYS = ("direct", "middleware", "proxy")
 SESSION = "marathon"

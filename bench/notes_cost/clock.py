@@ -144,10 +144,10 @@ class KeeperClock:
     def installed(self) -> Iterator[None]:
         """Times the keeper's methods while the block runs (the originals come back after)."""
         from keeper_middleware.bench.reader import SimulatedReader
-        from keeper_middleware.commit import CutCommit
         from keeper_middleware.keeper import Keeper
-        from keeper_middleware.note_dialogue import NoteDialogue
+        from keeper_middleware.notes.dialogue import NoteDialogue
         from keeper_middleware.search.searcher import ArchiveSearch
+        from keeper_middleware.step.commit import CutCommit
 
         # the search tool of the graphs calls ``run_search_tool``, not ``search``: both are timed
         plain: list[tuple[type, str, str]] = [

@@ -56,7 +56,7 @@ from keeper_middleware.integrations.proxy.tenants import split_stored
 from keeper_middleware.integrations.proxy.turns import Answer, Turn, new_id, shape_turn
 from keeper_middleware.integrations.proxy.upstream import Forward, Upstream, UpstreamError
 from keeper_middleware.keeper import Keeper
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 __all__ = ["Answer", "KeeperProxy", "QuotaError"]

@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
 
-from keeper_middleware.archive.sqlite.faults import FileConnection
 from keeper_middleware.errors import ArchiveError, ConfigurationError, InvalidStateError
+from keeper_middleware.errors.sqlite import FileConnection
 from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 

@@ -41,7 +41,6 @@ from keeper_middleware.archive.rows import (
 )
 from keeper_middleware.archive.sqlite import branches as sqlite_branches
 from keeper_middleware.archive.sqlite import moved as sqlite_moved
-from keeper_middleware.archive.sqlite.faults import FileConnection
 from keeper_middleware.archive.sqlite.open import open_archive_file
 from keeper_middleware.errors import (
     ArchiveError,
@@ -49,6 +48,7 @@ from keeper_middleware.errors import (
     ConfigurationError,
     unknown_cut,
 )
+from keeper_middleware.errors.sqlite import FileConnection
 from keeper_middleware.messages.facts import storable_text
 
 _T = TypeVar("_T")

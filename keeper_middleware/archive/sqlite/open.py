@@ -17,8 +17,8 @@ from typing import Literal
 from keeper_middleware.archive.records import turn_digest
 from keeper_middleware.archive.schema_version import SCHEMA_VERSION
 from keeper_middleware.archive.sqlite import moved as sqlite_moved
-from keeper_middleware.archive.sqlite.faults import FileConnection, describe
 from keeper_middleware.errors import ArchiveError, ArchiveSchemaError
+from keeper_middleware.errors.sqlite import FileConnection, describe
 
 _TURNS = """
 CREATE TABLE {name} (
@@ -142,7 +142,7 @@ def open_archive_file(
     pages checked, or an ``ArchiveError`` that says why not.
 
     The connection fails as ``ArchiveError``s from then on, and refuses to go on once the path
-    no longer names the file it opened (:class:`~keeper_middleware.archive.sqlite.faults.FileConnection`).
+    no longer names the file it opened (:class:`~keeper_middleware.errors.sqlite.FileConnection`).
     ``check`` is how the file is checked when opened: SQLite's ``quick_check`` (every page's
     structure and records: a damaged file is refused here, not at some later cut), the full
     ``integrity_check`` (indexes against their tables too, slower), or not at all.

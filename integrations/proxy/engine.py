@@ -503,4 +503,6 @@ class KeeperProxy:
             await self.slots.aclose()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-        self.keeper.close()
+        # closing waits for the background indexer to drain and closes the archive's files:
+        # blocking work, so it runs in a thread and the loop keeps serving whoever is still on it
+        await asyncio.to_thread(self.keeper.close)

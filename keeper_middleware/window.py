@@ -27,6 +27,7 @@ from keeper_middleware.excerpts import (
 )
 from keeper_middleware.injection import render_rules_block
 from keeper_middleware.items import items_since_notes
+from keeper_middleware.message_memo import SameMessageMemo
 from keeper_middleware.messages import keeper_kind, keeper_message, text_of
 from keeper_middleware.model_setup import ModelSetup
 from keeper_middleware.note_taking import notes_request_text
@@ -52,10 +53,16 @@ class WindowPolicy:
     detector: QuestionDetector
     _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Sizes that are the same for every request of this keeper (the note request's)."""
+    _facts: SameMessageMemo[dict[str, Any]] = field(
+        default_factory=SameMessageMemo, init=False, repr=False, compare=False
+    )
+    """What earlier steps worked out of each message still in view (kind, size, question), so a
+    step classifies only its new messages (:mod:`~keeper_middleware.message_memo`)."""
 
     def classify(self, messages: Sequence[BaseMessage], known: Sequence[Entry] = ()) -> list[Entry]:
-        """The step's entries of ``messages`` (those in ``known`` reused for the same message)."""
-        return classify(messages, self.tokens, self.detector, known)
+        """The step's entries of ``messages`` (those in ``known`` reused for the same message,
+        and what an earlier step worked out of the same unchanged message object)."""
+        return classify(messages, self.tokens, self.detector, known, self._facts)
 
     def count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
         """The request's size as the model receives it (system prompt and tools included)."""

@@ -73,7 +73,7 @@ def _fields(message: BaseMessage) -> tuple[Any, ...]:
     getter = _GETTERS.get(kind)
     if getter is None:
         names = [name for name in _FIELDS if name in kind.model_fields]
-        getter = _GETTERS[kind] = operator.itemgetter(*names)  # type: ignore[assignment]
+        getter = _GETTERS[kind] = operator.itemgetter(*names)
     return (kind, getter(message.__dict__))
 
 

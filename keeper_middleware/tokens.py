@@ -47,7 +47,6 @@ from typing import (
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from keeper_middleware.message_memo import SameMessageMemo
 from keeper_middleware.counter_adapters import ChatModelTokenCounter, MessagesTokenCounter
 from keeper_middleware.errors import (
     ArgumentTypeError,
@@ -55,6 +54,7 @@ from keeper_middleware.errors import (
     KeeperError,
     MissingDependencyError,
 )
+from keeper_middleware.message_memo import SameMessageMemo
 
 if TYPE_CHECKING:
     import httpx

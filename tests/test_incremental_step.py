@@ -12,8 +12,8 @@ at every step, cuts included.
 from __future__ import annotations
 
 import gc
-from dataclasses import asdict
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -50,8 +50,10 @@ def operations(draw: st.DrawFn) -> list[Op]:
     for number in range(draw(st.integers(4, 22))):
         kind = draw(
             st.sampled_from(
-                ["input", "input", "question", "tool", "tool", "reply", "edit", "mutate"]
-                + ["remove", "fork", "blocks"]
+                [
+                    *("input", "input", "question", "tool", "tool", "reply"),
+                    *("edit", "mutate", "remove", "fork", "blocks"),
+                ]
             )
         )
         if kind in ("input", "question", "reply", "blocks"):
@@ -137,10 +139,9 @@ def _apply(arms: tuple[Arm, Arm], op: Op, number: int) -> None:
         elif kind == "remove":
             if history:
                 del history[arg % len(history)]
-        elif kind == "fork":
-            if arm.snapshots:
-                messages, state = arm.snapshots[arg % len(arm.snapshots)]
-                arm.history, arm.state = list(messages), state
+        elif kind == "fork" and arm.snapshots:
+            messages, state = arm.snapshots[arg % len(arm.snapshots)]
+            arm.history, arm.state = list(messages), state
     if kind in ("edit", "mutate"):
         _change(arms, kind, arg)
 
@@ -148,7 +149,7 @@ def _apply(arms: tuple[Arm, Arm], op: Op, number: int) -> None:
 def _change(arms: tuple[Arm, Arm], kind: str, arg: tuple[int, str]) -> None:
     """Edit a message (a new object under its id) or change it in place: the same message in
     both arms, and in place also wherever the kept arm's earlier steps share that object."""
-    kept, fresh = arms
+    kept = arms[0]
     others = [i for i, m in enumerate(kept.history) if not _own(m)]
     if not others:
         return
@@ -240,7 +241,9 @@ def test_the_sequences_make_cuts_and_reuse_what_was_worked_out(
     arm.history = [HumanMessage(content="Tally every counter you read.", id="task")]
     cuts = 0
     for number in range(30):
-        arm.history.append(HumanMessage(content=f"Item {number}: alpha {number}.", id=f"in-{number}"))
+        arm.history.append(
+            HumanMessage(content=f"Item {number}: alpha {number}.", id=f"in-{number}")
+        )
         result = arm.step()
         cuts += result.cut
         if not result.cut:  # what the step worked out of its messages is kept for the next one

@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from keeper_middleware.bench.proxy.growth import GROWTH_HEADER, growth_markdown, measure_growth
 from keeper_middleware.bench.proxy.servers import (
     READ_NEXT,
     ProxyProcess,
@@ -332,9 +333,16 @@ def verdict(rows: Sequence[Row]) -> list[str]:
 
 
 def results_markdown(
-    rows: Sequence[Row], *, label: str, window: int, command: str, seconds: float
+    rows: Sequence[Row],
+    *,
+    label: str,
+    window: int,
+    command: str,
+    seconds: float,
+    growth: Sequence[str] = (),
 ) -> str:
     cores = os.cpu_count() or 0
+    main = [HEADER, *(line for row in rows for line in row.lines()), "", *verdict(rows), ""]
     return "\n".join(
         [
             "# keeper-proxy's overhead beside a bare relay",
@@ -344,11 +352,7 @@ def results_markdown(
             "relay and keeper-proxy each run in their own process; the sessions share one event "
             "loop in a fourth. Figures are medians over the passes, with their range.",
             "",
-            HEADER,
-            *(line for row in rows for line in row.lines()),
-            "",
-            *verdict(rows),
-            "",
+            *main,
             "- *relay or proxy CPU a request*: that process's user + system CPU time over a pass "
             "(read from the process, `/proc/<pid>/task/*/schedstat`), divided by the pass's "
             "requests. It moves far less with other jobs' load than wall-clock time does.",
@@ -362,6 +366,7 @@ def results_markdown(
             f"- *load avg*: the 1-minute load average before and after the row, on {cores} cores "
             "shared with other work.",
             "",
+            *growth,
             f"Measured at commit {_commit()} with `{command}` ({seconds / 60:.1f} minutes).",
             "",
         ]
@@ -380,6 +385,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--window", type=int, default=32_768, help="keeper-proxy's window in tokens"
     )
+    parser.add_argument(
+        "--history",
+        default="",
+        help="also measure keeper-proxy's CPU a request at these numbers of messages in view "
+        "(e.g. 20,200,1000), one row each",
+    )
+    parser.add_argument(
+        "--history-only", action="store_true", help="measure only the --history rows"
+    )
+    parser.add_argument("--history-calls", type=int, default=20, help="measured calls a row")
+    parser.add_argument("--history-sessions", type=int, default=1, help="sessions at once a row")
+    parser.add_argument(
+        "--history-window",
+        type=int,
+        default=1_048_576,
+        help="keeper-proxy's window for the history rows (large enough that nothing is cut)",
+    )
     parser.add_argument("--stream", default="small:rules+overdrawn")
     parser.add_argument("--out", type=Path, default=Path("runs/proxy-overhead"))
 
@@ -391,9 +413,11 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     stream = resolve_stream(args.stream, args.out / "stream")
     calls = agent_inputs(stream, args.calls)
     counts = [int(n) for n in args.sessions.split(",") if n]
+    lengths = [int(n) for n in args.history.split(",") if n]
+    only_history = args.history_only and bool(lengths)
     rows: list[Row] = []
     print(HEADER, flush=True)
-    for delay in (float(d) for d in args.delays.split(",") if d):
+    for delay in (float(d) for d in args.delays.split(",") if d and not only_history):
         rows += measure_upstream(
             delay,
             calls,
@@ -401,6 +425,21 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             repeat=args.repeat,
             window=args.window,
             archive=args.out / "proxy",
+            report=lambda line: print(line, flush=True),
+        )
+    growth = []
+    if lengths:
+        print(GROWTH_HEADER, flush=True)
+        growth = measure_growth(
+            agent_inputs(stream, 10_000),
+            lengths=lengths,
+            calls=args.history_calls,
+            sessions=args.history_sessions,
+            repeat=args.repeat,
+            window=args.history_window,
+            archive=args.out / "proxy-history",
+            start_relay=relay_process,
+            start_proxy=keeper_proxy_process,
             report=lambda line: print(line, flush=True),
         )
     given = list(argv) if argv is not None else sys.argv[1:]
@@ -412,6 +451,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         window=args.window,
         command=command,
         seconds=time.perf_counter() - started,
+        growth=growth_markdown(growth, calls=args.history_calls, window=args.history_window),
     )
     if args.results is not None:
         args.results.parent.mkdir(parents=True, exist_ok=True)

@@ -51,7 +51,8 @@ _FIELDS = (
 )
 """What an answer about a message may depend on, where its type has it."""
 
-_GETTERS: dict[type, Callable[[dict[str, Any]], tuple[Any, ...]]] = {}
+_Getter = Callable[[dict[str, Any]], tuple[Any, ...]]
+_GETTERS: dict[type, _Getter] = {}
 
 
 def _copy(value: Any) -> Any:
@@ -66,15 +67,14 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def _fields(message: BaseMessage) -> tuple[Any, ...]:
-    """The message's fields an answer may depend on, as they are now (read straight from the
-    model's ``__dict__``: one C call, as every read compares them)."""
-    kind = type(message)
+def _getter(kind: type) -> _Getter:
+    """Reads the fields an answer may depend on straight from a model's ``__dict__`` (one C
+    call, as every read compares them)."""
     getter = _GETTERS.get(kind)
     if getter is None:
         names = [name for name in _FIELDS if name in kind.model_fields]
         getter = _GETTERS[kind] = operator.itemgetter(*names)
-    return (kind, getter(message.__dict__))
+    return getter
 
 
 class SameMessageMemo(Generic[V]):
@@ -82,19 +82,15 @@ class SameMessageMemo(Generic[V]):
 
     def __init__(self, most: int = _MOST) -> None:
         self._most = most
-        self._known: dict[int, tuple[weakref.ref[BaseMessage], tuple[Any, ...], V]] = {}
+        self._known: dict[int, tuple[weakref.ref[BaseMessage], _Getter, tuple[Any, ...], V]] = {}
         self._lock = threading.Lock()
 
     def get(self, message: BaseMessage) -> V | None:
         """The value kept for this very object, if it has not changed since; else None."""
         found = self._known.get(id(message))
-        if found is None or found[0]() is not message:
+        if found is None or found[0]() is not message or found[1](message.__dict__) != found[2]:
             return None
-        kind = type(message)
-        getter = _GETTERS.get(kind)
-        if getter is None or (kind, getter(message.__dict__)) != found[1]:
-            return None
-        return found[2]
+        return found[3]
 
     def put(self, message: BaseMessage, value: V) -> None:
         """Keep ``value`` for ``message`` as it is now."""
@@ -116,7 +112,8 @@ class SameMessageMemo(Generic[V]):
             if len(known) >= self._most:
                 log.debug("message memo full (%d messages): starting afresh", len(known))
                 known.clear()
-            known[key] = (ref, _copy(_fields(message)), value)
+            getter = _getter(type(message))
+            known[key] = (ref, getter, _copy(getter(message.__dict__)), value)
 
     def __len__(self) -> int:
         return len(self._known)

@@ -260,7 +260,7 @@ class WindowPolicy:
         room = self.config.budget - sum(parts.values())
         floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
         caps: dict[str, int] = {}
-        for unit in units(entries):
+        for unit in units(entries[_first_unit_with_fresh(entries, seen) :]):
             fresh = [e for e in unit if e.fresh(seen)]
             if not fresh:
                 continue
@@ -461,6 +461,15 @@ class WindowPolicy:
 def _listed(parts: Mapping[str, int]) -> str:
     """The fixed parts as an error names them: "system prompt 24 + tools 400 + ..."."""
     return " + ".join(f"{name} {size}" for name, size in parts.items() if size)
+
+
+def _first_unit_with_fresh(entries: Sequence[Entry], seen: set[str]) -> int:
+    """Where the unit holding the first message not taken in yet starts (the end when there is
+    none): the units before it need no cap, so a step sizes only what is new."""
+    first = next((i for i, e in enumerate(entries) if e.fresh(seen)), len(entries))
+    while 0 < first < len(entries) and entries[first].is_tool_result:
+        first -= 1
+    return first
 
 
 @functools.lru_cache(maxsize=64)

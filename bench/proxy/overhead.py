@@ -343,6 +343,7 @@ def results_markdown(
 ) -> str:
     cores = os.cpu_count() or 0
     main = [HEADER, *(line for row in rows for line in row.lines()), "", *verdict(rows), ""]
+    main = main if rows else []
     return "\n".join(
         [
             "# keeper-proxy's overhead beside a bare relay",

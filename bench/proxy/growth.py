@@ -215,3 +215,66 @@ def growth_markdown(rows: Sequence[GrowthRow], *, calls: int, window: int) -> li
         *(row.line() for row in rows),
         "",
     ]
+
+
+# -- the keeper step alone ------------------------------------------------------------------------
+def step_cpu_ms(length: int, steps: int = 30) -> float:
+    """Median CPU time (this thread's) of one :meth:`Keeper.step` with ``length`` messages in
+    view and nothing cut, each step adding a call and its result to the same message objects,
+    as an adapter hands them over."""
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+    from keeper_middleware.config import KeeperConfig
+    from keeper_middleware.keeper import Keeper, ModelSetup
+
+    keeper = Keeper(KeeperConfig(window=4_000_000), archive=":memory:")
+    setup = ModelSetup(system_prompt=SYSTEM_PROMPT, tools=())
+    messages: list[BaseMessage] = [HumanMessage("Read the whole record and report.", id="task")]
+
+    def add(number: int) -> None:
+        call = {"name": READ_NEXT, "args": {}, "id": f"c{number}"}
+        messages.append(AIMessage("", id=f"a{number}", tool_calls=[call]))
+        text = f"Line {number}: the clerk recorded parcel {number * 7} at the harbour."
+        messages.append(ToolMessage(text, tool_call_id=f"c{number}", id=f"t{number}"))
+
+    def note(request: Sequence[BaseMessage], kwargs: Any) -> AIMessage:
+        return AIMessage("NO CHANGES")
+
+    number = 0
+    while len(messages) < length:
+        number += 1
+        add(number)
+    state: dict[str, Any] | None = None
+    result = keeper.step("s", list(messages), state, setup, note)
+    messages[:], state = result.messages, result.state
+    times = []
+    for _ in range(steps):
+        number += 1
+        add(number)
+        started = time.thread_time()
+        result = keeper.step("s", list(messages), state, setup, note)
+        times.append(time.thread_time() - started)
+        if result.cut:
+            raise RuntimeError("a step cut: the window is too small for this history")
+        messages[:], state = result.messages, result.state
+    keeper.close()
+    return 1000 * statistics.median(times)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m keeper_middleware.bench.proxy.growth 20,200,1000``: the keeper step's CPU at
+    each number of messages in view (no proxy, no HTTP)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("lengths", nargs="?", default="20,200,1000")
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args(argv)
+    print("| messages in view | keeper step CPU (ms, median) | load avg |\n| --- | --- | --- |")
+    for length in (int(n) for n in args.lengths.split(",") if n):
+        print(f"| {length:,} | {step_cpu_ms(length, args.steps):.2f} | {os.getloadavg()[0]:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -67,7 +67,7 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def _getter(kind: type) -> _Getter:
+def _getter(kind: type[BaseMessage]) -> _Getter:
     """Reads the fields an answer may depend on straight from a model's ``__dict__`` (one C
     call, as every read compares them)."""
     getter = _GETTERS.get(kind)

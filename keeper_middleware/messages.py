@@ -194,15 +194,15 @@ def close_unanswered_calls(
     result is placed right after the call's other results, so the pair is whole again.
     """
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    calls = {
+    call_ids = {
         call.get("id")
         for m in messages
         if isinstance(m, AIMessage) and (m.tool_calls or m.invalid_tool_calls)
         for call in (*m.tool_calls, *m.invalid_tool_calls)
     }
-    calls.discard(None)
-    calls.discard("")
-    if calls <= answered:  # every call answered (each step's usual case)
+    call_ids.discard(None)
+    call_ids.discard("")
+    if call_ids <= answered:  # every call answered (each step's usual case)
         return list(messages), 0
     result: list[BaseMessage] = []
     added = 0

@@ -28,9 +28,16 @@ import orjson
 from keeper_middleware.bench.proxy.servers import READ_NEXT, ProxyProcess, upstream_server
 from keeper_middleware.bench.steps import SYSTEM_PROMPT
 
-__all__ = ["GROWTH_HEADER", "GrowthRow", "growth_markdown", "measure_growth", "starting_history"]
+__all__ = [
+    "GROWTH_HEADER",
+    "GrowthRow",
+    "growth_header",
+    "growth_markdown",
+    "measure_growth",
+    "starting_history",
+]
 
-GROWTH_PATHS = ("relay", "keeper-proxy")
+GROWTH_PATHS = ("relay", "keeper-proxy", "baseline")
 
 
 def starting_history(inputs: Sequence[str], length: int) -> list[dict[str, Any]]:
@@ -78,9 +85,11 @@ class GrowthRow:
     def line(self) -> str:
         relay, proxy = self.cpu_ms["relay"], self.cpu_ms["keeper-proxy"]
         ratios = [p / r for r, p in zip(relay, proxy, strict=True) if r]
+        base = self.cpu_ms["baseline"]
         return (
             f"| {self.history:,} | {self.sessions} | {_spread(relay)} | {_spread(proxy)} | "
-            f"{_spread(self.p50_ms['keeper-proxy'], '{:.1f}')} | "
+            + (f"{_spread(base)} | " if base else "")
+            + f"{_spread(self.p50_ms['keeper-proxy'], '{:.1f}')} | "
             f"{_spread(ratios) if ratios else '–'} | "
             f"{self.load_before:.1f} → {self.load_after:.1f} |"
         )
@@ -157,11 +166,12 @@ def measure_growth(
     window: int,
     archive: Path,
     start_relay: Callable[[ProxyProcess], Any],
-    start_proxy: Callable[[ProxyProcess, int, Path], Any],
+    start_proxy: Callable[..., Any],
+    baseline: Path | None = None,
     report: Callable[[str], None] = print,
 ) -> list[GrowthRow]:
-    """One row per history length, the relay and keeper-proxy in interleaved passes, in front
-    of an upstream that answers at once."""
+    """One row per history length, the relay and keeper-proxy (and the ``baseline`` checkout's
+    keeper-proxy) in interleaved passes, in front of an upstream that answers at once."""
     texts = list(inputs[1 : calls + 1]) or [inputs[0]]
     rows: list[GrowthRow] = []
     with ExitStack() as stack:
@@ -169,7 +179,13 @@ def measure_growth(
         relay = stack.enter_context(start_relay(upstream))
         proxy = stack.enter_context(start_proxy(upstream, window, archive))
         middles = {"relay": relay, "keeper-proxy": proxy}
-        for path in GROWTH_PATHS:  # warm: start-up and lazy imports are not measured
+        if baseline is not None:
+            middles["baseline"] = stack.enter_context(
+                start_proxy(
+                    upstream, window, archive.with_name(archive.name + "-baseline"), baseline
+                )
+            )
+        for path in middles:  # warm: start-up and lazy imports are not measured
             url = middles[path].url
             asyncio.run(
                 _grow(url, starting_history(inputs, 6), texts[:3], 1, f"warm-{path}", middles[path])
@@ -178,7 +194,7 @@ def measure_growth(
             row = GrowthRow(length, sessions, load_before=os.getloadavg()[0])
             start = starting_history(inputs, length)
             for number in range(repeat):
-                for path in GROWTH_PATHS:
+                for path in middles:
                     tag = f"grow-{path}-{length}-{number}"
                     spent, times = asyncio.run(
                         _grow(middles[path].url, start, texts, sessions, tag, middles[path])
@@ -198,7 +214,20 @@ GROWTH_HEADER = (
 )
 
 
-def growth_markdown(rows: Sequence[GrowthRow], *, calls: int, window: int) -> list[str]:
+def growth_header(baseline: str | None) -> str:
+    """The growth table's header (with the baseline's column when one was measured)."""
+    if baseline is None:
+        return GROWTH_HEADER
+    head, rule = GROWTH_HEADER.split("\n")
+    head = head.replace(
+        "| keeper-proxy p50", f"| keeper-proxy at {baseline} CPU a request (ms) | keeper-proxy p50"
+    )
+    return f"{head}\n{rule} --- |"
+
+
+def growth_markdown(
+    rows: Sequence[GrowthRow], *, calls: int, window: int, baseline: str | None = None
+) -> list[str]:
     """The growth table and what it measured, as lines of the results file."""
     if not rows:
         return []
@@ -211,7 +240,7 @@ def growth_markdown(rows: Sequence[GrowthRow], *, calls: int, window: int) -> li
         "message stays in view. Instant upstream; CPU a request as in the table above, over "
         "those calls only.",
         "",
-        GROWTH_HEADER,
+        growth_header(baseline),
         *(row.line() for row in rows),
         "",
     ]

@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from keeper_middleware.bench.proxy.growth import GROWTH_HEADER, growth_markdown, measure_growth
+from keeper_middleware.bench.proxy.growth import growth_header, growth_markdown, measure_growth
 from keeper_middleware.bench.proxy.servers import (
     READ_NEXT,
     ProxyProcess,
@@ -233,15 +233,16 @@ def relay_process(upstream: ProxyProcess) -> Iterator[ProxyProcess]:
 
 @contextmanager
 def keeper_proxy_process(
-    upstream: ProxyProcess, window: int, archive: Path
+    upstream: ProxyProcess, window: int, archive: Path, checkout: Path | None = None
 ) -> Iterator[ProxyProcess]:
-    """The ``keeper-proxy`` command itself, as a user starts it."""
+    """The ``keeper-proxy`` command itself, as a user starts it (``checkout``: that source
+    tree's code instead of the installed one, to measure two versions side by side)."""
     shutil.rmtree(archive, ignore_errors=True)
     port = free_port()
     command = [sys.executable, "-m", "keeper_middleware.integrations.proxy"]
     command += ["--upstream", f"{upstream.url}/v1", "--window", str(window), "--port", str(port)]
     command += ["--archive-dir", str(archive), "--log-level", "warning", "--max-body-mb", "512"]
-    with spawn(command, port) as (pid, url):
+    with spawn(command, port, cwd=checkout) as (pid, url):
         yield ProxyProcess(pid, url)
 
 
@@ -302,14 +303,14 @@ HEADER = (
 )
 
 
-def _commit() -> str:
+def _commit(checkout: Path | None = None) -> str:
     try:
         done = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             check=True,
-            cwd=Path(__file__).resolve().parent,
+            cwd=checkout or Path(__file__).resolve().parent,
         )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -396,6 +397,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--history-only", action="store_true", help="measure only the --history rows"
     )
     parser.add_argument("--history-calls", type=int, default=20, help="measured calls a row")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a checkout of another version (git worktree add DIR COMMIT): its keeper-proxy is "
+        "measured in the history rows too, interleaved with this one",
+    )
     parser.add_argument("--history-sessions", type=int, default=1, help="sessions at once a row")
     parser.add_argument(
         "--history-window",
@@ -429,8 +437,9 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             report=lambda line: print(line, flush=True),
         )
     growth = []
+    base_label = _commit(args.baseline) if args.baseline else None
     if lengths:
-        print(GROWTH_HEADER, flush=True)
+        print(growth_header(base_label), flush=True)
         growth = measure_growth(
             agent_inputs(stream, 10_000),
             lengths=lengths,
@@ -441,6 +450,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             archive=args.out / "proxy-history",
             start_relay=relay_process,
             start_proxy=keeper_proxy_process,
+            baseline=args.baseline.resolve() if args.baseline else None,
             report=lambda line: print(line, flush=True),
         )
     given = list(argv) if argv is not None else sys.argv[1:]
@@ -452,7 +462,9 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         window=args.window,
         command=command,
         seconds=time.perf_counter() - started,
-        growth=growth_markdown(growth, calls=args.history_calls, window=args.history_window),
+        growth=growth_markdown(
+            growth, calls=args.history_calls, window=args.history_window, baseline=base_label
+        ),
     )
     if args.results is not None:
         args.results.parent.mkdir(parents=True, exist_ok=True)

@@ -425,7 +425,8 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     lengths = [int(n) for n in args.history.split(",") if n]
     only_history = args.history_only and bool(lengths)
     rows: list[Row] = []
-    print(HEADER, flush=True)
+    if not only_history:
+        print(HEADER, flush=True)
     for delay in (float(d) for d in args.delays.split(",") if d and not only_history):
         rows += measure_upstream(
             delay,

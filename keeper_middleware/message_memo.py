@@ -26,7 +26,7 @@ import logging
 import operator
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -51,7 +51,7 @@ _FIELDS = (
 )
 """What an answer about a message may depend on, where its type has it."""
 
-_Getter = Callable[[dict[str, Any]], tuple[Any, ...]]
+_Getter = Callable[[Mapping[str, Any]], tuple[Any, ...]]
 _GETTERS: dict[type, _Getter] = {}
 
 

@@ -1,7 +1,8 @@
 """A step that starts from what earlier steps worked out of the messages still in view decides
 exactly as a step that works everything out afresh.
 
-Two keepers take the same random sequence of inputs, tool rounds, replies, edits (a message
+Two keepers take the same random sequence of inputs, tool rounds (some with a result too big to
+stay whole in view), replies, edits (a message
 replaced under its id), changes made in place to a message object, removals and forks (a
 conversation taken up again from an earlier step). One keeps the message objects from step to
 step, as an adapter does (so what it worked out of them is reused); the other is handed fresh
@@ -52,12 +53,14 @@ def operations(draw: st.DrawFn) -> list[Op]:
             st.sampled_from(
                 [
                     *("input", "input", "question", "tool", "tool", "reply"),
-                    *("edit", "mutate", "remove", "fork", "blocks"),
+                    *("edit", "mutate", "remove", "fork", "blocks", "big"),
                 ]
             )
         )
         if kind in ("input", "question", "reply", "blocks"):
             ops.append((kind, _text(draw, f"Item {number}:")))
+        elif kind == "big":  # more than a message may take in view: archived whole, excerpted
+            ops.append((kind, _text(draw, "Result:") * draw(st.integers(20, 60))))
         elif kind == "tool":
             ops.append((kind, (draw(st.integers(1, 3)), _text(draw, "Result:"))))
         elif kind in ("edit", "mutate"):
@@ -123,6 +126,15 @@ def _apply(arms: tuple[Arm, Arm], op: Op, number: int) -> None:
             history.append(HumanMessage(content=f"{arg} What is alpha now?", id=f"q-{number}"))
         elif kind == "reply":
             history.append(AIMessage(content=arg, id=f"r-{number}"))
+        elif kind == "big":
+            history.append(
+                AIMessage(
+                    content="",
+                    id=f"a-{number}",
+                    tool_calls=[{"name": "read", "args": {}, "id": f"c-{number}"}],
+                )
+            )
+            history.append(ToolMessage(content=arg, tool_call_id=f"c-{number}", id=f"t-{number}"))
         elif kind == "tool":
             calls, text = arg
             ids = [f"c-{number}-{i}" for i in range(calls)]

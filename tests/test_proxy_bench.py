@@ -280,6 +280,38 @@ def test_proxy_overhead_measures_the_three_paths_side_by_side(tmp_path: Path) ->
     assert "keeper-proxy spends" in table and "Measured at commit" in table
 
 
+@pytest.mark.slow
+def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path: Path) -> None:
+    """``--history``: a row per number of messages in view, keeper-proxy beside the relay and
+    beside another checkout's keeper-proxy (here this one's), and no main table with
+    ``--history-only``."""
+    from keeper_middleware.bench.cli import main as bench_main
+    from keeper_middleware.bench.proxy.growth import starting_history
+
+    assert len(starting_history(["task", "a", "b"], 12)) == 12
+    results = tmp_path / "proxy_overhead.md"
+    checkout = Path(__file__).resolve().parent.parent
+    code = bench_main(
+        [
+            "proxy-overhead",
+            *("--history", "6,12", "--history-only", "--history-calls", "2", "--repeat", "1"),
+            *("--stream", "tiny:rules", "--baseline", str(checkout)),
+            *("--out", str(tmp_path / "run"), "--results", str(results)),
+        ]
+    )
+    table = results.read_text()
+    assert code == 0
+    assert "| instant |" not in table
+    rows = [
+        line.split(" | ") for line in table.splitlines() if line.startswith(("| 6 |", "| 12 |"))
+    ]
+    assert [row[0] for row in rows] == ["| 6", "| 12"]
+    for row in rows:
+        relay, proxy, baseline = (float(cell.split()[0]) for cell in row[2:5])
+        assert relay > 0 and proxy > 0 and baseline > 0  # each read from its own process
+    assert "keeper-proxy at " in table and "As the history grows" in table
+
+
 def test_the_bare_relay_passes_bodies_statuses_and_streams_through() -> None:
     import asyncio
 

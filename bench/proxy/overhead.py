@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from keeper_middleware.bench.proxy.growth import growth_header, growth_markdown, measure_growth
 from keeper_middleware.bench.proxy.servers import (
     READ_NEXT,
     ProxyProcess,
@@ -232,15 +233,16 @@ def relay_process(upstream: ProxyProcess) -> Iterator[ProxyProcess]:
 
 @contextmanager
 def keeper_proxy_process(
-    upstream: ProxyProcess, window: int, archive: Path
+    upstream: ProxyProcess, window: int, archive: Path, checkout: Path | None = None
 ) -> Iterator[ProxyProcess]:
-    """The ``keeper-proxy`` command itself, as a user starts it."""
+    """The ``keeper-proxy`` command itself, as a user starts it (``checkout``: that source
+    tree's code instead of the installed one, to measure two versions side by side)."""
     shutil.rmtree(archive, ignore_errors=True)
     port = free_port()
     command = [sys.executable, "-m", "keeper_middleware.integrations.proxy"]
     command += ["--upstream", f"{upstream.url}/v1", "--window", str(window), "--port", str(port)]
     command += ["--archive-dir", str(archive), "--log-level", "warning", "--max-body-mb", "512"]
-    with spawn(command, port) as (pid, url):
+    with spawn(command, port, cwd=checkout) as (pid, url):
         yield ProxyProcess(pid, url)
 
 
@@ -301,14 +303,14 @@ HEADER = (
 )
 
 
-def _commit() -> str:
+def _commit(checkout: Path | None = None) -> str:
     try:
         done = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             check=True,
-            cwd=Path(__file__).resolve().parent,
+            cwd=checkout or Path(__file__).resolve().parent,
         )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -332,9 +334,17 @@ def verdict(rows: Sequence[Row]) -> list[str]:
 
 
 def results_markdown(
-    rows: Sequence[Row], *, label: str, window: int, command: str, seconds: float
+    rows: Sequence[Row],
+    *,
+    label: str,
+    window: int,
+    command: str,
+    seconds: float,
+    growth: Sequence[str] = (),
 ) -> str:
     cores = os.cpu_count() or 0
+    main = [HEADER, *(line for row in rows for line in row.lines()), "", *verdict(rows), ""]
+    main = main if rows else []
     return "\n".join(
         [
             "# keeper-proxy's overhead beside a bare relay",
@@ -344,11 +354,7 @@ def results_markdown(
             "relay and keeper-proxy each run in their own process; the sessions share one event "
             "loop in a fourth. Figures are medians over the passes, with their range.",
             "",
-            HEADER,
-            *(line for row in rows for line in row.lines()),
-            "",
-            *verdict(rows),
-            "",
+            *main,
             "- *relay or proxy CPU a request*: that process's user + system CPU time over a pass "
             "(read from the process, `/proc/<pid>/task/*/schedstat`), divided by the pass's "
             "requests. It moves far less with other jobs' load than wall-clock time does.",
@@ -362,6 +368,7 @@ def results_markdown(
             f"- *load avg*: the 1-minute load average before and after the row, on {cores} cores "
             "shared with other work.",
             "",
+            *growth,
             f"Measured at commit {_commit()} with `{command}` ({seconds / 60:.1f} minutes).",
             "",
         ]
@@ -380,6 +387,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--window", type=int, default=32_768, help="keeper-proxy's window in tokens"
     )
+    parser.add_argument(
+        "--history",
+        default="",
+        help="also measure keeper-proxy's CPU a request at these numbers of messages in view "
+        "(e.g. 20,200,1000), one row each",
+    )
+    parser.add_argument(
+        "--history-only", action="store_true", help="measure only the --history rows"
+    )
+    parser.add_argument("--history-calls", type=int, default=20, help="measured calls a row")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a checkout of another version (git worktree add DIR COMMIT): its keeper-proxy is "
+        "measured in the history rows too, interleaved with this one",
+    )
+    parser.add_argument("--history-sessions", type=int, default=1, help="sessions at once a row")
+    parser.add_argument(
+        "--history-window",
+        type=int,
+        default=1_048_576,
+        help="keeper-proxy's window for the history rows (large enough that nothing is cut)",
+    )
     parser.add_argument("--stream", default="small:rules+overdrawn")
     parser.add_argument("--out", type=Path, default=Path("runs/proxy-overhead"))
 
@@ -391,9 +422,12 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     stream = resolve_stream(args.stream, args.out / "stream")
     calls = agent_inputs(stream, args.calls)
     counts = [int(n) for n in args.sessions.split(",") if n]
+    lengths = [int(n) for n in args.history.split(",") if n]
+    only_history = args.history_only and bool(lengths)
     rows: list[Row] = []
-    print(HEADER, flush=True)
-    for delay in (float(d) for d in args.delays.split(",") if d):
+    if not only_history:
+        print(HEADER, flush=True)
+    for delay in (float(d) for d in args.delays.split(",") if d and not only_history):
         rows += measure_upstream(
             delay,
             calls,
@@ -401,6 +435,23 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             repeat=args.repeat,
             window=args.window,
             archive=args.out / "proxy",
+            report=lambda line: print(line, flush=True),
+        )
+    growth = []
+    base_label = _commit(args.baseline) if args.baseline else None
+    if lengths:
+        print(growth_header(base_label), flush=True)
+        growth = measure_growth(
+            agent_inputs(stream, 10_000),
+            lengths=lengths,
+            calls=args.history_calls,
+            sessions=args.history_sessions,
+            repeat=args.repeat,
+            window=args.history_window,
+            archive=args.out / "proxy-history",
+            start_relay=relay_process,
+            start_proxy=keeper_proxy_process,
+            baseline=args.baseline.resolve() if args.baseline else None,
             report=lambda line: print(line, flush=True),
         )
     given = list(argv) if argv is not None else sys.argv[1:]
@@ -412,6 +463,9 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         window=args.window,
         command=command,
         seconds=time.perf_counter() - started,
+        growth=growth_markdown(
+            growth, calls=args.history_calls, window=args.history_window, baseline=base_label
+        ),
     )
     if args.results is not None:
         args.results.parent.mkdir(parents=True, exist_ok=True)

@@ -144,10 +144,11 @@ def _child(argument: str, spec: str) -> Iterator[tuple[int, str]]:
 
 
 @contextmanager
-def spawn(command: Sequence[str], port: int) -> Iterator[tuple[int, str]]:
-    """``command`` as a server process that will listen on ``port``; yields (pid, base URL
-    without /v1) once ``GET /v1/models`` answers, and stops it after."""
-    child = subprocess.Popen(list(command), env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def spawn(command: Sequence[str], port: int, cwd: Path | None = None) -> Iterator[tuple[int, str]]:
+    """``command`` as a server process that will listen on ``port`` (run in ``cwd``: a
+    ``python -m`` there imports that checkout's code); yields (pid, base URL without /v1) once
+    ``GET /v1/models`` answers, and stops it after."""
+    child = subprocess.Popen(list(command), env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

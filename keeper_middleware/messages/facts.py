@@ -194,6 +194,16 @@ def close_unanswered_calls(
     result is placed right after the call's other results, so the pair is whole again.
     """
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    call_ids = {
+        call.get("id")
+        for m in messages
+        if isinstance(m, AIMessage) and (m.tool_calls or m.invalid_tool_calls)
+        for call in (*m.tool_calls, *m.invalid_tool_calls)
+    }
+    call_ids.discard(None)
+    call_ids.discard("")
+    if call_ids <= answered:  # every call answered (each step's usual case)
+        return list(messages), 0
     result: list[BaseMessage] = []
     added = 0
     pending: list[tuple[str, str]] = []

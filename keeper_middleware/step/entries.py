@@ -9,19 +9,22 @@ step's pure parts read the answers from it. Text, size and question are worked o
 so a message no decision looks at costs nothing.
 
 An entry belongs to one step: a message replaced during the step (an excerpt, a NOTES message
-no longer counting kept turns) gets a new entry, and entries never outlive the step (a counter
-or detector may be swapped between steps).
+no longer counting kept turns) gets a new entry. What an entry worked out may outlive the step:
+given a :class:`~keeper_middleware.messages.memo.SameMessageMemo` (one per counter and detector,
+:class:`~keeper_middleware.step.window.WindowPolicy` keeps it), the next step's entry of the very same,
+unchanged message object starts from those answers, so a step works out only its new messages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
 
 from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.messages.memo import SameMessageMemo
 from keeper_middleware.reinjection.questions import QuestionDetector
 from keeper_middleware.tokens.counting import TokenCounter
 
@@ -34,25 +37,42 @@ class Entry:
     counter: TokenCounter = field(repr=False)
     detector: QuestionDetector = field(repr=False)
 
-    @cached_property
+    facts: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The answers worked out so far (shared with the entries of the same unchanged message in
+    later steps, through a memo: they hold no reference to the message)."""
+
+    @property
     def kind(self) -> str | None:
         """The kind of a keeper-authored message ("notes", "rules", ...); None for others'."""
-        return keeper_kind(self.message)
+        facts = self.facts
+        if "kind" not in facts:
+            facts["kind"] = keeper_kind(self.message)
+        kind: str | None = facts["kind"]
+        return kind
 
-    @cached_property
+    @property
     def text(self) -> str:
         """The visible text (string content, or the text parts of list content)."""
-        return text_of(self.message)
+        found: str | None = self.facts.get("text")
+        if found is None:
+            found = self.facts["text"] = text_of(self.message)
+        return found
 
-    @cached_property
+    @property
     def tokens(self) -> int:
         """The message's size alone, by the configured counter."""
-        return self.counter.count_messages([self.message])
+        found: int | None = self.facts.get("tokens")
+        if found is None:
+            found = self.facts["tokens"] = self.counter.count_messages([self.message])
+        return found
 
-    @cached_property
+    @property
     def question(self) -> bool:
         """Whether it asks a new question (the moments the RULES are repeated)."""
-        return self.detector.is_question(self.message)
+        found: bool | None = self.facts.get("question")
+        if found is None:
+            found = self.facts["question"] = self.detector.is_question(self.message)
+        return found
 
     @property
     def id(self) -> str:
@@ -77,17 +97,36 @@ def classify(
     counter: TokenCounter,
     detector: QuestionDetector,
     known: Sequence[Entry] = (),
+    memo: SameMessageMemo[dict[str, Any]] | None = None,
 ) -> list[Entry]:
     """An entry per message; an entry in ``known`` of the very same message object is reused
-    (what was worked out for it stands: the message is unchanged)."""
-    reuse = {id(entry.message): entry for entry in known}
+    (what was worked out for it stands: the message is unchanged). A new entry starts from what
+    ``memo`` kept for the same unchanged object in an earlier step (``memo`` must belong to
+    ``counter`` and ``detector``: the answers are theirs)."""
+    reuse = {id(entry.message): entry for entry in known} if known else {}
     entries: list[Entry] = []
     for message in messages:
         entry = reuse.get(id(message))
         if entry is None or entry.message is not message:
-            entry = Entry(message, counter, detector)
+            facts = memo.get(message) if memo is not None else None
+            if facts is None:
+                entry = Entry(message, counter, detector)
+                if memo is not None:
+                    memo.put(message, entry.facts)
+            else:
+                entry = _entry(message, counter, detector, facts)
         entries.append(entry)
     return entries
+
+
+def _entry(
+    message: BaseMessage, counter: TokenCounter, detector: QuestionDetector, facts: dict[str, Any]
+) -> Entry:
+    """``Entry(message, counter, detector, facts)`` without the frozen dataclass's field-by-field
+    ``__init__`` (a step makes one for every message in view: a third of classifying them)."""
+    entry = object.__new__(Entry)
+    entry.__dict__.update(message=message, counter=counter, detector=detector, facts=facts)
+    return entry
 
 
 def messages_of(entries: Sequence[Entry]) -> list[BaseMessage]:

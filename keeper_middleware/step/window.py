@@ -17,6 +17,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.messages.facts import keeper_kind, keeper_message, text_of
+from keeper_middleware.messages.memo import SameMessageMemo
 from keeper_middleware.model.setup import ModelSetup
 from keeper_middleware.notes.block import Notes, parse_notes, render_notes
 from keeper_middleware.notes.cadence import items_due
@@ -52,10 +53,16 @@ class WindowPolicy:
     detector: QuestionDetector
     _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Sizes that are the same for every request of this keeper (the note request's)."""
+    _facts: SameMessageMemo[dict[str, Any]] = field(
+        default_factory=SameMessageMemo, init=False, repr=False, compare=False
+    )
+    """What earlier steps worked out of each message still in view (kind, size, question), so a
+    step classifies only its new messages (:mod:`~keeper_middleware.messages.memo`)."""
 
     def classify(self, messages: Sequence[BaseMessage], known: Sequence[Entry] = ()) -> list[Entry]:
-        """The step's entries of ``messages`` (those in ``known`` reused for the same message)."""
-        return classify(messages, self.tokens, self.detector, known)
+        """The step's entries of ``messages`` (those in ``known`` reused for the same message,
+        and what an earlier step worked out of the same unchanged message object)."""
+        return classify(messages, self.tokens, self.detector, known, self._facts)
 
     def count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
         """The request's size as the model receives it (system prompt and tools included)."""
@@ -253,7 +260,7 @@ class WindowPolicy:
         room = self.config.budget - sum(parts.values())
         floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
         caps: dict[str, int] = {}
-        for unit in units(entries):
+        for unit in units(entries[_first_unit_with_fresh(entries, seen) :]):
             fresh = [e for e in unit if e.fresh(seen)]
             if not fresh:
                 continue
@@ -454,6 +461,15 @@ class WindowPolicy:
 def _listed(parts: Mapping[str, int]) -> str:
     """The fixed parts as an error names them: "system prompt 24 + tools 400 + ..."."""
     return " + ".join(f"{name} {size}" for name, size in parts.items() if size)
+
+
+def _first_unit_with_fresh(entries: Sequence[Entry], seen: set[str]) -> int:
+    """Where the unit holding the first message not taken in yet starts (the end when there is
+    none): the units before it need no cap, so a step sizes only what is new."""
+    first = next((i for i, e in enumerate(entries) if e.fresh(seen)), len(entries))
+    while 0 < first < len(entries) and entries[first].is_tool_result:
+        first -= 1
+    return first
 
 
 @functools.lru_cache(maxsize=64)

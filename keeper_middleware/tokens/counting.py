@@ -53,6 +53,7 @@ from keeper_middleware.errors import (
     KeeperError,
     MissingDependencyError,
 )
+from keeper_middleware.messages.memo import SameMessageMemo
 from keeper_middleware.tokens.adapters import ChatModelTokenCounter, MessagesTokenCounter
 
 if TYPE_CHECKING:
@@ -259,6 +260,9 @@ class ApproximateTokenCounter:
     """How many characters the remembered texts may hold together (they are kept alive by the
     memory, so this bounds what it can hold on to)."""
     _memo: _TextMemo = field(init=False, repr=False, compare=False)
+    _counted: SameMessageMemo[int] = field(init=False, repr=False, compare=False)
+    """Each message's count, while the very same unchanged object is counted again (a session
+    resends its history: every step counts the messages already in view once more)."""
 
     def __post_init__(self) -> None:
         if not self.chars_per_token > 0:
@@ -269,6 +273,7 @@ class ApproximateTokenCounter:
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)}; use 0 or more")
         object.__setattr__(self, "_memo", _TextMemo(self.cache_size, self.cache_chars))
+        object.__setattr__(self, "_counted", SameMessageMemo[int]())
 
     def count_text(self, text: str) -> int:
         found = self._memo.get(text)
@@ -279,13 +284,18 @@ class ApproximateTokenCounter:
         return count
 
     def count_message(self, message: BaseMessage) -> int:
+        found = self._counted.get(message)
+        if found is not None:
+            return found
         parts, images, calls = message_parts(message)
-        return (
+        count = (
             sum(map(self.count_text, parts))
             + self.per_message
             + self.per_tool_call * calls
             + self.per_image * images
         )
+        self._counted.put(message, count)
+        return count
 
     def count_messages(
         self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
@@ -308,6 +318,7 @@ class _TextCountingCounter:
         self._cache_size = cache_size
         self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._lock = threading.Lock()
+        self._counted = SameMessageMemo[int]()
 
     def _tokenize_count(self, text: str) -> int:
         raise NotImplementedError
@@ -332,9 +343,13 @@ class _TextCountingCounter:
     ) -> int:
         total = 0
         for message in messages:
-            parts, images, _ = message_parts(message)
-            total += self.count_text("\n".join(parts)) + self.per_message
-            total += self.per_image * images
+            count = self._counted.get(message)
+            if count is None:
+                parts, images, _ = message_parts(message)
+                count = self.count_text("\n".join(parts)) + self.per_message
+                count += self.per_image * images
+                self._counted.put(message, count)
+            total += count
         return total + (self.count_text(_tools_json(tools)) if tools else 0)
 
 

@@ -24,6 +24,7 @@ from keeper_middleware.arrivals import ROOM_KEY
 from keeper_middleware.branches import Branches
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
+from keeper_middleware.retrievers.background import background_worker
 from keeper_middleware.retrievers.base import Retriever, search_within
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
 from keeper_middleware.search.branch_guards import GuardBefore, guard_before
@@ -131,16 +132,17 @@ class ArchiveSearch:
             return decision.message, artifact
         if isinstance(parsed, ReadArgs):
             return self.read(session, parsed, room, head), artifact
-        self.index_ready(session)
-        hits = search_within(
-            self.retriever,
-            parsed.query,
-            session=session,
-            k=self.config.search_scan,
-            from_item=parsed.from_item,
-            to_item=parsed.to_item,
-            within=self.branches.passages(session, head),
-        )
+        with background_worker().foreground():  # indexing pauses while the model waits
+            self.index_ready(session)
+            hits = search_within(
+                self.retriever,
+                parsed.query,
+                session=session,
+                k=self.config.search_scan,
+                from_item=parsed.from_item,
+                to_item=parsed.to_item,
+                within=self.branches.passages(session, head),
+            )
         text = render_results(
             command,
             hits,

@@ -62,6 +62,9 @@ class BackgroundWorker:
         self._exit_hook = False
         self._foreground = 0
         self._quiet = threading.Condition()
+        self._depth = threading.local()
+        """How deep the calling thread is in ``foreground`` (a thread that waits for the worker
+        stops counting as foreground meanwhile)."""
 
     # ----------------------------------------------------------------- for owners
 
@@ -119,24 +122,47 @@ class BackgroundWorker:
     def foreground(self) -> Iterator[None]:
         """Work that someone is waiting for (a search): the worker pauses at its next batch
         until it ends (see the module docstring). Nests; any thread."""
-        with self._quiet:
-            self._foreground += 1
+        self._depth.n = getattr(self._depth, "n", 0) + 1
+        self._count_foreground(+1)
         try:
             yield
         finally:
-            with self._quiet:
-                self._foreground -= 1
-                if not self._foreground:
-                    self._quiet.notify_all()
+            self._depth.n -= 1
+            self._count_foreground(-1)
 
-    def yield_to_foreground(self, longest: float = MAX_PAUSE) -> None:
+    @contextlib.contextmanager
+    def waiting_for_worker(self) -> Iterator[None]:
+        """Foreground work that waits for the worker (a lock its batch holds, a job it runs):
+        the worker does not pause for this thread meanwhile, or the two would wait for each
+        other until the pause ran out."""
+        depth = getattr(self._depth, "n", 0)
+        if not depth:
+            yield
+            return
+        self._depth.n = 0
+        self._count_foreground(-depth)
+        try:
+            yield
+        finally:
+            self._depth.n = depth
+            self._count_foreground(depth)
+
+    def yield_to_foreground(self, longest: float | None = None) -> None:
         """Called by a job between two batches: on the worker, wait while foreground work runs
-        (``longest`` seconds at most); anywhere else (a search writing its own session's
-        vectors, which is the foreground) return at once."""
+        (``longest`` seconds at most, default ``MAX_PAUSE``); anywhere else (a search writing
+        its own session's vectors, which is the foreground) return at once."""
         if not self.on_worker():
             return
         with self._quiet:
-            self._quiet.wait_for(lambda: not self._foreground, timeout=longest)
+            self._quiet.wait_for(
+                lambda: not self._foreground, timeout=MAX_PAUSE if longest is None else longest
+            )
+
+    def _count_foreground(self, change: int) -> None:
+        with self._quiet:
+            self._foreground += change
+            if not self._foreground:
+                self._quiet.notify_all()
 
     def on_worker(self) -> bool:
         """Whether the caller is the worker thread (its jobs must not wait for themselves)."""

@@ -312,16 +312,17 @@ class EmbeddingRetriever:
                 left = self._pending[session] if session is not None else len(self._queue)
                 if not left:
                     return
-            if session is None:
-                self._worker.run_now(self._job)
-                with self._draining:  # a batch another thread took out of the queue
-                    pass
-                continue
-            with self._draining:
-                with self._changed:
-                    mine = [p for p in self._queue if p.session == session]
-                if mine:
-                    self._write_batch(mine, taken=True)
+            with self._worker.waiting_for_worker():  # it must not pause for this caller
+                if session is None:
+                    self._worker.run_now(self._job)
+                    with self._draining:  # a batch another thread took out of the queue
+                        pass
+                    continue
+                with self._draining:
+                    with self._changed:
+                        mine = [p for p in self._queue if p.session == session]
+                    if mine:
+                        self._write_batch(mine, taken=True)
 
     def _drain(self) -> None:
         """Write what is queued, a batch at a time, until the queue is empty (a search may write

@@ -19,6 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
 from keeper_middleware.indexing import INDEXED_SEQ, turn_passages
 from keeper_middleware.retrievers import EmbeddingRetriever, HashingEmbedder, HybridRetriever
+from keeper_middleware.retrievers import background
 from keeper_middleware.retrievers.background import BackgroundWorker, background_worker
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from tests.fake_model import ScriptedChatModel
@@ -159,6 +160,31 @@ def test_a_hybrid_search_right_after_a_cut_finds_the_new_turns_while_their_vecto
         assert answers, "the search waited for the batch being embedded"
         assert "item 2:" in answers[0]  # found by its keyword side
         assert not embedder.go.is_set()
+    finally:
+        embedder.go.set()
+        keeper.close()
+
+
+def test_a_search_that_waits_for_its_vectors_is_not_kept_waiting_by_the_workers_pause(
+    monkeypatch,
+):
+    """An embedding index's search writes its session's vectors after the batch the worker is
+    writing; the worker must not pause for that search meanwhile (each would wait for the
+    other until the pause ran out)."""
+    monkeypatch.setattr(background, "MAX_PAUSE", 60.0)
+    embedder = GatedEmbedder()
+    keeper = Keeper(CONFIG, retriever=EmbeddingRetriever(embedder=embedder, batch_size=1))
+    try:
+        agent, config = agent_on(keeper)
+        read_until_cut(keeper, agent, config, range(1, 5))
+        assert embedder.waiting.wait(10)  # the worker is inside its first batch
+        answers: list[str] = []
+        search = threading.Thread(target=lambda: answers.append(keeper.search("t1", "c2")))
+        search.start()
+        time.sleep(0.2)  # the search waits for the worker's batch
+        embedder.go.set()
+        search.join(10)
+        assert answers and "item 2:" in answers[0]
     finally:
         embedder.go.set()
         keeper.close()

@@ -14,10 +14,7 @@ written yet (right after a cut) are ranked by the keyword side alone until they 
 
 from __future__ import annotations
 
-import functools
-import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Sequence
 
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import (
@@ -28,9 +25,6 @@ from keeper_middleware.retrievers.base import (
     check_search_arguments,
     search_within,
 )
-
-_SIDE_THREADS = 4
-"""Embedding sides of hybrid searches that may run at once (each beside its keyword side)."""
 
 DEFAULT_K_RRF = 60
 DEFAULT_KEYWORD_WEIGHT = 1.0
@@ -130,8 +124,8 @@ class HybridRetriever:
         embedded = self._embedding.search
         if not self._wait_for_vectors:
             embedded = getattr(self._embedding, "search_written", embedded)
-        def side(backend: Retriever, search: Callable[..., list[Hit]]) -> list[Hit]:
-            return search_within(
+        lists = [
+            search_within(
                 backend,
                 query,
                 session=session,
@@ -141,19 +135,12 @@ class HybridRetriever:
                 within=within,
                 search=search,
             )
-
-        # the embedding side (the query's vector, chroma) runs beside the keyword side (SQLite):
-        # both spend most of their time outside the interpreter lock
-        embedding_side = _sides().submit(side, self._embedding, embedded)
-        try:
-            keyword_hits = side(self._keyword, self._keyword.search)
-        except BaseException:
-            wait([embedding_side])  # not left running behind the caller's error
-            raise
-        embedding_hits = embedding_side.result()
-        return reciprocal_rank_fusion(
-            [keyword_hits, embedding_hits], k=k, k_rrf=self._k_rrf, weights=self._weights
-        )
+            for backend, search in (
+                (self._keyword, self._keyword.search),
+                (self._embedding, embedded),
+            )
+        ]
+        return reciprocal_rank_fusion(lists, k=k, k_rrf=self._k_rrf, weights=self._weights)
 
     def count(self, session: str) -> int:
         return self._keyword.count(session)
@@ -177,13 +164,3 @@ class HybridRetriever:
             f"HybridRetriever({self._keyword!r}, {self._embedding!r}, k_rrf={self._k_rrf}, "
             f"keyword_weight={self._weights[0]})"
         )
-
-
-@functools.cache
-def _sides() -> ThreadPoolExecutor:
-    """The threads embedding sides run on (made on the first hybrid search, not at import)."""
-    return ThreadPoolExecutor(_SIDE_THREADS, thread_name_prefix="keeper-hybrid")
-
-
-if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads
-    os.register_at_fork(after_in_child=_sides.cache_clear)

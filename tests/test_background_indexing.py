@@ -18,8 +18,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
 from keeper_middleware.indexing import INDEXED_SEQ, turn_passages
-from keeper_middleware.retrievers import EmbeddingRetriever, HashingEmbedder, HybridRetriever
-from keeper_middleware.retrievers import background
+from keeper_middleware.retrievers import (
+    EmbeddingRetriever,
+    HashingEmbedder,
+    HybridRetriever,
+    background,
+)
 from keeper_middleware.retrievers.background import BackgroundWorker, background_worker
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from tests.fake_model import ScriptedChatModel

@@ -24,9 +24,7 @@ def test_index_cost_prints_steps_searches_and_many_sessions(tmp_path, capsys):
     assert "load" in text
 
 
-def test_index_cost_measures_the_keyword_retriever_alone_without_building_vectors(
-    tmp_path, capsys
-):
+def test_index_cost_measures_the_keyword_retriever_alone_without_building_vectors(tmp_path, capsys):
     keep = tmp_path / "keep"
     argv = ["index-cost", "--messages", "200", "--steps", "1", "--think", "0", "--searches", "3"]
     argv += ["--retrievers", "keyword", "--k", "10,200", "--skip", "sessions"]

@@ -183,7 +183,7 @@ def test_the_index_merges_sixteen_segments_at_a_time_also_in_a_file_made_before(
 
 
 def test_a_word_in_most_passages_only_fills_up_the_results_unranked():
-    """"about" is in every passage: its IDF is almost zero, and ranking by it (bm25() reads its
+    """ "about" is in every passage: its IDF is almost zero, and ranking by it (bm25() reads its
     whole list at every search) would put the newest passages that match nothing else among
     the candidates. Its matches only fill up a short list, newest first, scored 0."""
     index = KeywordRetriever()

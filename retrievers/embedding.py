@@ -69,6 +69,10 @@ _EMBED_BATCH = 16
 """Texts a model call embeds in the background: small, so a search waits little for the batch
 in flight (the worker pauses between batches while a search runs), and no dearer than 64 (both
 18 ms of CPU a chat message with MiniLM, bench/results/index_cost.md)."""
+_UPSERT_ROWS = 256
+"""Vectors written to chroma at once. A query waits for a write under way (measured at 100K
+passages: 1,600 vectors take 4.5-5.4 s to write on the loaded 2-core machine, 400 take 1.2 s,
+100 take 0.5 s), and the worker pauses for searches only between writes."""
 _OVERFETCH = 4
 _GROW = 4
 """How much more to ask for when the nearest vectors held fewer than k passages."""
@@ -365,12 +369,13 @@ class EmbeddingRetriever:
         self._drop_old_sentences(unique)
         rows = [row for p in unique for row in self._vector_rows(p)]
         vectors = self._embed_rows([text for _, text, _, _ in rows])
-        for start in range(0, len(rows), self._max_batch):
-            part = rows[start : start + self._max_batch]
+        chunk = min(self._max_batch, _UPSERT_ROWS)
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
             self._worker.yield_to_foreground()
             self._collection.upsert(
                 ids=[vector_id for vector_id, _, _, _ in part],
-                embeddings=vectors[start : start + self._max_batch],  # type: ignore[arg-type]
+                embeddings=vectors[start : start + chunk],  # type: ignore[arg-type]
                 documents=[document for _, _, document, _ in part],
                 metadatas=[meta for _, _, _, meta in part],  # type: ignore[misc]
             )

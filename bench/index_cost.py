@@ -433,7 +433,7 @@ def _run(args: argparse.Namespace) -> int:
             say("")
         for k in (int(k) for k in args.k.split(",") if k) if "searches" not in skip else ():
             before = load()
-            found = measure_searches(keepers, args.searches, SESSION, k)
+            searched = measure_searches(keepers, args.searches, SESSION, k)
             say(
                 f"## Search at {args.messages:,} messages ({args.searches} questions each, "
                 f"k={k}, index caught up; load {before} → {load()})"
@@ -441,7 +441,7 @@ def _run(args: argparse.Namespace) -> int:
             say("")
             say("| retriever | search p50 (ms) | search p95 (ms) | CPU p50 (ms) | CPU p95 (ms) |")
             say("|---|---:|---:|---:|---:|")
-            for name, (wall, cpu) in found.items():
+            for name, (wall, cpu) in searched.items():
                 p50, p95 = quantiles(wall)
                 cpu50, cpu95 = quantiles(cpu)
                 say(

@@ -60,6 +60,7 @@ from keeper_middleware.reinjection.questions import (
     QuestionDetector,
     open_question_index,
 )
+from keeper_middleware.retrievers.background import background_worker
 from keeper_middleware.retrievers.base import Hit, Retriever, search_within
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
 from keeper_middleware.search.branch_guards import sample_now, withheld_now
@@ -718,14 +719,15 @@ class Keeper:
         """The archive's best matches for ``query`` on the branch ``head``, as the search
         tool finds them (without its guards or its rendering)."""
         self._check_index(session)
-        self.indexing.ready(session)
-        return search_within(
-            self.retriever,
-            query,
-            session=session,
-            k=k,
-            within=self.branches.passages(session, head),
-        )
+        with background_worker().foreground():
+            self.indexing.ready(session)
+            return search_within(
+                self.retriever,
+                query,
+                session=session,
+                k=k,
+                within=self.branches.passages(session, head),
+            )
 
     def forget(self, session: str) -> None:
         """Erase a session everywhere the keeper keeps it: archive, NOTES, values, indexes."""

@@ -12,6 +12,12 @@ the process share (more threads would only fight over two cores), and the step r
 - **A caller that needs a job's result now does not wait behind the others**:
   :meth:`BackgroundWorker.run_now` takes a queued job out and runs it in the caller's thread,
   or waits for it when the worker is already running it.
+- **Searches go first**: a search runs inside :meth:`BackgroundWorker.foreground`, and the
+  worker's jobs call :meth:`BackgroundWorker.yield_to_foreground` between their batches, so the
+  worker pauses while a search runs instead of competing with it for the two cores and the
+  interpreter (measured: a hybrid search right after a cut took 1.3-4.7 s beside the cut's
+  embedding, bench/results/index_cost.md). A pause lasts ``MAX_PAUSE`` at most, so searches
+  one after the other cannot hold indexing back for good.
 - **Nothing is started at import**: the thread starts with the first job. It is drained when the
   interpreter exits (queued jobs run before it ends), and owners drain their own jobs when
   closed. A job that raises is logged; its owner keeps the failure (indexes record progress only
@@ -21,11 +27,12 @@ the process share (more threads would only fight over two cores), and the step r
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 
 from keeper_middleware.errors import ConfigurationError
 
@@ -33,6 +40,8 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUED = 1_024
 """Most jobs waiting at once; a submitter past it waits for room."""
+MAX_PAUSE = 2.0
+"""Longest the worker pauses for searches at one of its batches (seconds)."""
 
 Job = Callable[[], None]
 
@@ -51,6 +60,11 @@ class BackgroundWorker:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._exit_hook = False
+        self._foreground = 0
+        self._quiet = threading.Condition()
+        self._depth = threading.local()
+        """How deep the calling thread is in ``foreground`` (a thread that waits for the worker
+        stops counting as foreground meanwhile)."""
 
     # ----------------------------------------------------------------- for owners
 
@@ -103,6 +117,52 @@ class BackgroundWorker:
                         self._changed.wait()
                         continue
             job()
+
+    @contextlib.contextmanager
+    def foreground(self) -> Iterator[None]:
+        """Work that someone is waiting for (a search): the worker pauses at its next batch
+        until it ends (see the module docstring). Nests; any thread."""
+        self._depth.n = getattr(self._depth, "n", 0) + 1
+        self._count_foreground(+1)
+        try:
+            yield
+        finally:
+            self._depth.n -= 1
+            self._count_foreground(-1)
+
+    @contextlib.contextmanager
+    def waiting_for_worker(self) -> Iterator[None]:
+        """Foreground work that waits for the worker (a lock its batch holds, a job it runs):
+        the worker does not pause for this thread meanwhile, or the two would wait for each
+        other until the pause ran out."""
+        depth = getattr(self._depth, "n", 0)
+        if not depth:
+            yield
+            return
+        self._depth.n = 0
+        self._count_foreground(-depth)
+        try:
+            yield
+        finally:
+            self._depth.n = depth
+            self._count_foreground(depth)
+
+    def yield_to_foreground(self, longest: float | None = None) -> None:
+        """Called by a job between two batches: on the worker, wait while foreground work runs
+        (``longest`` seconds at most, default ``MAX_PAUSE``); anywhere else (a search writing
+        its own session's vectors, which is the foreground) return at once."""
+        if not self.on_worker():
+            return
+        with self._quiet:
+            self._quiet.wait_for(
+                lambda: not self._foreground, timeout=MAX_PAUSE if longest is None else longest
+            )
+
+    def _count_foreground(self, change: int) -> None:
+        with self._quiet:
+            self._foreground += change
+            if not self._foreground:
+                self._quiet.notify_all()
 
     def on_worker(self) -> bool:
         """Whether the caller is the worker thread (its jobs must not wait for themselves)."""

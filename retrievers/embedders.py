@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.embeddings import Embeddings
 
@@ -36,7 +36,9 @@ from keeper_middleware.retrievers.base import MissingExtraError
 Embedder = Callable[[list[str]], list[list[float]]]
 """Texts in, one vector per text out (all of the same length). A model trained with different
 prefixes for queries and passages (e5) also has ``embed_query(text) -> vector``; it is used for
-queries when present, and the call embeds passages."""
+queries when present, and the call embeds passages. An embedder that may be called from
+several threads at once says so with a true ``concurrent_calls`` (:func:`calls_may_overlap`): a
+search's query is then embedded beside a batch being indexed instead of waiting for it."""
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 log = logging.getLogger(__name__)
@@ -52,6 +54,8 @@ class HashingEmbedder:
 
     dim: int = 384
     bigram_weight: float = 0.5
+    concurrent_calls: ClassVar[bool] = True
+    """Pure: any number of calls may run at once."""
 
     def __post_init__(self) -> None:
         if self.dim < 8:
@@ -92,6 +96,8 @@ class MiniLMEmbedder:
     """
 
     name = "all-MiniLM-L6-v2"
+    concurrent_calls = True
+    """Calls may run side by side (a call's own batches already do, on the shared model)."""
 
     def __init__(self, *, threads: int | None = None, batch_size: int = 64) -> None:
         if threads is not None and threads < 1:
@@ -216,6 +222,8 @@ class OnnxMiniLMEmbedder:
     """
 
     name = INT8_MINILM
+    concurrent_calls = True
+    """Calls may run side by side (a call's own batches already do, on the shared session)."""
 
     def __init__(
         self, *, threads: int | None = None, batch_size: int = 64, quantized: bool = False
@@ -488,6 +496,12 @@ def embed_query(embedder: Embedder, text: str) -> list[float]:
     if callable(method):
         return list(method(text))
     return list(embedder([text])[0])
+
+
+def calls_may_overlap(embedder: Embedder) -> bool:
+    """Whether the embedder says it may be called from several threads at once
+    (``concurrent_calls``); one that does not say so is called by one thread at a time."""
+    return getattr(embedder, "concurrent_calls", False) is True
 
 
 def embedder_name(embedder: Embedder) -> str:

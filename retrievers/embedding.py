@@ -23,6 +23,7 @@ embedder is never searched with vectors from another.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 import warnings
@@ -49,6 +50,7 @@ from keeper_middleware.retrievers.embedders import (
     Embedder,
     MiniLMEmbedder,
     as_embedder,
+    calls_may_overlap,
     embed_query,
     embedder_name,
     import_chromadb,
@@ -63,7 +65,14 @@ from keeper_middleware.retrievers.sentences import (
 )
 
 DEFAULT_COLLECTION = "keeper-passages"
-_EMBED_BATCH = 64
+_EMBED_BATCH = 16
+"""Texts a model call embeds in the background: small, so a search waits little for the batch
+in flight (the worker pauses between batches while a search runs), and no dearer than 64 (both
+18 ms of CPU a chat message with MiniLM, bench/results/index_cost.md)."""
+_UPSERT_ROWS = 256
+"""Vectors written to chroma at once. A query waits for a write under way (measured at 100K
+passages: 1,600 vectors take 4.5-5.4 s to write on the loaded 2-core machine, 400 take 1.2 s,
+100 take 0.5 s), and the worker pauses for searches only between writes."""
 _OVERFETCH = 4
 _GROW = 4
 """How much more to ask for when the nearest vectors held fewer than k passages."""
@@ -163,6 +172,12 @@ class EmbeddingRetriever:
         self._pending: Counter[str] = Counter()
         self._changed = threading.Condition()
         self._model_lock = threading.Lock()
+        self._query_lock: contextlib.AbstractContextManager[object] = (
+            contextlib.nullcontext() if calls_may_overlap(self._embedder) else self._model_lock
+        )
+        """What a query's embedding holds: nothing when the embedder takes overlapping calls, so
+        a search right after a cut does not wait for a batch of the cut's vectors (measured:
+        1.5 s p50, 5.5 s p95 at 10K messages, bench/results/index_cost.md)."""
         self._draining = threading.Lock()
         self._failure: BaseException | None = None
         self._closed = False
@@ -196,10 +211,11 @@ class EmbeddingRetriever:
         check_search_arguments(k, from_item, to_item)
         if not has_searchable_text(query) or (within is not None and not within):
             return []
-        self._wait(session)
-        return self.search_written(
-            query, session=session, k=k, from_item=from_item, to_item=to_item, within=within
-        )
+        with self._worker.foreground():
+            self._wait(session)
+            return self.search_written(
+                query, session=session, k=k, from_item=from_item, to_item=to_item, within=within
+            )
 
     def search_written(
         self,
@@ -218,7 +234,19 @@ class EmbeddingRetriever:
             return []
         with self._changed:
             self._check_usable()
-        with self._model_lock:
+        with self._worker.foreground():
+            return self._search_written(query, session, k, from_item, to_item, within)
+
+    def _search_written(
+        self,
+        query: str,
+        session: str,
+        k: int,
+        from_item: int | None,
+        to_item: int | None,
+        within: Spans | None,
+    ) -> list[Hit]:
+        with self._query_lock:
             vector = embed_query(self._embedder, query)
         found = self._nearest(list(vector), k, session, from_item, to_item, within)
         texts = self._passage_texts(session, found)
@@ -288,16 +316,17 @@ class EmbeddingRetriever:
                 left = self._pending[session] if session is not None else len(self._queue)
                 if not left:
                     return
-            if session is None:
-                self._worker.run_now(self._job)
-                with self._draining:  # a batch another thread took out of the queue
-                    pass
-                continue
-            with self._draining:
-                with self._changed:
-                    mine = [p for p in self._queue if p.session == session]
-                if mine:
-                    self._write_batch(mine, taken=True)
+            with self._worker.waiting_for_worker():  # it must not pause for this caller
+                if session is None:
+                    self._worker.run_now(self._job)
+                    with self._draining:  # a batch another thread took out of the queue
+                        pass
+                    continue
+                with self._draining:
+                    with self._changed:
+                        mine = [p for p in self._queue if p.session == session]
+                    if mine:
+                        self._write_batch(mine, taken=True)
 
     def _drain(self) -> None:
         """Write what is queued, a batch at a time, until the queue is empty (a search may write
@@ -340,11 +369,13 @@ class EmbeddingRetriever:
         self._drop_old_sentences(unique)
         rows = [row for p in unique for row in self._vector_rows(p)]
         vectors = self._embed_rows([text for _, text, _, _ in rows])
-        for start in range(0, len(rows), self._max_batch):
-            part = rows[start : start + self._max_batch]
+        chunk = min(self._max_batch, _UPSERT_ROWS)
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            self._worker.yield_to_foreground()
             self._collection.upsert(
                 ids=[vector_id for vector_id, _, _, _ in part],
-                embeddings=vectors[start : start + self._max_batch],  # type: ignore[arg-type]
+                embeddings=vectors[start : start + chunk],  # type: ignore[arg-type]
                 documents=[document for _, _, document, _ in part],
                 metadatas=[meta for _, _, _, meta in part],  # type: ignore[misc]
             )
@@ -353,12 +384,14 @@ class EmbeddingRetriever:
         """The texts' vectors, embedded shortest first: a batch is padded to its longest text,
         and a message's vector and its sentences' differ several times in length, so batches
         of similar lengths cost far less (measured: 25.8 against 10.1 ms CPU a vector with MiniLM
-        on LoCoMo's messages and sentences). The model lock is taken per batch, so a search of
-        another session waits for one batch at most."""
+        on LoCoMo's messages and sentences). Between batches the worker pauses while a search
+        runs (``yield_to_foreground``); the model lock is taken per batch, so a query of an
+        embedder that takes no overlapping calls waits for one batch at most."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         vectors: list[list[float]] = [[] for _ in texts]
         for start in range(0, len(order), self._batch_size):
             chosen = order[start : start + self._batch_size]
+            self._worker.yield_to_foreground()
             with self._model_lock:
                 made = self._embedder([texts[i] for i in chosen])
             for index, vector in zip(chosen, made, strict=True):

@@ -15,7 +15,12 @@ query term, so three bounds keep a search fast at a million sentences:
 - Common words are dropped first: stop words (``passages.STOPWORDS``: question words too, since
   whole questions are queries), and words found in more than
   ``_COMMON_TERM_FRACTION`` of the passages (they add almost nothing to BM25). They come back
-  (stopwords still left out) only when the rarer words give fewer than ``k`` hits.
+  (stopwords still left out) only when the rarer words give fewer than ``k`` hits. A word in
+  more than ``_USELESS_TERM_FRACTION`` of them is not ranked by even then: FTS5 gives it an IDF
+  of almost zero, yet counts its whole list for ``bm25()``, and, matching nearly every passage,
+  it would fill the newest candidates with passages that match nothing else (measured at 1M
+  chat messages: 150-360 ms a search with "about", in every message, among the words;
+  bench/results/index_cost.md). Its newest matches only fill up a list still short, unranked.
 - Only the newest ``_CANDIDATES`` rows matching the words are ranked. A word in more passages
   than that (a counter named thousands of times) is ranked among its newest mentions; older ones
   are reached with ``from_item``/``to_item``. When filters leave fewer than ``k`` of those
@@ -47,6 +52,7 @@ from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _COMMON_TERM_FRACTION = 0.05
+_USELESS_TERM_FRACTION = 0.5
 _CANDIDATES = 2_000
 _RANGE_SCAN = 20_000
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -93,7 +99,7 @@ WHERE kw_passages.item != excluded.item OR kw_passages.text != excluded.text
 
 _SEARCH = """
 WITH candidates AS MATERIALIZED (
-    SELECT rowid AS id, bm25(kw_fts) AS bm25 FROM kw_fts
+    SELECT rowid AS id, {score} AS bm25 FROM kw_fts
     WHERE kw_fts MATCH :match AND rowid BETWEEN :low_id AND :high_id
     ORDER BY rowid DESC LIMIT :candidates
 )
@@ -236,14 +242,15 @@ class KeywordRetriever:
             params |= self._id_range(params, narrow=from_item is not None or to_item is not None)
             if params["low_id"] is None:
                 return []
-            rare = self._rare_terms(terms)
+            wider, filler = self._useful_terms(terms)
+            rare = self._rare_terms(terms) or [t for t in terms if t not in filler]
             rows = self._run(rare, params, exclude=[], within=clause)
-            wider = [t for t in terms if t not in self._stopwords] or terms
-            if len(rows) < k and len(rare) < len(wider):
+            for more, scored in ((wider, True), (filler, False)):
+                if len(rows) >= k or not more or set(more) <= set(rare):
+                    continue
                 found = [position for _, position, *_ in rows]
-                rows += self._run(
-                    wider, {**params, "k": k - len(rows)}, exclude=found, within=clause
-                )
+                bound = {**params, "k": k - len(rows)}
+                rows += self._run(more, bound, exclude=found, within=clause, scored=scored)
             if within is not None:
                 rows = [self._next_within(row, session, within) for row in rows]
         hits = [
@@ -315,7 +322,7 @@ class KeywordRetriever:
         return everything if rows >= _RANGE_SCAN else {"low_id": low, "high_id": high}
 
     def _rare_terms(self, terms: list[str]) -> list[str]:
-        """Drops the words most passages contain, unless nothing rarer is left."""
+        """The words few passages contain (none when there are none; a single word is rare)."""
         if len(terms) < 2:
             return terms
         total = self._db.execute("SELECT COALESCE(MAX(id), 0) FROM kw_passages").fetchone()[0]
@@ -323,7 +330,21 @@ class KeywordRetriever:
         rare = [
             t for t in terms if t not in self._stopwords and self._passages_with(t, total) <= limit
         ]
-        return rare or terms
+        return rare
+
+    def _useful_terms(self, terms: list[str]) -> tuple[list[str], list[str]]:
+        """The words worth ranking by (no stopwords, unless nothing else is left), and those
+        of them in more than half the passages, which only fill up a short list unranked
+        (their IDF is almost zero; see the module docstring), unless nothing else is left."""
+        kept = [t for t in terms if t not in self._stopwords] or terms
+        if len(kept) < 2:
+            return kept, []
+        total = self._db.execute("SELECT COALESCE(MAX(id), 0) FROM kw_passages").fetchone()[0]
+        limit = total * _USELESS_TERM_FRACTION
+        useful = [t for t in kept if self._passages_with(t, total) <= limit]
+        if not useful:
+            return kept, []
+        return useful, [t for t in kept if t not in useful]
 
     def _passages_with(self, term: str, total: int) -> int:
         """How many passages hold the term, counted again once the index grew by a quarter."""
@@ -361,12 +382,17 @@ class KeywordRetriever:
         params: dict[str, object],
         exclude: list[int],
         within: str = "",
+        *,
+        scored: bool = True,
     ) -> list[tuple]:  # type: ignore[type-arg]
-        """Ranks the newest ``_CANDIDATES`` matches; when filters leave too few, ranks them all."""
+        """Ranks the newest ``_CANDIDATES`` matches; when filters leave too few, ranks them all.
+        Not ``scored``: the newest matches, each scored 0 (no ``bm25()``, which reads every
+        word's whole list)."""
         exclusion = ""
         if exclude:
             exclusion = f"AND p.position NOT IN ({','.join(str(int(p)) for p in exclude)})"
-        sql = _SEARCH.format(exclude=exclusion, within=within)
+        score = "bm25(kw_fts)" if scored else "0.0"
+        sql = _SEARCH.format(exclude=exclusion, within=within, score=score)
         bound = {**params, "match": match_expression(terms), "candidates": _CANDIDATES}
         rows = self._db.execute(sql, bound).fetchall()
         if len(rows) < int(str(params["k"])):

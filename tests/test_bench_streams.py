@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from keeper_middleware.bench import reader as reader_package
-from keeper_middleware.bench.ledger import Ledger
-from keeper_middleware.bench.phrasing import apply_change
-from keeper_middleware.bench.questions import bucket_label
-from keeper_middleware.bench.reader.text import read_rules, read_story
-from keeper_middleware.bench.story import check_vocabulary
-from keeper_middleware.bench.streams import (
+from keeper_bench import reader as reader_package
+from keeper_bench.ledger import Ledger
+from keeper_bench.phrasing import apply_change
+from keeper_bench.questions import bucket_label
+from keeper_bench.reader.text import read_rules, read_story
+from keeper_bench.story import check_vocabulary
+from keeper_bench.streams import (
     StreamSpec,
     generate_stream,
     history_tokens_by_item,

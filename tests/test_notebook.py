@@ -13,10 +13,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-import keeper_middleware.bench as bench
-from keeper_middleware.bench.grader import SIMULATED_READER, grade
-from keeper_middleware.bench.matrix import MatrixSpec, run_matrix
-from keeper_middleware.bench.streams import question_sets
+import keeper_bench as bench
+from keeper_bench.grader import SIMULATED_READER, grade
+from keeper_bench.matrix import MatrixSpec, run_matrix
+from keeper_bench.streams import question_sets
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "compare_arms.ipynb"
 RECORDED = [Path(bench.__file__).parent / "results" / f"matrix_{size}" for size in ("240k", "1m")]

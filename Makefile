@@ -7,12 +7,13 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml bench/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, the CPU build on disk; otherwise sentence-transformers pulls a multi-GB CUDA build
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[all,dev]'
+	# the product with every extra, and the benchmark (its own distribution, bench/)
+	$(PY) -m pip install --quiet -e '.[all,dev]' -e ./bench
 	# the repair marathon's pinned code base (library + tests), fetched once at install time
 	$(PY) -m keeper_bench.cli marathon-fetch
 	touch $(STAMP)
@@ -44,8 +45,9 @@ lint: setup typecheck
 	$(VENV)/bin/ruff format --check .
 
 typecheck: setup
-	# an ordinary tree: keeper_middleware/{retrievers,graphs,integrations,bench} are symlinks
-	$(VENV)/bin/mypy -p keeper_middleware
+	# an ordinary tree: keeper_middleware/{retrievers,graphs,integrations} are symlinks; the
+	# benchmark's package is found in bench/ (mypy_path)
+	$(VENV)/bin/mypy -p keeper_middleware -p keeper_bench
 
 # pyright on the same tree (basic mode; not yet part of `make lint`, see docs/architecture.md)
 pyright: setup

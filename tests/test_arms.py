@@ -9,6 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import Field
 
+from keeper_bench.arms import ARMS, Arm, build_arm
 from keeper_bench.grader import SIMULATED_READER, GradeResult, grade
 from keeper_bench.phrasing import render_questions_message
 from keeper_bench.reader import SimulatedReader
@@ -20,7 +21,6 @@ from keeper_bench.streams import (
     read_stream,
 )
 from keeper_middleware.errors import WindowTooSmallError
-from keeper_bench.arms import ARMS, Arm, build_arm
 from keeper_middleware.graphs.baselines import SUMMARY_REQUEST_TAG, compact, drop_oldest
 from keeper_middleware.messages import keeper_kind, text_of
 from keeper_middleware.retrievers.embedders import HashingEmbedder

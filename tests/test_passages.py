@@ -253,8 +253,8 @@ def test_an_arm_indexing_messages_shows_the_matched_sentence_next_to_a_question(
 
 
 def test_an_unknown_passage_unit_is_refused_with_the_choices():
-    from keeper_middleware import ConfigurationError, KeeperConfig
     from keeper_bench.arms import build_arm
+    from keeper_middleware import ConfigurationError, KeeperConfig
     from tests.fake_model import ScriptedChatModel
 
     with pytest.raises(ConfigurationError, match="sentences, messages"):

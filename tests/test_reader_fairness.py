@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from keeper_bench.arms import build_arm
 from keeper_bench.grader import SIMULATED_READER, grade
 from keeper_bench.reader import SimulatedReader
 from keeper_bench.reader.faults import (
@@ -29,7 +30,6 @@ from keeper_bench.reader.rot import (
 from keeper_bench.reader.summary import write_summary
 from keeper_bench.run_options import parse_faults
 from keeper_bench.streams import generate_stream, preset_spec, question_sets, read_stream
-from keeper_bench.arms import build_arm
 from keeper_middleware.graphs.baselines import SUMMARY_REQUEST_TAG
 from keeper_middleware.messages import text_of
 from tests.reader_stories import TALLY, item_1, notes_request, story

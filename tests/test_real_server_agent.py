@@ -36,13 +36,13 @@ from langchain_core.runnables import RunnableBranch  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 
-from keeper_middleware.agent import create_keeper_agent  # noqa: E402
 from keeper_bench.local_run import (  # noqa: E402
     PLUMBING_LABEL,
     LocalModelSettings,
     run_notes_arm_locally,
 )
 from keeper_bench.run_options import resolve_stream  # noqa: E402
+from keeper_middleware.agent import create_keeper_agent  # noqa: E402
 from keeper_middleware.config import KeeperConfig  # noqa: E402
 from keeper_middleware.messages import keeper_kind  # noqa: E402
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from keeper_bench.arms import build_arm
+from keeper_bench.arms.self_edit import PINNED_TAG, PinnedState, apply_edit
+from keeper_bench.arms.self_edit.memory import INSTRUCTIONS
 from keeper_bench.grader import SIMULATED_READER, grade
 from keeper_bench.reader import ReaderFaults, SimulatedReader
 from keeper_bench.reader.pinned import RULES_READ_SENTENCE, read_pinned
@@ -23,9 +26,6 @@ from keeper_bench.streams import (
     question_sets,
     read_stream,
 )
-from keeper_bench.arms import build_arm
-from keeper_bench.arms.self_edit import PINNED_TAG, PinnedState, apply_edit
-from keeper_bench.arms.self_edit.memory import INSTRUCTIONS
 from keeper_middleware.messages import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
 

@@ -47,14 +47,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 
-from keeper_middleware import (
-    ArchiveError,
-    Keeper,
-    KeeperConfig,
-    KeeperGraphState,
-    KeeperNode,
-    create_keeper_agent,
-)
 from keeper_bench.traffic import (
     KINDS,
     ROUND_TWO,
@@ -62,6 +54,14 @@ from keeper_bench.traffic import (
     Session,
     TrafficModel,
     coding_session,
+)
+from keeper_middleware import (
+    ArchiveError,
+    Keeper,
+    KeeperConfig,
+    KeeperGraphState,
+    KeeperNode,
+    create_keeper_agent,
 )
 from keeper_middleware.blocks import content_as_text
 from keeper_middleware.integrations.langchain import (

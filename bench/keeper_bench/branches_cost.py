@@ -34,8 +34,8 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
 from keeper_bench.reader import SimulatedReader
+from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
 
 CONFIG = KeeperConfig(window=8192, notes_every_items=5)
 ACTORS = ("Mira Holt", "Tomas Quill", "Ana Reyes", "Ivo Brand")

@@ -38,9 +38,7 @@ def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as error:  # pragma: no cover - depends on the install
-        raise ImportError(
-            "plots need matplotlib: pip install 'keeper-middleware[bench]'"
-        ) from error
+        raise ImportError("plots need matplotlib: pip install keeper-bench") from error
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

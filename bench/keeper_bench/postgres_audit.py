@@ -66,8 +66,8 @@ def size_per_million(database: str, tokens: int = 1_000_000, sessions: int = 8) 
     index together, written as the keeper writes them (cuts of turns, then their passages)."""
     import psycopg
 
-    from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
     from keeper_bench.retrievers_bench import counter_names, story_sentences
+    from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
     from keeper_middleware.indexing import catch_up
     from keeper_middleware.postgres import PostgresArchive
     from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever

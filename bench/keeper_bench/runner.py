@@ -300,7 +300,10 @@ def _progress_bar(total: int, done: int, shown: bool, label: str) -> Any:
         from tqdm.auto import tqdm
     except ImportError as exc:
         raise MissingDependencyError(
-            "tqdm", "bench", needed_by="The progress bar (or pass --quiet)"
+            "tqdm",
+            "",
+            needed_by="The progress bar (or pass --quiet)",
+            distribution="keeper-bench",
         ) from exc
 
     return tqdm(

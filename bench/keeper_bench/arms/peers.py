@@ -24,7 +24,7 @@ method rather than a default nobody would ship with:
   summarises at 85% and keeps the newest 10%; ``peer_deepagents_tuned`` replaces the middleware
   by name (as its documentation shows) to summarise at 75%, the trigger every arm here shares.
 
-All need the ``bench`` extra (langchain, langmem, deepagents).
+All need what ``keeper-bench`` installs (langchain, langmem, deepagents).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def langchain_summarization_graph(
         from langchain.agents import create_agent
         from langchain.agents.middleware import SummarizationMiddleware
     except ImportError as error:  # pragma: no cover - depends on the install
-        raise MissingDependencyError("langchain", "bench") from error
+        raise MissingDependencyError("langchain", "", distribution="keeper-bench") from error
     trigger = resolve_size(summarize_at, window, name="summarize_at")
     tuned: dict[str, Any] = {}
     if trim_tokens_to_summarize != "default":
@@ -124,7 +124,7 @@ def langmem_summarization_graph(
             warnings.filterwarnings("ignore", message=".*Importing Send from langgraph.constants")
             from langmem.short_term import SummarizationNode
     except ImportError as error:  # pragma: no cover - depends on the install
-        raise MissingDependencyError("langmem", "bench") from error
+        raise MissingDependencyError("langmem", "", distribution="keeper-bench") from error
     budget = window - reply_reserve
     tuned: dict[str, Any] = {}
     summariser: Runnable[Any, BaseMessage] = model
@@ -191,7 +191,7 @@ def deepagents_graph(
         from deepagents.backends import StateBackend
         from deepagents.middleware.summarization import SummarizationMiddleware
     except ImportError as error:  # pragma: no cover - depends on the install
-        raise MissingDependencyError("deepagents", "bench") from error
+        raise MissingDependencyError("deepagents", "", distribution="keeper-bench") from error
     profiled = model.model_copy(
         update={"profile": {**(model.profile or {}), "max_input_tokens": window}}
     )

@@ -76,6 +76,6 @@ def _stemmer() -> Callable[[str], str]:
     except ImportError as error:
         raise ImportError(
             "Grading LoCoMo answers as its paper does needs nltk's Porter stemmer: "
-            "pip install 'keeper-middleware[bench]'"
+            "pip install keeper-bench"
         ) from error
     return PorterStemmer().stem  # type: ignore[no-any-return]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from keeper_middleware.archive.records import ArchivedTurn
 from keeper_bench.locomo.dataset import Conversation, Session, Turn, archived_text
+from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.indexing import turn_passages
 from keeper_middleware.retrievers.base import Passage

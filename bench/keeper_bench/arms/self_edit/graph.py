@@ -32,6 +32,15 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Checkpointer
 
+from keeper_bench.arms.self_edit.memory import (
+    MEMORY_TOOLS,
+    TOOL_SCHEMAS,
+    TOOLS_OF_STYLE,
+    PinnedState,
+    Style,
+    apply_edit,
+    render_pinned,
+)
 from keeper_middleware.archive.records import NotesDraft, turn_from_message
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.graphs.baselines import (
@@ -44,15 +53,6 @@ from keeper_middleware.graphs.baselines import (
     messages_update,
 )
 from keeper_middleware.graphs.rag import DEFAULT_ITEM_PATTERN, DEFAULT_QUESTION_PATTERNS
-from keeper_bench.arms.self_edit.memory import (
-    MEMORY_TOOLS,
-    TOOL_SCHEMAS,
-    TOOLS_OF_STYLE,
-    PinnedState,
-    Style,
-    apply_edit,
-    render_pinned,
-)
 from keeper_middleware.indexing import catch_up
 from keeper_middleware.items import ItemNumbering
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool

@@ -11,6 +11,10 @@ reader's model calls are a phase of their own that is not the keeper's: the keep
 sum of the keeper's phases, the same figure as the time inside ``Keeper.step``/``astep``/
 ``search``/``run_search_tool`` less the model calls made from inside them.
 
+The clock hears the keeper's phase spans (``keeper_middleware.phases``: the public hook users'
+tracing hears too) for as long as it is installed, and maps them to its phases (``SPANS``): the
+model call inside a note request is the model's, not the keeper's.
+
 The phases are timed one at a time on a shared stack, which is right for the benchmark's runs
 (one session, steps one after the other; ``astep``'s worker threads run while it waits for
 them). It is not meant for concurrent sessions.
@@ -46,6 +50,19 @@ PHASE_MEANINGS = {
         "tenth the allocations reach its threshold: the same tenths in every run)"
     ),
 }
+
+
+SPANS = {
+    "step": "rest",
+    "prepare": "prepare",
+    "note_request": "note request",
+    "note_call": MODEL,
+    "commit": "commit",
+    "index_sync": "indexing",
+    "search": "search",
+}
+"""Each of the keeper's spans (``keeper_middleware.phases.PHASES``) and the clock's phase it is
+timed in."""
 
 
 class KeeperClock:
@@ -127,57 +144,23 @@ class KeeperClock:
 
         return timed
 
-    def _model_call(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        """The reader's reply: a phase only when the keeper asked for it (a note request); a
-        work call made by the graph is neither the keeper's nor timed."""
-        timed_reply = self.timed(MODEL, method)
+    def phase_started(self, phase: str, session: str) -> None:
+        """A ``PhaseListener``: the keeper's span ``phase`` starts."""
+        self._enter(SPANS.get(phase, "rest"))
 
-        @functools.wraps(method)
-        def reply(*args: Any, **kwargs: Any) -> Any:
-            if not self._stack:
-                return method(*args, **kwargs)
-            return timed_reply(*args, **kwargs)
-
-        return reply
+    def phase_ended(self, phase: str, session: str, error: BaseException | None) -> None:
+        """A ``PhaseListener``: the span ends (raised or not, its time counts)."""
+        self._leave()
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        """Times the keeper's methods while the block runs (the originals come back after)."""
-        from keeper_bench.reader import SimulatedReader
-        from keeper_middleware.commit import CutCommit
-        from keeper_middleware.keeper import Keeper
-        from keeper_middleware.note_dialogue import NoteDialogue
-        from keeper_middleware.search.searcher import ArchiveSearch
+        """Times every keeper of the process while the block runs: the clock listens to
+        their phase spans, and to the garbage collector."""
+        from keeper_middleware.phases import listening
 
-        # the search tool of the graphs calls ``run_search_tool``, not ``search``: both are timed
-        plain: list[tuple[type, str, str]] = [
-            (Keeper, "step", "rest"),
-            (Keeper, "search", "search"),
-            (Keeper, "run_search_tool", "search"),
-            (ArchiveSearch, "run", "search"),
-            (Keeper, "_prepare", "prepare"),
-            (NoteDialogue, "request", "note request"),
-            (NoteDialogue, "take", "note request"),
-            (CutCommit, "finish", "commit"),
-            (Keeper, "_sync_index", "indexing"),
-        ]
-        originals = {(owner, name): owner.__dict__[name] for owner, name, _ in plain}
-        originals[(Keeper, "astep")] = Keeper.__dict__["astep"]
-        originals[(NoteDialogue, "atake")] = NoteDialogue.__dict__["atake"]
-        originals[(SimulatedReader, "_generate")] = SimulatedReader.__dict__["_generate"]
-        for owner, name, phase in plain:
-            setattr(owner, name, self.timed(phase, originals[(owner, name)]))
-        Keeper.astep = self.timed_async("rest", originals[(Keeper, "astep")])  # type: ignore[method-assign]
-        NoteDialogue.atake = self.timed_async(  # type: ignore[method-assign]
-            "note request", originals[(NoteDialogue, "atake")]
-        )
-        SimulatedReader._generate = self._model_call(  # type: ignore[method-assign]
-            originals[(SimulatedReader, "_generate")]
-        )
         gc.callbacks.append(self.collector_event)
         try:
-            yield
+            with listening(self):
+                yield
         finally:
             gc.callbacks.remove(self.collector_event)
-            for (owner, name), original in originals.items():
-                setattr(owner, name, original)

@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup llama clients demo test lint typecheck pyright bench clean
+.PHONY: setup llama clients demo test lint typecheck pyright bench notebook clean
 
 setup: $(STAMP)
 
@@ -40,7 +40,7 @@ demo: setup
 test: setup llama clients
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
-lint: setup typecheck
+lint: setup typecheck pyright
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
@@ -49,7 +49,7 @@ typecheck: setup
 	# benchmark's package is found in bench/ (mypy_path)
 	$(VENV)/bin/mypy -p keeper_middleware -p keeper_bench
 
-# pyright on the same tree (basic mode; not yet part of `make lint`, see docs/architecture.md)
+# pyright on the same tree (basic mode), part of `make lint`
 pyright: setup
 	$(VENV)/bin/pyright
 
@@ -59,6 +59,11 @@ bench: setup
 	# takes several minutes)
 	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli notes-cost --sizes 240k,1m,10m \
 		--out bench/results/notes_cost.md
+
+# the comparison notebook, run top to bottom in place at the small size: it is committed with its
+# tables and plots (runs/notebook/ keeps the run folders, so a second run resumes them)
+notebook: setup
+	HF_HUB_OFFLINE=1 $(PY) scripts/refresh_notebook.py examples/compare_arms.ipynb
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -57,7 +57,7 @@ def _message_refs(value: Any) -> list[str] | None:
 
 
 def _scope(config: RunnableConfig) -> tuple[str, str]:
-    configurable = config["configurable"]
+    configurable = config.get("configurable", {})
     return str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", ""))
 
 

@@ -65,6 +65,7 @@ def size_per_million(database: str, tokens: int = 1_000_000, sessions: int = 8) 
     """Bytes the database takes for ``tokens`` archived tokens (chars/4), archive and keyword
     index together, written as the keeper writes them (cuts of turns, then their passages)."""
     import psycopg
+    from psycopg import sql
 
     from keeper_bench.retrievers_bench import counter_names, story_sentences
     from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
@@ -102,9 +103,9 @@ def size_per_million(database: str, tokens: int = 1_000_000, sessions: int = 8) 
                 cut += 1
             index.close()
             with psycopg.connect(archive.url, autocommit=True) as conn:
-                conn.execute(f"VACUUM ANALYZE {schema}.turns")
+                conn.execute(sql.SQL("VACUUM ANALYZE {}.turns").format(sql.Identifier(schema)))
             size = archive.size_bytes()
     finally:
         with psycopg.connect(database, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     return {"tokens": written // 4, "bytes": size}

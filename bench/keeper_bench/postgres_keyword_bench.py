@@ -207,7 +207,7 @@ def render(rows: list[dict[str, Any]], note: str) -> str:
     lines = [
         "# Keyword search in PostgreSQL against SQLite BM25",
         "",
-        __doc__.split("\n\n", 2)[2].split("A throwaway")[0].strip(),
+        (__doc__ or "").split("\n\n", 2)[-1].split("A throwaway")[0].strip(),
         "",
         note,
         "",
@@ -226,7 +226,7 @@ def render(rows: list[dict[str, Any]], note: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--turn", type=int, default=50, help="sentences per add() call")

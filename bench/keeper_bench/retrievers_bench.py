@@ -276,7 +276,7 @@ def _index_name(args: argparse.Namespace, backend: str, size: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--backends", default="keyword,embedding,hybrid")
     parser.add_argument("--turn", type=int, default=50, help="sentences per add() call")

@@ -240,6 +240,7 @@ def run(
 ) -> dict[str, Any]:
     """One scenario on a fresh schema of ``database``; returns the measurements and the audit."""
     import psycopg
+    from psycopg import sql
 
     schema = f"scale_{replicas}_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
     url = f"{database}{'&' if '?' in database else '?'}schema={schema}"
@@ -276,7 +277,7 @@ def run(
         if group is not None:
             group.stop()
         with psycopg.connect(database, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     return {
         "replicas": replicas,
         "sessions": sessions,
@@ -297,7 +298,7 @@ def render(rows: list[dict[str, Any]], note: str) -> str:
     lines = [
         "# Proxy replicas on one PostgreSQL database",
         "",
-        __doc__.split("\n\n", 2)[1].strip(),
+        (__doc__ or "\n\n").split("\n\n", 2)[1].strip(),
         "",
         note,
         "",
@@ -318,7 +319,7 @@ def render(rows: list[dict[str, Any]], note: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--replicas", default="1,2,3")
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--turns", type=int, default=8)

@@ -84,7 +84,7 @@ def _table(real: dict[str, Callable[[str], int]], repeat: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     text = (

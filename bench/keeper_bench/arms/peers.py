@@ -45,7 +45,11 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Checkpointer
 
 from keeper_middleware.config import Size, resolve_size
-from keeper_middleware.errors import ConfigurationError, MissingDependencyError
+from keeper_middleware.errors import (
+    ConfigurationError,
+    InvalidStateError,
+    MissingDependencyError,
+)
 from keeper_middleware.keeper import Tool
 
 LANGMEM_SUMMARY_TYPE = ("langmem.short_term.summarization", "RunningSummary")
@@ -93,6 +97,17 @@ class LangmemState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     summarized_messages: list[AnyMessage]
     context: dict[str, Any]
+
+
+def _summarized(state: LangmemState) -> list[AnyMessage]:
+    """The model's input the SummarizationNode wrote (it runs before every model call)."""
+    summarized = state.get("summarized_messages")
+    if summarized is None:
+        raise InvalidStateError(
+            "langmem's SummarizationNode wrote no summarized_messages before the model call; "
+            "the peer's graph must run it first"
+        )
+    return summarized
 
 
 def langmem_checkpointer() -> InMemorySaver:
@@ -146,10 +161,10 @@ def langmem_summarization_graph(
     prompt = [SystemMessage(content=system_prompt)] if system_prompt is not None else []
 
     def call_model(state: LangmemState, config: RunnableConfig) -> dict[str, Any]:
-        return {"messages": [bound.invoke([*prompt, *state["summarized_messages"]], config)]}
+        return {"messages": [bound.invoke([*prompt, *_summarized(state)], config)]}
 
     async def acall_model(state: LangmemState, config: RunnableConfig) -> dict[str, Any]:
-        reply = await bound.ainvoke([*prompt, *state["summarized_messages"]], config)
+        reply = await bound.ainvoke([*prompt, *_summarized(state)], config)
         return {"messages": [reply]}
 
     graph = StateGraph(LangmemState)

@@ -397,7 +397,7 @@ def _bm25s_baseline(conversation: Conversation) -> tuple[Search, Callable[[], No
 
     def search(query: str, k: int, to_item: int | None) -> list[str]:
         tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
-        if not tokens.vocab:
+        if isinstance(tokens, list) or not tokens.vocab:  # ids (the default) come as Tokenized
             return []
         found, _ = model.retrieve(tokens, k=len(texts), show_progress=False)
         return [ids[int(i)] for i in found[0] if _seen(ids[int(i)], to_item)][:k]

@@ -435,7 +435,7 @@ def register_commands(register: Callable[[Any], None]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     configure(parser)
     return run(parser.parse_args(argv), ["proxy-overhead", *(argv or sys.argv[1:])])
 

@@ -80,7 +80,7 @@ def relay_app(upstream: str) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--upstream", required=True, help="the upstream's base URL, without /v1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)

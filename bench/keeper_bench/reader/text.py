@@ -133,7 +133,9 @@ def _needle(notation: str) -> str:
     return max(re.split(r"\{[A-Z]\}", notation), key=len)
 
 
-_SHAPES = [(_shape(notation), kind, how, _needle(notation)) for notation, kind, how in _CHANGES]
+_SHAPES: list[tuple[re.Pattern[str], EventKind, str, str]] = [
+    (_shape(notation), kind, how, _needle(notation)) for notation, kind, how in _CHANGES
+]
 _LEADS = [
     _shape(n) for n in ("Next on the list was {N}", "Attention turned to {N}", "Then came {N}")
 ]
@@ -200,7 +202,7 @@ def _read_text(text: str, recount: Recount | None) -> tuple[tuple[Event, ...], R
         marks += [(m.start(), "lead", m, None) for m in shape.finditer(text)]
     for shape, change, how, needle in _SHAPES:
         if needle in text:
-            marks += [(m.start(), how, m, change) for m in shape.finditer(text)]
+            marks.extend((m.start(), how, m, change) for m in shape.finditer(text))
     marks += [(m.start(), "correction", m, None) for m in _CORRECTION.finditer(text)]
     marks += [(m.start(), "begun", m, None) for m in _RECOUNT_BEGUN.finditer(text)]
     marks += [(m.start(), "done", m, None) for m in _RECOUNT_DONE.finditer(text)]

@@ -19,8 +19,10 @@ from keeper_bench.matrix import MatrixSpec, run_matrix
 from keeper_bench.streams import question_sets
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "compare_arms.ipynb"
-RECORDED = [Path(bench.__file__).parent / "results" / f"matrix_{size}" for size in ("240k", "1m")]
-SELF_EDIT = Path(bench.__file__).parent / "results" / "self_edit_arms"
+RECORDED = [
+    Path(bench.__file__).parents[1] / "results" / f"matrix_{size}" for size in ("240k", "1m")
+]
+SELF_EDIT = Path(bench.__file__).parents[1] / "results" / "self_edit_arms"
 LIVE_ARMS = ("notes", "summarize", "peer_langchain_summarization_tuned", "self_edit_rules")
 PNG = b"\x89PNG"
 

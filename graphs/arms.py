@@ -7,8 +7,11 @@ conversation. So a notebook swaps arms with one argument::
     arm = build_arm("notes_retrieval", model, window=32_768, retriever="hybrid")
     arm.graph.invoke({"messages": [HumanMessage("Item 1. ...")]}, {"configurable": {"thread_id": "t"}})
 
-Settings an arm has no use for (``retriever`` for window-drop, ``domain`` for the peers) are
+Settings an arm has no use for (``retriever`` for window-drop, ``domain`` for the baselines) are
 accepted and ignored, so the same call builds every arm; an option no arm knows is an error.
+
+These are the arms the product ships. The benchmark (the keeper-bench distribution) adds its
+own, the peers and the self-editing arms, with a registry of its own built on ``arm_request``.
 """
 
 from __future__ import annotations
@@ -228,7 +231,10 @@ def arm_request(
     """
     options = dict(options or {})
     if name not in known:
-        raise ConfigurationError(f"unknown arm {name!r}; choose one of: {', '.join(known)}")
+        raise ConfigurationError(
+            f"unknown arm {name!r}; choose one of: {', '.join(known)} (the benchmark's own arms, "
+            "the peers and the self-editing ones, come with the keeper-bench distribution)"
+        )
     allowed = SHARED_OPTIONS | known[name]
     unknown = sorted(set(options) - allowed)
     if unknown:

@@ -120,8 +120,9 @@ class PostgresKeywordRetriever:
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"kw:{schema}",))
                     for statement in _SCHEMA.format(schema=schema).split(";"):
-                        # the schema name is checked against _IDENTIFIER above
-                        c.execute(cast("LiteralString", statement))
+                        # built from a schema name checked against _IDENTIFIER above
+                        query: LiteralString = cast(Any, statement)
+                        c.execute(query)
                 c.execute("SELECT %s::regconfig", (config,))
         except psycopg.errors.UndefinedObject as exc:
             raise ConfigurationError(

@@ -7,7 +7,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from keeper_middleware.errors import ArgumentTypeError, ConfigurationError
-from keeper_middleware.graphs import ARMS, build_arm
+from keeper_middleware.graphs import arms as product
 from keeper_middleware.testing import ScriptedChatModel
 
 PRODUCT_ARMS = [
@@ -22,9 +22,9 @@ PRODUCT_ARMS = [
 
 
 def test_the_product_builds_the_baselines_retrieval_and_the_keepers_arms():
-    assert list(ARMS) == PRODUCT_ARMS
+    assert list(product.ARMS) == PRODUCT_ARMS
     for name in PRODUCT_ARMS:
-        arm = build_arm(name, ScriptedChatModel(default="Read."), window=4096)
+        arm = product.build_arm(name, ScriptedChatModel(default="Read."), window=4096)
         reply = arm.graph.invoke(
             {"messages": [HumanMessage("Item 1. The ferry left at dawn.")]},
             {"configurable": {"thread_id": name}},
@@ -35,9 +35,9 @@ def test_the_product_builds_the_baselines_retrieval_and_the_keepers_arms():
 
 def test_a_benchmark_arm_asked_of_the_product_says_where_it_lives():
     with pytest.raises(ConfigurationError, match="keeper-bench distribution"):
-        build_arm("peer_deepagents", ScriptedChatModel(), window=4096)
+        product.build_arm("peer_deepagents", ScriptedChatModel(), window=4096)
     with pytest.raises(ArgumentTypeError, match="keep_tool_results"):
-        build_arm("notes", ScriptedChatModel(), window=4096, keep_tool_results=2)
+        product.build_arm("notes", ScriptedChatModel(), window=4096, keep_tool_results=2)
 
 
 def test_the_benchmarks_registry_builds_the_products_arms_through_the_product():
@@ -48,7 +48,7 @@ def test_the_benchmarks_registry_builds_the_products_arms_through_the_product():
     assert list(EVERY_ARM) == [*PRODUCT_ARMS, *BENCH_ARMS]
     assert not set(BENCH_ARMS) & set(PRODUCT_ARMS)
     arm = build_any_arm("window_drop", ScriptedChatModel(default="Read."), window=4096)
-    assert arm.description == ARMS["window_drop"].description
+    assert arm.description == product.ARMS["window_drop"].description
     arm.close()
     pinned = build_any_arm("self_edit", ScriptedChatModel(default="Read."), window=4096)
     assert pinned.memory_kind == "pinned"

@@ -231,9 +231,14 @@ def arm_request(
     """
     options = dict(options or {})
     if name not in known:
+        elsewhere = (
+            " (the benchmark's own arms, the peers and the self-editing ones, come with the "
+            "keeper-bench distribution)"
+            if known is ARM_OPTIONS
+            else ""
+        )
         raise ConfigurationError(
-            f"unknown arm {name!r}; choose one of: {', '.join(known)} (the benchmark's own arms, "
-            "the peers and the self-editing ones, come with the keeper-bench distribution)"
+            f"unknown arm {name!r}; choose one of: {', '.join(known)}{elsewhere}"
         )
     allowed = SHARED_OPTIONS | known[name]
     unknown = sorted(set(options) - allowed)

@@ -53,3 +53,6 @@ def test_the_benchmarks_registry_builds_the_products_arms_through_the_product():
     pinned = build_any_arm("self_edit", ScriptedChatModel(default="Read."), window=4096)
     assert pinned.memory_kind == "pinned"
     pinned.close()
+    with pytest.raises(ConfigurationError, match="peer_deepagents_tuned") as unknown:
+        build_any_arm("peer_unknown", ScriptedChatModel(), window=4096)
+    assert "keeper-bench distribution" not in str(unknown.value)

@@ -20,7 +20,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from middleware_agent import SYSTEM, conversation, default_model, lookup
 
 from keeper_middleware import Keeper, KeeperConfig, KeeperGraphState, KeeperNode
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 
 def build_agent(model: BaseChatModel, keeper: Keeper) -> Any:

@@ -29,7 +29,7 @@ from middleware_agent import SYSTEM, conversation, default_model, lookup
 
 from keeper_middleware import Keeper, KeeperConfig
 from keeper_middleware.integrations.langchain import KeeperMiddleware
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 
 def without_deep_agents_summaries(model: BaseChatModel) -> None:

@@ -27,7 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig
 from keeper_middleware.integrations.langchain import KeeperMiddleware
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 
 SYSTEM = "You are a careful clerk. Use the tools when you need them."
 TASK = "Task: keep track of the registers. Rule: Report every amount in words, never in digits."

@@ -22,7 +22,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from middleware_agent import SYSTEM, conversation, default_model, lookup
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 CONFIG = KeeperConfig(window=4096, reply_reserve=512)
 THREAD = {"configurable": {"thread_id": "ledger-7"}}

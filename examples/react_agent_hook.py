@@ -21,7 +21,7 @@ from middleware_agent import SYSTEM, conversation, default_model, lookup
 
 from keeper_middleware import Keeper, KeeperConfig
 from keeper_middleware.integrations.langchain import KeeperReactState, keeper_pre_model_hook
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 
 def build_agent(model: BaseChatModel, keeper: Keeper) -> Any:

@@ -32,10 +32,9 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Checkpointer
 
 from keeper_middleware.config import Size, resolve_size
-from keeper_middleware.cut import find_layout
 from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
 from keeper_middleware.keeper import ModelSetup, Tool
-from keeper_middleware.messages import (
+from keeper_middleware.messages.facts import (
     is_input,
     keeper_kind,
     keeper_message,
@@ -43,7 +42,8 @@ from keeper_middleware.messages import (
     strip_reasoning,
     text_of,
 )
-from keeper_middleware.tokens import TokenCounter, resolve_token_counter
+from keeper_middleware.step.cut import find_layout
+from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
 SUMMARY_REQUEST_TAG = "[SUMMARY REQUEST]"
 SUMMARY_REQUEST_TEXT = (

@@ -24,7 +24,7 @@ from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.graphs.baselines import SUMMARY_BUDGET, default_reply_reserve
 from keeper_middleware.keeper import Keeper, Tool
 from keeper_middleware.retrievers.base import Retriever
-from keeper_middleware.tokens import TokenCounter
+from keeper_middleware.tokens.counting import TokenCounter
 
 KeeperArm = Literal["notes", "notes_retrieval", "notes_rewrite"]
 COUNTER_NAMES = r"\b[a-z]{3,7}\d{2}\b"

@@ -34,15 +34,19 @@ from keeper_middleware.graphs.baselines import (
     head_end,
     messages_update,
 )
-from keeper_middleware.injection import merge_hits, question_queries, render_retrieved_block
-from keeper_middleware.items import ItemNumbering
 from keeper_middleware.keeper import ModelSetup, Tool
-from keeper_middleware.messages import keeper_message, text_of
-from keeper_middleware.questions import PatternQuestionDetector, QuestionDetector
+from keeper_middleware.messages.facts import keeper_message, text_of
+from keeper_middleware.reinjection.additions import (
+    merge_hits,
+    question_queries,
+    render_retrieved_block,
+)
+from keeper_middleware.reinjection.questions import PatternQuestionDetector, QuestionDetector
 from keeper_middleware.retrievers.base import Hit, Retriever
 from keeper_middleware.retrievers.passages import PASSAGE_UNITS, passages_of
 from keeper_middleware.search.tool import session_of
-from keeper_middleware.tokens import TokenCounter, resolve_token_counter
+from keeper_middleware.step.items import ItemNumbering
+from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
 RAG_STATE_KEY = "rag"
 DEFAULT_ITEM_PATTERN = r"^\s*(?:Item|Batch|Ticket)\s+#?(\d+)\b"

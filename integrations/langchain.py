@@ -58,8 +58,8 @@ from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
-from keeper_middleware.messages import as_ai_message
-from keeper_middleware.model_calls import (
+from keeper_middleware.messages.facts import as_ai_message
+from keeper_middleware.model.calls import (
     bind_tools_clearly,
     internal_call_config,
     resolve_chat_model,
@@ -75,7 +75,7 @@ from keeper_middleware.node import (
 from keeper_middleware.retrievers.factory import RetrieverSpec
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.search.tool import DEFAULT_SESSION, archive_search_tool, session_of
-from keeper_middleware.tokens import TokenCounter
+from keeper_middleware.tokens.counting import TokenCounter
 
 log = logging.getLogger(__name__)
 

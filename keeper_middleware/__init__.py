@@ -7,10 +7,9 @@ RULES wherever new questions arrive.
 
 from keeper_middleware.agent import create_keeper_agent
 from keeper_middleware.archive.records import ArchivedTurn, NotesVersion
+from keeper_middleware.archive.sqlite import SQLiteArchive
 from keeper_middleware.archive.store import ArchiveStore
-from keeper_middleware.checks import CheckContext, Issue, NoteCheck, default_checks
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
-from keeper_middleware.counters import Counters
 from keeper_middleware.errors import (
     ArchiveError,
     ArgumentTypeError,
@@ -23,15 +22,16 @@ from keeper_middleware.errors import (
     WindowTooSmallError,
 )
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult
-from keeper_middleware.messages import is_keeper_message
+from keeper_middleware.messages.facts import is_keeper_message
 from keeper_middleware.node import KeeperGraphState, KeeperNode, keeper_node
-from keeper_middleware.notes import Notes, parse_notes, render_notes
-from keeper_middleware.questions import PatternQuestionDetector, QuestionDetector
+from keeper_middleware.notes.block import Notes, parse_notes, render_notes
+from keeper_middleware.notes.checks import CheckContext, Issue, NoteCheck, default_checks
+from keeper_middleware.reinjection.questions import PatternQuestionDetector, QuestionDetector
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever
 from keeper_middleware.search.tool import archive_search_tool
-from keeper_middleware.sqlite import SQLiteArchive
+from keeper_middleware.sessions.counters import Counters
 from keeper_middleware.startup import freeze_startup_objects
-from keeper_middleware.tokens import ApproximateTokenCounter, TokenCounter
+from keeper_middleware.tokens.counting import ApproximateTokenCounter, TokenCounter
 
 __all__ = [
     "ApproximateTokenCounter",

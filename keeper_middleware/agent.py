@@ -18,7 +18,7 @@ from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.keeper import Keeper, Tool
 from keeper_middleware.node import KeeperGraphState, KeeperNode, ToolChoice
 from keeper_middleware.retrievers.factory import RetrieverSpec
-from keeper_middleware.tokens import TokenCounter
+from keeper_middleware.tokens.counting import TokenCounter
 
 
 def make_keeper(

@@ -13,8 +13,8 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.items import numeric_group_problem
 from keeper_middleware.retrievers.passages import PASSAGE_UNITS
+from keeper_middleware.step.items import numeric_group_problem
 
 NotesMode = Literal["in_place", "rewrite"]
 Size = int | tuple[str, float]
@@ -79,7 +79,7 @@ class KeeperConfig:
     notes_every_items: int | None = 10
     """Also take notes every N new items (10 measured as well as 6, at less cost); None: only by size.
     The NOTES count toward the N as the items their size is worth, so calls keep their size as the
-    NOTES fill (never fewer than N/2 items; `keeper_middleware.cadence`)."""
+    NOTES fill (never fewer than N/2 items; `keeper_middleware.notes.cadence`)."""
     notes_mode: NotesMode = "in_place"
     """``in_place`` (write only the changes, checked) or ``rewrite`` (the earlier full rewrite)."""
     max_reasks: int = 2

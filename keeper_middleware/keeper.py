@@ -13,12 +13,12 @@ Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert 
 :meth:`Keeper.step` or :meth:`Keeper.astep`; the two differ only in how the model is called.
 
 This module holds the step's order and its I/O; each phase lives beside it:
-:mod:`~keeper_middleware.arrivals` (taking new messages in), :mod:`~keeper_middleware.window`
-(sizes, when and what to cut; pure), :mod:`~keeper_middleware.room` (sharing the room among
-messages; pure), :mod:`~keeper_middleware.note_dialogue` (the note-taking conversation),
-:mod:`~keeper_middleware.commit` (finishing a cut), :mod:`~keeper_middleware.oversized`
-(messages archived whole, an excerpt in view), :mod:`~keeper_middleware.sessions` (per-session
-values), :mod:`~keeper_middleware.branches` (what the branch a step runs on sees) and
+:mod:`~keeper_middleware.step.arrivals` (taking new messages in), :mod:`~keeper_middleware.step.window`
+(sizes, when and what to cut; pure), :mod:`~keeper_middleware.step.room` (sharing the room among
+messages; pure), :mod:`~keeper_middleware.notes.dialogue` (the note-taking conversation),
+:mod:`~keeper_middleware.step.commit` (finishing a cut), :mod:`~keeper_middleware.step.oversized`
+(messages archived whole, an excerpt in view), :mod:`~keeper_middleware.sessions.state` (per-session
+values), :mod:`~keeper_middleware.sessions.branches` (what the branch a step runs on sees) and
 :mod:`~keeper_middleware.search.searcher` (the search tool's body).
 
 The keeper's memory is a function of the branch being run: the keeper state (the graph's
@@ -43,47 +43,47 @@ from langchain_core.messages import AIMessage, BaseMessage
 from keeper_middleware import phases
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.archive.store import ArchiveStore, open_archive
-from keeper_middleware.arrivals import Arrivals
-from keeper_middleware.backlog import Backlog, part_end, part_state, with_part
-from keeper_middleware.branches import HEAD_KEY, Branches, state_head
-from keeper_middleware.checks import NoteCheck, default_checks
-from keeper_middleware.commit import CutCommit
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.counters import Counters
-from keeper_middleware.cut import KEPT_KEY, recount_kept, uncount_removed
-from keeper_middleware.entries import Entry, messages_of
 from keeper_middleware.errors import ArchiveError, ConfigurationError
-from keeper_middleware.indexing import BackgroundIndexing, reconcile
-from keeper_middleware.items import ITEMS_SINCE_NOTES, ItemNumbering
-from keeper_middleware.marks import verified
-from keeper_middleware.messages import (
+from keeper_middleware.messages.facts import (
     close_unanswered_calls,
     strip_reasoning,
     with_storable_calls,
 )
-from keeper_middleware.model_setup import AsyncNoteCall, ModelSetup, NoteCall, Tool
-from keeper_middleware.namespaces import archive_namespace, database_of
-from keeper_middleware.note_dialogue import NoteDialogue
-from keeper_middleware.notes import Notes
-from keeper_middleware.oversized import OversizedMessages
+from keeper_middleware.messages.marks import verified
+from keeper_middleware.model.setup import AsyncNoteCall, ModelSetup, NoteCall, Tool
+from keeper_middleware.model.thinking import call_kwargs, retry_of
+from keeper_middleware.notes.block import Notes
+from keeper_middleware.notes.checks import NoteCheck, default_checks
+from keeper_middleware.notes.dialogue import NoteDialogue
 from keeper_middleware.phases import PhaseListener, checked_listener, span
-from keeper_middleware.questions import (
+from keeper_middleware.reinjection.questions import (
     PatternQuestionDetector,
     QuestionDetector,
     open_question_index,
 )
 from keeper_middleware.retrievers.base import Hit, Retriever, search_within
 from keeper_middleware.retrievers.factory import RetrieverSpec, make_retriever
-from keeper_middleware.room import unkeep
 from keeper_middleware.search.branch_guards import sample_now, withheld_now
 from keeper_middleware.search.guards import GuardState, without_search_calls
+from keeper_middleware.search.indexing import BackgroundIndexing, reconcile
+from keeper_middleware.search.namespaces import archive_namespace, database_of
 from keeper_middleware.search.searcher import KEEPER_CHANNEL, ArchiveSearch
-from keeper_middleware.session_locks import SessionLockBackend, SessionLocks
-from keeper_middleware.sessions import MOVED_ENTRIES, MOVED_KEYS, SessionState
-from keeper_middleware.steps import Pending, StepResult
-from keeper_middleware.thinking import call_kwargs, retry_of
-from keeper_middleware.tokens import TokenCounter, resolve_token_counter
-from keeper_middleware.window import NOTES_FRAME_TOKENS, WindowPolicy
+from keeper_middleware.sessions.branches import HEAD_KEY, Branches, state_head
+from keeper_middleware.sessions.counters import Counters
+from keeper_middleware.sessions.locks import SessionLockBackend, SessionLocks
+from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionState
+from keeper_middleware.step.arrivals import Arrivals
+from keeper_middleware.step.backlog import Backlog, part_end, part_state, with_part
+from keeper_middleware.step.commit import CutCommit
+from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
+from keeper_middleware.step.entries import Entry, messages_of
+from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
+from keeper_middleware.step.oversized import OversizedMessages
+from keeper_middleware.step.result import Pending, StepResult
+from keeper_middleware.step.room import unkeep
+from keeper_middleware.step.window import NOTES_FRAME_TOKENS, WindowPolicy
+from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
 __all__ = [
     "MOVED_ENTRIES",

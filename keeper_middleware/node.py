@@ -21,8 +21,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult, Tool
-from keeper_middleware.messages import as_ai_message
-from keeper_middleware.model_calls import (
+from keeper_middleware.messages.facts import as_ai_message
+from keeper_middleware.model.calls import (
     bind_tools_clearly,
     internal_call_config,
     resolve_chat_model,
@@ -63,7 +63,7 @@ class KeeperNode:
     search tool is added to ``tools`` (``node.tools``); bind the same list in the model node.
     ``model`` may be an ``init_chat_model`` string; ``search=False`` leaves the search tool out
     (for a model or server without tool calling). Note calls stay out of user-facing streams and
-    callbacks (see :mod:`keeper_middleware.model_calls`).
+    callbacks (see :mod:`keeper_middleware.model.calls`).
 
     Args:
         keeper: the engine that keeps this graph's memory (one may serve many graphs), or a

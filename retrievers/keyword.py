@@ -41,9 +41,9 @@ from os import PathLike
 from pathlib import Path
 
 from keeper_middleware.errors import ArchiveError, ConfigurationError, InvalidStateError
+from keeper_middleware.errors.sqlite import FileConnection
 from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
-from keeper_middleware.sqlite.faults import FileConnection
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _COMMON_TERM_FRACTION = 0.05

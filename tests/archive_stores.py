@@ -13,8 +13,8 @@ import json
 import pytest
 
 from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
+from keeper_middleware.archive.sqlite import SQLiteArchive
 from keeper_middleware.archive.store import ArchiveStore
-from keeper_middleware.sqlite import SQLiteArchive
 
 
 def make_turns(session: str, cut: int, count: int = 3, *, size: int = 20) -> list[ArchivedTurn]:
@@ -76,7 +76,7 @@ def open_store(spec: str) -> ArchiveStore:
     kind, _, where = spec.partition(":")
     if kind == "sqlite":
         return SQLiteArchive(where)
-    from keeper_middleware.postgres import PostgresArchive
+    from keeper_middleware.archive.postgres import PostgresArchive
 
     schema, _, url = where.partition(":")
     return PostgresArchive(url, schema=schema)

@@ -24,7 +24,7 @@ from keeper_middleware import (
     KeeperNode,
     create_keeper_agent,
 )
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from keeper_middleware.integrations.llama_server import LlamaServerConfig, LocalLlamaServer
-from keeper_middleware.tokens import ServerTokenCounter
+from keeper_middleware.tokens.counting import ServerTokenCounter
 
 TIMEOUT = 120.0
 """Seconds per request: generous, the machine is shared."""

@@ -17,7 +17,7 @@ import time
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from keeper_middleware import Keeper, KeeperConfig, ModelSetup
-from keeper_middleware.postgres import PostgresArchive
+from keeper_middleware.archive.postgres import PostgresArchive
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 

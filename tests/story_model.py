@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes import parse_notes
-from keeper_middleware.recall import parse_recall_block
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import parse_notes
+from keeper_middleware.notes.recall import parse_recall_block
 
 SET = re.compile(r"set (\w+) to (-?\d+)")
 ADD = re.compile(r"added (\d+) to (\w+)")

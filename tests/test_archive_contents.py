@@ -12,8 +12,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from keeper_middleware.archive.records import ArchivedTurn, NotesDraft, turn_from_message
+from keeper_middleware.archive.sqlite import SQLiteArchive
 from keeper_middleware.archive.store import put_values
-from keeper_middleware.sqlite import SQLiteArchive
 from tests.archive_stores import (
     _fields,
     make_turns,

@@ -50,7 +50,7 @@ WRITER_IMPORTS = """
 import json, os, signal, sys
 from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
-from keeper_middleware.sqlite import SQLiteArchive
+from keeper_middleware.archive.sqlite import SQLiteArchive
 """
 WRITER = textwrap.dedent(
     """

@@ -28,7 +28,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from keeper_middleware import ArchiveError, Keeper, KeeperConfig, SQLiteArchive, create_keeper_agent
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
 from tests.small_disk import fill
 

@@ -11,8 +11,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, SQLiteArchive, create_keeper_agent
 from keeper_middleware.archive.cli import main
+from keeper_middleware.archive.postgres import PostgresArchive
 from keeper_middleware.archive.records import MovedUpdate
-from keeper_middleware.postgres import PostgresArchive
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 
@@ -140,8 +140,8 @@ def test_info_lists_sessions_of_either_backend(proxy_folder, postgres_url, pg_sc
 
 
 def test_migrate_copies_a_forked_session_branch_by_branch(tmp_path, postgres_url, pg_schema):
+    from keeper_middleware.archive.postgres.migrate import migrate
     from keeper_middleware.archive.records import ArchivedTurn
-    from keeper_middleware.postgres.migrate import migrate
 
     def turn(msg_id: str, content: str) -> ArchivedTurn:
         return ArchivedTurn(session="s", msg_id=msg_id, item=1, role="human", content=content)

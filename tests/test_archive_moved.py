@@ -9,9 +9,9 @@ import sqlite3
 
 import pytest
 
+from keeper_middleware.archive.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
 from keeper_middleware.archive.records import MovedUpdate
-from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
-from keeper_middleware.sqlite import SQLiteArchive
+from keeper_middleware.archive.sqlite import SQLiteArchive
 from tests.archive_stores import (
     make_turns,
     notes_for,

@@ -9,9 +9,9 @@ import sqlite3
 import pytest
 
 from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
+from keeper_middleware.archive.sqlite import SQLiteArchive
 from keeper_middleware.archive.store import SCHEMA_VERSION, ArchiveSchemaError, open_archive
 from keeper_middleware.errors import ArchiveError
-from keeper_middleware.sqlite import SQLiteArchive
 from tests.archive_stores import (
     open_store,
     spec_fixture,  # noqa: F401

@@ -22,7 +22,7 @@ from keeper_bench.streams import (
 )
 from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.graphs.baselines import SUMMARY_REQUEST_TAG, compact, drop_oldest
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.retrievers.embedders import HashingEmbedder
 from keeper_middleware.retrievers.factory import make_retriever
 

@@ -17,10 +17,10 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.indexing import INDEXED_SEQ, turn_passages
 from keeper_middleware.retrievers import EmbeddingRetriever, HashingEmbedder, HybridRetriever
 from keeper_middleware.retrievers.background import BackgroundWorker, background_worker
 from keeper_middleware.retrievers.keyword import KeywordRetriever
+from keeper_middleware.search.indexing import INDEXED_SEQ, turn_passages
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 
@@ -330,7 +330,7 @@ def test_a_forgotten_session_is_not_indexed_again_by_its_queued_catch_up(held_wo
 def test_the_worker_thread_is_not_started_by_importing_the_library():
     code = (
         "import threading, keeper_middleware, keeper_middleware.retrievers;"
-        "import keeper_middleware.indexing;"
+        "import keeper_middleware.search.indexing;"
         "print(sorted(t.name for t in threading.enumerate()))"
     )
     done = subprocess.run(

@@ -133,7 +133,7 @@ def test_a_sqlite_archive_of_the_previous_release_opens_continues_and_forks(tmp_
     with sqlite3.connect(folder / "archive.sqlite3") as raw:
         assert raw.execute("SELECT version FROM schema_version").fetchone() == (SCHEMA_VERSION,)
     assert as_released(keeper) == EXPECTED
-    with caplog.at_level("WARNING", logger="keeper_middleware.indexing"):
+    with caplog.at_level("WARNING", logger="keeper_middleware.search.indexing"):
         continue_and_travel(keeper, folder / "checkpoints.sqlite3", EXPECTED)
     # that release indexed sentences; a branch's search found the index cut otherwise than
     # today's whole messages and built it again (the background catch-up waited for it)
@@ -147,7 +147,7 @@ def test_a_postgres_archive_of_the_previous_release_migrates_continues_and_forks
 ):
     import psycopg
 
-    from keeper_middleware.postgres.schema import BRANCHES_MIGRATION, MIGRATIONS
+    from keeper_middleware.archive.postgres.schema import BRANCHES_MIGRATION, MIGRATIONS
 
     rows = json.loads((FIXTURE / "postgres_rows.json").read_text())
     assert [v for (v,) in rows["keeper_migrations"]["rows"]] == list(range(BRANCHES_MIGRATION))

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, Tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, create_keeper_agent, is_keeper_message
-from keeper_middleware.excerpts import excerpt_ref
+from keeper_middleware.step.excerpts import excerpt_ref
 from tests.branch_runs import CONFIG, TASK, Run, feed, story
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel

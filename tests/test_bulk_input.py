@@ -18,8 +18,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, ModelSetup, create_keeper_agent
 from keeper_middleware.integrations.langchain import KeeperMiddleware
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes_budget import MOVED_TURN_NAME
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.budget import MOVED_TURN_NAME
 from tests.fake_model import ScriptedChatModel
 
 THREAD = {"configurable": {"thread_id": "t1"}}
@@ -179,7 +179,7 @@ class Tally:
     """A token counter that counts its own work: how many messages it was asked to size."""
 
     def __init__(self) -> None:
-        from keeper_middleware.tokens import ApproximateTokenCounter
+        from keeper_middleware.tokens.counting import ApproximateTokenCounter
 
         self.inner = ApproximateTokenCounter()
         self.messages = 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from keeper_middleware.changes import (
+from keeper_middleware.notes.block import Notes
+from keeper_middleware.notes.changes import (
     CloseLine,
     NoChanges,
     OpenLine,
@@ -16,7 +17,6 @@ from keeper_middleware.changes import (
     parse_changes,
     unapplied,
 )
-from keeper_middleware.notes import Notes
 
 
 @pytest.mark.parametrize(

@@ -18,18 +18,18 @@ from pathlib import Path
 
 import pytest
 
-import keeper_middleware.checks.amounts as amounts_module
-import keeper_middleware.checks.keys as keys_module
-import keeper_middleware.checks.names as names_module
-import keeper_middleware.signs as signs_module
+import keeper_middleware.notes.checks.amounts as amounts_module
+import keeper_middleware.notes.checks.keys as keys_module
+import keeper_middleware.notes.checks.names as names_module
+import keeper_middleware.notes.signs as signs_module
 from keeper_bench.run_options import RunOptions, resolve_stream
 from keeper_bench.runner import run_arm
 from keeper_bench.streams import generate_stream, preset_spec, read_stream
-from keeper_middleware.changes import Change, RuleLine, SetLine, UnsetLine
-from keeper_middleware.checks.base import CheckContext, Issue
-from keeper_middleware.checks.names import TrackedNamesAccounted
-from keeper_middleware.notes import Notes
-from keeper_middleware.numbers import (
+from keeper_middleware.notes.block import Notes
+from keeper_middleware.notes.changes import Change, RuleLine, SetLine, UnsetLine
+from keeper_middleware.notes.checks.base import CheckContext, Issue
+from keeper_middleware.notes.checks.names import TrackedNamesAccounted
+from keeper_middleware.notes.numbers import (
     _DIGITS,
     _WORD_RUN,
     FIRST_LETTERS,
@@ -37,7 +37,7 @@ from keeper_middleware.numbers import (
     parse_number,
     words_to_int,
 )
-from keeper_middleware.signs import (
+from keeper_middleware.notes.signs import (
     _SIGNED_WORDS,
     amount_directions,
     sentence_direction,

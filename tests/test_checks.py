@@ -6,8 +6,10 @@ import re
 
 import pytest
 
-from keeper_middleware.changes import RuleLine, SetLine, UnsetLine, parse_changes
-from keeper_middleware.checks import (
+from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.notes.block import Notes
+from keeper_middleware.notes.changes import RuleLine, SetLine, UnsetLine, parse_changes
+from keeper_middleware.notes.checks import (
     GENERIC_CHECKS,
     AmountsInText,
     CheckContext,
@@ -23,8 +25,6 @@ from keeper_middleware.checks import (
     evaluate_working,
     run_checks,
 )
-from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.notes import Notes
 
 COUNTERS = re.compile(r"\b[a-z]+\d{2}\b")
 

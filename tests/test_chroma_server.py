@@ -153,8 +153,8 @@ def test_archives_on_one_database_get_their_own_collection_on_one_chroma_server(
 
     import psycopg
 
+    from keeper_middleware.archive.postgres import PostgresArchive
     from keeper_middleware.keeper import archive_namespace
-    from keeper_middleware.postgres import PostgresArchive
 
     schemas = [f"t_{uuid.uuid4().hex[:10]}" for _ in range(2)]
 

@@ -14,8 +14,8 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.blocks import block_as_text, content_as_text
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.blocks import block_as_text, content_as_text
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
 
 THREAD = {"configurable": {"thread_id": "t1"}}

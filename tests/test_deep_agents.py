@@ -13,7 +13,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from keeper_bench.reader.summary import DEEPAGENTS_SUMMARY_START
 from keeper_bench.run_options import RunOptions, resolve_stream
 from keeper_bench.runner import run_arm
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 pytest.importorskip("deepagents")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

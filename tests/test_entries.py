@@ -7,10 +7,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from keeper_middleware import Keeper, KeeperConfig, ModelSetup
-from keeper_middleware.entries import classify
-from keeper_middleware.messages import keeper_kind, keeper_message, text_of
-from keeper_middleware.questions import PatternQuestionDetector
-from keeper_middleware.tokens import ApproximateTokenCounter
+from keeper_middleware.messages.facts import keeper_kind, keeper_message, text_of
+from keeper_middleware.reinjection.questions import PatternQuestionDetector
+from keeper_middleware.step.entries import classify
+from keeper_middleware.tokens.counting import ApproximateTokenCounter
 
 
 class CountingCounter:

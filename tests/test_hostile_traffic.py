@@ -15,9 +15,9 @@ from langgraph.errors import GraphRecursionError
 
 from keeper_middleware import Keeper, KeeperConfig, WindowTooSmallError, create_keeper_agent
 from keeper_middleware.archive.records import ArchivedTurn
-from keeper_middleware.excerpts import EXCERPT_TAG
-from keeper_middleware.messages import UNANSWERED_CALL_TEXT, keeper_kind, text_of
+from keeper_middleware.messages.facts import UNANSWERED_CALL_TEXT, keeper_kind, text_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
+from keeper_middleware.step.excerpts import EXCERPT_TAG
 from tests.fake_model import ScriptedChatModel
 
 THREAD = {"configurable": {"thread_id": "t1"}}

@@ -85,7 +85,18 @@ def imports_of(module: str) -> set[str]:
             target = _known(name)
             if target is not None and target != module:
                 found.add(target)
+                found |= _packages_run_first(target, module)
     return found
+
+
+def _packages_run_first(target: str, importer: str) -> set[str]:
+    """The packages whose ``__init__`` runs before ``target`` does: importing
+    ``keeper_middleware.archive.sqlite.archive`` runs ``archive/__init__.py`` and
+    ``archive/sqlite/__init__.py`` first, so a loop through a package's ``__init__`` is a loop.
+    The root package and the importer's own packages (already running) are left out."""
+    parts = target.split(".")
+    packages = {".".join(parts[:i]) for i in range(2, len(parts))}
+    return {p for p in packages if p in MODULES and not importer.startswith(p + ".")}
 
 
 GRAPH = {module: imports_of(module) for module in MODULES}
@@ -141,7 +152,16 @@ def test_the_walk_sees_every_folder_and_the_imports_it_should():
     assert "keeper_middleware.integrations.proxy.app" in MODULES
     assert "keeper_middleware.errors" in GRAPH["keeper_middleware.retrievers.base"]
     # deferred imports count: open_archive picks its backend inside the function
-    assert "keeper_middleware.sqlite" in GRAPH["keeper_middleware.archive.store"]
+    assert "keeper_middleware.archive.sqlite" in GRAPH["keeper_middleware.archive.store"]
+
+
+def test_importing_a_module_counts_its_packages_inits():
+    # the keyword index reads SQLite faults from the errors' room, whose __init__ runs first
+    assert "keeper_middleware.errors" in GRAPH["keeper_middleware.retrievers.keyword"]
+    assert _packages_run_first("keeper_middleware.archive.sqlite.archive", "x") == {
+        "keeper_middleware.archive",
+        "keeper_middleware.archive.sqlite",
+    }
 
 
 def test_the_cycle_finder_finds_a_loop_through_three_modules():
@@ -162,7 +182,7 @@ def _room(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-BELOW_THE_RETRIEVERS = {"keeper_middleware.errors", "keeper_middleware.sqlite.faults"}
+BELOW_THE_RETRIEVERS = {"keeper_middleware.errors", "keeper_middleware.errors.sqlite"}
 """What a retriever may import from the rest of the package: the errors, and how a SQLite file's
 failures are read (the keyword index is a SQLite file too); both import only the errors."""
 
@@ -214,3 +234,16 @@ def test_nothing_in_the_product_imports_the_benchmark():
     )
     offenders = {m: benchmark_imports(p) for m, p in MODULES.items()}
     assert {m: found for m, found in offenders.items() if found} == {}
+
+
+BOTTOM_ROOMS = {"errors", "messages", "tokens", "retrievers", "testing"}
+"""Rooms every other room may use and that use none of them but the errors (docs/architecture.md):
+what a message is, how tokens are counted, how passages are ranked, the scripted test model."""
+
+
+def test_the_bottom_rooms_import_only_themselves_and_the_errors():
+    for module, targets in GRAPH.items():
+        if _room(module) not in BOTTOM_ROOMS:
+            continue
+        outside = {_room(t) for t in targets} - {_room(module), "errors"}
+        assert not outside, (module, outside)

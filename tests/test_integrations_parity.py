@@ -38,8 +38,8 @@ from keeper_middleware.integrations.langchain import (
     KeeperReactState,
     keeper_pre_model_hook,
 )
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes import parse_notes
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import parse_notes
 from keeper_middleware.search.tool import archive_search_tool
 from tests.fake_model import Received, ScriptedChatModel
 

@@ -9,8 +9,8 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import ConfigurationError, Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.items import ItemNumbering
-from keeper_middleware.messages import keeper_kind
+from keeper_middleware.messages.facts import keeper_kind
+from keeper_middleware.step.items import ItemNumbering
 from tests.fake_model import ScriptedChatModel
 
 THREAD = {"configurable": {"thread_id": "t1"}}

@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tracers.run_collector import RunCollectorCallbackHandler
 
 from keeper_middleware import Keeper, create_keeper_agent
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from tests.test_integrations_parity import (
     CONFIG,
     SYSTEM,

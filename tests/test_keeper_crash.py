@@ -42,7 +42,7 @@ def archive_at(request, tmp_path):
     """Opens the same archive again each call, as a restarted process would."""
     if request.param == "sqlite":
         return lambda: tmp_path / "archive.sqlite3"
-    from keeper_middleware.postgres import PostgresArchive
+    from keeper_middleware.archive.postgres import PostgresArchive
 
     url, schema = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_schema")
     return lambda: PostgresArchive(url, schema=schema)

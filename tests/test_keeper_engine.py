@@ -15,8 +15,8 @@ from keeper_middleware import (
     WindowTooSmallError,
     create_keeper_agent,
 )
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.tokens import ApproximateTokenCounter
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.tokens.counting import ApproximateTokenCounter
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 

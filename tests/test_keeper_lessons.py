@@ -12,8 +12,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, ModelSetup, ThinkingPolicy, create_keeper_agent
 from keeper_middleware.archive.records import ArchivedTurn
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes import parse_notes
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import parse_notes
 from keeper_middleware.search.guards import STOP_LINE
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch, note_lines

@@ -7,8 +7,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.notes import render_notes
-from keeper_middleware.tokens import ApproximateTokenCounter
+from keeper_middleware.notes.block import render_notes
+from keeper_middleware.tokens.counting import ApproximateTokenCounter
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 

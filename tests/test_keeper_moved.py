@@ -14,11 +14,11 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, SQLiteArchive, create_keeper_agent
+from keeper_middleware.archive.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
 from keeper_middleware.archive.records import MovedUpdate
-from keeper_middleware.messages import text_of
-from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
-from keeper_middleware.notes import Notes
-from keeper_middleware.recall import (
+from keeper_middleware.messages.facts import text_of
+from keeper_middleware.notes.block import Notes
+from keeper_middleware.notes.recall import (
     ArchivedKeys,
     moved_update,
     named_in,

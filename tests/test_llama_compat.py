@@ -33,7 +33,7 @@ from keeper_middleware.integrations.llama_server import (
     server_command,
 )
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
-from keeper_middleware.tokens import ServerTokenCounter
+from keeper_middleware.tokens.counting import ServerTokenCounter
 
 
 def weather_tool(name: str = "get_weather") -> dict[str, Any]:

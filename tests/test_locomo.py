@@ -37,9 +37,9 @@ from keeper_bench.locomo.streams import conversation_from_stream
 from keeper_bench.run_options import resolve_stream
 from keeper_bench.streams import question_sets, read_stream
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.indexing import turn_passages
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
 from keeper_middleware.retrievers.sentences import sentence_groups, split_sentences
+from keeper_middleware.search.indexing import turn_passages
 
 FILLER = [
     "Hey, how are you doing today?",

@@ -11,7 +11,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import KeeperConfig, create_keeper_agent
-from keeper_middleware.messages import keeper_kind
+from keeper_middleware.messages.facts import keeper_kind
 from tests.test_integrations_parity import (
     SYSTEM,
     THREAD,

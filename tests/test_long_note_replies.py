@@ -11,8 +11,8 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.note_dialogue import REPLY_LEFT_OUT
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.dialogue import REPLY_LEFT_OUT
 from tests.fake_model import ScriptedChatModel
 
 THREAD = {"configurable": {"thread_id": "t1"}}

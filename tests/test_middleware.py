@@ -22,7 +22,7 @@ from langgraph.types import Command
 
 from keeper_middleware import Keeper, KeeperConfig, ThinkingPolicy
 from keeper_middleware.integrations.langchain import KeeperMiddleware
-from keeper_middleware.messages import keeper_kind
+from keeper_middleware.messages.facts import keeper_kind
 from tests.test_integrations_parity import (
     CONFIG,
     SYSTEM,

@@ -7,8 +7,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-import keeper_middleware.model_setup as model_setup
-from keeper_middleware.model_setup import ModelSetup
+import keeper_middleware.model.setup as model_setup
+from keeper_middleware.model.setup import ModelSetup
 
 
 @tool

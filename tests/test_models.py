@@ -23,7 +23,7 @@ from keeper_middleware import KeeperConfig, KeeperError, create_keeper_agent
 from keeper_middleware.errors import ConfigurationError, ToolsNotSupportedError
 from keeper_middleware.integrations.langchain import KeeperMiddleware, keeper_pre_model_hook
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 SYSTEM = "You read stories and answer questions about them."
 RULE = (

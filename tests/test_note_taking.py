@@ -7,11 +7,12 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import KeeperConfig, create_keeper_agent
-from keeper_middleware.changes import OpenLine, RuleLine, SetLine
-from keeper_middleware.checks import GENERIC_CHECKS, Issue
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.note_taking import (
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import Notes, parse_notes
+from keeper_middleware.notes.changes import OpenLine, RuleLine, SetLine
+from keeper_middleware.notes.checks import GENERIC_CHECKS, Issue
+from keeper_middleware.notes.taking import (
     NOTES_REQUEST_TEXT,
     Ask,
     Done,
@@ -20,7 +21,6 @@ from keeper_middleware.note_taking import (
     notes_request_text,
     reask_message_text,
 )
-from keeper_middleware.notes import Notes, parse_notes
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 

@@ -11,16 +11,22 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, ModelSetup, create_keeper_agent
-from keeper_middleware.changes import RuleLine, SetLine, apply_changes, parse_changes
-from keeper_middleware.checks import CheckContext, KeysGrounded, RulesQuoted, run_checks
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.note_taking import NoteTaking
-from keeper_middleware.notes import Notes, notes_from_json, notes_to_json, parse_notes, render_notes
-from keeper_middleware.notes_budget import fit_notes
-from keeper_middleware.rewrite import merge_rewrite
-from keeper_middleware.rules import looks_like_instruction, quoted_in
-from keeper_middleware.tokens import resolve_token_counter
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import (
+    Notes,
+    notes_from_json,
+    notes_to_json,
+    parse_notes,
+    render_notes,
+)
+from keeper_middleware.notes.budget import fit_notes
+from keeper_middleware.notes.changes import RuleLine, SetLine, apply_changes, parse_changes
+from keeper_middleware.notes.checks import CheckContext, KeysGrounded, RulesQuoted, run_checks
+from keeper_middleware.notes.rewrite import merge_rewrite
+from keeper_middleware.notes.rules import looks_like_instruction, quoted_in
+from keeper_middleware.notes.taking import NoteTaking
+from keeper_middleware.tokens.counting import resolve_token_counter
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 

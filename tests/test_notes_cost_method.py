@@ -12,10 +12,10 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.cadence import items_due
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes import Notes, render_notes
-from keeper_middleware.recall import (
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import Notes, render_notes
+from keeper_middleware.notes.cadence import items_due
+from keeper_middleware.notes.recall import (
     RECALL_HEADER,
     named_in,
     parse_recall_block,
@@ -24,7 +24,7 @@ from keeper_middleware.recall import (
     track_moved,
     with_recalled,
 )
-from keeper_middleware.tokens import resolve_token_counter
+from keeper_middleware.tokens.counting import resolve_token_counter
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keeper_middleware.notes import NOTES_TAG, Notes, parse_notes, render_notes
+from keeper_middleware.notes.block import NOTES_TAG, Notes, parse_notes, render_notes
 
 FORMATS_EXAMPLE = """\
 [NOTES] Kept by the context keeper. Covers items 1–40. Older turns are in the archive (search_archive).
@@ -141,7 +141,7 @@ def test_parse_tolerates_trailing_whitespace_and_blank_lines():
 
 
 def test_notes_round_trip_through_json():
-    from keeper_middleware.notes import notes_from_json, notes_to_json
+    from keeper_middleware.notes.block import notes_from_json, notes_to_json
 
     notes = Notes(
         rules=("Rule: ünïcode.",),

@@ -15,9 +15,9 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.excerpts import EXCERPT_TAG, page_count, read_page
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.tokens import ApproximateTokenCounter
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.step.excerpts import EXCERPT_TAG, page_count, read_page
+from keeper_middleware.tokens.counting import ApproximateTokenCounter
 from tests.fake_model import ScriptedChatModel
 
 COUNT = ApproximateTokenCounter().count_text

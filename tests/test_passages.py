@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from keeper_middleware.retrievers.base import Hit, Passage
 from keeper_middleware.retrievers.embedders import HashingEmbedder
 from keeper_middleware.retrievers.embedding import EmbeddingRetriever

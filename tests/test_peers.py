@@ -11,7 +11,7 @@ from keeper_middleware import KeeperConfig
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.graphs.baselines import default_reply_reserve
 from keeper_middleware.graphs.keeper_arms import notes_budget
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from tests.fake_model import Received, ScriptedChatModel
 from tests.story_model import batch
 

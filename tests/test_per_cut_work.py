@@ -12,7 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keeper_middleware.changes import (
+from keeper_middleware.archive.moved_rows import WORD, words_of
+from keeper_middleware.notes.block import (
+    ENTRY_PREFIX,
+    STATE_SEPARATOR,
+    Notes,
+    _all_valid,
+    _explain_invalid,
+    render_notes,
+)
+from keeper_middleware.notes.budget import fit_notes
+from keeper_middleware.notes.changes import (
     CloseLine,
     OpenLine,
     RuleLine,
@@ -22,17 +32,7 @@ from keeper_middleware.changes import (
     apply_changes,
     unapplied,
 )
-from keeper_middleware.moved_rows import WORD, words_of
-from keeper_middleware.notes import (
-    ENTRY_PREFIX,
-    STATE_SEPARATOR,
-    Notes,
-    _all_valid,
-    _explain_invalid,
-    render_notes,
-)
-from keeper_middleware.notes_budget import fit_notes
-from keeper_middleware.tokens import estimate_tokens
+from keeper_middleware.tokens.counting import estimate_tokens
 
 # entries made of the pieces that make one invalid: blanks at either end, line breaks, " = ",
 # nothing at all, repeats
@@ -225,7 +225,7 @@ def test_the_notes_a_step_reads_are_the_stored_version_read_back(seed: int) -> N
     from langgraph.checkpoint.memory import InMemorySaver
 
     from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
-    from keeper_middleware.notes import notes_from_json
+    from keeper_middleware.notes.block import notes_from_json
     from tests.fake_model import ScriptedChatModel
     from tests.story_model import StoryModel, batch
 

@@ -13,7 +13,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
 from keeper_middleware.errors import ArgumentTypeError, KeeperError
-from keeper_middleware.messages import keeper_kind
+from keeper_middleware.messages.facts import keeper_kind
 from keeper_middleware.phases import PHASES, PhaseListener, listened, listening
 from keeper_middleware.testing import ScriptedChatModel
 

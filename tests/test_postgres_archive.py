@@ -18,10 +18,10 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from keeper_middleware import ArchiveError, Keeper, KeeperConfig, create_keeper_agent
+from keeper_middleware.archive.postgres import MIGRATIONS, PostgresArchive, redact_url
 from keeper_middleware.archive.store import ArchiveSchemaError, open_archive
-from keeper_middleware.postgres import MIGRATIONS, PostgresArchive, redact_url
 from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
-from keeper_middleware.session_locks import SessionLocks
+from keeper_middleware.sessions.locks import SessionLocks
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 

@@ -29,7 +29,7 @@ from keeper_middleware.integrations.proxy.sessions import (
     SessionRecord,
     StoredRecord,
 )
-from keeper_middleware.tokens import ApproximateTokenCounter
+from keeper_middleware.tokens.counting import ApproximateTokenCounter
 
 WINDOW = 4096
 

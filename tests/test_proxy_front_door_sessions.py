@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from keeper_middleware.integrations.proxy import Tenants
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from tests.client_requests import CLAUDE_SESSION, claude_body, codex_body, codex_step, user_item
 from tests.proxy_upstream import (
     ScriptedUpstream,

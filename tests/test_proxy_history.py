@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from tests.proxy_upstream import SYSTEM, ScriptedUpstream, client_for, make_app, text_reply
 
 TAG = re.compile(r"^(M|R|F)\d+:")

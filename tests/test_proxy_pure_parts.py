@@ -22,8 +22,8 @@ from keeper_middleware.integrations.proxy.openai_format import (
 from keeper_middleware.integrations.proxy.sessions import SessionRecord
 from keeper_middleware.integrations.proxy.tenants import fallback_session
 from keeper_middleware.keeper import ModelSetup
-from keeper_middleware.messages import keeper_message
-from keeper_middleware.notes import Notes, parse_notes, render_notes
+from keeper_middleware.messages.facts import keeper_message
+from keeper_middleware.notes.block import Notes, parse_notes, render_notes
 from tests.proxy_upstream import SYSTEM, chat, convo, tool_reply
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import convert_to_messages
 
-from keeper_middleware.tokens import ApproximateTokenCounter
+from keeper_middleware.tokens.counting import ApproximateTokenCounter
 from tests.proxy_upstream import (
     SYSTEM,
     chat,

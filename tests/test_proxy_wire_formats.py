@@ -39,7 +39,7 @@ from keeper_middleware.integrations.proxy.tenants import SessionIdError
 from keeper_middleware.integrations.proxy.turns import shape_turn
 from keeper_middleware.integrations.proxy.upstream_apis import ChatApi, upstream_api
 from keeper_middleware.integrations.proxy.wire import ToolNames, native_items
-from keeper_middleware.turns import archived_turn
+from keeper_middleware.step.turns import archived_turn
 from tests.client_requests import (
     CLAUDE_SESSION,
     PNG_1PX,

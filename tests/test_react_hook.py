@@ -10,7 +10,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from keeper_middleware import Keeper
 from keeper_middleware.integrations.langchain import keeper_pre_model_hook
-from keeper_middleware.messages import keeper_kind
+from keeper_middleware.messages.facts import keeper_kind
 from tests.test_integrations_parity import (
     CONFIG,
     SYSTEM,

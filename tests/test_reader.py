@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from keeper_bench.reader import SimulatedReader
-from keeper_middleware.notes import Notes
+from keeper_middleware.notes.block import Notes
 from tests.reader_stories import (
     ALL_QUESTIONS,
     CONFIDENTIAL,

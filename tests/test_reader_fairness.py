@@ -31,7 +31,7 @@ from keeper_bench.reader.summary import write_summary
 from keeper_bench.run_options import parse_faults
 from keeper_bench.streams import generate_stream, preset_spec, question_sets, read_stream
 from keeper_middleware.graphs.baselines import SUMMARY_REQUEST_TAG
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from tests.reader_stories import TALLY, item_1, notes_request, story
 
 TASK = "Read the stories about counters one batch at a time, and answer the questions when asked."

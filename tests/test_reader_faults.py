@@ -7,7 +7,7 @@ from langchain_core.messages import HumanMessage
 
 from keeper_bench.reader import SimulatedReader
 from keeper_bench.reader.faults import ReaderFaults
-from keeper_middleware.changes import RuleLine, SetLine, parse_changes
+from keeper_middleware.notes.changes import RuleLine, SetLine, parse_changes
 from tests.reader_stories import (
     CONFIDENTIAL,
     ITEM_2,

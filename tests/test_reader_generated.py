@@ -8,8 +8,8 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from keeper_bench.reader import SimulatedReader
-from keeper_middleware.changes import parse_changes
-from keeper_middleware.notes import Notes
+from keeper_middleware.notes.block import Notes
+from keeper_middleware.notes.changes import parse_changes
 from tests.reader_stories import SEARCH_TOOL, notes_message, search_result
 
 
@@ -61,8 +61,8 @@ def test_its_own_notes_plus_archive_search_answer_every_generated_question_right
     Without the varied family: a search finds the sentences that name a counter and the one
     after, so the later links of a pronoun chain are out of its reach (that loss is the method's,
     and shows in the varied streams' scores)."""
-    from keeper_middleware.changes import apply_changes
-    from keeper_middleware.note_taking import notes_request_text
+    from keeper_middleware.notes.changes import apply_changes
+    from keeper_middleware.notes.taking import notes_request_text
     from keeper_middleware.retrievers.keyword import KeywordRetriever
     from keeper_middleware.retrievers.sentences import passages_from_text
     from keeper_middleware.search.guards import GuardState, SearchCommand, decide

@@ -15,7 +15,7 @@ from keeper_bench.reader.misreads import Misreads, misread, misreads_for
 from keeper_bench.reader.text import Event
 from keeper_bench.run_options import RunOptions, resolve_stream
 from keeper_bench.runner import run_arm
-from keeper_middleware.changes import SetLine, parse_changes
+from keeper_middleware.notes.changes import SetLine, parse_changes
 from tests.reader_stories import ITEM_2, answers, item_1, notes_request, questions, story
 
 BATCH = [

@@ -12,9 +12,9 @@ import re
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from keeper_bench.reader import SimulatedReader
-from keeper_middleware.changes import NoChanges, RuleLine, SetLine, parse_changes
-from keeper_middleware.notes import Notes, parse_notes
-from keeper_middleware.numbers import amounts_in
+from keeper_middleware.notes.block import Notes, parse_notes
+from keeper_middleware.notes.changes import NoChanges, RuleLine, SetLine, parse_changes
+from keeper_middleware.notes.numbers import amounts_in
 from tests.reader_stories import (
     CONFIDENTIAL,
     ITEM_2,

@@ -39,7 +39,7 @@ def test_the_quickstart_run_twice_continues_its_thread_without_reading_twice(
 
 def test_the_quickstart_shows_the_rule_kept_and_a_search_made(tmp_path, monkeypatch, capsys):
     """What the README says the keeper did around the scripted model, it did."""
-    from keeper_middleware.messages import keeper_kind, text_of
+    from keeper_middleware.messages.facts import keeper_kind, text_of
 
     monkeypatch.chdir(tmp_path)
     names: dict[str, object] = {}

@@ -44,7 +44,7 @@ from keeper_bench.local_run import (  # noqa: E402
 from keeper_bench.run_options import resolve_stream  # noqa: E402
 from keeper_middleware.agent import create_keeper_agent  # noqa: E402
 from keeper_middleware.config import KeeperConfig  # noqa: E402
-from keeper_middleware.messages import keeper_kind  # noqa: E402
+from keeper_middleware.messages.facts import keeper_kind  # noqa: E402
 
 
 class ToolForcingModel:

@@ -41,7 +41,7 @@ from keeper_middleware.integrations.proxy.tenants import (  # noqa: E402
     SESSION_HEADER,
     stored_name,
 )
-from keeper_middleware.notes import (  # noqa: E402
+from keeper_middleware.notes.block import (  # noqa: E402
     NOTES_CHECK_TAG,
     NOTES_REQUEST_TAG,
     parse_notes,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from keeper_middleware.notes import Notes, render_notes
-from keeper_middleware.rewrite import (
+from keeper_middleware.notes.block import Notes, render_notes
+from keeper_middleware.notes.rewrite import (
     REWRITE_REQUEST_TEXT,
     is_rewording,
     merge_rewrite,

@@ -27,7 +27,7 @@ from keeper_bench.run_options import (
 from keeper_bench.runner import run_arm
 from keeper_bench.steps import CONTINUE_TOOL, TASK_MESSAGES, TASK_TOOL, plan_steps
 from keeper_bench.streams import read_stream
-from keeper_middleware.messages import keeper_message
+from keeper_middleware.messages.facts import keeper_message
 
 WINDOW = 4096
 

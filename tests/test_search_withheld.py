@@ -33,7 +33,7 @@ from keeper_middleware.integrations.langchain import (
     KeeperReactState,
     keeper_pre_model_hook,
 )
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.search.guards import STOP_LINE, GuardState, SearchCommand, decide
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from tests.fake_model import ScriptedChatModel

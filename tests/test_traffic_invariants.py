@@ -63,7 +63,6 @@ from keeper_middleware import (
     KeeperNode,
     create_keeper_agent,
 )
-from keeper_middleware.blocks import content_as_text
 from keeper_middleware.integrations.langchain import (
     KeeperMiddleware,
     KeeperReactState,
@@ -74,9 +73,10 @@ from keeper_middleware.integrations.proxy.openai_format import (
     message_from_openai,
     message_to_openai,
 )
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes import parse_notes
-from keeper_middleware.questions import PatternQuestionDetector
+from keeper_middleware.messages.blocks import content_as_text
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import parse_notes
+from keeper_middleware.reinjection.questions import PatternQuestionDetector
 from keeper_middleware.search.guards import STOP_LINE
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from tests.fake_model import ScriptedChatModel

@@ -8,9 +8,9 @@ import pytest
 
 from keeper_middleware import Keeper, KeeperConfig
 from keeper_middleware.archive.records import ArchivedTurn
-from keeper_middleware.indexing import catch_up, turn_passages
 from keeper_middleware.retrievers.keyword import KeywordRetriever
-from keeper_middleware.turn_context import stated_speaker_and_date, turn_context
+from keeper_middleware.search.indexing import catch_up, turn_passages
+from keeper_middleware.search.turn_context import stated_speaker_and_date, turn_context
 
 
 def turn(content: str, *, role: str = "human", name: str | None = None, item: int | None = 3):

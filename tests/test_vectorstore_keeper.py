@@ -11,7 +11,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import create_keeper_agent
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from keeper_middleware.retrievers import VectorStoreRetriever
 from tests.test_integrations_parity import (
     CONFIG,

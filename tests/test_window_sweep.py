@@ -10,7 +10,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from keeper_middleware import ConfigurationError, KeeperConfig, create_keeper_agent
 from keeper_middleware.config import scaled_reply_reserve
 from keeper_middleware.keeper import ModelSetup
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.tool import archive_search_tool
 from tests.test_integrations_parity import SYSTEM, THREAD, TOOLS, scenario, scripted_model, thread
 

@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 from keeper_bench.ledger import Ledger
 from keeper_bench.phrasing import NAME_RE
-from keeper_middleware.numbers import format_number, parse_number
-from keeper_middleware.signs import first_amount, sentence_direction, sentences
+from keeper_middleware.notes.numbers import format_number, parse_number
+from keeper_middleware.notes.signs import first_amount, sentence_direction, sentences
 
 _COVERS = re.compile(r"Covers items (\d+)\s*[–-]\s*(\d+)")
 _STATE_LINE = re.compile(r"^- (.+?) = (.*)$")

@@ -35,7 +35,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from keeper_bench.step_cost import batch_text
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.keeper import Keeper, ModelSetup
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 
 _RECORDED = re.compile(r"recorded (ctr\d+) at ([a-z -]+?)\.")
 SYSTEM = "You keep a ledger of counters. Answer from the NOTES and the archive."

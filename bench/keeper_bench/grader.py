@@ -17,7 +17,7 @@ from typing import Any
 
 from keeper_bench.phrasing import OVERDRAWN, PROTECTED, UNKNOWN
 from keeper_bench.questions import BUCKET_LABELS, CATEGORIES
-from keeper_middleware.numbers import amounts_in, parse_number
+from keeper_middleware.notes.numbers import amounts_in, parse_number
 
 SIMULATED_READER = "simulated reader"
 _KEYWORDS = (PROTECTED, OVERDRAWN, UNKNOWN)

@@ -38,9 +38,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.indexing import catch_up
 from keeper_middleware.keeper import Keeper, ModelSetup
 from keeper_middleware.retrievers.embedders import embedder_name
+from keeper_middleware.search.indexing import catch_up
 
 SESSION = "big"
 WORDS = [

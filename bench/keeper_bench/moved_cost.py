@@ -27,10 +27,10 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from keeper_middleware.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
-from keeper_middleware.notes import Notes
-from keeper_middleware.recall import moved_update, named_in, track_moved
-from keeper_middleware.sqlite import SQLiteArchive
+from keeper_middleware.archive.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
+from keeper_middleware.archive.sqlite import SQLiteArchive
+from keeper_middleware.notes.block import Notes
+from keeper_middleware.notes.recall import moved_update, named_in, track_moved
 
 _SYLLABLES = ("ba", "do", "ri", "te", "lo", "nu", "di", "mi", "ka", "se", "fo", "gu")
 _FIRST = tuple(

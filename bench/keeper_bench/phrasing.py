@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from keeper_middleware.numbers import to_words
+from keeper_middleware.notes.numbers import to_words
 
 EventKind = Literal["set", "add", "take", "add_held", "take_held"]
 QuestionKind = Literal["current", "old", "who", "tally", "before_last", "count", "order", "gist"]

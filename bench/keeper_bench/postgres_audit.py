@@ -19,9 +19,9 @@ def audit(database: str, tags: list[str], turns: int) -> dict[str, Any]:
     """Every session's archive against what its agent sent; raises AssertionError on a breach."""
     from langchain_core.messages import message_to_dict
 
+    from keeper_middleware.archive.postgres import PostgresArchive
     from keeper_middleware.integrations.proxy.sessions import RECORD_KEY, StoredRecord
     from keeper_middleware.integrations.proxy.tenants import DEFAULT_TENANT
-    from keeper_middleware.postgres import PostgresArchive
 
     problems: list[str] = []
     cuts = versions_total = archived_tokens = 0
@@ -68,10 +68,10 @@ def size_per_million(database: str, tokens: int = 1_000_000, sessions: int = 8) 
     from psycopg import sql
 
     from keeper_bench.retrievers_bench import counter_names, story_sentences
+    from keeper_middleware.archive.postgres import PostgresArchive
     from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
-    from keeper_middleware.indexing import catch_up
-    from keeper_middleware.postgres import PostgresArchive
     from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
+    from keeper_middleware.search.indexing import catch_up
 
     schema = f"size_{os.getpid()}"
     rng = random.Random(7)

@@ -53,7 +53,7 @@ from keeper_bench.streams import (
 )
 from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 THREAD = "bench"
 CHECKPOINTS_FILE = "checkpoints.sqlite3"

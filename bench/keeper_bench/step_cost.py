@@ -30,9 +30,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from keeper_middleware.archive.records import ArchivedTurn, NotesDraft
 from keeper_middleware.config import KeeperConfig, Size
 from keeper_middleware.keeper import Keeper, ModelSetup
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes import Notes, notes_to_json, render_notes
-from keeper_middleware.numbers import parse_number, to_words
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import Notes, notes_to_json, render_notes
+from keeper_middleware.notes.numbers import parse_number, to_words
 
 SENTENCE = (
     "The clerk recorded {name} at {amount}. {actor} walked past the quiet harbour and the old mill."

@@ -30,7 +30,7 @@ from keeper_bench.phrasing import (
     fill,
     render_change,
 )
-from keeper_middleware.numbers import amounts_in
+from keeper_middleware.notes.numbers import amounts_in
 
 _Commit = Callable[[Event, str], None]
 _Apply = Callable[[Event], None]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from keeper_middleware.integrations.llama_server import find_llama_server_binary, served_tokenizer
-from keeper_middleware.tokens import HuggingFaceTokenCounter, estimate_tokens
+from keeper_middleware.tokens.counting import HuggingFaceTokenCounter, estimate_tokens
 
 SAMPLES: dict[str, str] = {
     "English prose": "The clerk recorded domo86 at three hundred and forty-two. Ten were taken. ",

@@ -26,11 +26,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from keeper_middleware.excerpts import EXCERPT_TAG
-from keeper_middleware.injection import RETRIEVED_TAG, RULES_TAG
-from keeper_middleware.messages import keeper_kind, storable_args, text_of
-from keeper_middleware.notes import NOTES_CHECK_TAG, NOTES_REQUEST_TAG, NOTES_TAG
+from keeper_middleware.messages.facts import keeper_kind, storable_args, text_of
+from keeper_middleware.notes.block import NOTES_CHECK_TAG, NOTES_REQUEST_TAG, NOTES_TAG
+from keeper_middleware.reinjection.additions import RETRIEVED_TAG, RULES_TAG
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
+from keeper_middleware.step.excerpts import EXCERPT_TAG
 
 __all__ = [
     "KINDS",

@@ -21,7 +21,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware import KeeperConfig, create_keeper_agent
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.testing import ScriptedChatModel, tool_call
 
 

@@ -68,9 +68,9 @@ from keeper_middleware.integrations.proxy.upstream import (
 )
 from keeper_middleware.integrations.proxy.upstream_apis import upstream_api as make_upstream_api
 from keeper_middleware.keeper import Keeper
-from keeper_middleware.notes import render_notes
+from keeper_middleware.notes.block import render_notes
 from keeper_middleware.retrievers.base import Retriever
-from keeper_middleware.tokens import TokenCounter
+from keeper_middleware.tokens.counting import TokenCounter
 
 __all__ = ["ARCHIVE_FILE", "MAX_BODY_BYTES", "create_proxy_app", "session_report"]
 

@@ -56,7 +56,7 @@ from keeper_middleware.integrations.proxy.tenants import split_stored
 from keeper_middleware.integrations.proxy.turns import Answer, Turn, new_id, shape_turn
 from keeper_middleware.integrations.proxy.upstream import Forward, Upstream, UpstreamError
 from keeper_middleware.keeper import Keeper
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 __all__ = ["Answer", "KeeperProxy", "QuotaError"]
@@ -505,4 +505,6 @@ class KeeperProxy:
             await self.slots.aclose()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-        self.keeper.close()
+        # closing waits for the background indexer to drain and closes the archive's files:
+        # blocking work, so it runs in a thread and the loop keeps serving whoever is still on it
+        await asyncio.to_thread(self.keeper.close)

@@ -35,8 +35,8 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.integrations.proxy.openai_format import RequestError
 from keeper_middleware.integrations.proxy.sessions import SessionRecord
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes import parse_notes, render_notes
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import parse_notes, render_notes
 
 __all__ = ["Intake", "align", "continued", "take_in", "withdraw"]
 

@@ -40,7 +40,7 @@ from keeper_middleware.integrations.proxy.wire import (
     foreign_items,
     native_items,
 )
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.schema import (
     SEARCH_TOOL_DESCRIPTION,
     SEARCH_TOOL_NAME,

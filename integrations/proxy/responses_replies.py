@@ -21,7 +21,7 @@ from keeper_middleware.integrations.proxy.responses_format import (
     chat_call,
 )
 from keeper_middleware.integrations.proxy.wire import ToolNames, item_id
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 __all__ = ["chat_from_response", "output_message", "response_output", "responses_usage"]
 

@@ -23,7 +23,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.metrics import ProxyStats
-from keeper_middleware.session_locks import SessionLockBackend
+from keeper_middleware.sessions.locks import SessionLockBackend
 
 __all__ = [
     "RECORD_KEY",

@@ -46,7 +46,7 @@ from keeper_middleware.integrations.proxy.responses_format import (
 )
 from keeper_middleware.integrations.proxy.responses_replies import chat_from_response
 from keeper_middleware.integrations.proxy.wire import API_NAMES, WireContext, foreign_items
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 __all__ = ["UPSTREAM_APIS", "ChatApi", "MessagesApi", "ResponsesApi", "UpstreamApi", "upstream_api"]
 

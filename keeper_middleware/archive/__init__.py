@@ -3,8 +3,8 @@
 ``records`` holds what the archive keeps (turns, NOTES versions, cut records, moved entries),
 ``store`` the storage contract every backend meets (``ArchiveStore``, ``open_archive``), ``rows``
 the rows a cut writes in any SQL store, and ``cli`` the ``keeper-archive`` command. The backends
-are their own packages: ``keeper_middleware.sqlite`` (one file, the embedded default) and
-``keeper_middleware.postgres`` (one database shared by workers and replicas).
+are their own packages: ``keeper_middleware.archive.sqlite`` (one file, the embedded default) and
+``keeper_middleware.archive.postgres`` (one database shared by workers and replicas).
 
 Only the records and the contract are imported here: the backends import this package, so it
 must not import them back.

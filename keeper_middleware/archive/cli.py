@@ -20,11 +20,11 @@ from keeper_middleware.errors import KeeperError
 def _info(target: str, schema: str | None) -> int:
     archive: ArchiveStore
     if target.lower().startswith(("postgresql://", "postgres://")):
-        from keeper_middleware.postgres.archive import PostgresArchive
+        from keeper_middleware.archive.postgres.archive import PostgresArchive
 
         archive = PostgresArchive(target, schema=schema)
     else:
-        from keeper_middleware.postgres.migrate import source_file
+        from keeper_middleware.archive.postgres.migrate import source_file
 
         archive = open_archive(source_file(target))
     with archive:
@@ -36,8 +36,8 @@ def _info(target: str, schema: str | None) -> int:
 
 
 def _migrate(source: str, url: str, schema: str | None, sessions: list[str] | None) -> int:
-    from keeper_middleware.postgres.connect import redact_url
-    from keeper_middleware.postgres.migrate import SessionCopy, migrate
+    from keeper_middleware.archive.postgres.connect import redact_url
+    from keeper_middleware.archive.postgres.migrate import SessionCopy, migrate
 
     def report(copy: SessionCopy) -> None:
         print(

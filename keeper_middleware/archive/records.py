@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from keeper_middleware.errors import ArgumentTypeError, ConfigurationError
-from keeper_middleware.messages import reasoning_of, text_of
+from keeper_middleware.messages.facts import reasoning_of, text_of
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage

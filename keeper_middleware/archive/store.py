@@ -15,7 +15,7 @@ to the cut that needs it. A session that never forked answers everything as befo
 (docs/branches.md).
 
 Storage sits behind ``ArchiveStore``: ``SQLiteArchive`` (one file, the embedded default) and
-``PostgresArchive`` (one database shared by workers and replicas, ``keeper_middleware.postgres``).
+``PostgresArchive`` (one database shared by workers and replicas, ``keeper_middleware.archive.postgres``).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ class ArchiveStore(Protocol):
 
 def put_values(store: ArchiveStore, session: str, values: Mapping[str, Any]) -> None:
     """Write ``values`` (in order) in one transaction where the store can (a ``put_values``
-    method, as :class:`~keeper_middleware.sqlite.SQLiteArchive` has), else one
+    method, as :class:`~keeper_middleware.archive.sqlite.SQLiteArchive` has), else one
     ``put_value`` each: a store without batches stays correct, only slower."""
     batch = getattr(store, "put_values", None)
     if batch is not None:
@@ -209,11 +209,11 @@ def open_archive(path_or_store: str | os.PathLike[str] | ArchiveStore) -> Archiv
     if isinstance(path_or_store, str) and path_or_store.strip().lower().startswith(
         ("postgresql://", "postgres://")
     ):
-        from keeper_middleware.postgres.archive import PostgresArchive
+        from keeper_middleware.archive.postgres.archive import PostgresArchive
 
         return PostgresArchive(path_or_store)
     if isinstance(path_or_store, str | os.PathLike):
-        from keeper_middleware.sqlite import SQLiteArchive
+        from keeper_middleware.archive.sqlite import SQLiteArchive
 
         return SQLiteArchive(path_or_store)
     if isinstance(path_or_store, ArchiveStore):

@@ -20,17 +20,17 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
-from keeper_middleware.arrivals import ROOM_KEY
-from keeper_middleware.branches import Branches
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
 from keeper_middleware.retrievers.base import Retriever, search_within
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
 from keeper_middleware.search.branch_guards import GuardBefore, guard_before
 from keeper_middleware.search.guards import SearchCommand, decide
 from keeper_middleware.search.results import render_results
-from keeper_middleware.sessions import SessionState
-from keeper_middleware.tokens import TokenCounter
+from keeper_middleware.sessions.branches import Branches
+from keeper_middleware.sessions.state import SessionState
+from keeper_middleware.step.arrivals import ROOM_KEY
+from keeper_middleware.step.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
+from keeper_middleware.tokens.counting import TokenCounter
 
 log = logging.getLogger(__name__)
 

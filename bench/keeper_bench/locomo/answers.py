@@ -28,7 +28,7 @@ from keeper_bench.locomo.dataset import CATEGORIES, Conversation, Question, Sess
 from keeper_bench.locomo.grading import REFUSAL, grade_answer
 from keeper_bench.recording import CallRecorder
 from keeper_bench.report import cost_table
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 SYSTEM_PROMPT = "You read a long conversation between two people and answer questions about it."
 QUESTION_HEADER = "Questions about the conversation:"

@@ -4,7 +4,7 @@ Ways to cut a turn, so the benchmark can compare them on the same conversation:
 
 - ``keeper`` (the default): what the keeper itself indexes. Each turn is archived as a user
   message ``Speaker (date): text`` in its session's item and cut by the product's own
-  :func:`~keeper_middleware.indexing.turn_passages` with ``KeeperConfig``'s default unit, every
+  :func:`~keeper_middleware.search.indexing.turn_passages` with ``KeeperConfig``'s default unit, every
   passage carrying the context the keeper derives (speaker, date, item);
 - ``keeper-sentences`` / ``keeper-messages``: the same, with that passage unit;
 - ``sentences``: the turn archived as ``Speaker (date): text`` and cut into sentence passages
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from keeper_bench.locomo.dataset import Conversation, Session, Turn, archived_text
 from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.indexing import turn_passages
 from keeper_middleware.retrievers.base import Passage
 from keeper_middleware.retrievers.passages import passages_from_message
 from keeper_middleware.retrievers.sentences import passages_from_text
+from keeper_middleware.search.indexing import turn_passages
 
 GRANULARITIES = (
     "keeper",

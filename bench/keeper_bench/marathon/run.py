@@ -43,9 +43,9 @@ from keeper_bench.marathon.testrun import run_tests, test_classes
 from keeper_bench.marathon.tickets import Ticket, build_tickets
 from keeper_bench.recording import CallRecorder
 from keeper_bench.run_options import parse_model
+from keeper_middleware.archive.sqlite import SQLiteArchive
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.notes import parse_notes
-from keeper_middleware.sqlite import SQLiteArchive
+from keeper_middleware.notes.block import parse_notes
 
 WAYS = ("direct", "middleware", "proxy")
 SESSION = "marathon"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from keeper_bench.notes_cost.tenths import StreamEnd
-from keeper_middleware.notes_budget import MOVED_TURN_NAME
+from keeper_middleware.notes.budget import MOVED_TURN_NAME
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 TENTHS = 10

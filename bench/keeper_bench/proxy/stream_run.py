@@ -42,7 +42,7 @@ from keeper_bench.steps import SYSTEM_PROMPT, Step, plan_steps
 from keeper_bench.streams import SIZES, read_stream
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
-from keeper_middleware.tokens import ApproximateTokenCounter
+from keeper_middleware.tokens.counting import ApproximateTokenCounter
 
 LABEL = "keeper proxy"
 AGENT_MODEL = "simulated-reader"

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 FaultName = Literal[
     "sign_flip",

@@ -34,8 +34,8 @@ from keeper_bench.reader.text import (
     answer_text,
     read_rules,
 )
-from keeper_middleware.messages import text_of
-from keeper_middleware.notes import Notes
+from keeper_middleware.messages.facts import text_of
+from keeper_middleware.notes.block import Notes
 
 _AFTER_ALL = (2, math.inf, math.inf)
 

@@ -35,7 +35,7 @@ from keeper_bench.reader.misreads import (
 )
 from keeper_bench.reader.pinned import PinnedView, read_pinned
 from keeper_bench.reader.text import Recount, read_events, rule_sentences
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 SET_TOOL = "memory_set"
 DELETE_TOOL = "memory_delete"

@@ -27,8 +27,8 @@ from keeper_bench.reader.text import (
     read_questions,
     read_story,
 )
-from keeper_middleware.messages import keeper_kind, text_of
-from keeper_middleware.notes import (
+from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.notes.block import (
     NOTES_CHECK_TAG,
     NOTES_REQUEST_TAG,
     NOTES_TAG,

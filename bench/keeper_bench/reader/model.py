@@ -44,7 +44,7 @@ from keeper_bench.reader.summary import (
     summaries_in_view,
     write_summary,
 )
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 MODEL_NAME = "simulated-reader"
 DEFAULT_SUMMARY_TOKENS = 4096

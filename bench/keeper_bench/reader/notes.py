@@ -27,10 +27,17 @@ from keeper_bench.reader.misreads import (
 )
 from keeper_bench.reader.text import Recount, open_recount
 from keeper_bench.reader.text import rule_sentences as story_rule_sentences
-from keeper_middleware.changes import Change, CloseLine, NoChanges, OpenLine, RuleLine, SetLine
-from keeper_middleware.messages import text_of
-from keeper_middleware.notes import Notes, render_notes
-from keeper_middleware.recall import parse_recall_block
+from keeper_middleware.messages.facts import text_of
+from keeper_middleware.notes.block import Notes, render_notes
+from keeper_middleware.notes.changes import (
+    Change,
+    CloseLine,
+    NoChanges,
+    OpenLine,
+    RuleLine,
+    SetLine,
+)
+from keeper_middleware.notes.recall import parse_recall_block
 
 # ---------------------------------------------------------------------------------------------
 # Notes: the change lines for the turns since the NOTES, or a whole new NOTES block

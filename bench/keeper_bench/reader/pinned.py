@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from keeper_bench.reader.text import open_recount, read_events
-from keeper_middleware.notes import Notes
+from keeper_middleware.notes.block import Notes
 
 PINNED_TAG = "[PINNED STATE]"
 RULE_PREFIX = "RULE:"

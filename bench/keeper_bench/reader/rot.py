@@ -32,7 +32,7 @@ from keeper_bench.reader.faults import unit_hash
 from keeper_bench.reader.messages import message_kind
 from keeper_bench.reader.pinned import PINNED_TAG, RULE_PREFIX, RULES_READ_SENTENCE
 from keeper_bench.reader.text import TEXTS_REMEMBERED, is_questions_message
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 _SENTENCE_END = re.compile(r"(?<=[.?!])[ \t]+|\n")
 _HEAD = re.compile(r"^\s*Item \d+\.\s*$")

@@ -41,7 +41,7 @@ from keeper_bench.reader.model import (
 )
 from keeper_bench.reader.rot import ContextRot
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
-from keeper_middleware.messages import text_of
+from keeper_middleware.messages.facts import text_of
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 _CHUNK_CHARS = 24

@@ -42,7 +42,7 @@ from keeper_bench.reader.text import (
     read_story,
     rule_sentences,
 )
-from keeper_middleware.messages import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 
 SUMMARY_REQUEST_TAG = "[SUMMARY REQUEST]"
 LANGMEM_SUMMARY_START = "Summary of the conversation so far:"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
-from keeper_middleware.numbers import words_to_int
+from keeper_middleware.notes.numbers import words_to_int
 
 TEXTS_REMEMBERED = 2_048
 """How many texts each of the reader's remembered readings keeps. A request holds a few dozen

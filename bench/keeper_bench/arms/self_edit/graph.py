@@ -53,14 +53,14 @@ from keeper_middleware.graphs.baselines import (
     messages_update,
 )
 from keeper_middleware.graphs.rag import DEFAULT_ITEM_PATTERN, DEFAULT_QUESTION_PATTERNS
-from keeper_middleware.indexing import catch_up
-from keeper_middleware.items import ItemNumbering
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
-from keeper_middleware.messages import is_input, keeper_kind, keeper_message, safe_boundary
-from keeper_middleware.questions import PatternQuestionDetector
+from keeper_middleware.messages.facts import is_input, keeper_kind, keeper_message, safe_boundary
+from keeper_middleware.reinjection.questions import PatternQuestionDetector
 from keeper_middleware.search.guards import GuardState, after_new_input
+from keeper_middleware.search.indexing import catch_up
 from keeper_middleware.search.tool import archive_search_tool, session_of
-from keeper_middleware.tokens import TokenCounter, resolve_token_counter
+from keeper_middleware.step.items import ItemNumbering
+from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
 STATE_KEY = "self_edit"
 PINNED_KIND = "pinned"

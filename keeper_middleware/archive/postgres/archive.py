@@ -1,0 +1,648 @@
+"""The PostgreSQL archive backend: many processes, one database.
+
+The contract it meets is ``ArchiveStore`` (``keeper_middleware.archive.store``).
+
+A cut is one transaction, as in SQLite: the session's row is locked (``FOR UPDATE``) first, so
+two processes committing cuts of one session take turns, ``seq`` stays gap-free and notes
+versions count up by one; the cut record, the notes version and the turns commit together or
+not at all. A process killed at any point leaves either the whole cut or none of it (the server
+rolls back a transaction whose connection is gone), and committing the same ``cut_key`` again
+returns the first record.
+
+Beyond the contract it implements ``SessionLockBackend`` with the server's advisory locks
+(``locks``). Branches (docs/branches.md) are kept as in SQLite: a session that never forked is
+one line of cuts at no extra cost; a forked one reads a branch's chain with one recursive query.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from keeper_middleware.archive.postgres import branches as pg_branches
+from keeper_middleware.archive.postgres import moved as pg_moved
+from keeper_middleware.archive.postgres.connect import (
+    check_schema_name,
+    connect,
+    is_postgres_url,
+    redact_url,
+    require_psycopg,
+    split_schema,
+    translated_errors,
+)
+from keeper_middleware.archive.postgres.locks import AdvisoryLocks
+from keeper_middleware.archive.postgres.rows import (
+    cut_from_row,
+    encoded,
+    notes_from_row,
+    refuse_nul,
+    turn_from_row,
+)
+from keeper_middleware.archive.postgres.schema import setup
+from keeper_middleware.archive.records import (
+    TIP,
+    ArchivedTurn,
+    Chain,
+    CutRecord,
+    Head,
+    MovedUpdate,
+    NotesDraft,
+    NotesVersion,
+    _distinct_turns,
+    _require_session,
+)
+from keeper_middleware.archive.rows import (
+    CUT_COLUMNS,
+    CUT_INSERT_COLUMNS,
+    NOTES_COLUMNS,
+    TURN_COLUMNS,
+    cut_rows,
+    place_turns,
+    require_cut_key,
+)
+from keeper_middleware.errors import (
+    ArchiveError,
+    ArgumentTypeError,
+    ConfigurationError,
+    unknown_cut,
+)
+
+_T = TypeVar("_T")
+_TURN_PAGE = 256
+_NOTES_PAGE = 8
+
+
+class PostgresArchive:
+    """``ArchiveStore`` on PostgreSQL, shared by every worker and replica that opens the URL.
+
+    ``schema`` (default ``keeper``; also ``?schema=name`` in the URL) holds the tables (created on
+    first use, migrated forward on open), so one database can hold several archives (tenants)
+    and LangGraph's checkpoint tables beside them. Each call
+    takes a connection from a ``psycopg_pool.ConnectionPool`` of ``min_size``..``max_size``
+    connections; ``timeout`` bounds connecting and waiting for a free connection. Errors are
+    ``ArchiveError``s naming the server without its password.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        if not is_postgres_url(url):
+            raise ConfigurationError(
+                f"url must start with postgresql:// (or postgres://), got {redact_url(url)!r}: "
+                "e.g. postgresql://user:password@host:5432/dbname"
+            )
+        if min_size < 1 or max_size < min_size:
+            raise ConfigurationError(
+                f"pool sizes must satisfy 1 <= min_size <= max_size, got {min_size}, {max_size}"
+            )
+        require_psycopg()
+        from psycopg_pool import ConnectionPool
+
+        url, in_url = split_schema(url)
+        if schema is not None and in_url is not None and schema != in_url:
+            raise ConfigurationError(
+                f"the URL says schema={in_url!r} but schema={schema!r} was passed"
+            )
+        self.url = url
+        self.schema = check_schema_name(schema or in_url or "keeper")
+        self.timeout = timeout
+        with connect(url, timeout=timeout) as first, self._errors("creating the tables"):
+            self.migration = setup(first, self.schema, url)
+        self._pool: ConnectionPool[Any] | None = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"keeper-archive-{self.schema}",
+        )
+        with self._errors("opening the connection pool"):
+            self._pool.open(wait=True, timeout=timeout)
+        self._locks = AdvisoryLocks(url, self.schema, timeout=timeout)
+        self._adopted: set[str] = set()
+        """Sessions whose moved entries are known to be rows (old values adopted or none)."""
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _errors(self, doing: str) -> Any:
+        return translated_errors(self.url, doing)
+
+    def _live_pool(self) -> Any:
+        if self._pool is None:
+            raise ArchiveError(
+                f"the archive at {redact_url(self.url)} is closed; open a new PostgresArchive"
+            )
+        return self._pool
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+            return rows
+
+    def _before_commit(self, session: str, cut_key: str) -> None:
+        """Runs inside the cut's transaction just before COMMIT (a seam for crash tests)."""
+
+    # ------------------------------------------------------------------ writing
+
+    def commit_cut(
+        self,
+        session: str,
+        *,
+        cut_key: str,
+        turns: Sequence[ArchivedTurn],
+        notes: NotesDraft | None,
+        moved: MovedUpdate | None = None,
+        parent: Head = TIP,
+    ) -> CutRecord:
+        return self.import_cut(
+            session, cut_key=cut_key, turns=turns, notes=notes, moved=moved, parent=parent
+        )
+
+    def import_cut(
+        self,
+        session: str,
+        *,
+        cut_key: str,
+        turns: Sequence[ArchivedTurn],
+        notes: NotesDraft | None,
+        created: float | None = None,
+        moved: MovedUpdate | None = None,
+        parent: Head = TIP,
+    ) -> CutRecord:
+        """``commit_cut`` keeping the time the cut was first made (for migrations)."""
+        _require_session(session)
+        refuse_nul(session, "session")
+        require_cut_key(cut_key)
+        refuse_nul(cut_key, "cut_key")
+        pending = _distinct_turns(session, turns)
+        for turn in pending:
+            refuse_nul(turn.msg_id, "msg_id")
+            refuse_nul(turn.name, "name")
+            refuse_nul(turn.tool_call_id, "tool_call_id")
+        s = self.schema
+        with (
+            self._errors("committing a cut"),
+            self._live_pool().connection() as conn,
+            conn.transaction(),
+        ):
+            conn.execute(
+                f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
+                (session,),
+            )
+            next_seq, next_version, tip, forked, count = conn.execute(
+                f"SELECT next_seq, next_version, tip, forked, cuts FROM {s}.sessions "
+                "WHERE session = %s FOR UPDATE",
+                (session,),
+            ).fetchone()
+            forked = bool(forked)
+            row = conn.execute(
+                f"SELECT {CUT_COLUMNS} FROM {s}.cuts WHERE session = %s AND cut_key = %s",
+                (session, cut_key),
+            ).fetchone()
+            if row is not None:
+                return cut_from_row(row)
+            base = tip if parent is TIP else parent
+            notes_at = None
+            if base is not None:
+                found = conn.execute(
+                    f"SELECT notes_at FROM {s}.cuts WHERE session = %s AND cut_key = %s",
+                    (session, base),
+                ).fetchone()
+                if found is None:
+                    raise unknown_cut(session, base)
+                notes_at = found[0]
+            linear = not forked and base == tip
+            chain = None if linear else pg_branches.chain_at(conn, s, session, base, tip, forked)
+            placed = place_turns(
+                pending,
+                pg_branches.stored(conn, s, session, pending),
+                (lambda seq: True) if chain is None else chain.sees,
+            )
+            new = placed.new
+            ordinal = count + 1
+            rows = cut_rows(
+                session,
+                cut_key,
+                new,
+                notes,
+                notes_version=None if notes is None else next_version,
+                first_seq=next_seq,
+                created=time.time() if created is None else created,
+                parent=base,
+                ordinal=ordinal,
+                notes_at=notes_at,
+                text=encoded,
+            )
+            record = rows.record
+            conn.execute(
+                f"INSERT INTO {s}.cuts ({CUT_INSERT_COLUMNS}) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                rows.cut,
+            )
+            if rows.notes is not None:
+                conn.execute(
+                    f"INSERT INTO {s}.notes ({NOTES_COLUMNS}) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    rows.notes,
+                )
+            with conn.cursor() as cursor:
+                if new:
+                    cursor.executemany(
+                        f"INSERT INTO {s}.turns ({TURN_COLUMNS}, cut_key) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        rows.turns,
+                    )
+                if placed.links:
+                    cursor.executemany(
+                        f"INSERT INTO {s}.links (session, cut_key, seq, place) "
+                        "VALUES (%s, %s, %s, %s)",
+                        [(session, cut_key, seq, place) for seq, place in placed.links],
+                    )
+            conn.execute(
+                f"UPDATE {s}.sessions SET next_seq = %s, next_version = %s, tip = %s, "
+                "cuts = %s, forked = %s WHERE session = %s",
+                (
+                    next_seq + len(new),
+                    next_version + (notes is not None),
+                    cut_key,
+                    ordinal,
+                    forked or base != tip,
+                    session,
+                ),
+            )
+            if moved:
+                pg_moved.adopt_legacy(conn, s, session, ordinal=count, linear=linear)
+                if chain is None:
+                    pg_moved.apply_linear(conn, s, session, moved, ordinal=ordinal)
+                else:
+                    holds = chain.holds_ordinal
+                    pg_moved.apply(
+                        conn,
+                        s,
+                        session,
+                        moved,
+                        ordinal=ordinal,
+                        holds=lambda o: o == ordinal or holds(o),
+                    )
+            self._before_commit(session, cut_key)
+        return record
+
+    def chain(self, session: str, head: Head = TIP) -> Chain:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return pg_branches.chain(conn, self.schema, session, head)
+
+    def _archived_ids(self, conn: Any, session: str, msg_ids: list[str]) -> set[str]:
+        if not msg_ids:
+            return set()
+        rows = conn.execute(
+            f"SELECT msg_id FROM {self.schema}.turns WHERE session = %s AND msg_id = ANY(%s)",
+            (session, msg_ids),
+        )
+        return {row[0] for row in rows}
+
+    def put_value(self, session: str, key: str, value: Any) -> None:
+        self.put_values(session, {key: value})
+
+    def put_values(self, session: str, values: Mapping[str, Any]) -> None:
+        """Upsert several values in one transaction (in the mapping's order): all or none."""
+        _require_session(session)
+        refuse_nul(session, "session")
+        rows = []
+        for key, value in values.items():
+            refuse_nul(key, "key")
+            try:
+                value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ArgumentTypeError(
+                    f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "
+                    f"{exc}"
+                ) from exc
+            rows.append((session, key, value_json))
+        if not rows:
+            return
+        s = self.schema
+        with (
+            self._errors("saving values"),
+            self._live_pool().connection() as conn,
+            conn.transaction(),
+        ):
+            conn.execute(
+                f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
+                (session,),
+            )
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    f"INSERT INTO {s}.kv (session, key, value_json) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
+                    rows,
+                )
+
+    def update_moved(self, session: str, update: MovedUpdate) -> None:
+        _require_session(session)
+        refuse_nul(session, "session")
+
+        def work(conn: Any) -> None:
+            tip, forked, count = pg_branches.tip_of(conn, self.schema, session)
+            if not forked:
+                pg_moved.apply_linear(conn, self.schema, session, update, ordinal=count)
+                return
+            chain = pg_branches.chain_at(conn, self.schema, session, tip, tip, forked)
+            pg_moved.apply(
+                conn, self.schema, session, update, ordinal=count, holds=chain.holds_ordinal
+            )
+
+        self._write_moved(session, work)
+
+    def _write_moved(self, session: str, work: Callable[[Any], None]) -> None:
+        """``work`` in one transaction with the session's row locked, after adopting the
+        session's old values."""
+        s = self.schema
+        with (
+            self._errors("saving moved entries"),
+            self._live_pool().connection() as conn,
+            conn.transaction(),
+        ):
+            conn.execute(
+                f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
+                (session,),
+            )
+            conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session = %s FOR UPDATE", (session,))
+            _, forked, count = pg_branches.tip_of(conn, s, session)
+            pg_moved.adopt_legacy(conn, s, session, ordinal=count, linear=not forked)
+            work(conn)
+        self._adopted.add(session)
+
+    def _adopt(self, session: str) -> None:
+        """Move the session's old values (if any) to rows, once per process."""
+        if session in self._adopted:
+            return
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            found = pg_moved.has_legacy(conn, self.schema, session)
+        if found:
+            self._write_moved(session, lambda conn: None)
+        self._adopted.add(session)
+
+    def _current(self, conn: Any, session: str, within: Chain | None) -> bool:
+        """Whether a read of moved entries can use the current rows (the branch is the whole of
+        a session that never forked); else it reads the log."""
+        if within is not None:
+            return within.whole
+        return not pg_branches.tip_of(conn, self.schema, session)[1]
+
+    def _holds(self, conn: Any, session: str, within: Chain | None) -> Callable[[int], bool]:
+        return (within or pg_branches.chain(conn, self.schema, session, TIP)).holds_ordinal
+
+    def moved_named(
+        self, session: str, words: Collection[str], *, within: Chain | None = None
+    ) -> list[tuple[str, str]]:
+        self._adopt(session)
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            if self._current(conn, session, within):
+                return pg_moved.named_current(conn, self.schema, session, words)
+            holds = self._holds(conn, session, within)
+            rows = pg_moved.named(conn, self.schema, session, words, holds)
+        return [(row.key, str(row.value)) for row in rows]
+
+    def moved_among(
+        self, session: str, folded: Collection[str], *, within: Chain | None = None
+    ) -> list[str]:
+        self._adopt(session)
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            if self._current(conn, session, within):
+                return pg_moved.among_current(conn, self.schema, session, folded)
+            holds = self._holds(conn, session, within)
+            return [row.key for row in pg_moved.among(conn, self.schema, session, folded, holds)]
+
+    def moved_rows(
+        self, session: str, *, within: Chain | None = None
+    ) -> Iterator[tuple[str, str | None]]:
+        self._adopt(session)
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            current = self._current(conn, session, within)
+            logged = (
+                []
+                if current
+                else pg_moved.every(conn, self.schema, session, self._holds(conn, session, within))
+            )
+        if not current:
+            for row in logged:
+                yield row.key, row.value
+            return
+        last = -1
+        while True:
+            with self._errors("reading"), self._live_pool().connection() as conn:
+                rows = pg_moved.page_current(conn, self.schema, session, last, _TURN_PAGE)
+            if not rows:
+                return
+            for key, value, _ in rows:
+                yield key, value
+            last = rows[-1][2]
+
+    def delete_session(self, session: str) -> None:
+        """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
+        with self._errors("deleting a session"), self._live_pool().connection() as conn:
+            conn.execute(f"DELETE FROM {self.schema}.sessions WHERE session = %s", (session,))
+        self._adopted.discard(session)
+
+    # ------------------------------------------------------------------ reading
+
+    def find_cut(self, session: str, cut_key: str) -> CutRecord | None:
+        rows = self._query(
+            f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND cut_key = %s",
+            (session, cut_key),
+        )
+        return cut_from_row(rows[0]) if rows else None
+
+    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
+        sql = (
+            f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND ordinal > %s "
+            f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last), after, 6, cut_from_row)
+
+    def turns(
+        self,
+        session: str,
+        *,
+        from_item: int | None = None,
+        to_item: int | None = None,
+        after_seq: int = -1,
+        within: Chain | None = None,
+    ) -> Iterator[ArchivedTurn]:
+        """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
+        _require_session(session)
+        where = "session = %s AND seq > %s"
+        bounds: list[Any] = []
+        if from_item is not None:
+            where, bounds = where + " AND item >= %s", [*bounds, from_item]
+        if to_item is not None:
+            where, bounds = where + " AND item <= %s", [*bounds, to_item]
+        sql = (
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
+            f"ORDER BY seq LIMIT {_TURN_PAGE}"
+        )
+        if within is None or within.whole:
+            return self._pages(
+                sql, lambda last: (session, last, *bounds), after_seq, 9, turn_from_row
+            )
+        return self._walk(where, session, bounds, after_seq, within)
+
+    def _walk(
+        self, where: str, session: str, bounds: list[Any], after_seq: int, within: Chain
+    ) -> Iterator[ArchivedTurn]:
+        """The records a branch sees, in its own order: each run of its records read in turn."""
+        sql = (
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} AND seq < %s "
+            f"ORDER BY seq LIMIT {_TURN_PAGE}"
+        )
+        for start, end in within.seqs.walk:
+
+            def params(last: int, end: int = end) -> tuple[Any, ...]:
+                return (session, last, *bounds, end)
+
+            yield from self._pages(
+                sql,
+                params,
+                max(after_seq, start - 1),
+                9,
+                turn_from_row,
+            )
+
+    def _pages(
+        self,
+        sql: str,
+        params: Callable[[int], Sequence[Any]],
+        start: int,
+        key: int,
+        make: Callable[[Sequence[Any]], _T],
+    ) -> Iterator[_T]:
+        """Keyset paging: no cursor or connection is held between pages."""
+        self._live_pool()
+        last = start
+        while rows := self._query(sql, params(last)):
+            yield from map(make, rows)
+            last = rows[-1][key]
+
+    def turn(
+        self, session: str, msg_id: str, *, within: Chain | None = None
+    ) -> ArchivedTurn | None:
+        rows = self._query(
+            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s "
+            "ORDER BY seq DESC",
+            (session, msg_id),
+        )
+        seen = [row for row in rows if within is None or within.sees(int(row[9]))]
+        if not seen:
+            return None
+        if within is None:
+            return turn_from_row(seen[0])
+        return turn_from_row(max(seen, key=lambda row: within.rank(int(row[9]))))
+
+    def turn_count(self, session: str) -> int:
+        rows = self._query(
+            f"SELECT next_seq FROM {self.schema}.sessions WHERE session = %s", (session,)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def archived_ids(self, session: str, msg_ids: Iterable[str]) -> set[str]:
+        wanted = list(dict.fromkeys(msg_ids))
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return self._archived_ids(conn, session, wanted)
+
+    def set_positions(
+        self,
+        session: str,
+        positions: Sequence[tuple[int, int]],
+        values: Mapping[str, Any] | None = None,
+    ) -> None:
+        if positions:
+            with (
+                self._errors("saving positions"),
+                self._live_pool().connection() as conn,
+                conn.transaction(),
+            ):
+                pg_branches.set_positions(conn, self.schema, session, positions)
+        if values:  # after the positions: an index caught up is never ahead of them
+            self.put_values(session, values)
+
+    def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return pg_branches.positions(conn, self.schema, session, seqs)
+
+    def latest_notes(self, session: str) -> NotesVersion | None:
+        return self.notes_at(session, TIP)
+
+    def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            row = pg_branches.notes_at(conn, self.schema, session, head)
+        return None if row is None else notes_from_row(row)
+
+    def notes_versions(self, session: str) -> Iterator[NotesVersion]:
+        """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
+        sql = (
+            f"SELECT {NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
+            f"AND version > %s ORDER BY version LIMIT {_NOTES_PAGE}"
+        )
+        return self._pages(sql, lambda last: (session, last), 0, 1, notes_from_row)
+
+    def get_value(self, session: str, key: str) -> Any | None:
+        rows = self._query(
+            f"SELECT value_json FROM {self.schema}.kv WHERE session = %s AND key = %s",
+            (session, key),
+        )
+        return json.loads(rows[0][0]) if rows else None
+
+    def sessions(self) -> list[str]:
+        rows = self._query(f"SELECT session FROM {self.schema}.sessions ORDER BY session", ())
+        return [row[0] for row in rows]
+
+    def size_bytes(self) -> int:
+        """Bytes the archive's tables and indexes take on the server."""
+        rows = self._query(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'm')",
+            (self.schema,),
+        )
+        return int(rows[0][0])
+
+    # ------------------------------------------------------------------ session locks
+
+    def try_lock_session(self, session: str) -> bool:
+        self._live_pool()
+        return self._locks.try_lock(session)
+
+    def unlock_session(self, session: str) -> None:
+        self._locks.unlock(session)
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        self._locks.close()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresArchive({redact_url(self.url)!r}, schema={self.schema!r})"

@@ -1,0 +1,1 @@
+"""How the keeper reaches and calls the chat model for itself."""

@@ -1,0 +1,1 @@
+"""Repeating the RULES where new questions and instructions arrive."""

@@ -1,0 +1,64 @@
+"""Recognising new questions and instructions, the moments the RULES are repeated.
+
+A pinned rule alone was applied 22 times in 29 over a long run; pinned and repeated next to each
+question set, 29 in 29. The detector decides what counts as such a moment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from langchain_core.messages import BaseMessage
+
+from keeper_middleware.messages.facts import is_final_answer, is_input, text_of
+
+
+@runtime_checkable
+class QuestionDetector(Protocol):
+    """Says whether an incoming user message asks something (or instructs) the RULES govern."""
+
+    def is_question(self, message: BaseMessage) -> bool: ...
+
+
+class PatternQuestionDetector:
+    """A user message is a question set when any pattern matches one of its lines."""
+
+    __slots__ = ("_patterns",)
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        """Compile the patterns once.
+
+        Args:
+            patterns: regular expressions (multi-line mode: ``^`` matches at each line).
+
+        Raises:
+            re.error: a pattern does not compile (``KeeperConfig`` checks its own first).
+        """
+        self._patterns = tuple(re.compile(p, re.MULTILINE) for p in patterns)
+
+    def is_question(self, message: BaseMessage) -> bool:
+        if not is_input(message):
+            return False
+        text = text_of(message)
+        return any(p.search(text) for p in self._patterns)
+
+
+def open_question_index(
+    messages: Sequence[BaseMessage], detector: QuestionDetector, start: int = 0
+) -> int | None:
+    """Index of the earliest question not yet answered by a final AI reply, or None.
+
+    An open question is never moved out of view: a cut that removed a question set while the model
+    was still searching cost seven answers in a measured run.
+    """
+    open_at: int | None = None
+    for index in range(start, len(messages)):
+        message = messages[index]
+        if detector.is_question(message):
+            if open_at is None:
+                open_at = index
+        elif is_final_answer(message):
+            open_at = None
+    return open_at

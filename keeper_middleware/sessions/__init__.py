@@ -1,0 +1,1 @@
+"""What the keeper keeps per session besides its turns: counters, branches, locks."""

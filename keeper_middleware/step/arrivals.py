@@ -1,0 +1,172 @@
+"""Taking new messages in: item numbers, the room each may take, and what stands beside a
+new question (the RULES, retrieved sentences).
+
+This is where a message enters the keeper's view: it is numbered once, fitted once (a message
+too big for its room is archived whole and stands in view as an excerpt), and a question gets
+the RULES right after it, so a model that reads only the newest turns still sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.messages.facts import keeper_kind, role_of
+from keeper_middleware.model.setup import ModelSetup
+from keeper_middleware.notes.block import Notes
+from keeper_middleware.reinjection.additions import (
+    merge_hits,
+    question_queries,
+    render_retrieved_block,
+    render_rules_block,
+)
+from keeper_middleware.reinjection.questions import QuestionDetector
+from keeper_middleware.retrievers.base import Retriever, search_within
+from keeper_middleware.search.guards import after_new_input
+from keeper_middleware.sessions.branches import Branches, state_head
+from keeper_middleware.sessions.state import SessionState
+from keeper_middleware.step.entries import Entry
+from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering, items_since_notes
+from keeper_middleware.step.window import WindowPolicy
+from keeper_middleware.tokens.counting import TokenCounter
+
+log = logging.getLogger(__name__)
+
+ArchiveWhole = Callable[[str, BaseMessage, int | None, int, MutableMapping[str, Any]], BaseMessage]
+"""Archive a message word for word on the branch the keeper state names and return its excerpt
+within a cap (session, message, item, cap, keeper state): the engine's I/O, handed in."""
+
+ROOM_KEY = "room"
+"""Where the keeper state keeps the room one message has in view, as the step measured it (the
+search tool sizes its reply to it, on the branch it runs on)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Arrivals:
+    """Takes new messages into one keeper's sessions."""
+
+    config: KeeperConfig
+    tokens: TokenCounter
+    detector: QuestionDetector
+    items: ItemNumbering
+    window: WindowPolicy
+    sessions: SessionState
+    passages: Retriever
+    """Serves the sentences shown beside a new question (``show_retrieved``)."""
+    archive_whole: ArchiveWhole
+    branches: Branches
+    """What the branch a step runs on sees (the retrieved sentences are its own)."""
+    index_ready: Callable[[str], None] = lambda session: None
+    """Makes sure the session's archived turns are indexed before its passages are searched."""
+
+    def observe(
+        self,
+        session: str,
+        entries: Sequence[Entry],
+        kstate: dict[str, Any],
+        setup: ModelSetup,
+        notes: Notes,
+    ) -> tuple[list[BaseMessage], bool]:
+        """Number new inputs, fit each new message to the room it needs, and place the RULES
+        (and retrieved sentences) after new questions. True when a message was excerpted.
+        ``notes`` are the NOTES in effect on the branch ``kstate`` names."""
+        seen = set(kstate.get("seen", []))
+        items: dict[str, int] = dict(kstate.get("items", {}))
+        last_item = int(kstate.get("last_item", 0))
+        numbered = bool(kstate.get("numbered", False))
+        since_notes = items_since_notes(kstate)
+        counters = self.sessions.counters(session)
+        caps, room = self.window.message_caps(session, entries, seen, setup, notes)
+        self.sessions.set_room(session, room)
+        kstate[ROOM_KEY] = room
+        result: list[BaseMessage] = []
+        new_input = shrunk = False
+        for entry in entries:
+            message, msg_id = entry.message, entry.id
+            if not entry.fresh(seen):
+                seen.add(msg_id)
+                result.append(message)
+                continue
+            seen.add(msg_id)
+            self._log_if_oversized(session, entry)
+            is_question = entry.question
+            if self.items.is_new_input(message):
+                new_input = True
+                stated = self.items.stated_number(message)
+                if stated is not None:
+                    # a number that restarts, jumps or goes back is one more item all the same
+                    since_notes += stated != last_item
+                    last_item, numbered = stated, True
+                elif not (numbered and is_question):
+                    last_item += 1
+                    since_notes += 1
+            items[msg_id] = last_item
+            cap = caps[msg_id]
+            if entry.tokens > cap:
+                message = self.archive_whole(session, message, last_item, cap, kstate)
+                shrunk = True
+            result.append(message)
+            if is_question:
+                extra = self.beside_question(session, message, notes.rules, state_head(kstate))
+                for added in extra:
+                    seen.add(str(added.id))
+                    result.append(added)
+                counters.rules_injected += sum(1 for m in extra if keeper_kind(m) == "rules")
+        if new_input:
+            with self.sessions.lock:
+                self.sessions.set_guard(session, after_new_input(self.sessions.guard(session)))
+        live_ids = {str(m.id) for m in result}
+        kstate["seen"] = [i for i in seen if i in live_ids]
+        kstate["items"] = {k: v for k, v in items.items() if k in live_ids}
+        kstate["last_item"] = last_item
+        kstate["numbered"] = numbered
+        kstate[ITEMS_SINCE_NOTES] = since_notes
+        kstate.setdefault("notes_item", 0)
+        return result, shrunk
+
+    def beside_question(
+        self, session: str, question: BaseMessage, rules: Sequence[str], head: str | None
+    ) -> list[BaseMessage]:
+        """The keeper's messages placed right after a new question: the RULES, and the
+        passages retrieved for it from the branch ``head`` (kept to a quarter of the budget)."""
+        added: list[BaseMessage] = []
+        qid = str(question.id)
+        own = self.sessions.own
+        if self.config.rules_next_to_questions and rules:
+            added.append(own(session, render_rules_block(rules), "rules", f"rules-{qid}"))
+        if self.config.show_retrieved > 0:
+            self.index_ready(session)
+            within = self.branches.passages(session, head)
+            per_query = [
+                search_within(
+                    self.passages, q, session=session, k=self.config.show_retrieved, within=within
+                )
+                for q in question_queries(question)
+            ]
+            hits = merge_hits(per_query, self.config.show_retrieved * max(1, len(per_query)))
+            block = render_retrieved_block(hits)
+            # the passages stay in view with their open question: keep them to a quarter of the
+            # budget, dropping the lowest-ranked first, so the question's own work has room
+            while hits and self.tokens.count_text(block) > self.config.budget // 4:
+                hits = hits[: len(hits) * 3 // 4]
+                block = render_retrieved_block(hits)
+            added.append(own(session, block, "retrieved", f"retrieved-{qid}"))
+        return added
+
+    def _log_if_oversized(self, session: str, entry: Entry) -> None:
+        size = entry.tokens
+        if size > self.config.budget // 2:
+            log.warning(
+                "oversized message session=%s id=%s role=%s tokens=%d budget=%d: it alone takes "
+                "over half the budget",
+                session,
+                entry.message.id,
+                role_of(entry.message),
+                size,
+                self.config.budget,
+            )

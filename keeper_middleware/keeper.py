@@ -33,13 +33,14 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from keeper_middleware import phases
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.archive.store import ArchiveStore, open_archive
 from keeper_middleware.config import KeeperConfig
@@ -55,6 +56,7 @@ from keeper_middleware.model.thinking import call_kwargs, retry_of
 from keeper_middleware.notes.block import Notes
 from keeper_middleware.notes.checks import NoteCheck, default_checks
 from keeper_middleware.notes.dialogue import NoteDialogue
+from keeper_middleware.phases import PhaseListener, checked_listener, span
 from keeper_middleware.reinjection.questions import (
     PatternQuestionDetector,
     QuestionDetector,
@@ -116,6 +118,7 @@ class Keeper:
         checks: Sequence[NoteCheck] | None = None,
         question_detector: QuestionDetector | None = None,
         namespace: str | None = None,
+        phase_listener: PhaseListener | None = None,
     ) -> None:
         """``retriever`` serves the archive search tool; ``passages_retriever`` (default: the
         same) serves the sentences shown next to new questions (``show_retrieved``), so the two
@@ -139,11 +142,15 @@ class Keeper:
                 repeated beside it; the default detector when ``None``.
             namespace: the Chroma collection this keeper's passages live in on a shared
                 server.
+            phase_listener: hears when each phase of a step or a search starts and ends
+                (:mod:`keeper_middleware.phases`), for tracing; also settable later as
+                ``keeper.phase_listener``.
 
         Raises:
             ConfigurationError: a ``config`` that is not a :class:`KeeperConfig`, or a
                 retriever or token counter it cannot build.
-            ArgumentTypeError: an ``archive`` of a type it cannot open.
+            ArgumentTypeError: an ``archive`` of a type it cannot open, or a
+                ``phase_listener`` without the listener's two methods.
             ArchiveError: an archive that cannot be opened or is damaged.
         """
         if config is not None and not isinstance(config, KeeperConfig):
@@ -153,6 +160,7 @@ class Keeper:
                 + (" (e.g. KeeperConfig(**your_dict))" if isinstance(config, Mapping) else "")
             )
         self.config = config or KeeperConfig()
+        self.phase_listener = checked_listener(phase_listener)
         self.archive = open_archive(archive)
         index_dir = None
         database, schema = database_of(self.archive)
@@ -299,16 +307,21 @@ class Keeper:
         call: NoteCall,
     ) -> StepResult:
         """One keeper step before a model call (sync): as many cuts as the window needs."""
-        with self.session(session):
-            pending = self._prepare(session, messages, state, setup)
+        with self.session(session), self._span("step", session):
+            with self._span("prepare", session):
+                pending = self._prepare(session, messages, state, setup)
             cuts = 0
             while pending.plan is not None:
                 outcome = self.commit.reuse_committed(pending)
                 if outcome is None:
-                    pending.request = self.dialogue.request(pending, setup)
-                    pending.tool_schemas = setup.tool_schemas
-                    outcome = self.dialogue.take(pending, self.counters(session), call)
-                result = self.commit.finish(pending, outcome, setup)
+                    with self._span("note_request", session):
+                        pending.request = self.dialogue.request(pending, setup)
+                        pending.tool_schemas = setup.tool_schemas
+                        outcome = self.dialogue.take(
+                            pending, self.counters(session), self._spanned_call(call, session)
+                        )
+                with self._span("commit", session):
+                    result = self.commit.finish(pending, outcome, setup)
                 cuts += 1
                 if pending.backlog is None:
                     return result
@@ -329,20 +342,60 @@ class Keeper:
         model calls are awaited here. The session is held throughout (the threads run in this
         task's context, so they count as holding it)."""
         async with self.asession(session):
+            with self._span("step", session):
+                return await self._astep(session, messages, state, setup, call)
+
+    async def _astep(
+        self,
+        session: str,
+        messages: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        setup: ModelSetup,
+        call: AsyncNoteCall,
+    ) -> StepResult:
+        with self._span("prepare", session):
             pending = await asyncio.to_thread(self._prepare, session, messages, state, setup)
-            cuts = 0
-            while pending.plan is not None:
-                outcome = await asyncio.to_thread(self.commit.reuse_committed, pending)
-                if outcome is None:
+        cuts = 0
+        while pending.plan is not None:
+            outcome = await asyncio.to_thread(self.commit.reuse_committed, pending)
+            if outcome is None:
+                with self._span("note_request", session):
                     pending.request = self.dialogue.request(pending, setup)
                     pending.tool_schemas = setup.tool_schemas
-                    outcome = await self.dialogue.atake(pending, self.counters(session), call)
+                    outcome = await self.dialogue.atake(
+                        pending, self.counters(session), self._spanned_acall(call, session)
+                    )
+            with self._span("commit", session):
                 result = await asyncio.to_thread(self.commit.finish, pending, outcome, setup)
-                cuts += 1
-                if pending.backlog is None:
-                    return result
-                pending = await asyncio.to_thread(self._next_part, pending, result, setup)
-            return await asyncio.to_thread(self._finish_without_cut, pending, messages, setup, cuts)
+            cuts += 1
+            if pending.backlog is None:
+                return result
+            pending = await asyncio.to_thread(self._next_part, pending, result, setup)
+        return await asyncio.to_thread(self._finish_without_cut, pending, messages, setup, cuts)
+
+    def _span(self, phase: str, session: str) -> AbstractContextManager[None]:
+        return span(self.phase_listener, phase, session)
+
+    def _spanned_call(self, call: NoteCall, session: str) -> NoteCall:
+        """``call`` inside a ``note_call`` span (``call`` itself when nothing listens)."""
+        if self.phase_listener is None and not phases.listened():
+            return call
+
+        def spanned(*request: Any) -> AIMessage:
+            with self._span("note_call", session):
+                return call(*request)
+
+        return spanned
+
+    def _spanned_acall(self, call: AsyncNoteCall, session: str) -> AsyncNoteCall:
+        if self.phase_listener is None and not phases.listened():
+            return call
+
+        async def spanned(*request: Any) -> AIMessage:
+            with self._span("note_call", session):
+                return await call(*request)
+
+        return spanned
 
     # ----------------------------------------------------------------- arrivals
 
@@ -564,7 +617,8 @@ class Keeper:
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retrievers have not seen yet, in the background: the step
         does not wait for embeddings, and a search of the session waits only for its own."""
-        self.indexing.schedule(session)
+        with self._span("index_sync", session):
+            self.indexing.schedule(session)
 
     def _index_retrievers(self) -> tuple[Retriever, ...]:
         if self.passages_retriever is not self.retriever:
@@ -702,8 +756,9 @@ class Keeper:
         decided and written under one lock, so parallel searches cannot race past them. The
         reply is sized to the room a message has in view.
         """
-        self._check_index(session)
-        return self.searcher.run(session, args, head=head)[0]
+        with self._span("search", session):
+            self._check_index(session)
+            return self.searcher.run(session, args, head=head)[0]
 
     def answer_search(
         self, session: str, args: object, *, state: Mapping[str, Any], call_id: str
@@ -713,7 +768,8 @@ class Keeper:
         and the result's artifact (the guards' state after the search, for the next one). A
         state without a keeper step's values (a graph that archives by itself) searches the
         session as of its latest cut, with the session's own guards."""
-        return self.searcher.answer(session, args, state=state, call_id=call_id)
+        with self._span("search", session):
+            return self.searcher.answer(session, args, state=state, call_id=call_id)
 
     def retrieve(self, session: str, query: str, *, k: int = 10, head: Head = TIP) -> list[Hit]:
         """The archive's best matches for ``query`` on the branch ``head``, as the search

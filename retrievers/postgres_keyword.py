@@ -31,7 +31,7 @@ import math
 import re
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, LiteralString, cast
 
 from keeper_middleware.errors import ConfigurationError, InvalidStateError
 from keeper_middleware.retrievers.base import (
@@ -120,7 +120,9 @@ class PostgresKeywordRetriever:
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"kw:{schema}",))
                     for statement in _SCHEMA.format(schema=schema).split(";"):
-                        c.execute(statement)
+                        # built from a schema name checked against _IDENTIFIER above
+                        query: LiteralString = cast(Any, statement)
+                        c.execute(query)
                 c.execute("SELECT %s::regconfig", (config,))
         except psycopg.errors.UndefinedObject as exc:
             raise ConfigurationError(

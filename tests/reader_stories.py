@@ -12,7 +12,7 @@ import re
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.bench.phrasing import render_questions_message
+from keeper_bench.phrasing import render_questions_message
 from keeper_middleware.notes.block import Notes, render_notes
 
 CONFIDENTIAL = (

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from langchain_core.tools import tool
 
-from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.graphs import ARMS, build_arm
+from keeper_bench.arms import ARMS, build_arm
+from keeper_bench.reader import SimulatedReader
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 

@@ -9,18 +9,18 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import Field
 
-from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult, grade
-from keeper_middleware.bench.phrasing import render_questions_message
-from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.bench.reader.summary import is_summary_request, write_summary
-from keeper_middleware.bench.streams import (
+from keeper_bench.arms import ARMS, Arm, build_arm
+from keeper_bench.grader import SIMULATED_READER, GradeResult, grade
+from keeper_bench.phrasing import render_questions_message
+from keeper_bench.reader import SimulatedReader
+from keeper_bench.reader.summary import is_summary_request, write_summary
+from keeper_bench.streams import (
     generate_stream,
     preset_spec,
     question_sets,
     read_stream,
 )
 from keeper_middleware.errors import WindowTooSmallError
-from keeper_middleware.graphs import ARMS, Arm, build_arm
 from keeper_middleware.graphs.baselines import SUMMARY_REQUEST_TAG, compact, drop_oldest
 from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.retrievers.embedders import HashingEmbedder

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keeper_middleware.bench.audit import (
+from keeper_bench.audit import (
     MemoryVersion,
     NotesVersion,
     audit_memory,
@@ -13,7 +13,7 @@ from keeper_middleware.bench.audit import (
     read_state_lines,
     summary_claims,
 )
-from keeper_middleware.bench.ledger import Ledger, LedgerChange
+from keeper_bench.ledger import Ledger, LedgerChange
 
 
 def _ledger() -> Ledger:

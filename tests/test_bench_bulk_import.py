@@ -4,7 +4,7 @@ that made the table."""
 
 from __future__ import annotations
 
-from keeper_middleware.bench.cli import main
+from keeper_bench.cli import main
 
 
 def test_bulk_import_prints_a_row_a_size_with_its_command(tmp_path):

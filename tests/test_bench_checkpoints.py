@@ -12,11 +12,11 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from keeper_middleware.bench import checkpoints
-from keeper_middleware.bench.checkpoints import open_checkpointer
-from keeper_middleware.bench.run_options import RunOptions, resolve_stream
-from keeper_middleware.bench.runner import run_arm
-from keeper_middleware.graphs.peers import LANGMEM_SUMMARY_TYPE
+from keeper_bench import checkpoints
+from keeper_bench.arms.peers import LANGMEM_SUMMARY_TYPE
+from keeper_bench.checkpoints import open_checkpointer
+from keeper_bench.run_options import RunOptions, resolve_stream
+from keeper_bench.runner import run_arm
 
 WINDOW = 4096
 TIMING = frozenset({"wall_seconds", "model_seconds", "minutes", "minutes_per_100k"})

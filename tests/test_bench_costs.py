@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from keeper_middleware.bench.costs import (
+from keeper_bench.costs import (
     MIN_SEGMENTS,
     SEGMENT_TOKENS,
     SEGMENT_WIDTHS,
@@ -148,7 +148,7 @@ def test_a_recorder_with_a_sink_hands_each_call_on_and_keeps_none_in_memory():
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.outputs import ChatGeneration, LLMResult
 
-    from keeper_middleware.bench.recording import CallRecorder
+    from keeper_bench.recording import CallRecorder
 
     sunk: list[CallRecord] = []
     with_sink, without = CallRecorder(sink=sunk.append), CallRecorder()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from keeper_middleware.bench.grader import (
+from keeper_bench.grader import (
     SIMULATED_READER,
     GradeResult,
     answer_problem,
@@ -15,7 +15,7 @@ from keeper_middleware.bench.grader import (
     normalize_answer,
     parse_answer_lines,
 )
-from keeper_middleware.bench.streams import StreamSpec, generate_stream, question_sets
+from keeper_bench.streams import StreamSpec, generate_stream, question_sets
 
 
 @pytest.mark.parametrize(

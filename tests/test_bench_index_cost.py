@@ -4,7 +4,7 @@ passages are indexed by the end."""
 
 from __future__ import annotations
 
-from keeper_middleware.bench.cli import main
+from keeper_bench.cli import main
 
 
 def test_index_cost_prints_steps_searches_and_many_sessions(tmp_path, capsys):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from keeper_middleware.bench.notes_cost.clock import PHASES
-from keeper_middleware.bench.notes_cost.command import main
+from keeper_bench.notes_cost.clock import PHASES
+from keeper_bench.notes_cost.command import main
 
 
 def test_the_command_writes_a_row_per_tenth_and_labels_the_reader(tmp_path, capsys):
@@ -33,7 +33,7 @@ def test_the_command_writes_a_row_per_tenth_and_labels_the_reader(tmp_path, caps
 
 
 def test_the_search_tool_the_graphs_call_counts_as_the_keepers_cpu():
-    from keeper_middleware.bench.notes_cost.command import KeeperClock
+    from keeper_bench.notes_cost.command import KeeperClock
     from keeper_middleware.keeper import Keeper
 
     keeper = Keeper()
@@ -92,7 +92,7 @@ def test_the_notes_arm_is_named_in_its_result_and_its_table_keeps_its_title(tmp_
 
 
 def test_a_cut_costs_its_tenths_cpu_over_its_notes_calls_and_a_tenth_without_one_has_none():
-    from keeper_middleware.bench.notes_cost.breakdown import cost_per_cut, render_cost_per_cut
+    from keeper_bench.notes_cost.breakdown import cost_per_cut, render_cost_per_cut
 
     # 1M tokens: a tenth is 100K, so CPU per 100K is the tenth's CPU in seconds
     tenths = [

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from keeper_middleware.bench.notes_cost.clock import MODEL, PHASES, KeeperClock
+from keeper_bench.notes_cost.clock import MODEL, PHASES, SPANS, KeeperClock
 
 
 class HandClock:
@@ -38,27 +38,33 @@ def test_a_phase_inside_another_is_taken_out_of_the_outer_ones_time() -> None:
     assert clock.keeper == pytest.approx(3.5)
 
 
+def _span(clock: KeeperClock, phase: str, work) -> None:
+    clock.phase_started(phase, "s")
+    try:
+        work()
+    finally:
+        clock.phase_ended(phase, "s", None)
+
+
 def test_the_models_reply_inside_a_note_request_is_not_the_keepers() -> None:
     hand = HandClock()
     clock = KeeperClock(hand)
-    reply = clock._model_call(lambda: hand.spend(3.0))
 
     def note_request() -> None:
         hand.spend(0.25)
-        reply()
+        _span(clock, "note_call", lambda: hand.spend(3.0))
 
-    clock.timed("note request", note_request)()
+    _span(clock, "note_request", note_request)
     assert clock.phases[MODEL] == pytest.approx(3.0)
     assert clock.keeper_phases()["note request"] == pytest.approx(0.25)
     assert clock.keeper == pytest.approx(0.25)
 
 
-def test_a_work_call_outside_the_keeper_is_not_timed_at_all() -> None:
-    hand = HandClock()
-    clock = KeeperClock(hand)
-    clock._model_call(lambda: hand.spend(5.0))()
-    assert clock.phases[MODEL] == 0.0
-    assert clock.keeper == 0.0
+def test_every_span_the_keeper_reports_is_timed_in_one_of_the_clocks_phases() -> None:
+    from keeper_middleware.phases import PHASES as SPANS_REPORTED
+
+    assert set(SPANS) == set(SPANS_REPORTED)
+    assert set(SPANS.values()) <= {*PHASES, MODEL}
 
 
 def test_a_phase_that_raises_still_counts_and_leaves_the_stack_clean() -> None:
@@ -90,14 +96,16 @@ def test_an_async_phase_takes_out_what_its_worker_threads_timed() -> None:
     assert clock.phases["rest"] == pytest.approx(0.25)
 
 
-def test_installing_times_the_keepers_methods_and_gives_them_back() -> None:
+def test_installing_listens_to_every_keeper_without_touching_its_class() -> None:
+    from keeper_middleware import phases
     from keeper_middleware.keeper import Keeper
 
-    before = {name: Keeper.__dict__[name] for name in ("step", "astep", "_prepare", "search")}
+    before = dict(Keeper.__dict__)
     clock = KeeperClock()
     with clock.installed():
-        assert all(Keeper.__dict__[name] is not method for name, method in before.items())
-    assert {name: Keeper.__dict__[name] for name in before} == before
+        assert phases.listened()
+        assert dict(Keeper.__dict__) == before
+    assert not phases.listened()
     assert set(clock.keeper_phases()) == set(PHASES)
 
 
@@ -127,7 +135,7 @@ def test_a_collection_in_the_models_reply_or_outside_the_keeper_is_not_the_keepe
         clock.collector_event("stop", {})
 
     collect()
-    clock.timed("note request", clock._model_call(collect))()
+    _span(clock, "note_request", lambda: _span(clock, "note_call", collect))
     assert clock.phases["gc"] == 0.0
     assert clock.keeper == 0.0
     assert clock.phases[MODEL] == pytest.approx(2.0)

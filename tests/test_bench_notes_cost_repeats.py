@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from keeper_middleware.bench.notes_cost.command import main, render
-from keeper_middleware.bench.notes_cost.repeats import (
+from keeper_bench.notes_cost.command import main, render
+from keeper_bench.notes_cost.repeats import (
     RunsDisagreeError,
     combine,
     disagreements,
@@ -19,7 +19,7 @@ from keeper_middleware.bench.notes_cost.repeats import (
     median_per_tenth,
     span_per_tenth,
 )
-from keeper_middleware.bench.notes_cost.tenths import render_tenths
+from keeper_bench.notes_cost.tenths import render_tenths
 
 BREAKDOWN_COLUMNS = (
     "work_calls",

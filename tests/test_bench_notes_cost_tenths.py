@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from keeper_middleware.bench.costs import CallRecord
-from keeper_middleware.bench.notes_cost.command import main
-from keeper_middleware.bench.notes_cost.tenths import (
+from keeper_bench.costs import CallRecord
+from keeper_bench.notes_cost.command import main
+from keeper_bench.notes_cost.tenths import (
     TENTHS,
     Mark,
     StreamEnd,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keeper_middleware.bench.phrasing import (
+from keeper_bench.phrasing import (
     CHAIN_LEADS,
     CHAIN_TEMPLATES,
     CLERK,
@@ -27,7 +27,7 @@ from keeper_middleware.bench.phrasing import (
     render_questions_message,
     render_rules,
 )
-from keeper_middleware.bench.reader.text import (
+from keeper_bench.reader.text import (
     AskedQuestion,
     Event,
     RulesInForce,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from keeper_middleware.bench.costs import CallRecord, summarize_costs
-from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
-from keeper_middleware.bench.plots import (
+from keeper_bench.costs import CallRecord, summarize_costs
+from keeper_bench.grader import SIMULATED_READER, GradeResult
+from keeper_bench.plots import (
     NO_DISTANCE,
     cost_by_segment_figure,
     dodge,

@@ -8,15 +8,15 @@ import sys
 
 import pytest
 
-from keeper_middleware.bench import cli
-from keeper_middleware.bench.costs import CallRecord, summarize_costs
-from keeper_middleware.bench.grader import SIMULATED_READER, grade
-from keeper_middleware.bench.plots import plot_cost_by_segment, plot_score_by_distance
-from keeper_middleware.bench.report import (
+from keeper_bench import cli
+from keeper_bench.costs import CallRecord, summarize_costs
+from keeper_bench.grader import SIMULATED_READER, grade
+from keeper_bench.plots import plot_cost_by_segment, plot_score_by_distance
+from keeper_bench.report import (
     cost_table,
     score_table,
 )
-from keeper_middleware.bench.streams import question_sets, read_stream
+from keeper_bench.streams import question_sets, read_stream
 
 PNG = b"\x89PNG"
 
@@ -167,7 +167,7 @@ def test_registered_commands_appear_in_the_parser():
 
 def test_the_module_runs_with_python_dash_m():
     done = subprocess.run(
-        [sys.executable, "-m", "keeper_middleware.bench.cli", "generate", "--help"],
+        [sys.executable, "-m", "keeper_bench.cli", "generate", "--help"],
         capture_output=True,
         text=True,
         check=True,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from keeper_middleware.bench import retrievers_bench
+from keeper_bench import retrievers_bench
 from keeper_middleware.retrievers.embedders import HashingEmbedder, embed_query
 
 

@@ -22,9 +22,9 @@ import keeper_middleware.notes.checks.amounts as amounts_module
 import keeper_middleware.notes.checks.keys as keys_module
 import keeper_middleware.notes.checks.names as names_module
 import keeper_middleware.notes.signs as signs_module
-from keeper_middleware.bench.run_options import RunOptions, resolve_stream
-from keeper_middleware.bench.runner import run_arm
-from keeper_middleware.bench.streams import generate_stream, preset_spec, read_stream
+from keeper_bench.run_options import RunOptions, resolve_stream
+from keeper_bench.runner import run_arm
+from keeper_bench.streams import generate_stream, preset_spec, read_stream
 from keeper_middleware.notes.block import Notes
 from keeper_middleware.notes.changes import Change, RuleLine, SetLine, UnsetLine
 from keeper_middleware.notes.checks.base import CheckContext, Issue

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from keeper_middleware.bench.cli import main as bench_main
-from keeper_middleware.bench.compare import (
+from keeper_bench.cli import main as bench_main
+from keeper_bench.compare import (
     compare_runs,
     comparison_cost_table,
     parse_arms,
     run_folder_name,
     uncached_prompt_tokens,
 )
-from keeper_middleware.bench.costs import CostSummary
-from keeper_middleware.bench.run_options import RunOptions, resolve_stream
+from keeper_bench.costs import CostSummary
+from keeper_bench.run_options import RunOptions, resolve_stream
 
 WINDOW = 3072
 """At 2,048 the default (conservative) counter leaves no room beside the tools, the note

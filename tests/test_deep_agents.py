@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 
-from keeper_middleware.bench.reader.summary import DEEPAGENTS_SUMMARY_START
-from keeper_middleware.bench.run_options import RunOptions, resolve_stream
-from keeper_middleware.bench.runner import run_arm
+from keeper_bench.reader.summary import DEEPAGENTS_SUMMARY_START
+from keeper_bench.run_options import RunOptions, resolve_stream
+from keeper_bench.runner import run_arm
 from keeper_middleware.messages.facts import text_of
 
 pytest.importorskip("deepagents")

@@ -197,11 +197,43 @@ def test_the_retrievers_import_only_their_own_modules_and_the_bottom_layer():
         assert GRAPH[module] <= {"keeper_middleware.errors"}, module
 
 
+BENCHMARK = "keeper_bench"
+"""The benchmark's package: its own distribution (bench/), which users do not install."""
+
+
+def benchmark_imports(path: Path) -> list[str]:
+    """Every name of the benchmark a source file imports, wherever the import is (under
+    ``if TYPE_CHECKING:`` too: the product's wheel must not even name it)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == BENCHMARK]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and (node.module or "").split(".")[0] == BENCHMARK
+        ):
+            found.append(str(node.module))
+    return found
+
+
+def test_the_benchmark_check_sees_every_form_of_import(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import keeper_bench.cli\n"
+        "def f():\n    from keeper_bench.arms import build_arm\n"
+        "if TYPE_CHECKING:\n    from keeper_bench import runner\n"
+    )
+    assert benchmark_imports(source) == ["keeper_bench.cli", "keeper_bench.arms", "keeper_bench"]
+
+
 def test_nothing_in_the_product_imports_the_benchmark():
-    for module, targets in GRAPH.items():
-        if _room(module) == "bench":
-            continue
-        assert not any(_room(t) == "bench" for t in targets), module
+    assert not any(m.split(".")[1:2] == ["bench"] for m in MODULES), (
+        "a bench package is back inside keeper_middleware/"
+    )
+    offenders = {m: benchmark_imports(p) for m, p in MODULES.items()}
+    assert {m: found for m, found in offenders.items() if found} == {}
 
 
 BOTTOM_ROOMS = {"errors", "messages", "tokens", "retrievers", "testing"}

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from keeper_middleware.bench.questions import NEW_KINDS
-from keeper_middleware.bench.run_options import RunOptions, resolve_stream
-from keeper_middleware.bench.runner import RunResult, run_arm
-from keeper_middleware.bench.streams import read_stream
+from keeper_bench.questions import NEW_KINDS
+from keeper_bench.run_options import RunOptions, resolve_stream
+from keeper_bench.runner import RunResult, run_arm
+from keeper_bench.streams import read_stream
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.graphs.baselines import default_reply_reserve
 

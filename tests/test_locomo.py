@@ -13,29 +13,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from keeper_middleware.bench.cli import main
-from keeper_middleware.bench.locomo import recall as recall_module
-from keeper_middleware.bench.locomo.answers import (
+from keeper_bench.cli import main
+from keeper_bench.locomo import recall as recall_module
+from keeper_bench.locomo.answers import (
     QUESTION_HEADER,
     parse_answers,
     session_message,
 )
-from keeper_middleware.bench.locomo.dataset import (
+from keeper_bench.locomo.dataset import (
     LocomoFormatError,
     archived_text,
     load_locomo,
     split_evidence,
 )
-from keeper_middleware.bench.locomo.grading import grade_answer, token_f1
-from keeper_middleware.bench.locomo.indexing import (
+from keeper_bench.locomo.grading import grade_answer, token_f1
+from keeper_bench.locomo.indexing import (
     GRANULARITIES,
     archived_turn,
     conversation_passages,
 )
-from keeper_middleware.bench.locomo.recall import MethodSpec, configuration, measure
-from keeper_middleware.bench.locomo.streams import conversation_from_stream
-from keeper_middleware.bench.run_options import resolve_stream
-from keeper_middleware.bench.streams import question_sets, read_stream
+from keeper_bench.locomo.recall import MethodSpec, configuration, measure
+from keeper_bench.locomo.streams import conversation_from_stream
+from keeper_bench.run_options import resolve_stream
+from keeper_bench.streams import question_sets, read_stream
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
 from keeper_middleware.retrievers.sentences import sentence_groups, split_sentences

@@ -2,8 +2,8 @@
 
 import pytest
 
-from keeper_middleware.bench.locomo.feedback import FeedbackKeywordRetriever, expansion_terms
-from keeper_middleware.bench.locomo.recall import MethodSpec, build_retriever
+from keeper_bench.locomo.feedback import FeedbackKeywordRetriever, expansion_terms
+from keeper_bench.locomo.recall import MethodSpec, build_retriever
 from keeper_middleware.retrievers.base import Passage
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 

@@ -10,16 +10,16 @@ import textwrap
 
 import pytest
 
-from keeper_middleware.bench.marathon.defects import Defect, candidate_defects, describe, plant
-from keeper_middleware.bench.marathon.grading import (
+from keeper_bench.marathon.defects import Defect, candidate_defects, describe, plant
+from keeper_bench.marathon.grading import (
     changed_lines,
     grade_marathon,
 )
-from keeper_middleware.bench.marathon.planting import PlantedDefect
-from keeper_middleware.bench.marathon.sandbox import ShellSandbox
-from keeper_middleware.bench.marathon.scripted import fix_command, repaired_line
-from keeper_middleware.bench.marathon.source import SourceMissingError, cached_sdist
-from keeper_middleware.bench.marathon.tickets import (
+from keeper_bench.marathon.planting import PlantedDefect
+from keeper_bench.marathon.sandbox import ShellSandbox
+from keeper_bench.marathon.scripted import fix_command, repaired_line
+from keeper_bench.marathon.source import SourceMissingError, cached_sdist
+from keeper_bench.marathon.tickets import (
     NOTICES,
     build_tickets,
     fixes_before_log,
@@ -245,9 +245,9 @@ def _source_or_skip() -> None:
 def test_the_shipped_plans_hold_on_the_real_suite(tmp_path):
     """Each shipped defect, planted alone, still fails exactly the tests its plan names."""
     _source_or_skip()
-    from keeper_middleware.bench.marathon.planting import SHIPPED_PLANS, _stored_plan, plant_all
-    from keeper_middleware.bench.marathon.source import unpack_source
-    from keeper_middleware.bench.marathon.testrun import run_tests
+    from keeper_bench.marathon.planting import SHIPPED_PLANS, _stored_plan, plant_all
+    from keeper_bench.marathon.source import unpack_source
+    from keeper_bench.marathon.testrun import run_tests
 
     plan = _stored_plan(SHIPPED_PLANS, 0, 3)
     assert plan is not None, "no shipped plan for seed 0"
@@ -269,7 +269,7 @@ def test_every_way_works_every_ticket_at_real_message_sizes(tmp_path):
     """Plumbing: the scripted agent fixes everything, keeps every instruction, answers the audit,
     through each way; the keeper ways stay inside their window while reading 150K-char logs."""
     _source_or_skip()
-    from keeper_middleware.bench.marathon.run import MarathonOptions, prepare_project, run_marathon
+    from keeper_bench.marathon.run import MarathonOptions, prepare_project, run_marathon
 
     prepared = prepare_project(tmp_path / "planted", seed=0, defects=5)
     for way in ("direct", "middleware", "proxy"):

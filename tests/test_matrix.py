@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from keeper_middleware.bench.cli import main as bench_main
-from keeper_middleware.bench.grader import SIMULATED_READER, GradeResult
-from keeper_middleware.bench.matrix import (
+from keeper_bench.cli import main as bench_main
+from keeper_bench.grader import SIMULATED_READER, GradeResult
+from keeper_bench.matrix import (
     MatrixSpec,
     faults_text,
     mix_options,
@@ -17,7 +17,7 @@ from keeper_middleware.bench.matrix import (
     run_matrix,
     shard_cells,
 )
-from keeper_middleware.bench.matrix_report import MatrixRun, headline_table, total_cell
+from keeper_bench.matrix_report import MatrixRun, headline_table, total_cell
 
 ARMS = ("notes", "summarize")
 

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from keeper_bench.reader.server import create_reader_app, serve_reader
 from keeper_middleware import KeeperConfig, KeeperError, create_keeper_agent
-from keeper_middleware.bench.reader.server import create_reader_app, serve_reader
 from keeper_middleware.errors import ConfigurationError, ToolsNotSupportedError
 from keeper_middleware.integrations.langchain import KeeperMiddleware, keeper_pre_model_hook
 from keeper_middleware.integrations.proxy.cli import serve_in_thread

@@ -13,14 +13,16 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-import keeper_middleware.bench as bench
-from keeper_middleware.bench.grader import SIMULATED_READER, grade
-from keeper_middleware.bench.matrix import MatrixSpec, run_matrix
-from keeper_middleware.bench.streams import question_sets
+import keeper_bench as bench
+from keeper_bench.grader import SIMULATED_READER, grade
+from keeper_bench.matrix import MatrixSpec, run_matrix
+from keeper_bench.streams import question_sets
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "compare_arms.ipynb"
-RECORDED = [Path(bench.__file__).parent / "results" / f"matrix_{size}" for size in ("240k", "1m")]
-SELF_EDIT = Path(bench.__file__).parent / "results" / "self_edit_arms"
+RECORDED = [
+    Path(bench.__file__).parents[1] / "results" / f"matrix_{size}" for size in ("240k", "1m")
+]
+SELF_EDIT = Path(bench.__file__).parents[1] / "results" / "self_edit_arms"
 LIVE_ARMS = ("notes", "summarize", "peer_langchain_summarization_tuned", "self_edit_rules")
 PNG = b"\x89PNG"
 
@@ -84,3 +86,26 @@ def test_the_notebook_shows_the_recorded_and_the_live_comparison_as_the_runs_gra
     )
     assert f"hand-built graph: {result.right}/{result.asked} right (simulated reader)" in printed
     assert result.asked > 0 and result.right >= 0.9 * result.asked
+
+
+def test_the_committed_notebook_shows_the_small_comparison_without_running_anything():
+    """``make notebook`` ran it top to bottom at the small size and kept what it showed: a reader
+    on GitHub sees the tables and the plots; no cell failed and no machine's path is in it."""
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    assert all(cell.outputs for cell in code)
+    assert not any(o.output_type == "error" for cell in code for o in cell.outputs)
+    markdown = "\n".join(outputs(notebook, "text/markdown"))
+    printed = "\n".join(outputs(notebook, "text"))
+    assert "Streams `rules+overdrawn` at small, seeds 1, 2" in markdown
+    assert "| arm | no faults | realistic faults |" in markdown
+    from keeper_bench.arms import ARMS
+
+    for arm in ARMS:  # every arm's live row
+        assert f"| {arm} |" in markdown, arm
+    assert "hand-built graph: " in printed and "(simulated reader)" in printed
+    images = [base64.b64decode(png) for png in outputs(notebook, "image/png")]
+    assert len(images) >= 8 and all(image.startswith(PNG) for image in images)
+    root = str(Path(__file__).resolve().parents[1])
+    assert root not in NOTEBOOK.read_text(), "refresh with make notebook (it scrubs the path)"

@@ -225,7 +225,7 @@ def test_each_line_of_a_transcript_is_its_own_passage():
 def test_an_arm_indexing_messages_shows_the_matched_sentence_next_to_a_question(arm):
     from langchain_core.messages import HumanMessage
 
-    from keeper_middleware.graphs import build_arm
+    from keeper_bench.arms import build_arm
     from tests.fake_model import ScriptedChatModel
 
     model = ScriptedChatModel(default="Noted.")
@@ -253,8 +253,8 @@ def test_an_arm_indexing_messages_shows_the_matched_sentence_next_to_a_question(
 
 
 def test_an_unknown_passage_unit_is_refused_with_the_choices():
+    from keeper_bench.arms import build_arm
     from keeper_middleware import ConfigurationError, KeeperConfig
-    from keeper_middleware.graphs import build_arm
     from tests.fake_model import ScriptedChatModel
 
     with pytest.raises(ConfigurationError, match="sentences, messages"):

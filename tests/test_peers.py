@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from keeper_bench.arms import ARMS, PEER_SETTINGS, build_arm
+from keeper_bench.arms.peers import langmem_summarization_graph
 from keeper_middleware import KeeperConfig
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.graphs import ARMS, build_arm
-from keeper_middleware.graphs.arms import PEER_SETTINGS
 from keeper_middleware.graphs.baselines import default_reply_reserve
 from keeper_middleware.graphs.keeper_arms import notes_budget
-from keeper_middleware.graphs.peers import langmem_summarization_graph
 from keeper_middleware.messages.facts import text_of
 from tests.fake_model import Received, ScriptedChatModel
 from tests.story_model import batch

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import HumanMessage
 
-from keeper_middleware.bench.cli import grade_run
-from keeper_middleware.bench.proxy.cost import HEADER, agent_turns, measure, memory_stream
-from keeper_middleware.bench.proxy.servers import instant_reply, upstream_process
-from keeper_middleware.bench.proxy.stream_run import (
+from keeper_bench.cli import grade_run
+from keeper_bench.proxy.cost import HEADER, agent_turns, measure, memory_stream
+from keeper_bench.proxy.servers import instant_reply, upstream_process
+from keeper_bench.proxy.stream_run import (
     UpstreamMeter,
     results_markdown,
     run_through_proxy,
 )
-from keeper_middleware.bench.run_options import resolve_stream
+from keeper_bench.run_options import resolve_stream
 from keeper_middleware.integrations.proxy.openai_format import (
     message_from_openai,
     message_key,
@@ -67,7 +67,7 @@ def test_the_run_folder_grades_and_audits_like_any_other(proxy_run: Path) -> Non
 
 
 def test_the_results_table_names_the_reader_and_the_window_check(proxy_run: Path) -> None:
-    from keeper_middleware.bench.proxy.stream_run import ProxyRunResult
+    from keeper_bench.proxy.stream_run import ProxyRunResult
 
     result = ProxyRunResult(
         proxy_run, grade_run(proxy_run), json.loads((proxy_run / "proxy.json").read_text())
@@ -230,8 +230,8 @@ def test_the_overhead_benchmark_measures_a_proxy_process(tiny_stream: Path, tmp_
 
 
 def test_the_side_by_side_row_pairs_passes_and_fills_every_column() -> None:
-    from keeper_middleware.bench.proxy.vs_direct import HEADER as SIDE_HEADER
-    from keeper_middleware.bench.proxy.vs_direct import Compared, Pass
+    from keeper_bench.proxy.vs_direct import HEADER as SIDE_HEADER
+    from keeper_bench.proxy.vs_direct import Compared, Pass
 
     direct = (Pass(1.0, (0.001,) * 100, 0.05, None), Pass(2.0, (0.002,) * 100, 0.05, None))
     proxied = (
@@ -248,7 +248,7 @@ def test_the_side_by_side_row_pairs_passes_and_fills_every_column() -> None:
 
 @pytest.mark.slow
 def test_proxy_overhead_measures_the_three_paths_side_by_side(tmp_path: Path) -> None:
-    from keeper_middleware.bench.cli import main as bench_main
+    from keeper_bench.cli import main as bench_main
 
     results = tmp_path / "proxy_overhead.md"
     code = bench_main(
@@ -285,8 +285,8 @@ def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path
     """``--history``: a row per number of messages in view, keeper-proxy beside the relay and
     beside another checkout's keeper-proxy (here this one's), and no main table with
     ``--history-only``."""
-    from keeper_middleware.bench.cli import main as bench_main
-    from keeper_middleware.bench.proxy.growth import starting_history
+    from keeper_bench.cli import main as bench_main
+    from keeper_bench.proxy.growth import starting_history
 
     assert len(starting_history(["task", "a", "b"], 12)) == 12
     results = tmp_path / "proxy_overhead.md"
@@ -317,7 +317,7 @@ def test_the_bare_relay_passes_bodies_statuses_and_streams_through() -> None:
 
     import httpx
 
-    from keeper_middleware.bench.proxy.relay import relay_app
+    from keeper_bench.proxy.relay import relay_app
     from keeper_middleware.integrations.proxy.cli import serve_in_thread
     from tests.proxy_upstream import ScriptedUpstream, as_sse, text_reply
     from tests.test_proxy_socket import upstream_app

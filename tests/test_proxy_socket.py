@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from keeper_middleware.bench.reader.server import serve_reader
+from keeper_bench.reader.server import serve_reader
 from keeper_middleware.integrations.proxy import create_proxy_app
 from keeper_middleware.integrations.proxy.cli import main, serve_in_thread
 from tests.proxy_upstream import (

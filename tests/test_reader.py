@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from keeper_middleware.bench.reader import SimulatedReader
+from keeper_bench.reader import SimulatedReader
 from keeper_middleware.notes.block import Notes
 from tests.reader_stories import (
     ALL_QUESTIONS,

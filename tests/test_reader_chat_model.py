@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.bench import reader as reader_module
-from keeper_middleware.bench.reader import SimulatedReader
+from keeper_bench import reader as reader_module
+from keeper_bench.reader import SimulatedReader
 from tests.reader_stories import (
     ALL_QUESTIONS,
     ITEM_2,

@@ -11,25 +11,25 @@ from dataclasses import replace
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from keeper_middleware.bench.grader import SIMULATED_READER, grade
-from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.bench.reader.faults import (
+from keeper_bench.arms import build_arm
+from keeper_bench.grader import SIMULATED_READER, grade
+from keeper_bench.reader import SimulatedReader
+from keeper_bench.reader.faults import (
     NO_FAULTS,
     REALISTIC_FAULTS,
     ReaderFaults,
     fault_preset,
 )
-from keeper_middleware.bench.reader.rot import (
+from keeper_bench.reader.rot import (
     NO_ROT,
     REALISTIC_ROT,
     ContextRot,
     rotted_text,
     with_rot,
 )
-from keeper_middleware.bench.reader.summary import write_summary
-from keeper_middleware.bench.run_options import parse_faults
-from keeper_middleware.bench.streams import generate_stream, preset_spec, question_sets, read_stream
-from keeper_middleware.graphs import build_arm
+from keeper_bench.reader.summary import write_summary
+from keeper_bench.run_options import parse_faults
+from keeper_bench.streams import generate_stream, preset_spec, question_sets, read_stream
 from keeper_middleware.graphs.baselines import SUMMARY_REQUEST_TAG
 from keeper_middleware.messages.facts import text_of
 from tests.reader_stories import TALLY, item_1, notes_request, story

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import HumanMessage
 
-from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.bench.reader.faults import ReaderFaults
+from keeper_bench.reader import SimulatedReader
+from keeper_bench.reader.faults import ReaderFaults
 from keeper_middleware.notes.changes import RuleLine, SetLine, parse_changes
 from tests.reader_stories import (
     CONFIDENTIAL,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from keeper_middleware.bench.reader import SimulatedReader
+from keeper_bench.reader import SimulatedReader
 from keeper_middleware.notes.block import Notes
 from keeper_middleware.notes.changes import parse_changes
 from tests.reader_stories import SEARCH_TOOL, notes_message, search_result
@@ -17,7 +17,7 @@ from tests.reader_stories import SEARCH_TOOL, notes_message, search_result
 # Against the stream generator's truth
 # ---------------------------------------------------------------------------------------------
 def _generated_stream(tmp_path, seed: int, *, varied: bool = True):
-    from keeper_middleware.bench.streams import (
+    from keeper_bench.streams import (
         FAMILIES,
         SIZES,
         StreamSpec,
@@ -31,7 +31,7 @@ def _generated_stream(tmp_path, seed: int, *, varied: bool = True):
 
 
 def _wrong_answers(record: dict, reply: BaseMessage) -> list[tuple[dict, str | None]]:
-    from keeper_middleware.bench.grader import answers_match, parse_answer_lines
+    from keeper_bench.grader import answers_match, parse_answer_lines
 
     given = parse_answer_lines(str(reply.content))
     return [

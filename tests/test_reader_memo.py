@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from keeper_middleware.bench.reader.rot import ContextRot, _can_rot, _pieces, rotted_text
-from keeper_middleware.bench.reader.text import Event, Recount, read_events, read_text
-from keeper_middleware.bench.streams import generate_stream, preset_spec, read_stream
+from keeper_bench.reader.rot import ContextRot, _can_rot, _pieces, rotted_text
+from keeper_bench.reader.text import Event, Recount, read_events, read_text
+from keeper_bench.streams import generate_stream, preset_spec, read_stream
 from keeper_middleware.notes.signs import _MINUS_BEFORE, _minus_before, signed_amounts_in
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.bench.reader.faults import MISREAD_KINDS, ReaderFaults
-from keeper_middleware.bench.reader.misreads import Misreads, misread, misreads_for
-from keeper_middleware.bench.reader.text import Event
-from keeper_middleware.bench.run_options import RunOptions, resolve_stream
-from keeper_middleware.bench.runner import run_arm
+from keeper_bench.reader import SimulatedReader
+from keeper_bench.reader.faults import MISREAD_KINDS, ReaderFaults
+from keeper_bench.reader.misreads import Misreads, misread, misreads_for
+from keeper_bench.reader.text import Event
+from keeper_bench.run_options import RunOptions, resolve_stream
+from keeper_bench.runner import run_arm
 from keeper_middleware.notes.changes import SetLine, parse_changes
 from tests.reader_stories import ITEM_2, answers, item_1, notes_request, questions, story
 

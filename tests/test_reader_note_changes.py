@@ -11,7 +11,7 @@ import re
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from keeper_middleware.bench.reader import SimulatedReader
+from keeper_bench.reader import SimulatedReader
 from keeper_middleware.notes.block import Notes, parse_notes
 from keeper_middleware.notes.changes import NoChanges, RuleLine, SetLine, parse_changes
 from keeper_middleware.notes.numbers import amounts_in

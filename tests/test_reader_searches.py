@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage
 
-from keeper_middleware.bench.reader import SimulatedReader
+from keeper_bench.reader import SimulatedReader
 from tests.reader_stories import ITEM_2, SEARCH_TOOL, answers, questions, search_result, story
 
 

@@ -11,8 +11,8 @@ from langchain_core.messages.utils import convert_to_openai_messages
 from langchain_openai import ChatOpenAI
 from openai import OpenAI
 
-from keeper_middleware.bench.reader import SimulatedReader
-from keeper_middleware.bench.reader.server import create_reader_app, main, serve_reader
+from keeper_bench.reader import SimulatedReader
+from keeper_bench.reader.server import create_reader_app, main, serve_reader
 from tests.reader_stories import ITEM_2, SEARCH_TOOL, TALLY, item_1, questions, search_result, story
 
 ANSWERING = [
@@ -180,7 +180,7 @@ async def test_models_and_tokenize(asgi_client):
 
 
 def test_faults_are_served_too():
-    from keeper_middleware.bench.reader.faults import ReaderFaults
+    from keeper_bench.reader.faults import ReaderFaults
 
     with serve_reader(SimulatedReader(faults=ReaderFaults(think_to_limit=1))) as url:
         reply = chat(url).invoke(ANSWERING)

@@ -46,7 +46,7 @@ def test_the_quickstart_shows_the_rule_kept_and_a_search_made(tmp_path, monkeypa
     exec(compile(quickstart(), "README quickstart", "exec"), names)
     capsys.readouterr()
     model, agent = names["model"], names["agent"]
-    assert "keeper_middleware.bench" not in quickstart()
+    assert "keeper_bench" not in quickstart()
     assert agent.keeper.counters("quickstart").cuts == 9  # the README says nine
     notes_calls = [c for c in model.received if keeper_kind(c.messages[-1]) == "notes_request"]
     assert notes_calls, "the keeper asked the model for notes"

@@ -36,13 +36,13 @@ from langchain_core.runnables import RunnableBranch  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 
-from keeper_middleware.agent import create_keeper_agent  # noqa: E402
-from keeper_middleware.bench.local_run import (  # noqa: E402
+from keeper_bench.local_run import (  # noqa: E402
     PLUMBING_LABEL,
     LocalModelSettings,
     run_notes_arm_locally,
 )
-from keeper_middleware.bench.run_options import resolve_stream  # noqa: E402
+from keeper_bench.run_options import resolve_stream  # noqa: E402
+from keeper_middleware.agent import create_keeper_agent  # noqa: E402
 from keeper_middleware.config import KeeperConfig  # noqa: E402
 from keeper_middleware.messages.facts import keeper_kind  # noqa: E402
 
@@ -143,8 +143,8 @@ def test_the_notes_arm_runs_a_short_stream_to_the_end_and_is_graded(server, tmp_
 
 
 def test_truncating_a_stream_keeps_its_first_batches_and_question_set(tmp_path):
-    from keeper_middleware.bench.local_run import truncate_stream
-    from keeper_middleware.bench.streams import read_stream
+    from keeper_bench.local_run import truncate_stream
+    from keeper_bench.streams import read_stream
 
     stream = resolve_stream("tiny", tmp_path / "full")
     short = truncate_stream(stream, tmp_path / "short", batches=6)
@@ -163,7 +163,7 @@ def test_a_killed_local_run_leaves_no_server_behind(tmp_path):
         [
             sys.executable,
             "-m",
-            "keeper_middleware.bench.local_run",
+            "keeper_bench.local_run",
             *("--stream", str(stream), "--batches", "6", "--window", "1536"),
             *("--out", str(out)),
         ],

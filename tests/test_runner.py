@@ -12,21 +12,21 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from keeper_middleware.bench.cli import main as bench_main
-from keeper_middleware.bench.reader import REALISTIC_FAULTS, ContextRot, SimulatedReader
-from keeper_middleware.bench.reader.faults import ReaderFaults
-from keeper_middleware.bench.recording import call_kind, request_fingerprint
-from keeper_middleware.bench.run_folder import prepare_run_dir
-from keeper_middleware.bench.run_options import (
+from keeper_bench.cli import main as bench_main
+from keeper_bench.reader import REALISTIC_FAULTS, ContextRot, SimulatedReader
+from keeper_bench.reader.faults import ReaderFaults
+from keeper_bench.recording import call_kind, request_fingerprint
+from keeper_bench.run_folder import prepare_run_dir
+from keeper_bench.run_options import (
     RunOptions,
     make_model,
     parse_faults,
     parse_model,
     resolve_stream,
 )
-from keeper_middleware.bench.runner import run_arm
-from keeper_middleware.bench.steps import CONTINUE_TOOL, TASK_MESSAGES, TASK_TOOL, plan_steps
-from keeper_middleware.bench.streams import read_stream
+from keeper_bench.runner import run_arm
+from keeper_bench.steps import CONTINUE_TOOL, TASK_MESSAGES, TASK_TOOL, plan_steps
+from keeper_bench.streams import read_stream
 from keeper_middleware.messages.facts import keeper_message
 
 WINDOW = 4096
@@ -229,9 +229,9 @@ KILLED_RUN = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from keeper_middleware.bench import recording
-    from keeper_middleware.bench.run_options import RunOptions
-    from keeper_middleware.bench.runner import run_arm
+    from keeper_bench import recording
+    from keeper_bench.run_options import RunOptions
+    from keeper_bench.runner import run_arm
 
     stream, run_dir, delivery = sys.argv[1], sys.argv[2], sys.argv[3]
     window, kill_at = int(sys.argv[4]), int(sys.argv[5])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keeper_middleware.bench.scale_out import run
+from keeper_bench.scale_out import run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -12,20 +12,20 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from keeper_middleware.bench.grader import SIMULATED_READER, grade
-from keeper_middleware.bench.reader import ReaderFaults, SimulatedReader
-from keeper_middleware.bench.reader.pinned import RULES_READ_SENTENCE, read_pinned
-from keeper_middleware.bench.runner import STREAM_PASSAGES
-from keeper_middleware.bench.streams import (
+from keeper_bench.arms import build_arm
+from keeper_bench.arms.self_edit import PINNED_TAG, PinnedState, apply_edit
+from keeper_bench.arms.self_edit.memory import INSTRUCTIONS
+from keeper_bench.grader import SIMULATED_READER, grade
+from keeper_bench.reader import ReaderFaults, SimulatedReader
+from keeper_bench.reader.pinned import RULES_READ_SENTENCE, read_pinned
+from keeper_bench.runner import STREAM_PASSAGES
+from keeper_bench.streams import (
     StreamSpec,
     generate_stream,
     preset_spec,
     question_sets,
     read_stream,
 )
-from keeper_middleware.graphs import build_arm
-from keeper_middleware.graphs.self_edit import PINNED_TAG, PinnedState, apply_edit
-from keeper_middleware.graphs.self_edit.memory import INSTRUCTIONS
 from keeper_middleware.messages.facts import keeper_kind, text_of
 from tests.fake_model import ScriptedChatModel
 
@@ -154,7 +154,7 @@ def test_prose_is_edited_by_passage_and_nothing_in_it_is_protected():
 
 def test_the_reader_and_the_arm_agree_on_the_pinned_format():
     state = PinnedState(style="rules", rules=(RULE,), lines=(("domo86", "5"),), through_item=7)
-    from keeper_middleware.graphs.self_edit import render_pinned
+    from keeper_bench.arms.self_edit import render_pinned
 
     text = render_pinned(state, archive=True, budget=900, count=count)
     view = read_pinned(text)

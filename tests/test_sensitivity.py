@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from keeper_middleware.bench.cli import main as bench_main
-from keeper_middleware.bench.sensitivity import (
+from keeper_bench.cli import main as bench_main
+from keeper_bench.sensitivity import (
     FAULT_KINDS,
     SensitivitySpec,
     cell_folder,

@@ -6,8 +6,8 @@ from uuid import uuid4
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from keeper_middleware.bench.recording import CallRecorder
-from keeper_middleware.graphs import build_arm
+from keeper_bench.arms import build_arm
+from keeper_bench.recording import CallRecorder
 from keeper_middleware.graphs.baselines import SUMMARY_HEADER, SUMMARY_REQUEST_TAG, is_summary
 from keeper_middleware.messages.facts import text_of
 from tests.fake_model import ScriptedChatModel

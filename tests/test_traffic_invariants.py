@@ -1,6 +1,6 @@
 """One set of invariants, held over realistic agent traffic through every entry point.
 
-Sessions come from ``bench/traffic.py`` (coding-agent sessions with 1K–500K-character file reads
+Sessions come from ``bench/keeper_bench/traffic.py`` (coding-agent sessions with 1K–500K-character file reads
 and test logs, parallel tool calls, pasted text, verbose replies, CJK/Japanese/emoji, search
 loops and hostile search arguments; and the second round's shapes: a history imported at once,
 bursts of 50+ parallel results, content blocks, item numbers that go back, a model that never
@@ -47,6 +47,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 
+from keeper_bench.traffic import (
+    KINDS,
+    ROUND_TWO,
+    RULE,
+    Session,
+    TrafficModel,
+    coding_session,
+)
 from keeper_middleware import (
     ArchiveError,
     Keeper,
@@ -54,14 +62,6 @@ from keeper_middleware import (
     KeeperGraphState,
     KeeperNode,
     create_keeper_agent,
-)
-from keeper_middleware.bench.traffic import (
-    KINDS,
-    ROUND_TWO,
-    RULE,
-    Session,
-    TrafficModel,
-    coding_session,
 )
 from keeper_middleware.integrations.langchain import (
     KeeperMiddleware,

@@ -1,9 +1,11 @@
 """The packaging works outside an editable install: build the wheel, install it in a fresh venv,
 import every subpackage.
 
-retrievers/, graphs/, integrations/ and bench/ are reached through committed symlinks under
+retrievers/, graphs/ and integrations/ are reached through committed symlinks under
 keeper_middleware/ (docs/architecture.md): the wheel and the sdist must hold the files they point
-at, never the links, and a script run from the repository root must import the same names."""
+at, never the links, and a script run from the repository root must import the same names. The
+benchmark is its own distribution (bench/, ``keeper-bench``): the product's wheel holds none of
+it, and the benchmark's wheel installs beside the product's and runs."""
 
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ SUBPACKAGES = [
     "graphs",
     "integrations",
     "integrations.proxy",
-    "bench",
 ]
 
 
@@ -109,7 +110,7 @@ def test_the_wheel_installs_every_subpackage_under_keeper_middleware(tmp_path):
     assert result.stdout.strip() == "ok"
 
 
-LINKED = ("retrievers", "graphs", "integrations", "bench")
+LINKED = ("retrievers", "graphs", "integrations")
 
 
 def test_the_linked_folders_are_symlinks_to_the_top_level_folders():
@@ -195,7 +196,7 @@ def test_building_the_wheel_gives_no_setuptools_warning(tmp_path):
 # time only.
 
 
-def _requirement_closure(extras: tuple[str, ...]) -> set[str]:
+def _requirement_closure(extras: tuple[str, ...], more: list[str] | None = None) -> set[str]:
     from importlib import metadata
 
     from packaging.requirements import Requirement
@@ -222,6 +223,9 @@ def _requirement_closure(extras: tuple[str, ...]) -> set[str]:
         return chosen
 
     wanted.append((project.name, tuple(project.extras)))
+    for line in more or []:
+        requirement = Requirement(line)
+        wanted.append((requirement.name, tuple(requirement.extras)))
     while wanted:
         name, extra_names = wanted.pop()
         key = (canonicalize_name(name), ",".join(sorted(extra_names)))
@@ -304,7 +308,16 @@ def built_wheel(tmp_path_factory) -> Path:
     return wheel
 
 
-def _venv_with(extras: tuple[str, ...], wheel: Path, folder: Path) -> Path:
+def _venv_with(
+    extras: tuple[str, ...],
+    wheel: Path,
+    folder: Path,
+    *,
+    also: tuple[Path, ...] = (),
+    more: list[str] | None = None,
+) -> Path:
+    """A venv with ``wheel`` (and the wheels ``also``) installed, plus exactly what
+    ``keeper-middleware[extras]`` and the requirements ``more`` need, linked from here."""
     venv = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site_dir = next((venv / "lib").glob("python3*/site-packages"))
@@ -320,10 +333,11 @@ def _venv_with(extras: tuple[str, ...], wheel: Path, folder: Path) -> Path:
             "--target",
             str(site_dir),
             str(wheel),
+            *map(str, also),
         ],
         check=True,
     )
-    _link_distributions(_requirement_closure(extras), site_dir)
+    _link_distributions(_requirement_closure(extras, more or []), site_dir)
     return venv / "bin" / "python"
 
 
@@ -386,9 +400,102 @@ def test_the_base_install_runs_the_keeper_and_names_the_extra_for_the_rest(built
         assert _run(python, "-c", f"import {module}", cwd=tmp_path).returncode != 0, module
 
 
+BENCHMARK_FILES = ("keeper_bench/", "keeper_middleware/bench/", "self_edit/", "/peers.py")
+"""What of the benchmark could leak into the product's wheel: its package, the old in-package
+path, and the comparison arms only the benchmark runs (the peers, the self-editing arms)."""
+
+
 @pytest.mark.wheel
-def test_the_bench_extra_alone_runs_keeper_bench(built_wheel, tmp_path):
-    python = _venv_with(("bench",), built_wheel, tmp_path)
+def test_the_product_wheel_holds_no_benchmark_code(built_wheel):
+    archive = zipfile.ZipFile(built_wheel)
+    names = archive.namelist()
+    assert [n for n in names if any(part in n for part in BENCHMARK_FILES)] == []
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    scripts = archive.read(entry_points).decode()
+    assert "keeper-proxy" in scripts and "keeper-bench" not in scripts
+    (metadata_file,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    metadata = archive.read(metadata_file).decode()
+    assert "Provides-Extra: bench" not in metadata
+    for bench_only in ("deepagents", "langmem", "matplotlib", "nltk", "tqdm"):
+        assert f"Requires-Dist: {bench_only}" not in metadata, bench_only
+    sources = [n for n in names if n.endswith(".py")]
+    assert len(sources) > 100
+    naming = [n for n in sources if b"keeper_bench" in archive.read(n)]
+    assert naming == []
+    # the prebuilt graphs the product ships stay in it
+    for graph in ("baselines", "rag", "keeper_arms", "arms"):
+        assert f"keeper_middleware/graphs/{graph}.py" in names
+
+
+@pytest.fixture(scope="module")
+def built_bench_wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("bench-dist")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-v",
+            "-w",
+            str(dist),
+            str(ROOT / "bench"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=dist,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in (result.stdout + result.stderr).splitlines() if "Warning:" in line]
+    assert warnings == [], warnings
+    (wheel,) = dist.glob("keeper_bench-*.whl")
+    return wheel
+
+
+@pytest.mark.wheel
+def test_the_benchmark_builds_as_its_own_distribution(built_bench_wheel):
+    archive = zipfile.ZipFile(built_bench_wheel)
+    names = archive.namelist()
+    expected = {
+        p.relative_to(ROOT / "bench").as_posix()
+        for p in (ROOT / "bench" / "keeper_bench").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert expected <= set(names), sorted(expected - set(names))[:5]
+    assert any(n.startswith("keeper_bench/marathon/plans/") and n.endswith(".json") for n in names)
+    assert not any(n.startswith(("keeper_middleware/", "results/")) for n in names)
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert "keeper-bench = keeper_bench.cli:main" in archive.read(entry_points).decode()
+    (metadata_file,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    assert "Requires-Dist: keeper-middleware[langchain,proxy]" in archive.read(
+        metadata_file
+    ).decode().replace(", ", ",")
+
+
+def _bench_requirements() -> tuple[tuple[str, ...], list[str]]:
+    """The product's extras keeper-bench asks for, and its other requirements."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "bench" / "pyproject.toml").read_text())["project"]
+    extras: tuple[str, ...] = ()
+    others = []
+    for line in project["dependencies"]:
+        requirement = Requirement(line)
+        if requirement.name == "keeper-middleware":
+            extras = tuple(sorted(requirement.extras))
+        else:
+            others.append(line)
+    return extras, others
+
+
+@pytest.mark.wheel
+def test_keeper_bench_installed_beside_the_product_runs(built_wheel, built_bench_wheel, tmp_path):
+    extras, others = _bench_requirements()
+    python = _venv_with(extras, built_wheel, tmp_path, also=(built_bench_wheel,), more=others)
     out = tmp_path / "run"
     result = _run(
         python,
@@ -408,6 +515,8 @@ def test_the_bench_extra_alone_runs_keeper_bench(built_wheel, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "grade.json").exists() or any(out.iterdir())
+    peer = _run(python, "-c", "import keeper_bench.arms.peers, deepagents, langmem", cwd=tmp_path)
+    assert peer.returncode == 0, peer.stderr[-3000:]
 
 
 @pytest.mark.wheel

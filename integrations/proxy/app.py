@@ -184,12 +184,16 @@ def create_proxy_app(
         raise ConfigurationError(
             "give archive_dir (a folder, SQLite) or archive_url (postgresql://…), exactly one"
         )
+    archive: str | Path
     if archive_url is None:
         folder = Path(str(archive_dir))
         folder.mkdir(parents=True, exist_ok=True)
+        archive = folder / ARCHIVE_FILE
+    else:
+        archive = archive_url
     keeper = Keeper(
         _keeper_config(window, config, reasoning_effort),
-        archive=folder / ARCHIVE_FILE if archive_url is None else archive_url,
+        archive=archive,
         retriever=retriever,
         token_counter=token_counter,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -427,11 +427,11 @@ class KeeperProxy:
         return data, reply
 
     async def _call(self, turn: Turn, body: dict[str, Any], main: bool = False) -> dict[str, Any]:
-        forward = None
+        forward: Callable[[StreamPiece], Awaitable[None]] | None = None
         if main and turn.forward is not None:
             sink = turn.forward
 
-            async def forward(piece: StreamPiece) -> None:
+            async def forward_piece(piece: StreamPiece) -> None:
                 for key, text in piece.delta.items():
                     turn.streamed[key] = turn.streamed.get(key, "") + text
                 if isinstance(piece.logprobs, dict):
@@ -442,6 +442,8 @@ class KeeperProxy:
                 if turn.context is not None:  # a Responses or Messages writer keeps calls apart
                     piece = replace(piece, call=turn.main_calls)
                 await sink(piece)
+
+            forward = forward_piece
 
         if turn.lease is not None:
             body = await turn.lease.prepare(body)

@@ -64,11 +64,17 @@ class ServerStartError(KeeperError, RuntimeError):
 class MissingDependencyError(KeeperError, ImportError):
     """An optional dependency is missing."""
 
-    def __init__(self, package: str, extra: str, *, needed_by: str | None = None) -> None:
+    def __init__(
+        self,
+        package: str,
+        extra: str,
+        *,
+        needed_by: str | None = None,
+        distribution: str = "keeper-middleware",
+    ) -> None:
         what = f"{needed_by} needs {package}" if needed_by else f"{package} is not installed"
-        super().__init__(
-            f"{what}; install it with: pip install 'keeper-middleware[{extra}]'", name=package
-        )
+        install = f"{distribution}[{extra}]" if extra else distribution
+        super().__init__(f"{what}; install it with: pip install '{install}'", name=package)
         self.package = package
         self.extra = extra
 

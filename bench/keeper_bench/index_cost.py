@@ -1,0 +1,491 @@
+"""What indexing costs the agent now that it runs off the step's path.
+
+``keeper-bench index-cost`` prints three tables:
+
+1. **A step with a cut at a large archive** (one session of ``--messages`` chat messages, default
+   1M), wall p50/p95, the keyword retriever and the hybrid (keyword + MiniLM, the product's
+   defaults) side by side, steps interleaved so both see the same machine. Each step archives
+   what leaves a 32K window; its passages are embedded by the process's worker in the
+   background, during the pause after the step (``--think``: the agent's model call) and the
+   next steps. Also the first search after each cut (it may run its session's catch-up itself).
+2. **Search at that size**: p50/p95 of a search (the session's index check and the retriever's
+   search, MiniLM embedding each question for the hybrid).
+3. **Sustained indexing with many sessions cutting at once** (``--sessions``, default 8, on one
+   keeper): messages and vectors indexed a second from the first cut until the index has caught
+   up, and the steps' latency under that load.
+
+The large archive is built once (``--keep DIR`` reuses it). Building 1M messages with MiniLM would
+take hours here, so the bulk's vectors come from the hashing embedder under MiniLM's name (only
+the index's size matters to these timings); everything the steps add, and every query, is
+embedded by the real MiniLM. Wall times on a shared machine measure the neighbours too: the load
+average is printed beside each table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from keeper_middleware.archive.records import ArchivedTurn
+from keeper_middleware.config import KeeperConfig
+from keeper_middleware.keeper import Keeper, ModelSetup
+from keeper_middleware.retrievers.embedders import embedder_name
+from keeper_middleware.search.indexing import catch_up
+
+SESSION = "big"
+WORDS = [
+    "garden",
+    "painting",
+    "concert",
+    "hiking",
+    "recipe",
+    "guitar",
+    "puppy",
+    "camping",
+    "novel",
+    "museum",
+    "beach",
+    "pottery",
+    "marathon",
+    "bakery",
+    "violin",
+    "festival",
+    "library",
+    "workshop",
+    "canoe",
+    "sunset",
+    "pottery",
+    "yoga",
+    "chess",
+    "tennis",
+    "photography",
+    "adoption",
+    "counseling",
+    "volunteer",
+    "parade",
+    "picnic",
+    "mountain",
+    "lake",
+    "family",
+    "school",
+    "career",
+    "friendship",
+    "support",
+    "group",
+    "charity",
+    "shelter",
+    "sculpture",
+    "poem",
+    "journal",
+    "mural",
+    "bicycle",
+]
+NAMES = ("Caroline", "Melanie", "Jon", "Gina", "Joanna", "Nate", "Tim", "John")
+QUESTIONS = (
+    "When did {a} go to the {w}?",
+    "What did {a} say about the {w} and the {v}?",
+    "Why did {a} start the {w}?",
+    "How does {a} feel about {b}'s {w}?",
+)
+
+
+def chat_message(rng: random.Random, n: int, sentences: int = 1) -> str:
+    """A chat line like LoCoMo's: ``Speaker (date): text`` of ``sentences`` sentences."""
+    who = NAMES[n % len(NAMES)]
+    day = 1 + n // 40 % 28
+    parts = []
+    for _ in range(sentences):
+        chosen = rng.sample(WORDS, 6)
+        parts.append(
+            f"I went to the {chosen[0]} with my {chosen[1]} friends and we talked about "
+            f"{chosen[2]} and {chosen[3]} for a while near the {chosen[4]} {chosen[5]}."
+        )
+    return f"{who} ({day} May, 2023): " + " ".join(parts)
+
+
+class BulkEmbedder:
+    """Hashing vectors under the real embedder's name, for building a large index fast (see the
+    module docstring); a keeper opened on the folder then embeds with the real model."""
+
+    def __init__(self, name: str) -> None:
+        from keeper_middleware.retrievers.embedders import HashingEmbedder
+
+        self.name = name
+        self._hashing = HashingEmbedder(dim=384)
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        return self._hashing(texts)
+
+
+def make_embedder(name: str) -> Any:
+    """The embedder the keepers use: ``minilm`` (the product's default) or ``hashing`` (tests)."""
+    from keeper_middleware.retrievers.embedders import HashingEmbedder, MiniLMEmbedder
+
+    return HashingEmbedder(dim=384) if name == "hashing" else MiniLMEmbedder()
+
+
+def hybrid_keeper(config: KeeperConfig, archive: Path, embedder: Any) -> Keeper:
+    """A keeper with the hybrid retriever as the keeper makes its own (searches do not wait for
+    vectors still being made), with the chosen embedder."""
+    from keeper_middleware.retrievers.factory import make_retriever
+
+    retriever = make_retriever(
+        "hybrid", path=archive.with_suffix(".index"), embedder=embedder, vectors_may_lag=True
+    )
+    return Keeper(config, archive=archive, retriever=retriever)
+
+
+def build_archive(
+    folder: Path,
+    messages: int,
+    *,
+    say: Callable[[str], None],
+    embedder_name: str,
+    vectors: bool = True,
+) -> Path:
+    """An archive of one session of ``messages`` one-sentence chat messages, indexed by keyword
+    and (unless not ``vectors``) by vectors; made once in ``folder``."""
+    from keeper_middleware.retrievers.embedding import EmbeddingRetriever
+    from keeper_middleware.retrievers.hybrid import HybridRetriever
+    from keeper_middleware.retrievers.keyword import KeywordRetriever
+
+    path = folder / "archive.sqlite3"
+    done = folder / f"built-{messages}-{embedder_name if vectors else 'keyword'}"
+    if done.exists() or (folder / f"built-{messages}-{embedder_name}").exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in (path, path.with_suffix(".index")):
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        elif stale.exists():
+            stale.unlink()
+    keeper = Keeper(KeeperConfig(), archive=path, retriever="keyword")
+    rng = random.Random(7)
+    started = time.perf_counter()
+    per_cut = 2_000
+    for start in range(0, messages, per_cut):
+        turns = [
+            ArchivedTurn(
+                session=SESSION,
+                msg_id=f"b{n}",
+                item=n // 20 + 1,
+                role="human",
+                content=chat_message(rng, n),
+            )
+            for n in range(start, min(messages, start + per_cut))
+        ]
+        keeper.archive.commit_cut(SESSION, cut_key=f"bulk-{start}", turns=turns, notes=None)
+    keeper.close()
+    say(f"archive of {messages:,} messages written in {time.perf_counter() - started:.0f} s")
+    started = time.perf_counter()
+    index = path.with_suffix(".index")
+    retriever: Any = KeywordRetriever(index / "keyword.sqlite3")
+    if vectors:
+        retriever = HybridRetriever(
+            retriever, EmbeddingRetriever(index / "chroma", embedder=BulkEmbedder(embedder_name))
+        )
+    from keeper_middleware.archive.store import open_archive
+
+    archive = open_archive(path)
+    catch_up(archive, SESSION, (retriever,))
+    retriever.close()
+    archive.close()
+    what = "keyword and vectors" if vectors else "keyword"
+    say(f"indexed ({what}) in {time.perf_counter() - started:.0f} s")
+    done.write_text("ok")
+    return path
+
+
+def window_messages(
+    rng: random.Random, tag: str, first: int, window_tokens: int
+) -> list[BaseMessage]:
+    """A conversation that fills most of a window: the task, then user and assistant turns."""
+    messages: list[BaseMessage] = [HumanMessage("Task: chat with me and remember.", id=f"{tag}t")]
+    size, n = 0, first
+    while size < window_tokens * 3.4:  # about 0.85 of the window in tokens
+        text = chat_message(rng, n, sentences=3)
+        messages += [
+            HumanMessage(f"Item {n}. {text}", id=f"{tag}h{n}"),
+            AIMessage("That sounds lovely; tell me more.", id=f"{tag}a{n}"),
+        ]
+        size += len(text) + 34
+        n += 1
+    return messages
+
+
+def no_changes(messages: Sequence[BaseMessage], kwargs: Any) -> AIMessage:
+    return AIMessage("NO CHANGES")
+
+
+def quantiles(samples: Sequence[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def step_and_search(
+    keepers: dict[str, Keeper], steps: int, think: float, session: str
+) -> dict[str, dict[str, list[float]]]:
+    """Interleaved steps with a cut (and the first search after each) for each keeper."""
+    config = next(iter(keepers.values())).config
+    setup = ModelSetup(system_prompt="You chat.")
+    rng = random.Random(11)
+    times: dict[str, dict[str, list[float]]] = {
+        name: {"step": [], "search": []} for name in keepers
+    }
+    for r in range(steps):
+        for name, keeper in keepers.items():
+            messages = window_messages(rng, f"{name}{r}-", 10_000_000 + r * 1000, config.window)
+            started = time.perf_counter()
+            result = keeper.step(session, messages, None, setup, no_changes)
+            times[name]["step"].append(time.perf_counter() - started)
+            assert result.cut, "the full window did not cut"
+            if think:
+                time.sleep(think)
+            question = QUESTIONS[r % len(QUESTIONS)].format(
+                a=NAMES[r % 8], b=NAMES[(r + 1) % 8], w=WORDS[r % len(WORDS)], v=WORDS[r * 3 % 40]
+            )
+            started = time.perf_counter()
+            keeper.search(session, question)
+            times[name]["search"].append(time.perf_counter() - started)
+    return times
+
+
+def measure_searches(
+    keepers: dict[str, Keeper], count: int, session: str, k: int = 10
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Wall time and the searching thread's CPU time of ``count`` searches each (the session's
+    index check and the retriever's search for ``k`` hits; the search tool asks for
+    ``KeeperConfig.search_scan``). On a shared machine the wall time measures the queue for a
+    CPU too; the CPU time is what a search needs."""
+    rng = random.Random(5)
+    found: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in keepers}
+    questions = [
+        rng.choice(QUESTIONS).format(
+            a=rng.choice(NAMES), b=rng.choice(NAMES), w=rng.choice(WORDS), v=rng.choice(WORDS)
+        )
+        for _ in range(count)
+    ]
+    for keeper in keepers.values():
+        keeper.indexing.drain()
+    for question in questions:
+        for name, keeper in keepers.items():
+            started, cpu = time.perf_counter(), time.thread_time()
+            keeper.indexing.ready(session)
+            keeper.retriever.search(question, session=session, k=k)
+            found[name][0].append(time.perf_counter() - started)
+            found[name][1].append(time.thread_time() - cpu)
+    return found
+
+
+def many_sessions(sessions: int, duration: float, folder: Path, embedder: Any) -> dict[str, float]:
+    """``sessions`` threads cutting on one hybrid keeper for ``duration`` seconds."""
+    keeper = hybrid_keeper(KeeperConfig(), folder / "many.sqlite3", embedder)
+    keeper.search("warm-up", "load the model")  # the model loads once, outside the timing
+    setup = ModelSetup(system_prompt="You chat.")
+    steps: list[float] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + duration
+
+    def run(n: int) -> None:
+        rng = random.Random(n)
+        r = 0
+        while time.monotonic() < stop:
+            messages = window_messages(rng, f"s{n}r{r}-", r * 1000, keeper.config.window)
+            started = time.perf_counter()
+            keeper.step(f"s{n}", messages, None, setup, no_changes)
+            with lock:
+                steps.append(time.perf_counter() - started)
+            r += 1
+
+    started, cpu = time.perf_counter(), time.process_time()
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(sessions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stepped = time.perf_counter() - started
+    backlog = keeper.indexing.pending()
+    keeper.indexing.drain()
+    keeper.retriever.flush()
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    turns = sum(keeper.archive.turn_count(f"s{n}") for n in range(sessions))
+    passages = sum(keeper.retriever.count(f"s{n}") for n in range(sessions))
+    keeper.close()
+    p50, p95 = quantiles(steps)
+    return {
+        "steps": len(steps),
+        "step_p50": p50,
+        "step_p95": p95,
+        "stepping_s": stepped,
+        "caught_up_s": elapsed,
+        "backlog_sessions": backlog,
+        "turns": turns,
+        "passages": passages,
+        "cpu_s": cpu,
+    }
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages in the archive")
+    parser.add_argument("--keep", type=Path, default=None, help="build the archive here, reuse it")
+    parser.add_argument("--steps", type=int, default=20, help="steps with a cut per retriever")
+    parser.add_argument(
+        "--think", type=float, default=2.0, help="seconds between a step and its search"
+    )
+    parser.add_argument("--searches", type=int, default=200, help="searches per retriever")
+    parser.add_argument("--sessions", type=int, default=8, help="sessions cutting at once")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds they cut for")
+    parser.add_argument("--skip", default="", help="comma-separated: steps, searches, sessions")
+    parser.add_argument(
+        "--embedder", choices=("minilm", "hashing"), default="minilm", help="hashing: tests only"
+    )
+    parser.add_argument(
+        "--retrievers",
+        default="keyword,hybrid",
+        help="comma-separated: keyword, hybrid (keyword alone builds no vectors)",
+    )
+    parser.add_argument(
+        "--k",
+        default="10",
+        help="comma-separated hits a search asks for (the search tool asks for 200)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
+
+
+def _run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    skip = set(args.skip.split(","))
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    scratch = Path(tempfile.mkdtemp(prefix="keeper-index-cost-"))
+    folder = args.keep or scratch / "archive"
+    say(f"# Indexing off the step's path (load average at start {load()})")
+    say("")
+    chosen = [name for name in args.retrievers.split(",") if name]
+    if not chosen or set(chosen) - {"keyword", "hybrid"}:
+        raise SystemExit(f"--retrievers takes keyword and/or hybrid, got {args.retrievers!r}")
+    hybrid = "hybrid" in chosen
+    if not {"steps", "searches"} <= skip:
+        embedder = make_embedder(args.embedder)
+        path = build_archive(
+            folder,
+            args.messages,
+            say=say,
+            embedder_name=embedder_name(embedder),
+            vectors=hybrid,
+        )
+        keyword_copy = scratch / "keyword" / "archive.sqlite3"
+        keyword_copy.parent.mkdir(parents=True)
+        shutil.copy(path, keyword_copy)
+        keyword_copy.with_suffix(".index").mkdir()
+        shutil.copy(
+            path.with_suffix(".index") / "keyword.sqlite3",
+            keyword_copy.with_suffix(".index") / "keyword.sqlite3",
+        )
+        config = KeeperConfig(notes_every_items=None)
+        keepers: dict[str, Keeper] = {}
+        for name in chosen:
+            if name == "keyword":
+                keepers[name] = Keeper(config, archive=keyword_copy, retriever="keyword")
+            else:
+                keepers[name] = hybrid_keeper(config, path, embedder)
+                keepers[name].search(SESSION, "load the model")  # outside the timing
+        if "steps" not in skip:
+            before = load()
+            times = step_and_search(keepers, args.steps, args.think, SESSION)
+            say(
+                f"## A step with a cut at {args.messages:,} archived messages ({args.steps} each, "
+                f"interleaved; {args.think:g} s between a step and its search; load {before} → "
+                f"{load()})"
+            )
+            say("")
+            say(
+                "| retriever | step p50 (ms) | step p95 (ms) | first search after the cut p50 / p95 (ms) |"
+            )
+            say("|---|---:|---:|---|")
+            for name, found in times.items():
+                step50, step95 = quantiles(found["step"])
+                search50, search95 = quantiles(found["search"])
+                say(
+                    f"| {name} | {step50 * 1000:.1f} | {step95 * 1000:.1f} | "
+                    f"{search50 * 1000:.1f} / {search95 * 1000:.1f} |"
+                )
+            say("")
+        for k in (int(k) for k in args.k.split(",") if k) if "searches" not in skip else ():
+            before = load()
+            searched = measure_searches(keepers, args.searches, SESSION, k)
+            say(
+                f"## Search at {args.messages:,} messages ({args.searches} questions each, "
+                f"k={k}, index caught up; load {before} → {load()})"
+            )
+            say("")
+            say("| retriever | search p50 (ms) | search p95 (ms) | CPU p50 (ms) | CPU p95 (ms) |")
+            say("|---|---:|---:|---:|---:|")
+            for name, (wall, cpu) in searched.items():
+                p50, p95 = quantiles(wall)
+                cpu50, cpu95 = quantiles(cpu)
+                say(
+                    f"| {name} | {p50 * 1000:.1f} | {p95 * 1000:.1f} | {cpu50 * 1000:.1f} | "
+                    f"{cpu95 * 1000:.1f} |"
+                )
+            say("")
+        for keeper in keepers.values():
+            keeper.close()
+    if "sessions" not in skip:
+        before = load()
+        row = many_sessions(args.sessions, args.duration, scratch, make_embedder(args.embedder))
+        say(
+            f"## {args.sessions} sessions cutting at once on one hybrid keeper for "
+            f"{args.duration:g} s (no pause between steps; load {before} → {load()})"
+        )
+        say("")
+        say(
+            "| steps | step p50 / p95 (ms) | messages archived | passages indexed | time until "
+            "the index caught up (s) | messages indexed a second | process CPU (s) |"
+        )
+        say("|---:|---|---:|---:|---:|---:|---:|")
+        say(
+            f"| {row['steps']:.0f} | {row['step_p50'] * 1000:.0f} / {row['step_p95'] * 1000:.0f} "
+            f"| {row['turns']:,.0f} | {row['passages']:,.0f} | {row['caught_up_s']:.0f} "
+            f"(steps {row['stepping_s']:.0f}, {row['backlog_sessions']:.0f} sessions queued at "
+            f"their end) | {row['turns'] / row['caught_up_s']:.1f} | {row['cpu_s']:.0f} |"
+        )
+    shutil.rmtree(scratch, ignore_errors=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+def register_commands(register: Callable[[Any], None]) -> None:
+    """Adds ``keeper-bench index-cost``."""
+    from keeper_bench.cli import Command
+
+    register(
+        Command(
+            "index-cost",
+            "a step with a cut and search at 1M messages; 8 sessions",
+            _configure,
+            _run,
+        )
+    )

@@ -1,0 +1,473 @@
+"""Retrieval recall on LoCoMo: does a search for the question find the turns that answer it?
+
+For each question of categories 1–4 with annotated evidence, the question is the query; it is
+found at k when the turns of its evidence are among the turns of the top-k hits (``any``: one of
+them is; ``all``: every one is). No model is involved. Every method indexes the same turns
+(sessions as items), and the table also gives the indexing rate (turns a second, CPU seconds) and
+search latency (wall and CPU, ms).
+
+A method is written ``BACKEND[:OPTION...]``: BACKEND is ``keyword``, ``embedding``, ``hybrid``
+(ours) or a baseline, ``bm25s`` (bm25s over whole turns) or ``cosine`` (exact cosine over whole
+turns, MiniLM unless an embedder is named). Options: a granularity (``messages``,
+``sentences+context``, ``sentences``), an embedder (``minilm``, ``minilm-int8``, ``e5-small``,
+``hashing``), ``w=X`` (hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the
+fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
+(keyword: no Porter stemming; the first, shorter stop-word list), ``onevector`` (embedding: one
+vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
+vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
+(embedding: a sentence of fewer than N words has no vector of its own), ``qwho`` / ``who``
+(the speaker context: ``bench/keeper_bench/locomo/speakers.py``), ``baresentences``
+(embedding: sentence vectors without the passage's context), ``prf`` or ``prf=D/T`` (keyword and
+the hybrid's keyword side: pseudo-relevance feedback, T words of the top D hits added and the
+expanded ranking fused with the original; 5/5 by default), ``prfonly`` / ``prfonly=D/T`` (the
+expanded ranking alone).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from keeper_bench.locomo.dataset import Conversation, Question
+from keeper_bench.locomo.indexing import (
+    GRANULARITIES,
+    conversation_passages,
+    whole_turns,
+)
+from keeper_middleware.retrievers.base import Retriever
+from keeper_middleware.retrievers.embedders import EMBEDDERS, Embedder, embed_query
+from keeper_middleware.retrievers.passages import STOPWORDS
+
+DEFAULT_METHODS = ("keyword", "embedding", "hybrid", "bm25s", "cosine")
+FIRST_STOPWORDS = frozenset(
+    "a an and are as at be but by for from had has have he her his i in is it its of on or "  # noqa: SIM905
+    "she that the their them they this to was were what when where which who will with you".split()
+)
+"""The keyword backend's first stop-word list, for comparison."""
+KS = (1, 5, 10)
+SESSION = "locomo"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MethodSpec:
+    backend: str
+    granularity: str = "keeper"
+    """How turns become passages (``bench/keeper_bench/locomo/indexing.py``); ``keeper``: what the keeper
+    itself indexes, with the product's default unit."""
+    embedder: str = "minilm"
+    keyword_weight: float = 1.0
+    k_rrf: int = 60
+    depth: int = 2
+    stemming: bool = True
+    first_stopwords: bool = False
+    sentence_vectors: bool = True
+    sentence_words: int | None = None
+    """None: the backend's default."""
+    short: str = "join"
+    sentence_context: bool = True
+    feedback: tuple[int, int] | None = None
+    """Pseudo-relevance feedback on the keyword side: (docs, terms); None: none."""
+    feedback_fused: bool = True
+    speaker_rewrite: bool = False
+    """The query written as ``Name: question`` for each speaker it names (``qwho``)."""
+    speaker_boost: bool = False
+    """The named speakers' candidates fused in as a second list (``who``)."""
+
+    @classmethod
+    def parse(cls, text: str) -> MethodSpec:
+        backend, *options = text.strip().split(":")
+        if backend not in ("keyword", "embedding", "hybrid", "bm25s", "cosine"):
+            raise ValueError(
+                f"Unknown method {text!r}: start with keyword, embedding, hybrid, bm25s or cosine."
+            )
+        given: dict[str, Any] = {"backend": backend}
+        for option in options:
+            if option in GRANULARITIES:
+                given["granularity"] = option
+            elif option in EMBEDDERS:
+                given["embedder"] = option
+            elif option.startswith("w="):
+                given["keyword_weight"] = float(option[2:])
+            elif option.startswith("k="):
+                given["k_rrf"] = int(option[2:])
+            elif option.startswith("d="):
+                given["depth"] = int(option[2:])
+            elif option == "nostem":
+                given["stemming"] = False
+            elif option == "oldstop":
+                given["first_stopwords"] = True
+            elif option.startswith("sw="):
+                given["sentence_words"] = int(option[3:])
+            elif option.startswith("skip="):
+                given["sentence_words"] = int(option[5:])
+                given["short"] = "skip"
+            elif option == "baresentences":
+                given["sentence_context"] = False
+            elif option == "onevector":
+                given["sentence_vectors"] = False
+            elif option == "qwho":
+                given["speaker_rewrite"] = True
+            elif option == "who":
+                given["speaker_boost"] = True
+            elif option.partition("=")[0] in ("prf", "prfonly"):
+                given["feedback"] = _feedback_setting(option)
+                given["feedback_fused"] = option.startswith("prf=") or option == "prf"
+            else:
+                raise ValueError(f"Unknown option {option!r} in method {text!r} (see --help).")
+        return cls(**given)
+
+
+def configuration(spec: MethodSpec) -> str:
+    """What a method ran with, in words (printed beside its figures)."""
+    from keeper_bench.locomo.indexing import keeper_unit
+    from keeper_middleware.retrievers.embedding import SENTENCE_WORDS
+    from keeper_middleware.retrievers.hybrid import (
+        DEFAULT_DEPTH,
+        DEFAULT_K_RRF,
+        DEFAULT_KEYWORD_WEIGHT,
+    )
+
+    if spec.backend == "bm25s":
+        return "baseline: bm25s over whole turns (`Speaker (date): text`), English stop words"
+    if spec.backend == "cosine":
+        return f"baseline: exact cosine over whole turns, embedder {spec.embedder}"
+    if spec.granularity.startswith("keeper"):
+        passages = (
+            f"the keeper's passages ({keeper_unit(spec.granularity)}, each with its message's "
+            "context `who (when), item N`)"
+        )
+    else:
+        passages = f"the benchmark's `{spec.granularity}` passages"
+    parts = [passages]
+    if spec.backend in ("keyword", "hybrid"):
+        keyword = "keyword: FTS5 BM25, " + ("Porter stemming" if spec.stemming else "no stemming")
+        keyword += ", the first stop words" if spec.first_stopwords else ", question stop words"
+        if spec.feedback is not None:
+            keyword += f", feedback {spec.feedback[0]}/{spec.feedback[1]}"
+        parts.append(keyword)
+    if spec.backend in ("embedding", "hybrid"):
+        vectors = "one vector a passage"
+        if spec.sentence_vectors:
+            words = spec.sentence_words or SENTENCE_WORDS
+            vectors = (
+                f"a vector a passage and one a sentence (at least {words} word(s), {spec.short})"
+            )
+            if not spec.sentence_context:
+                vectors += ", sentences without context"
+        parts.append(f"embedding: {spec.embedder}, {vectors}")
+    if spec.backend == "hybrid":
+        parts.append(
+            f"fusion: k_rrf {spec.k_rrf}, keyword weight {spec.keyword_weight:g}, depth {spec.depth}"
+        )
+    if spec.speaker_rewrite:
+        parts.append("query written `Name: question` for each speaker it names")
+    if spec.speaker_boost:
+        parts.append("the named speakers' candidates fused in as a second list")
+    product = (spec.k_rrf, spec.keyword_weight, spec.depth) == (
+        DEFAULT_K_RRF,
+        DEFAULT_KEYWORD_WEIGHT,
+        DEFAULT_DEPTH,
+    )
+    default = spec == MethodSpec(backend=spec.backend) and product
+    return ("product defaults: " if default else "") + "; ".join(parts)
+
+
+def _feedback_setting(option: str) -> tuple[int, int]:
+    """``prf`` → (5, 5); ``prf=10/8`` → (10, 8)."""
+    _, _, value = option.partition("=")
+    if not value:
+        return (5, 5)
+    docs, slash, terms = value.partition("/")
+    if not slash or not docs.isdigit() or not terms.isdigit() or min(int(docs), int(terms)) < 1:
+        raise ValueError(
+            f"Option {option!r}: write prf=DOCS/TERMS with positive ints, e.g. prf=5/5."
+        )
+    return (int(docs), int(terms))
+
+
+@dataclass(slots=True)
+class MethodResult:
+    method: str
+    questions: int = 0
+    found_any: dict[int, int] = field(default_factory=dict)
+    found_all: dict[int, int] = field(default_factory=dict)
+    any5_by_category: dict[str, list[int]] = field(default_factory=dict)
+    turns: int = 0
+    index_wall: float = 0.0
+    index_cpu: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    index_cached: bool = False
+    """Some vectors came from an earlier method's embedding: no indexing rate of its own."""
+
+    def rate(self, k: int, *, every: bool = False) -> float:
+        found = self.found_all if every else self.found_any
+        return found.get(k, 0) / self.questions if self.questions else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "questions": self.questions,
+            **{f"any@{k}": round(self.rate(k), 4) for k in KS},
+            **{f"all@{k}": round(self.rate(k, every=True), 4) for k in KS},
+            "any@5_by_category": {
+                str(c): round(sum(v) / len(v), 4) for c, v in sorted(self.any5_by_category.items())
+            },
+            "turns": self.turns,
+            "index_turns_per_s": (
+                round(self.turns / self.index_wall, 1)
+                if self.index_wall and not self.index_cached
+                else None
+            ),
+            "index_cpu_s": None if self.index_cached else round(self.index_cpu, 2),
+            "search_p50_ms": round(_quantile(self.latencies_ms, 50), 2),
+            "search_p95_ms": round(_quantile(self.latencies_ms, 95), 2),
+            "search_cpu_p95_ms": round(_quantile(self.cpu_ms, 95), 2),
+        }
+
+
+Search = Callable[[str, int, int | None], list[str]]
+"""A query, k and the last item it may see (None: all) in, the ``dia_id`` of each of the top-k
+hits out (in rank order)."""
+
+
+def scored_questions(conversation: Conversation) -> list[Question]:
+    """The questions retrieval is measured on: categories 1–4 with evidence in the conversation."""
+    return [q for q in conversation.questions if q.category != 5 and q.evidence]
+
+
+def measure(
+    spec_text: str,
+    conversations: Sequence[Conversation],
+    embedders: dict[str, Embedder],
+) -> MethodResult:
+    spec = MethodSpec.parse(spec_text)
+    result = MethodResult(method=spec_text)
+    for embedder in embedders.values():
+        if isinstance(embedder, CachedEmbedder):
+            embedder.method = spec_text
+    for conversation in conversations:
+        hits_before = _cache_hits(embedders)
+        wall, cpu = time.perf_counter(), time.process_time()
+        search, close, turns = _build(spec, conversation, embedders)
+        result.index_cached = result.index_cached or _cache_hits(embedders) > hits_before
+        result.index_wall += time.perf_counter() - wall
+        result.index_cpu += time.process_time() - cpu
+        result.turns += turns
+        try:
+            for question in scored_questions(conversation):
+                wall, cpu = time.perf_counter(), time.process_time()
+                ranked = search(question.question, max(KS), question.asked_after)
+                result.latencies_ms.append((time.perf_counter() - wall) * 1000)
+                result.cpu_ms.append((time.process_time() - cpu) * 1000)
+                _count(result, question, ranked)
+        finally:
+            close()
+    return result
+
+
+def _cache_hits(embedders: dict[str, Embedder]) -> int:
+    return sum(getattr(e, "hits", 0) for e in embedders.values())
+
+
+def _count(result: MethodResult, question: Question, ranked: list[str]) -> None:
+    result.questions += 1
+    evidence = set(question.evidence)
+    for k in KS:
+        top = set(ranked[:k])
+        result.found_any[k] = result.found_any.get(k, 0) + bool(evidence & top)
+        result.found_all[k] = result.found_all.get(k, 0) + evidence.issubset(top)
+    label = question.kind or str(question.category)
+    result.any5_by_category.setdefault(label, []).append(int(bool(evidence & set(ranked[:5]))))
+
+
+def _build(
+    spec: MethodSpec, conversation: Conversation, embedders: dict[str, Embedder]
+) -> tuple[Search, Callable[[], None], int]:
+    if spec.backend == "bm25s":
+        return (*_bm25s_baseline(conversation), len(whole_turns(conversation)[0]))
+    if spec.backend == "cosine":
+        embedder = shared_embedder(spec.embedder, embedders)
+        return (*_cosine_baseline(conversation, embedder), len(whole_turns(conversation)[0]))
+    indexed = conversation_passages(conversation, session=SESSION, granularity=spec.granularity)
+    retriever = build_retriever(spec, embedders)
+    by_item: dict[int, list[Any]] = {}
+    for passage in indexed.passages:
+        by_item.setdefault(passage.item, []).append(passage)
+    for batch in by_item.values():
+        retriever.add(batch)
+    retriever.flush()
+
+    def search(query: str, k: int, to_item: int | None) -> list[str]:
+        hits = retriever.search(query, session=SESSION, k=k, to_item=to_item)
+        return [indexed.turn_of[h.passage.position] for h in hits]
+
+    return search, retriever.close, indexed.turns
+
+
+class CachedEmbedder:
+    """Remembers every vector it made, so methods that share an embedder (embedding, hybrid,
+    a weight sweep) embed each text once; a method served from the memory has no indexing rate
+    of its own (``hits`` tells)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self._vectors: dict[str, list[float]] = {}
+        self._owner: dict[str, str] = {}
+        self._queries: dict[str, list[float]] = {}
+        self.hits = 0
+        self.method = ""
+        """The method now indexing: only vectors another method made count as reused."""
+        self.name = f"cached-{getattr(embedder, 'name', 'embedder')}"
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        self.hits += sum(1 for t in texts if self._owner.get(t, self.method) != self.method)
+        if missing:
+            self._vectors.update(zip(missing, self._embedder(missing), strict=True))
+            self._owner.update(dict.fromkeys(missing, self.method))
+        return [self._vectors[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        if text not in self._queries:
+            self._queries[text] = embed_query(self._embedder, text)
+        return self._queries[text]
+
+
+def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
+    if name not in embedders:
+        embedders[name] = CachedEmbedder(EMBEDDERS[name]())
+    return embedders[name]
+
+
+def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
+    retriever = _backend(spec, embedders)
+    if spec.speaker_rewrite or spec.speaker_boost:
+        from keeper_bench.locomo.speakers import SpeakerRetriever
+
+        return SpeakerRetriever(retriever, rewrite=spec.speaker_rewrite, boost=spec.speaker_boost)
+    return retriever
+
+
+def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
+    from keeper_bench.locomo.feedback import FeedbackKeywordRetriever
+    from keeper_middleware.retrievers.embedding import SENTENCE_WORDS, EmbeddingRetriever
+    from keeper_middleware.retrievers.hybrid import HybridRetriever
+    from keeper_middleware.retrievers.keyword import KeywordRetriever
+
+    def keyword() -> Retriever:
+        stopwords = FIRST_STOPWORDS if spec.first_stopwords else STOPWORDS
+        plain = KeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
+        if spec.feedback is None:
+            return plain
+        docs, terms = spec.feedback
+        return FeedbackKeywordRetriever(
+            plain, feedback_docs=docs, feedback_terms=terms, fused=spec.feedback_fused
+        )
+
+    if spec.backend == "keyword":
+        return keyword()
+    embedding = EmbeddingRetriever(
+        embedder=shared_embedder(spec.embedder, embedders),
+        sentence_vectors=spec.sentence_vectors,
+        short_sentences=spec.short,
+        sentence_context=spec.sentence_context,
+        sentence_words=spec.sentence_words or SENTENCE_WORDS,
+    )
+    if spec.backend == "embedding":
+        return embedding
+    return HybridRetriever(
+        keyword(),
+        embedding,
+        k_rrf=spec.k_rrf,
+        keyword_weight=spec.keyword_weight,
+        depth=spec.depth,
+    )
+
+
+def _bm25s_baseline(conversation: Conversation) -> tuple[Search, Callable[[], None]]:
+    import bm25s
+
+    texts, ids = whole_turns(conversation)
+    model = bm25s.BM25()
+    model.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+
+    def search(query: str, k: int, to_item: int | None) -> list[str]:
+        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+        if isinstance(tokens, list) or not tokens.vocab:  # ids (the default) come as Tokenized
+            return []
+        found, _ = model.retrieve(tokens, k=len(texts), show_progress=False)
+        return [ids[int(i)] for i in found[0] if _seen(ids[int(i)], to_item)][:k]
+
+    return search, lambda: None
+
+
+def _cosine_baseline(
+    conversation: Conversation, embedder: Embedder
+) -> tuple[Search, Callable[[], None]]:
+    import numpy as np
+
+    texts, ids = whole_turns(conversation)
+    matrix = np.array(embedder(texts), dtype=np.float32)
+
+    def search(query: str, k: int, to_item: int | None) -> list[str]:
+        scores = matrix @ np.array(embed_query(embedder, query), dtype=np.float32)
+        return [ids[int(i)] for i in np.argsort(-scores) if _seen(ids[int(i)], to_item)][:k]
+
+    return search, lambda: None
+
+
+def _seen(dia_id: str, to_item: int | None) -> bool:
+    """Whether the turn ``D<session>:<n>`` was in the conversation by session ``to_item``."""
+    return to_item is None or int(dia_id[1:].partition(":")[0]) <= to_item
+
+
+def _quantile(values: list[float], q: int) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100)[q - 1]
+
+
+def _by_category(rates: dict[str, float]) -> str:
+    """LoCoMo's four categories as ``a/b/c/d``; other labels (the streams' kinds) by name."""
+    if set(rates) <= {"1", "2", "3", "4"}:
+        return "/".join(f"{rates.get(str(c), float('nan')):.2f}" for c in (1, 2, 3, 4))
+    return " ".join(f"{label} {rate:.2f}" for label, rate in rates.items())
+
+
+def render(
+    results: Sequence[MethodResult],
+    *,
+    title: str,
+    note: str = "",
+    configurations: bool = False,
+) -> str:
+    lines = [
+        f"# {title}",
+        "",
+        *([note, ""] if note else []),
+        "| method | questions | any@1 | any@5 | all@5 | any@10 | any@5 by category (1/2/3/4 or kind) "
+        "| index (turns/s) | index CPU (s) | search p50 (ms) | search p95 (ms) | search CPU p95 (ms) |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        row = result.to_json()
+        by_category = _by_category(row["any@5_by_category"])
+        rate, cpu = row["index_turns_per_s"], row["index_cpu_s"]
+        lines.append(
+            f"| {row['method']} | {row['questions']} | {row['any@1']:.2f} | {row['any@5']:.2f} "
+            f"| {row['all@5']:.2f} | {row['any@10']:.2f} | {by_category} "
+            f"| {rate if rate is not None else 'reused'} "
+            f"| {'reused' if cpu is None else f'{cpu:.1f}'} "
+            f"| {row['search_p50_ms']:.1f} | {row['search_p95_ms']:.1f} "
+            f"| {row['search_cpu_p95_ms']:.1f} |"
+        )
+    if configurations:
+        lines += ["", "Configurations:", ""]
+        lines += [f"- `{r.method}`: {configuration(MethodSpec.parse(r.method))}" for r in results]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,309 @@
+"""keeper-proxy's CPU a request as a session's history grows (``proxy-overhead --history``).
+
+Each session first sends a history of a given length (the task, then rounds of a ``read_next``
+call and its result, one stream message each) and the proxy takes it in; that request is not
+measured. The session then makes ``--history-calls`` calls in its tool loop, each resending the
+whole history with one more round, and the CPU the relay and keeper-proxy spend on those calls is
+read from each process as in the main table. The proxy's window is large enough that nothing is
+ever cut, so every message stays in view: what grows is only the history each request carries.
+
+The relay is measured beside it because it too parses and forwards the whole history, so its
+CPU grows with the history's bytes; the question is whether keeper-proxy's grows faster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from keeper_bench.proxy.servers import READ_NEXT, ProxyProcess, upstream_server
+from keeper_bench.steps import SYSTEM_PROMPT
+
+__all__ = [
+    "GROWTH_HEADER",
+    "GrowthRow",
+    "growth_header",
+    "growth_markdown",
+    "measure_growth",
+    "starting_history",
+]
+
+GROWTH_PATHS = ("relay", "keeper-proxy", "baseline")
+
+
+def starting_history(inputs: Sequence[str], length: int) -> list[dict[str, Any]]:
+    """A tool-loop history of ``length`` messages: system, task, then call and result rounds
+    (the stream's messages as results, over again when the history is longer than the stream)."""
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": inputs[0]},
+    ]
+    texts = inputs[1:] or inputs
+    number = 0
+    while len(history) + 2 <= max(length, 2):
+        call_id = f"call_h{number}"
+        history.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": READ_NEXT, "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        history.append(
+            {"role": "tool", "tool_call_id": call_id, "content": texts[number % len(texts)]}
+        )
+        number += 1
+    return history
+
+
+@dataclass(slots=True)
+class GrowthRow:
+    """One history length: each path's CPU a request and p50, pass by pass."""
+
+    history: int
+    sessions: int
+    cpu_ms: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in GROWTH_PATHS})
+    p50_ms: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in GROWTH_PATHS})
+    load_before: float = 0.0
+    load_after: float = 0.0
+
+    def line(self) -> str:
+        relay, proxy = self.cpu_ms["relay"], self.cpu_ms["keeper-proxy"]
+        ratios = [p / r for r, p in zip(relay, proxy, strict=True) if r]
+        base = self.cpu_ms["baseline"]
+        return (
+            f"| {self.history:,} | {self.sessions} | {_spread(relay)} | {_spread(proxy)} | "
+            + (f"{_spread(base)} | " if base else "")
+            + f"{_spread(self.p50_ms['keeper-proxy'], '{:.1f}')} | "
+            f"{_spread(ratios) if ratios else '–'} | "
+            f"{self.load_before:.1f} → {self.load_after:.1f} |"
+        )
+
+
+def _spread(values: Sequence[float], form: str = "{:.2f}") -> str:
+    middle = form.format(statistics.median(values))
+    if len(values) < 2:
+        return middle
+    return f"{middle} ({form.format(min(values))}–{form.format(max(values))})"
+
+
+async def _grow(
+    url: str,
+    start: Sequence[dict[str, Any]],
+    texts: Sequence[str],
+    sessions: int,
+    tag: str,
+    middle: ProxyProcess,
+) -> tuple[float, list[float]]:
+    """Every session takes its starting history in (not measured), then makes its calls; the
+    CPU ``middle`` spent on the calls, in seconds, and each call's round trip."""
+    import aiohttp
+
+    histories = [list(start) for _ in range(sessions)]
+
+    async def call(client: aiohttp.ClientSession, number: int, text: str | None) -> float:
+        history = histories[number]
+        headers = {"x-keeper-session": f"{tag}-{number}", "content-type": "application/json"}
+        body = orjson.dumps({"model": "instant", "messages": history, "tools": [_TOOL]})
+        started = time.perf_counter()
+        async with client.post(f"{url}/v1/chat/completions", data=body, headers=headers) as got:
+            data = await got.read()
+            if got.status != 200:
+                raise RuntimeError(f"{url} answered {got.status}: {data[:300]!r}")
+        took = time.perf_counter() - started
+        reply = orjson.loads(data)["choices"][0]["message"]
+        history.append(reply)
+        for made in reply.get("tool_calls") or []:
+            history.append({"role": "tool", "tool_call_id": made["id"], "content": text or "."})
+        if not reply.get("tool_calls"):
+            history.append({"role": "user", "content": text or "."})
+        return took
+
+    async def calls(client: aiohttp.ClientSession, number: int) -> list[float]:
+        return [await call(client, number, text) for text in texts]
+
+    connector = aiohttp.TCPConnector(limit=sessions + 1)
+    async with aiohttp.ClientSession(connector=connector) as client:
+        await asyncio.gather(*(call(client, n, texts[0]) for n in range(sessions)))
+        before = middle.cpu_seconds()
+        runs = await asyncio.gather(*(calls(client, n) for n in range(sessions)))
+        spent = middle.cpu_seconds() - before
+    return spent, [t for run in runs for t in run]
+
+
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": READ_NEXT,
+        "description": "Read the next part of the record.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+
+
+def measure_growth(
+    inputs: Sequence[str],
+    *,
+    lengths: Sequence[int],
+    calls: int,
+    sessions: int,
+    repeat: int,
+    window: int,
+    archive: Path,
+    start_relay: Callable[[ProxyProcess], Any],
+    start_proxy: Callable[..., Any],
+    baseline: Path | None = None,
+    report: Callable[[str], None] = print,
+) -> list[GrowthRow]:
+    """One row per history length, the relay and keeper-proxy (and the ``baseline`` checkout's
+    keeper-proxy) in interleaved passes, in front of an upstream that answers at once."""
+    texts = list(inputs[1 : calls + 1]) or [inputs[0]]
+    rows: list[GrowthRow] = []
+    with ExitStack() as stack:
+        upstream = stack.enter_context(upstream_server(0.0))
+        relay = stack.enter_context(start_relay(upstream))
+        proxy = stack.enter_context(start_proxy(upstream, window, archive))
+        middles = {"relay": relay, "keeper-proxy": proxy}
+        if baseline is not None:
+            middles["baseline"] = stack.enter_context(
+                start_proxy(
+                    upstream, window, archive.with_name(archive.name + "-baseline"), baseline
+                )
+            )
+        for path in middles:  # warm: start-up and lazy imports are not measured
+            url = middles[path].url
+            asyncio.run(
+                _grow(url, starting_history(inputs, 6), texts[:3], 1, f"warm-{path}", middles[path])
+            )
+        for length in lengths:
+            row = GrowthRow(length, sessions, load_before=os.getloadavg()[0])
+            start = starting_history(inputs, length)
+            for number in range(repeat):
+                for path in middles:
+                    tag = f"grow-{path}-{length}-{number}"
+                    spent, times = asyncio.run(
+                        _grow(middles[path].url, start, texts, sessions, tag, middles[path])
+                    )
+                    row.cpu_ms[path].append(1000 * spent / max(1, len(times)))
+                    row.p50_ms[path].append(1000 * statistics.median(times))
+            row.load_after = os.getloadavg()[0]
+            rows.append(row)
+            report(row.line())
+    return rows
+
+
+GROWTH_HEADER = (
+    "| messages in view | sessions | relay CPU a request (ms) | keeper-proxy CPU a request (ms) "
+    "| keeper-proxy p50 (ms) | proxy ÷ relay CPU | load avg |\n"
+    "| --- | --- | --- | --- | --- | --- | --- |"
+)
+
+
+def growth_header(baseline: str | None) -> str:
+    """The growth table's header (with the baseline's column when one was measured)."""
+    if baseline is None:
+        return GROWTH_HEADER
+    head, rule = GROWTH_HEADER.split("\n")
+    head = head.replace(
+        "| keeper-proxy p50", f"| keeper-proxy at {baseline} CPU a request (ms) | keeper-proxy p50"
+    )
+    return f"{head}\n{rule} --- |"
+
+
+def growth_markdown(
+    rows: Sequence[GrowthRow], *, calls: int, window: int, baseline: str | None = None
+) -> list[str]:
+    """The growth table and what it measured, as lines of the results file."""
+    if not rows:
+        return []
+    return [
+        "## As the history grows",
+        "",
+        f"Each session first sends a history of the given length (not measured), then makes "
+        f"{calls} calls in its tool loop, each resending the whole history with one more call "
+        f"and result; keeper-proxy's window is {window:,} tokens, so nothing is cut and every "
+        "message stays in view. Instant upstream; CPU a request as in the table above, over "
+        "those calls only.",
+        "",
+        growth_header(baseline),
+        *(row.line() for row in rows),
+        "",
+    ]
+
+
+# -- the keeper step alone ------------------------------------------------------------------------
+def step_cpu_ms(length: int, steps: int = 30) -> float:
+    """Median CPU time (this thread's) of one :meth:`Keeper.step` with ``length`` messages in
+    view and nothing cut, each step adding a call and its result to the same message objects,
+    as an adapter hands them over."""
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+    from keeper_middleware.config import KeeperConfig
+    from keeper_middleware.keeper import Keeper, ModelSetup
+
+    keeper = Keeper(KeeperConfig(window=4_000_000), archive=":memory:")
+    setup = ModelSetup(system_prompt=SYSTEM_PROMPT, tools=())
+    messages: list[BaseMessage] = [HumanMessage("Read the whole record and report.", id="task")]
+
+    def add(number: int) -> None:
+        call = {"name": READ_NEXT, "args": {}, "id": f"c{number}"}
+        messages.append(AIMessage("", id=f"a{number}", tool_calls=[call]))
+        text = f"Line {number}: the clerk recorded parcel {number * 7} at the harbour."
+        messages.append(ToolMessage(text, tool_call_id=f"c{number}", id=f"t{number}"))
+
+    def note(request: Sequence[BaseMessage], kwargs: Any) -> AIMessage:
+        return AIMessage("NO CHANGES")
+
+    number = 0
+    while len(messages) < length:
+        number += 1
+        add(number)
+    state: dict[str, Any] | None = None
+    result = keeper.step("s", list(messages), state, setup, note)
+    messages[:], state = result.messages, result.state
+    times = []
+    for _ in range(steps):
+        number += 1
+        add(number)
+        started = time.thread_time()
+        result = keeper.step("s", list(messages), state, setup, note)
+        times.append(time.thread_time() - started)
+        if result.cut:
+            raise RuntimeError("a step cut: the window is too small for this history")
+        messages[:], state = result.messages, result.state
+    keeper.close()
+    return 1000 * statistics.median(times)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m keeper_bench.proxy.growth 20,200,1000``: the keeper step's CPU at
+    each number of messages in view (no proxy, no HTTP)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("lengths", nargs="?", default="20,200,1000")
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args(argv)
+    print("| messages in view | keeper step CPU (ms, median) | load avg |\n| --- | --- | --- |")
+    for length in (int(n) for n in args.lengths.split(",") if n):
+        print(f"| {length:,} | {step_cpu_ms(length, args.steps):.2f} | {os.getloadavg()[0]:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""A bare pass-through relay: the floor for any proxy written in Python on the keeper proxy's stack.
+
+    python -m keeper_bench.proxy.relay --upstream http://127.0.0.1:8000 --port 8200
+
+It does what every HTTP proxy must and nothing else: read the request body, send it to the
+upstream with one pooled aiohttp connection, and pass the status, content type and body back
+(a stream chunk by chunk as it arrives). It parses no JSON, keeps no state and logs nothing. It is
+served the way ``keeper-proxy`` is (uvicorn with uvloop and httptools, no access log), and calls
+the upstream with the client ``keeper-proxy`` uses, so what ``keeper-proxy`` spends beyond it is
+the keeper's own work (:mod:`.overhead` measures both side by side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.types import Message, Receive, Scope, Send
+
+__all__ = ["relay_app"]
+
+_PASSED_HEADERS = (b"content-type", b"authorization")
+
+
+def relay_app(upstream: str) -> Any:
+    """The relay as a raw ASGI app; ``upstream`` is the server's base URL (without ``/v1``)."""
+    import aiohttp
+
+    base = upstream.rstrip("/")
+    held: dict[str, aiohttp.ClientSession] = {}
+
+    async def lifespan(receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                connector = aiohttp.TCPConnector(limit=256)
+                held["client"] = aiohttp.ClientSession(
+                    connector=connector, cookie_jar=aiohttp.DummyCookieJar()
+                )
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await held["client"].close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        parts: list[bytes] = []
+        message: Message = {"more_body": True}
+        while message.get("more_body", False):
+            message = await receive()
+            parts.append(message.get("body", b""))
+        headers = {k.decode(): v.decode() for k, v in scope["headers"] if k in _PASSED_HEADERS}
+        url = base + scope["path"]
+        async with held["client"].request(
+            scope["method"], url, data=b"".join(parts), headers=headers
+        ) as reply:
+            kind = reply.headers.get("content-type", "application/json")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": reply.status,
+                    "headers": [(b"content-type", kind.encode())],
+                }
+            )
+            if "text/event-stream" not in kind:
+                await send({"type": "http.response.body", "body": await reply.read()})
+                return
+            async for chunk in reply.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--upstream", required=True, help="the upstream's base URL, without /v1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    uvicorn.run(
+        relay_app(args.upstream),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

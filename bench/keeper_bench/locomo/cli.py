@@ -24,7 +24,7 @@ from keeper_bench.locomo.recall import (
     DEFAULT_METHODS,
     MethodSpec,
     configuration,
-    measure,
+    measure_halves,
     render,
 )
 from keeper_middleware.retrievers.embedders import Embedder
@@ -50,6 +50,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "bench/keeper_bench/locomo/recall.py)",
     )
     recall.add_argument("--conversations", default="", help="sample ids to keep (default all)")
+    recall.add_argument(
+        "--halves",
+        action="store_true",
+        help="report the questions of even and of odd index apart (choose a setting on one "
+        "half, check it on the other)",
+    )
     recall.add_argument("--out", type=Path, default=None, help="write the table here too")
     recall.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
     index = actions.add_parser("index", help="the embedding backend's indexing rate")
@@ -97,9 +103,9 @@ def _run(args: argparse.Namespace) -> int:
     results = []
     for method in (m for m in args.methods.split(",") if m.strip()):
         print(f"{method.strip()}: {configuration(MethodSpec.parse(method.strip()))}", flush=True)
-        result = measure(method.strip(), conversations, embedders)
-        results.append(result)
-        print(render([result], title="").splitlines()[-1], flush=True)
+        measured = measure_halves(method.strip(), conversations, embedders, halves=args.halves)
+        results += measured
+        print("\n".join(render(measured, title="").splitlines()[-len(measured) :]), flush=True)
     note = (
         f"{len(conversations)} conversation(s) ({', '.join(c.sample_id for c in conversations)}) "
         f"from `{source}`; load average before the run "

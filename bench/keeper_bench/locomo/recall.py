@@ -16,7 +16,7 @@ fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), 
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
 vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
 (embedding: a sentence of fewer than N words has no vector of its own), ``qwho`` / ``who``
-(the speaker context: ``bench/keeper_bench/locomo/speakers.py``), ``baresentences``
+(the speaker context), ``when`` (the date context: ``bench/keeper_bench/locomo/speakers.py``), ``baresentences``
 (embedding: sentence vectors without the passage's context), ``prf`` or ``prf=D/T`` (keyword and
 the hybrid's keyword side: pseudo-relevance feedback, T words of the top D hits added and the
 expanded ranking fused with the original; 5/5 by default), ``prfonly`` / ``prfonly=D/T`` (the
@@ -75,6 +75,8 @@ class MethodSpec:
     """The query written as ``Name: question`` for each speaker it names (``qwho``)."""
     speaker_boost: bool = False
     """The named speakers' candidates fused in as a second list (``who``)."""
+    date_boost: bool = False
+    """The candidates dated in the months and years the question names fused in (``when``)."""
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -112,6 +114,8 @@ class MethodSpec:
                 given["speaker_rewrite"] = True
             elif option == "who":
                 given["speaker_boost"] = True
+            elif option == "when":
+                given["date_boost"] = True
             elif option.partition("=")[0] in ("prf", "prfonly"):
                 given["feedback"] = _feedback_setting(option)
                 given["feedback_fused"] = option.startswith("prf=") or option == "prf"
@@ -166,6 +170,8 @@ def configuration(spec: MethodSpec) -> str:
         parts.append("query written `Name: question` for each speaker it names")
     if spec.speaker_boost:
         parts.append("the named speakers' candidates fused in as a second list")
+    if spec.date_boost:
+        parts.append("the candidates dated in the named months/years fused in as a list")
     product = (spec.k_rrf, spec.keyword_weight, spec.depth) == (
         DEFAULT_K_RRF,
         DEFAULT_KEYWORD_WEIGHT,
@@ -239,13 +245,34 @@ def scored_questions(conversation: Conversation) -> list[Question]:
     return [q for q in conversation.questions if q.category != 5 and q.evidence]
 
 
+HALVES = ("even", "odd")
+"""The question halves ``--halves`` reports apart: choose on one, check on the other."""
+
+
 def measure(
     spec_text: str,
     conversations: Sequence[Conversation],
     embedders: dict[str, Embedder],
 ) -> MethodResult:
+    return measure_halves(spec_text, conversations, embedders, halves=False)[0]
+
+
+def measure_halves(
+    spec_text: str,
+    conversations: Sequence[Conversation],
+    embedders: dict[str, Embedder],
+    *,
+    halves: bool = True,
+) -> list[MethodResult]:
+    """One method's recall; ``halves``: two results, the questions of even and of odd index
+    (counted per conversation, among the scored ones) apart, from one indexing and one search
+    each, so a setting chosen on the even half is checked on questions it was not chosen on."""
     spec = MethodSpec.parse(spec_text)
-    result = MethodResult(method=spec_text)
+    results = (
+        [MethodResult(method=f"{spec_text} [{half}]") for half in HALVES]
+        if halves
+        else [MethodResult(method=spec_text)]
+    )
     for embedder in embedders.values():
         if isinstance(embedder, CachedEmbedder):
             embedder.method = spec_text
@@ -253,12 +280,16 @@ def measure(
         hits_before = _cache_hits(embedders)
         wall, cpu = time.perf_counter(), time.process_time()
         search, close, turns = _build(spec, conversation, embedders)
-        result.index_cached = result.index_cached or _cache_hits(embedders) > hits_before
-        result.index_wall += time.perf_counter() - wall
-        result.index_cpu += time.process_time() - cpu
-        result.turns += turns
+        cached = _cache_hits(embedders) > hits_before
+        index_wall, index_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        for result in results:
+            result.index_cached = result.index_cached or cached
+            result.index_wall += index_wall
+            result.index_cpu += index_cpu
+            result.turns += turns
         try:
-            for question in scored_questions(conversation):
+            for index, question in enumerate(scored_questions(conversation)):
+                result = results[index % len(results)]
                 wall, cpu = time.perf_counter(), time.process_time()
                 ranked = search(question.question, max(KS), question.asked_after)
                 result.latencies_ms.append((time.perf_counter() - wall) * 1000)
@@ -266,7 +297,7 @@ def measure(
                 _count(result, question, ranked)
         finally:
             close()
-    return result
+    return results
 
 
 def _cache_hits(embedders: dict[str, Embedder]) -> int:
@@ -345,10 +376,15 @@ def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
 
 def build_retriever(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
     retriever = _backend(spec, embedders)
-    if spec.speaker_rewrite or spec.speaker_boost:
+    if spec.speaker_rewrite or spec.speaker_boost or spec.date_boost:
         from keeper_bench.locomo.speakers import SpeakerRetriever
 
-        return SpeakerRetriever(retriever, rewrite=spec.speaker_rewrite, boost=spec.speaker_boost)
+        return SpeakerRetriever(
+            retriever,
+            rewrite=spec.speaker_rewrite,
+            boost=spec.speaker_boost,
+            dates=spec.date_boost,
+        )
     return retriever
 
 
@@ -469,5 +505,6 @@ def render(
         )
     if configurations:
         lines += ["", "Configurations:", ""]
-        lines += [f"- `{r.method}`: {configuration(MethodSpec.parse(r.method))}" for r in results]
+        methods = dict.fromkeys(r.method.partition(" [")[0] for r in results)
+        lines += [f"- `{m}`: {configuration(MethodSpec.parse(m))}" for m in methods]
     return "\n".join(lines) + "\n"

@@ -8,7 +8,10 @@ group?"), and every passage now carries who said it in its context. Two ways to 
   ``who (when), item N: text``); the keyword side sees the same words as before;
 - ``who``: the candidates the backend returns (``depth`` times the hits wanted) are fused by
   reciprocal rank with the same candidates said by a speaker the question names, so the named
-  speaker's turns rise without the others being dropped (a multi-hop answer may be the other's).
+  speaker's turns rise without the others being dropped (a multi-hop answer may be the other's);
+- ``when``: the same with the date context: the candidates whose context's date names every
+  month and year the question names ("in July 2023", "on October 13, 2023") are fused in as a
+  second list (a question that names no month or year is searched as it is).
 
 The speakers are read from the passages' contexts as they are added (what an index knows), not
 from the dataset. Measured in ``bench/results/locomo_recall.md``.
@@ -24,15 +27,34 @@ from keeper_middleware.retrievers.hybrid import reciprocal_rank_fusion
 
 _WHO = re.compile(r"^([^\W\d_][\w'’ -]*?)\s*(?:\(|,|$)")
 DEPTH = 4
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+_MONTH_OR_YEAR = re.compile(rf"\b(?:{'|'.join(MONTHS)}|(?:19|20)\d\d)\b")
 
 
 class SpeakerRetriever:
-    """Wraps a retriever; ``rewrite`` is the ``qwho`` form, ``boost`` the ``who`` fusion."""
+    """Wraps a retriever; ``rewrite`` is the ``qwho`` form, ``boost`` the ``who`` fusion,
+    ``dates`` the ``when`` fusion."""
 
-    def __init__(self, inner: Retriever, *, rewrite: bool, boost: bool) -> None:
+    def __init__(
+        self, inner: Retriever, *, rewrite: bool, boost: bool, dates: bool = False
+    ) -> None:
         self._inner = inner
         self._rewrite = rewrite
         self._boost = boost
+        self._dates = dates
         self._speakers: set[str] = set()
 
     def add(self, passages: Sequence[Passage]) -> None:
@@ -56,7 +78,8 @@ class SpeakerRetriever:
         asked = query
         if self._rewrite and named:
             asked = " ".join(f"{name}:" for name in named) + " " + query
-        if not (self._boost and named):
+        times = named_times(query) if self._dates else set()
+        if not ((self._boost and named) or times):
             return search_within(
                 self._inner,
                 asked,
@@ -75,8 +98,12 @@ class SpeakerRetriever:
             to_item=to_item,
             within=within,
         )
-        theirs = [h for h in found if speaker_of(h.passage.context) in named]
-        return reciprocal_rank_fusion([found, theirs], k=k)
+        lists = [found]
+        if self._boost and named:
+            lists.append([h for h in found if speaker_of(h.passage.context) in named])
+        if times:
+            lists.append([h for h in found if times <= named_times(h.passage.context)])
+        return reciprocal_rank_fusion(lists, k=k)
 
     def count(self, session: str) -> int:
         return self._inner.count(session)
@@ -95,3 +122,8 @@ def speaker_of(context: str) -> str:
     """The ``who`` of a passage's context (``Caroline (8 May, 2023), item 3`` → Caroline)."""
     match = _WHO.match(context)
     return match.group(1).strip() if match else ""
+
+
+def named_times(text: str) -> set[str]:
+    """The month names and years a text names (``in July 2023`` → {July, 2023})."""
+    return set(_MONTH_OR_YEAR.findall(text))

@@ -5,12 +5,14 @@ import sentence-transformers and chromadb only when one is made.
 """
 
 from keeper_middleware.retrievers.base import (
+    CountingRetriever,
     Hit,
     MissingExtraError,
     Passage,
     Retriever,
     RetrieverError,
     ServerUnavailableError,
+    search_and_count,
 )
 from keeper_middleware.retrievers.embedders import (
     EMBEDDERS,
@@ -37,6 +39,7 @@ from keeper_middleware.retrievers.vectorstore import VectorStoreRetriever
 __all__ = [
     "EMBEDDERS",
     "PASSAGE_UNITS",
+    "CountingRetriever",
     "E5SmallEmbedder",
     "Embedder",
     "EmbeddingRetriever",
@@ -59,5 +62,6 @@ __all__ = [
     "passages_from_text",
     "passages_of",
     "reciprocal_rank_fusion",
+    "search_and_count",
     "split_sentences",
 ]

@@ -335,6 +335,79 @@ def search_within(
     ]
 
 
+@runtime_checkable
+class CountingRetriever(Protocol):
+    """A retriever that ranks the few hits shown apart from counting how many match.
+
+    The search tool shows ten hits and says how many there are, up to a scan of 200. Ranking
+    200 hits to count them costs a fused backend most of its search, and ranks the ten shown
+    from deeper lists than it was tuned for; a backend that can count more cheaply says so here.
+    """
+
+    def search_counted(
+        self,
+        query: str,
+        *,
+        session: str,
+        k: int,
+        limit: int,
+        from_item: int | None = None,
+        to_item: int | None = None,
+        within: Spans | None = None,
+    ) -> tuple[list[Hit], int]:
+        """The best ``k`` hits, as ``search`` ranks them, and how many passages match, counted
+        up to ``limit``."""
+        ...
+
+
+def search_and_count(
+    retriever: Retriever,
+    query: str,
+    *,
+    session: str,
+    k: int,
+    limit: int,
+    from_item: int | None = None,
+    to_item: int | None = None,
+    within: Spans | None = None,
+) -> tuple[list[Hit], int]:
+    """The best ``k`` hits within the spans, and how many passages match (up to ``limit``).
+
+    A :class:`CountingRetriever` ranks and counts on its own terms; any other backend is searched
+    for ``limit`` hits, the first ``k`` shown and the rest counted.
+
+    Raises:
+        ConfigurationError: ``k`` is not positive, or ``limit`` is below it.
+    """
+    check_search_arguments(k, from_item, to_item)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < k:
+        raise ConfigurationError(
+            f"limit must be an int of at least k={k} (how many matches to count), got {limit!r}."
+        )
+    if within is not None and not within:
+        return [], 0
+    if isinstance(retriever, CountingRetriever):
+        return retriever.search_counted(
+            query,
+            session=session,
+            k=k,
+            limit=limit,
+            from_item=from_item,
+            to_item=to_item,
+            within=within,
+        )
+    hits = search_within(
+        retriever,
+        query,
+        session=session,
+        k=limit,
+        from_item=from_item,
+        to_item=to_item,
+        within=within,
+    )
+    return hits[:k], len(hits)
+
+
 class RetrieverError(KeeperError):
     """Base of the errors raised by retrieval backends."""
 

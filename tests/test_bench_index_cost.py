@@ -27,11 +27,11 @@ def test_index_cost_prints_steps_searches_and_many_sessions(tmp_path, capsys):
 def test_index_cost_measures_the_keyword_retriever_alone_without_building_vectors(tmp_path, capsys):
     keep = tmp_path / "keep"
     argv = ["index-cost", "--messages", "200", "--steps", "1", "--think", "0", "--searches", "3"]
-    argv += ["--retrievers", "keyword", "--k", "10,200", "--skip", "sessions"]
+    argv += ["--retrievers", "keyword", "--k", "10,200,tool", "--skip", "sessions"]
     argv += ["--embedder", "hashing", "--keep", str(keep)]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "indexed (keyword) in" in text
     assert "| keyword |" in text and "| hybrid |" not in text
-    assert "k=10," in text and "k=200," in text
+    assert "k=10," in text and "k=200," in text and "the search tool's search," in text
     assert not (keep / "archive.index" / "chroma").exists()

@@ -27,13 +27,15 @@ def render_results(
     *,
     shown: int,
     scanned: int,
+    total: int | None = None,
     max_tokens: int | None = None,
     count: Callable[[str], int] | None = None,
 ) -> str:
     """The tool's reply: a first line that says whether the list is whole, then one line a match.
 
-    ``hits`` are the best matches in rank order (at most ``scanned`` were looked at); the shown
-    ones are listed in item order, so the story reads forward. With ``max_tokens`` the reply is
+    ``hits`` are the best matches in rank order; ``total`` says how many match, counted up to
+    ``scanned`` (``len(hits)`` when None: the hits are all that were found). The shown ones are
+    listed in item order, so the story reads forward. With ``max_tokens`` the reply is
     sized to it: the lowest-ranked matches are left out first (the first line says how many are
     shown), then the one left is clipped.
     """
@@ -41,8 +43,9 @@ def render_results(
     if not hits:
         return f'No matches for "{query}"' + _range_note(command) + "."
     number = min(shown, len(hits))
+    total = len(hits) if total is None else max(total, len(hits))
     while True:
-        text = _render(command, query, hits, number, scanned)
+        text = _render(command, query, hits, number, total, scanned)
         if max_tokens is None or count is None or count(text) <= max_tokens or number == 1:
             break
         number = max(1, min(number - 1, number * 3 // 4))
@@ -52,19 +55,19 @@ def render_results(
 
 
 def _render(
-    command: SearchCommand, query: str, hits: Sequence[Hit], number: int, scanned: int
+    command: SearchCommand, query: str, hits: Sequence[Hit], number: int, total: int, scanned: int
 ) -> str:
     chosen = sorted(hits[:number], key=lambda h: (h.passage.item, h.passage.position))
-    if len(hits) > number:
-        total = f"more than {scanned - 1}" if len(hits) >= scanned else str(len(hits))
+    if total > number:
+        counted = f"more than {scanned - 1}" if total >= scanned else str(total)
         head = (
-            f'Showing {len(chosen)} of {total} matches for "{query}"{_range_note(command)} '
+            f'Showing {len(chosen)} of {counted} matches for "{query}"{_range_note(command)} '
             "(the list is cut short; these are the nearest to the query; narrow it with "
             "from_item/to_item)."
         )
     else:
-        plural = "match" if len(hits) == 1 else "matches"
-        head = f'Found {len(hits)} {plural} for "{query}"{_range_note(command)}.'
+        plural = "match" if total == 1 else "matches"
+        head = f'Found {total} {plural} for "{query}"{_range_note(command)}.'
     lines = [head]
     for hit in chosen:
         # a long passage (a minified line is one "sentence") is clipped, like the query echo

@@ -22,7 +22,7 @@ from langchain_core.messages import BaseMessage
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.retrievers.background import background_worker
-from keeper_middleware.retrievers.base import Retriever, search_within
+from keeper_middleware.retrievers.base import Retriever, search_and_count
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
 from keeper_middleware.search.branch_guards import GuardBefore, guard_before
 from keeper_middleware.search.guards import SearchCommand, decide
@@ -134,11 +134,12 @@ class ArchiveSearch:
             return self.read(session, parsed, room, head), artifact
         with background_worker().foreground():  # indexing pauses while the model waits
             self.index_ready(session)
-            hits = search_within(
+            hits, total = search_and_count(
                 self.retriever,
                 parsed.query,
                 session=session,
-                k=self.config.search_scan,
+                k=self.config.search_results,
+                limit=self.config.search_scan,
                 from_item=parsed.from_item,
                 to_item=parsed.to_item,
                 within=self.branches.passages(session, head),
@@ -146,6 +147,7 @@ class ArchiveSearch:
         text = render_results(
             command,
             hits,
+            total=total,
             shown=self.config.search_results,
             scanned=self.config.search_scan,
             max_tokens=max(MIN_EXCERPT_TOKENS, room - 16),

@@ -108,7 +108,7 @@ class MiniLMEmbedder:
         self._batch_size = batch_size
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
-        _load_minilm()  # a missing extra is named before torch is touched
+        self._encoder()  # a missing extra is named before torch is touched
         with _TORCH_THREADS.one():
             return side_by_side(texts, self._embed_batch, self._batch_size, self._workers)
 
@@ -116,12 +116,16 @@ class MiniLMEmbedder:
         """One query on one thread: a short text gains nothing from a second (measured on 2
         cores beside other work: p50 164 ms wall, 93 ms CPU a question with 2 threads; 13 ms
         and 9.7 ms with one)."""
-        _load_minilm()
+        self._encoder()
         with _TORCH_THREADS.one():
             return self._embed_batch([text])[0]
 
+    def _encoder(self) -> Any:
+        """The sentence-transformers model (a subclass may load another the same way)."""
+        return _load_minilm()
+
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        vectors = _load_minilm().encode(
+        vectors = self._encoder().encode(
             texts,
             batch_size=len(texts),
             normalize_embeddings=True,

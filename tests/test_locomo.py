@@ -210,7 +210,7 @@ def test_the_default_passages_are_what_the_keeper_itself_indexes(locomo_file):
 
 def test_each_method_says_what_it_ran_with(locomo_file, tmp_path, capsys):
     assert configuration(MethodSpec.parse("hybrid")).startswith("product defaults: ")
-    assert "k_rrf 60, keyword weight 1, depth 2" in configuration(MethodSpec.parse("hybrid"))
+    assert "k_rrf 60, keyword weight 1, depth 1" in configuration(MethodSpec.parse("hybrid"))
     tuned = configuration(MethodSpec.parse("hybrid:w=1.5:qwho"))
     assert not tuned.startswith("product defaults") and "keyword weight 1.5" in tuned
     out = tmp_path / "recall.md"
@@ -521,3 +521,13 @@ def test_recall_command_measures_a_preset_stream_by_question_kind(tmp_path, caps
     table = capsys.readouterr().out
     assert "| keyword |" in table and "| bm25s |" in table
     assert "current" in table and "tiny:varied seed 1" in table
+
+
+def test_the_mpnet_embedder_names_the_folder_it_needs(monkeypatch):
+    from keeper_bench.locomo.recall import BENCH_EMBEDDERS
+    from keeper_middleware.errors import ConfigurationError
+
+    assert MethodSpec.parse("hybrid:mpnet:d=2").embedder == "mpnet"
+    monkeypatch.delenv("KEEPER_BENCH_MPNET", raising=False)
+    with pytest.raises(ConfigurationError, match="KEEPER_BENCH_MPNET"):
+        BENCH_EMBEDDERS["mpnet"]()

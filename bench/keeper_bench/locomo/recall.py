@@ -10,8 +10,8 @@ A method is written ``BACKEND[:OPTION...]``: BACKEND is ``keyword``, ``embedding
 (ours) or a baseline, ``bm25s`` (bm25s over whole turns) or ``cosine`` (exact cosine over whole
 turns, MiniLM unless an embedder is named). Options: a granularity (``messages``,
 ``sentences+context``, ``sentences``), an embedder (``minilm``, ``minilm-int8``, ``e5-small``,
-``hashing``), ``w=X`` (hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the
-fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
+``hashing``, ``mpnet``: all-mpnet-base-v2 from the folder ``$KEEPER_BENCH_MPNET``), ``w=X``
+(hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
 (keyword: no Porter stemming; the first, shorter stop-word list), ``onevector`` (embedding: one
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
 vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
@@ -25,6 +25,7 @@ expanded ranking alone).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -37,8 +38,19 @@ from keeper_bench.locomo.indexing import (
     conversation_passages,
     whole_turns,
 )
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import Retriever
-from keeper_middleware.retrievers.embedders import EMBEDDERS, Embedder, embed_query
+from keeper_middleware.retrievers.embedders import (
+    EMBEDDERS,
+    Embedder,
+    MiniLMEmbedder,
+    embed_query,
+)
+from keeper_middleware.retrievers.hybrid import (
+    DEFAULT_DEPTH,
+    DEFAULT_K_RRF,
+    DEFAULT_KEYWORD_WEIGHT,
+)
 from keeper_middleware.retrievers.passages import STOPWORDS
 
 DEFAULT_METHODS = ("keyword", "embedding", "hybrid", "bm25s", "cosine")
@@ -51,6 +63,35 @@ KS = (1, 5, 10)
 SESSION = "locomo"
 
 
+class MPNetEmbedder(MiniLMEmbedder):
+    """all-mpnet-base-v2 (768 dimensions) from the folder ``$KEEPER_BENCH_MPNET``, batched and
+    threaded as MiniLM is (the benchmark's ``mpnet``: a larger model measured against MiniLM;
+    it ships on the registry in five parts, ``bench/results/locomo_recall.md``)."""
+
+    name = "all-mpnet-base-v2"
+
+    def __init__(self) -> None:
+        folder = os.environ.get("KEEPER_BENCH_MPNET")
+        if not folder:
+            raise ConfigurationError(
+                "The mpnet embedder needs KEEPER_BENCH_MPNET: the folder of a "
+                "sentence-transformers all-mpnet-base-v2 model."
+            )
+        super().__init__()
+        self._folder = folder
+        self._model: Any = None
+
+    def _encoder(self) -> Any:
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(self._folder, device="cpu")
+        return self._model
+
+
+BENCH_EMBEDDERS: dict[str, Callable[[], Embedder]] = {**EMBEDDERS, "mpnet": MPNetEmbedder}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MethodSpec:
     backend: str
@@ -58,9 +99,9 @@ class MethodSpec:
     """How turns become passages (``bench/keeper_bench/locomo/indexing.py``); ``keeper``: what the keeper
     itself indexes, with the product's default unit."""
     embedder: str = "minilm"
-    keyword_weight: float = 1.0
-    k_rrf: int = 60
-    depth: int = 2
+    keyword_weight: float = DEFAULT_KEYWORD_WEIGHT
+    k_rrf: int = DEFAULT_K_RRF
+    depth: int = DEFAULT_DEPTH
     stemming: bool = True
     first_stopwords: bool = False
     sentence_vectors: bool = True
@@ -89,7 +130,7 @@ class MethodSpec:
         for option in options:
             if option in GRANULARITIES:
                 given["granularity"] = option
-            elif option in EMBEDDERS:
+            elif option in BENCH_EMBEDDERS:
                 given["embedder"] = option
             elif option.startswith("w="):
                 given["keyword_weight"] = float(option[2:])
@@ -370,7 +411,7 @@ class CachedEmbedder:
 
 def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
     if name not in embedders:
-        embedders[name] = CachedEmbedder(EMBEDDERS[name]())
+        embedders[name] = CachedEmbedder(BENCH_EMBEDDERS[name]())
     return embedders[name]
 
 

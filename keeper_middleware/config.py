@@ -123,7 +123,8 @@ class KeeperConfig:
     search_results: int = 10
     """How many matches the archive search shows at most."""
     search_scan: int = 200
-    """How many matches the search looks at to report how many there are."""
+    """Up to how many matches the search counts to report how many there are (the shown ones
+    are ranked as a search for ``search_results`` hits ranks them)."""
     search_budget: int | None = 10
     """How many searches may run between two new inputs; after that each search is refused and
     the model told to answer (a model that searches with a new query every time is caught by no

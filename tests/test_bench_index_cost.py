@@ -4,6 +4,8 @@ passages are indexed by the end."""
 
 from __future__ import annotations
 
+import pytest
+
 from keeper_bench.cli import main
 
 
@@ -16,7 +18,7 @@ def test_index_cost_prints_steps_searches_and_many_sessions(tmp_path, capsys):
     assert "archive of 300 messages written" in text
     assert "## A step with a cut at 300 archived messages" in text
     assert "| keyword |" in text and "| hybrid |" in text
-    assert "## Search at 300 messages" in text
+    assert "## Search at 300 messages of chat words" in text
     assert "## 2 sessions cutting at once" in text
     row = text.strip().splitlines()[-1].split("|")
     archived, indexed = (int(cell.replace(",", "")) for cell in row[3:5])
@@ -35,3 +37,28 @@ def test_index_cost_measures_the_keyword_retriever_alone_without_building_vector
     assert "| keyword |" in text and "| hybrid |" not in text
     assert "k=10," in text and "k=200," in text and "the search tool's search," in text
     assert not (keep / "archive.index" / "chroma").exists()
+
+
+def test_zipf_words_are_mostly_rare_as_natural_text_is():
+    import random
+    from collections import Counter
+
+    from keeper_bench.zipf_words import vocabulary, zipf_words
+
+    assert len(set(vocabulary())) == len(vocabulary()) == 50_000
+    counts = Counter(zipf_words(random.Random(1), 60_000))
+    first, second = (counts[word] for word in vocabulary()[:2])
+    assert first > 1.8 * second  # rank 1 about twice rank 2
+    assert len(counts) > 10_000  # a long tail
+    assert sum(1 for c in counts.values() if c == 1) > len(counts) / 3
+
+
+def test_index_cost_builds_and_searches_an_archive_of_zipf_words(tmp_path, capsys):
+    keep = tmp_path / "keep"
+    argv = ["index-cost", "--messages", "300", "--searches", "3", "--retrievers", "keyword"]
+    argv += ["--skip", "steps,sessions", "--vocabulary", "zipf", "--keep", str(keep)]
+    assert main(argv) == 0
+    assert "## Search at 300 messages of zipf words" in capsys.readouterr().out
+    assert (keep / "built-300-keyword-zipf").exists()
+    with pytest.raises(SystemExit, match="another size or vocabulary"):
+        main([*argv[:-4], "--vocabulary", "chat", "--keep", str(keep)])

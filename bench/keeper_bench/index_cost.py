@@ -36,6 +36,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from keeper_bench.zipf_words import zipf_words
 from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.keeper import Keeper, ModelSetup
@@ -100,13 +101,19 @@ QUESTIONS = (
 )
 
 
-def chat_message(rng: random.Random, n: int, sentences: int = 1) -> str:
+def content_words(rng: random.Random, count: int, vocabulary: str = "chat") -> list[str]:
+    """``count`` words of a chat line or a question: the 45 ``WORDS`` (``chat``), or words at
+    natural frequencies (``zipf``, ``keeper_bench.zipf_words``)."""
+    return rng.sample(WORDS, count) if vocabulary == "chat" else zipf_words(rng, count)
+
+
+def chat_message(rng: random.Random, n: int, sentences: int = 1, vocabulary: str = "chat") -> str:
     """A chat line like LoCoMo's: ``Speaker (date): text`` of ``sentences`` sentences."""
     who = NAMES[n % len(NAMES)]
     day = 1 + n // 40 % 28
     parts = []
     for _ in range(sentences):
-        chosen = rng.sample(WORDS, 6)
+        chosen = content_words(rng, 6, vocabulary)
         parts.append(
             f"I went to the {chosen[0]} with my {chosen[1]} friends and we talked about "
             f"{chosen[2]} and {chosen[3]} for a while near the {chosen[4]} {chosen[5]}."
@@ -153,17 +160,23 @@ def build_archive(
     say: Callable[[str], None],
     embedder_name: str,
     vectors: bool = True,
+    vocabulary: str = "chat",
 ) -> Path:
     """An archive of one session of ``messages`` one-sentence chat messages, indexed by keyword
-    and (unless not ``vectors``) by vectors; made once in ``folder``."""
+    and (unless not ``vectors``) by vectors; made once in ``folder`` (one folder a vocabulary)."""
     from keeper_middleware.retrievers.embedding import EmbeddingRetriever
     from keeper_middleware.retrievers.hybrid import HybridRetriever
     from keeper_middleware.retrievers.keyword import KeywordRetriever
 
     path = folder / "archive.sqlite3"
-    done = folder / f"built-{messages}-{embedder_name if vectors else 'keyword'}"
-    if done.exists() or (folder / f"built-{messages}-{embedder_name}").exists():
+    marks = [f"built-{messages}-{embedder_name}", f"built-{messages}-keyword"]
+    if vocabulary != "chat":
+        marks = [f"{mark}-{vocabulary}" for mark in marks]
+    done = folder / marks[0 if vectors else 1]
+    if done.exists() or (folder / marks[0]).exists():
         return path
+    if any(folder.glob("built-*")):
+        raise SystemExit(f"{folder} holds an archive of another size or vocabulary: use another")
     folder.mkdir(parents=True, exist_ok=True)
     for stale in (path, path.with_suffix(".index")):
         if stale.is_dir():
@@ -181,7 +194,7 @@ def build_archive(
                 msg_id=f"b{n}",
                 item=n // 20 + 1,
                 role="human",
-                content=chat_message(rng, n),
+                content=chat_message(rng, n, vocabulary=vocabulary),
             )
             for n in range(start, min(messages, start + per_cut))
         ]
@@ -266,7 +279,11 @@ def step_and_search(
 
 
 def measure_searches(
-    keepers: dict[str, Keeper], count: int, session: str, k: int | str = 10
+    keepers: dict[str, Keeper],
+    count: int,
+    session: str,
+    k: int | str = 10,
+    vocabulary: str = "chat",
 ) -> dict[str, tuple[list[float], list[float]]]:
     """Wall time and the searching thread's CPU time of ``count`` searches each (the session's
     index check and the retriever's search for ``k`` hits; ``k="tool"``: what the search tool
@@ -275,12 +292,11 @@ def measure_searches(
     search needs."""
     rng = random.Random(5)
     found: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in keepers}
-    questions = [
-        rng.choice(QUESTIONS).format(
-            a=rng.choice(NAMES), b=rng.choice(NAMES), w=rng.choice(WORDS), v=rng.choice(WORDS)
-        )
-        for _ in range(count)
-    ]
+    questions = []
+    for _ in range(count):
+        template, a, b = rng.choice(QUESTIONS), rng.choice(NAMES), rng.choice(NAMES)
+        w, v = content_words(rng, 2, vocabulary)
+        questions.append(template.format(a=a, b=b, w=w, v=v))
     for keeper in keepers.values():
         keeper.indexing.drain()
     for question in questions:
@@ -376,6 +392,13 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="comma-separated hits a search asks for; tool: what the search tool asks (10 hits, "
         "the matches counted up to 200)",
     )
+    parser.add_argument(
+        "--vocabulary",
+        choices=("chat", "zipf"),
+        default="chat",
+        help="the words of the archive and the questions: 45 chat words, or 50,000 at natural "
+        "(Zipf) frequencies",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
 
 
@@ -405,6 +428,7 @@ def _run(args: argparse.Namespace) -> int:
             say=say,
             embedder_name=embedder_name(embedder),
             vectors=hybrid,
+            vocabulary=args.vocabulary,
         )
         keyword_copy = scratch / "keyword" / "archive.sqlite3"
         keyword_copy.parent.mkdir(parents=True)
@@ -445,10 +469,11 @@ def _run(args: argparse.Namespace) -> int:
             say("")
         for k in (k for k in args.k.split(",") if k) if "searches" not in skip else ():
             before = load()
-            searched = measure_searches(keepers, args.searches, SESSION, k)
+            searched = measure_searches(keepers, args.searches, SESSION, k, args.vocabulary)
             asked = "the search tool's search" if k == "tool" else f"k={k}"
             say(
-                f"## Search at {args.messages:,} messages ({args.searches} questions each, "
+                f"## Search at {args.messages:,} messages of {args.vocabulary} words "
+                f"({args.searches} questions each, "
                 f"{asked}, index caught up; load {before} → {load()})"
             )
             say("")

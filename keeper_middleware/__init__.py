@@ -19,6 +19,7 @@ from keeper_middleware.errors import (
     MalformedDataError,
     MissingDependencyError,
     ToolsNotSupportedError,
+    UnknownSessionError,
     WindowTooSmallError,
 )
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult
@@ -65,6 +66,7 @@ __all__ = [
     "ThinkingPolicy",
     "TokenCounter",
     "ToolsNotSupportedError",
+    "UnknownSessionError",
     "WindowTooSmallError",
     "archive_search_tool",
     "create_keeper_agent",

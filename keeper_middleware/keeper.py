@@ -44,7 +44,7 @@ from keeper_middleware import phases
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.archive.store import ArchiveStore, open_archive
 from keeper_middleware.config import KeeperConfig
-from keeper_middleware.errors import ArchiveError, ConfigurationError
+from keeper_middleware.errors import ArchiveError, ConfigurationError, UnknownSessionError
 from keeper_middleware.messages.facts import (
     close_unanswered_calls,
     strip_reasoning,
@@ -73,6 +73,7 @@ from keeper_middleware.search.searcher import KEEPER_CHANNEL, ArchiveSearch
 from keeper_middleware.sessions.branches import HEAD_KEY, Branches, state_head
 from keeper_middleware.sessions.counters import Counters
 from keeper_middleware.sessions.locks import SessionLockBackend, SessionLocks
+from keeper_middleware.sessions.starts import StartWarnings
 from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionState
 from keeper_middleware.step.arrivals import Arrivals
 from keeper_middleware.step.backlog import Backlog, part_end, part_state, with_part
@@ -200,6 +201,7 @@ class Keeper:
         self.detector = question_detector or PatternQuestionDetector(self.config.question_patterns)
         self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)
         self.sessions = SessionState(self.archive, self.locks)
+        self.starts = StartWarnings(self.archive)
         self.window = WindowPolicy(self.config, self.tokens, self.detector)
         self.dialogue = NoteDialogue(self.config, self.tokens, self.checks, self.detector)
         self.branches = Branches(self.archive, self._index_retrievers, self.config.passages)
@@ -307,6 +309,7 @@ class Keeper:
         call: NoteCall,
     ) -> StepResult:
         """One keeper step before a model call (sync): as many cuts as the window needs."""
+        self.starts.sync_step(session)
         with self.session(session), self._span("step", session):
             with self._span("prepare", session):
                 pending = self._prepare(session, messages, state, setup)
@@ -408,7 +411,7 @@ class Keeper:
     ) -> Pending:
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
         if not kstate:
-            self._warn_if_archive_outlived_state(session)
+            self.starts.fresh_state(session)
         else:
             self._check_archive_holds(session, kstate)
         self._check_index(session)  # before passages are shown beside a question
@@ -579,18 +582,6 @@ class Keeper:
                 session, self.dialogue.named_names(noted), chain
             )
         return pending
-
-    def _warn_if_archive_outlived_state(self, session: str) -> None:
-        archived = self.archive.turn_count(session)
-        if archived:
-            log.warning(
-                "session=%s starts afresh but its archive already holds %d turns, which this "
-                "new start does not see: the graph state was lost (an in-memory checkpointer "
-                "with a file archive?). Pair the archive with a persistent checkpointer "
-                "(SqliteSaver), or use a new thread id",
-                session,
-                archived,
-            )
 
     # ----------------------------------------------------------------- finishing
 
@@ -773,7 +764,25 @@ class Keeper:
 
     def retrieve(self, session: str, query: str, *, k: int = 10, head: Head = TIP) -> list[Hit]:
         """The archive's best matches for ``query`` on the branch ``head``, as the search
-        tool finds them (without its guards or its rendering)."""
+        tool finds them (without its guards or its rendering).
+
+        Args:
+            session: the thread id.
+            query: what to search for.
+            k: how many hits at most.
+            head: the branch (a cut key from :meth:`head_of`); the thread's latest by default.
+
+        Raises:
+            UnknownSessionError: no step ever ran under ``session`` with this archive (a
+                mistyped thread id, or another archive), so there is nothing to search.
+        """
+        if not self.sessions.known(session):
+            raise UnknownSessionError(
+                f"thread {session!r} is unknown to this keeper: no step ran under that thread id "
+                f"with the archive {self.archive!r}. Check the thread id (the run's "
+                "config['configurable']['thread_id']) and that the keeper opens the archive "
+                f"the thread ran with; known threads: keeper.archive.sessions()"
+            )
         self._check_index(session)
         with background_worker().foreground():
             self.indexing.ready(session)

@@ -36,6 +36,7 @@ EXPECTED = {
     "ThinkingPolicy",
     "TokenCounter",
     "ToolsNotSupportedError",
+    "UnknownSessionError",
     "WindowTooSmallError",
     "archive_search_tool",
     "create_keeper_agent",

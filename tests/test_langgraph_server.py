@@ -135,3 +135,27 @@ def test_langgraph_dev_serves_the_example_and_runs_it(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_example_keeps_its_archive_outside_the_folder_the_dev_server_watches(
+    tmp_path, monkeypatch
+):
+    """``langgraph dev`` reloads on changes in the app folder: the archive's default home is the
+    user's state folder, and an archive kept in the folder anyway (``.keeper/``) is ignored by git."""
+    monkeypatch.chdir(EXAMPLE)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv(
+        "KEEPER_ARCHIVE",
+        json.loads((EXAMPLE / "langgraph.json").read_text())["env"]["KEEPER_ARCHIVE"],
+    )
+    monkeypatch.setenv("KEEPER_MODEL", "")
+    graph = load_graph("./agent.py:agent")
+    location = Path(graph.keeper.archive.path)  # type: ignore[attr-defined]
+    assert (
+        location
+        == tmp_path / "state" / "keeper-middleware" / "langgraph_server" / "archive.sqlite3"
+    )
+    assert EXAMPLE not in location.parents
+    graph.keeper.close()  # type: ignore[attr-defined]
+    ignored = (EXAMPLE.parents[1] / ".gitignore").read_text().split()
+    assert ".keeper/" in ignored

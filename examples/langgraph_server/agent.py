@@ -5,7 +5,10 @@ this file points at ``agent``.
     KEEPER_MODEL=openai:gpt-4o-mini langgraph dev
 
 The server brings its own checkpointer (threads persist there); the keeper's archive is the file
-``KEEPER_ARCHIVE``. Without ``KEEPER_MODEL`` a scripted stand-in (``keeper_middleware.testing``)
+``KEEPER_ARCHIVE``, by default ``$XDG_STATE_HOME/keeper-middleware/langgraph_server/archive.sqlite3``
+(``~/.local/state/...``): outside this folder, which ``langgraph dev`` watches and reloads on
+change. An archive you place in this folder (``KEEPER_ARCHIVE=.keeper/archive.sqlite3``) needs
+``langgraph dev --no-reload``; ``.keeper/`` is in ``.gitignore``. Without ``KEEPER_MODEL`` a scripted stand-in (``keeper_middleware.testing``)
 plays the model, so the graph loads and runs with no key and no network. Note calls never reach the server's message stream,
 and the async path never blocks the server's event loop.
 """
@@ -47,8 +50,15 @@ def _model() -> BaseChatModel | str:
     return ScriptedChatModel(default=stand_in)
 
 
+def default_archive() -> Path:
+    """Where the archive lives unless ``KEEPER_ARCHIVE`` says: the user's state folder, never
+    the app folder the dev server watches (a write there would set off a reload)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "keeper-middleware" / "langgraph_server" / "archive.sqlite3"
+
+
 def _archive() -> Path:
-    path = Path(os.environ.get("KEEPER_ARCHIVE") or ".keeper/archive.sqlite3")
+    path = Path(os.environ.get("KEEPER_ARCHIVE") or default_archive())
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -14,6 +14,7 @@
     ├── MissingDependencyError  (ImportError) an optional extra is not installed; the message gives
     │                           the pip command (``retrievers.MissingExtraError`` is the same class)
     ├── WindowTooSmallError     what must stay in view does not fit the live window even after a cut
+    ├── UnknownSessionError     (LookupError) a thread id this keeper's archive has never seen
     ├── ArchiveError            the archive or its index cannot be used; the message names the path
     │   └── ArchiveSchemaError  the file was written by a newer version
     ├── RetrieverError          a retrieval backend failed (retrievers/base.py)
@@ -81,6 +82,14 @@ class MissingDependencyError(KeeperError, ImportError):
 
 class WindowTooSmallError(KeeperError):
     """What must stay in view (system prompt, task, NOTES, an open question) does not fit."""
+
+
+class UnknownSessionError(KeeperError, LookupError):
+    """A thread id (session) this keeper has never run a step for and its archive does not
+    hold: asked about it, the keeper says so rather than answering as if it were empty."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class ArchiveError(KeeperError):

@@ -87,6 +87,15 @@ class SessionState:
             self._secrets.pop(session, None)
             self._rooms.pop(session, None)
 
+    def known(self, session: str) -> bool:
+        """Whether a step ever ran for ``session`` here or its archive holds anything of it
+        (counters are written at a thread's first step; turns at its first cut)."""
+        with self.lock:
+            if self._counters.get(session, Counters()) != Counters():
+                return True
+        stored = self.archive.get_value(session, "counters")
+        return stored is not None or self.archive.turn_count(session) > 0
+
     def counters(self, session: str) -> Counters:
         """The session's counters (read from the archive once per hold)."""
         with self.lock:

@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup llama clients demo test lint typecheck pyright bench notebook clean
+.PHONY: setup llama clients demo test lint typecheck pyright docs bench notebook clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,11 @@ typecheck: setup
 pyright: setup
 	$(VENV)/bin/pyright
 
+# the documentation site (docs/ and mkdocs.yml; the API reference from the docstrings) into site/;
+# --strict fails on any warning: a broken link, a page left out, a docstring it cannot read
+docs: setup
+	$(PY) -m mkdocs build --strict
+
 bench: setup
 	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli step-cost --out bench/results/step_cost.md
 	# the notes arm on the harder stream at 240K, 1M and 10M tokens (simulated reader; the 10M run
@@ -66,4 +71,4 @@ notebook: setup
 	HF_HUB_OFFLINE=1 $(PY) scripts/refresh_notebook.py examples/compare_arms.ipynb
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info

@@ -88,7 +88,9 @@ def _tool_name(tool: Any) -> str:
 class ScriptedChatModel(BaseChatModel):
     """A chat model that replies from a script and records every call.
 
-    Args:
+    It takes its fields as keyword arguments (``ScriptedChatModel(script=[...], default=...)``).
+
+    Attributes:
         script: replies in call order; each is used once.
         default: the reply once the script has run out (None: running out is an error).
     """

@@ -182,7 +182,7 @@ def test_the_ui_filter_in_the_docs_shows_the_models_words_and_never_the_keepers(
     docs = Path(__file__).resolve().parents[1] / "docs" / "branches.md"
     example = next(
         block
-        for block in re.findall(r"```python\n(.*?)```", docs.read_text(), re.DOTALL)
+        for block in re.findall(r"```python[^\n]*\n(.*?)```", docs.read_text(), re.DOTALL)
         if "is_keeper_message" in block
     )
     run = agent_run()

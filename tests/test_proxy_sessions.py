@@ -133,7 +133,7 @@ async def test_an_edit_of_an_archived_message_is_taken_as_new_input_alone(upstre
 async def test_a_chat_ui_edit_withdraws_what_followed_and_keeps_what_was_archived(
     upstream, tmp_path
 ):
-    """The README's "edit a message": a chat UI resends the history up to the edited message,
+    """The proxy guide's (docs/proxy.md) "edit a message": a chat UI resends the history up to the edited message,
     changed. The messages after it still in view are withdrawn, the edited one is new input, and
     whatever a cut had archived stays archived (one memory per session, never edited)."""
     app = make_app(upstream, tmp_path, window=2048)

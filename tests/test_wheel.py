@@ -348,15 +348,16 @@ ENTRY = (
 )
 
 
-def _readme_quickstart() -> str:
+def _quickstart() -> str:
     import re
 
-    readme = (ROOT / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", readme, re.DOTALL)[0]
+    guide = (ROOT / "docs" / "quickstart.md").read_text()
+    return re.findall(r"```python\n(.*?)```", guide, re.DOTALL)[0]
 
 
-QUICKSTART = _readme_quickstart()
-"""The README's quickstart: the base install runs it (its model is ``keeper_middleware.testing``'s)."""
+QUICKSTART = _quickstart()
+"""The quickstart (docs/quickstart.md): the base install runs it (its model is
+``keeper_middleware.testing``'s)."""
 EMBEDDINGS = (
     "from keeper_middleware.retrievers import EmbeddingRetriever, Passage\n"
     "r = EmbeddingRetriever()\n"

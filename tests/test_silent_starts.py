@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import sys
+import types
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -14,6 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from keeper_middleware import KeeperConfig, KeeperError, UnknownSessionError, create_keeper_agent
+from keeper_middleware.sessions import starts
 from keeper_middleware.testing import ScriptedChatModel
 
 LOGGER = "keeper_middleware"
@@ -76,20 +79,43 @@ def test_a_second_run_with_an_in_memory_checkpointer_says_the_archive_holds_unse
     assert "persistent checkpointer (SqliteSaver)" in said
 
 
-def test_a_sync_invoke_inside_a_running_event_loop_says_to_use_ainvoke(caplog):
-    caplog.set_level(logging.WARNING, logger=LOGGER)
-    agent = create_keeper_agent(ScriptedChatModel(default="Read."), checkpointer=InMemorySaver())
+@pytest.fixture
+def loop_unsaid(monkeypatch):
+    """The event-loop warning is logged once a process: as if not yet in this one."""
+    monkeypatch.setattr(starts, "_loop_said", False)
 
+
+def sync_invokes_in_a_loop(agents: int = 2, invokes: int = 3) -> None:
     async def handler() -> None:
-        for n in range(3):
-            agent.invoke({"messages": [story(n)]}, THREAD)
+        for _ in range(agents):
+            agent = create_keeper_agent(
+                ScriptedChatModel(default="Read."), checkpointer=InMemorySaver()
+            )
+            for n in range(invokes):
+                agent.invoke({"messages": [story(n)]}, THREAD)
 
     asyncio.run(handler())
-    (said,) = warnings_of(caplog)  # once, not at every step
+
+
+def test_a_sync_invoke_inside_a_running_event_loop_says_to_use_ainvoke(caplog, loop_unsaid):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    sync_invokes_in_a_loop()
+    (said,) = warnings_of(caplog)  # once, not at every step nor for every keeper
     assert "inside a running event loop" in said and "ainvoke" in said
 
 
-def test_ainvoke_in_the_event_loop_and_a_sync_invoke_outside_it_say_nothing(caplog):
+def test_a_notebook_cell_inside_the_kernels_loop_is_no_cause_for_a_warning(
+    caplog, loop_unsaid, monkeypatch
+):
+    kernel = types.ModuleType("IPython")
+    kernel.get_ipython = lambda: object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", kernel)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    sync_invokes_in_a_loop(agents=1)
+    assert warnings_of(caplog) == []
+
+
+def test_ainvoke_in_the_event_loop_and_a_sync_invoke_outside_it_say_nothing(caplog, loop_unsaid):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     agent = create_keeper_agent(ScriptedChatModel(default="Read."), checkpointer=InMemorySaver())
     agent.invoke({"messages": [story(1)]}, THREAD)

@@ -11,14 +11,16 @@ Three set-ups run without an error and still lose what the user expects to keep:
   index reads, note calls) blocks that loop, and everything else it serves waits.
 
 Each is one WARNING on the ``keeper_middleware`` logger that says what to do, logged once per
-keeper and thread (the event loop: once per keeper), never an error: each can be meant (a
-notebook's loop, a throwaway thread id).
+keeper and thread (the event loop: once per process), never an error: each can be meant (a
+throwaway thread id). A notebook's cell runs inside the kernel's event loop and a sync
+``invoke`` there blocks nothing else: no warning in an IPython kernel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 
 from langgraph.config import get_config
 
@@ -63,6 +65,17 @@ def in_running_loop() -> bool:
     return True
 
 
+def in_ipython_kernel() -> bool:
+    """Whether this is an IPython shell or notebook kernel, whose loop a cell may block."""
+    ipython = sys.modules.get("IPython")
+    get_ipython = getattr(ipython, "get_ipython", None)
+    return callable(get_ipython) and get_ipython() is not None
+
+
+_loop_said = False
+"""Whether the event-loop warning was logged in this process (once is enough to act on it)."""
+
+
 class StartWarnings:
     """The warnings above for one keeper, each logged once (per thread where it is a thread's)."""
 
@@ -70,13 +83,13 @@ class StartWarnings:
         self.archive = archive
         self.location = archive_location(archive)
         self._unchecked: set[str] = set()
-        self._loop_said = False
 
     def sync_step(self, session: str) -> None:
         """A synchronous step is starting: inside a running event loop, say to use ``ainvoke``."""
-        if self._loop_said or not in_running_loop():
+        global _loop_said
+        if _loop_said or not in_running_loop() or in_ipython_kernel():
             return
-        self._loop_said = True
+        _loop_said = True
         log.warning(
             "session=%s: a synchronous keeper step runs inside a running event loop, which it "
             "blocks (archive, index and note calls) until it ends: in async code call the "

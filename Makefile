@@ -56,7 +56,7 @@ pyright: setup
 # the documentation site (docs/ and mkdocs.yml; the API reference from the docstrings) into site/;
 # --strict fails on any warning: a broken link, a page left out, a docstring it cannot read
 docs: setup
-	$(PY) -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: setup
 	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli step-cost --out bench/results/step_cost.md

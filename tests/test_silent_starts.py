@@ -74,7 +74,9 @@ def test_a_second_run_with_an_in_memory_checkpointer_says_the_archive_holds_unse
     run_program(tmp_path / "archive.sqlite3", InMemorySaver(), items=30)
     caplog.set_level(logging.WARNING, logger=LOGGER)
     run_program(tmp_path / "archive.sqlite3", InMemorySaver(), items=1)
-    (said,) = warnings_of(caplog)
+    run_program(tmp_path / "archive.sqlite3", items=3)  # no checkpointer: every invoke afresh
+    said, unchecked, again = warnings_of(caplog)  # once a keeper and thread, not an invoke
+    assert "no checkpointer" in unchecked and "already holds" in again
     assert "starts afresh but its archive already holds" in said
     assert "persistent checkpointer (SqliteSaver)" in said
 

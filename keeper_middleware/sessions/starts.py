@@ -83,6 +83,7 @@ class StartWarnings:
         self.archive = archive
         self.location = archive_location(archive)
         self._unchecked: set[str] = set()
+        self._afresh: set[str] = set()
 
     def sync_step(self, session: str) -> None:
         """A synchronous step is starting: inside a running event loop, say to use ``ainvoke``."""
@@ -101,8 +102,11 @@ class StartWarnings:
         """The step found no keeper state for ``session``: the thread starts afresh."""
         if self.location is not None and run_keeps_checkpoints() is False:
             self._without_checkpointer(session)
+        if session in self._afresh:
+            return
         archived = self.archive.turn_count(session)
         if archived:
+            self._afresh.add(session)
             log.warning(
                 "session=%s starts afresh but its archive already holds %d turns, which this "
                 "new start does not see: the graph state was lost (no checkpointer, or an "

@@ -228,3 +228,26 @@ def test_a_hook_agent_given_a_model_of_its_own_gets_the_keepers_messages_in_its_
 def test_state_messages_takes_only_the_named_settings():
     with pytest.raises(ConfigurationError, match="state_messages='keeper'; use one of window"):
         KeeperConfig(state_messages="keeper")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("entry", ["agent", "middleware"])
+def test_a_state_that_keeps_every_message_still_has_the_memory_of_its_branch(entry):
+    """Time travel to before a cut and a new branch from there, with every message kept: the
+    branch remembers what a fresh thread fed its history remembers, and its question is shown
+    its own RULES only."""
+    from tests.branch_runs import CONFIG as BRANCH_CONFIG
+    from tests.branch_runs import control, feed, make_run, rules_at_questions
+    from tests.test_branches_graph import COMMON, LEFT, QUESTION, RIGHT, completed_after
+
+    run = make_run(entry, InMemorySaver(), Keeper(replace(BRANCH_CONFIG, state_messages="all")))
+    feed(run, COMMON + LEFT + [QUESTION])
+    before = completed_after(run, "item-5")
+    feed(run, [*RIGHT, QUESTION], before.config)
+    mine = run.memory()
+    assert mine == control(COMMON + RIGHT + [QUESTION])
+    assert "answer in French." not in mine.rules and "say it twice." in mine.rules
+    shown = rules_at_questions(run.model)
+    assert "answer in French." in shown[0] and "say it twice." in shown[1]
+    assert "answer in French." not in shown[1]
+    kept = [m.id for m in run.state().values["messages"]]
+    assert {"task", "item-1", "item-5"} <= set(kept)  # the branch's history, whole

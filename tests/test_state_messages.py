@@ -81,9 +81,13 @@ def hook_agent(model: ScriptedChatModel, keeper: Keeper) -> Any:
 def node_agent(model: ScriptedChatModel, keeper: Keeper) -> Any:
     """A hand-built graph with the keeper's node and the model node that goes with it."""
     node = KeeperNode(keeper, model=model, tools=TOOLS, system_prompt=SYSTEM)
+    return hand_built(node, node.model_runnable())
+
+
+def hand_built(node: KeeperNode, model_node: Any) -> Any:
     graph = StateGraph(KeeperGraphState)
     graph.add_node("keeper", node.as_runnable())
-    graph.add_node("model", node.model_runnable())
+    graph.add_node("model", model_node)
     graph.add_node("tools", ToolNode(list(node.tools)))
     graph.add_edge(START, "keeper")
     graph.add_edge("keeper", "model")
@@ -251,3 +255,20 @@ def test_a_state_that_keeps_every_message_still_has_the_memory_of_its_branch(ent
     assert "answer in French." not in shown[1]
     kept = [m.id for m in run.state().values["messages"]]
     assert {"task", "item-1", "item-5"} <= set(kept)  # the branch's history, whole
+
+
+def test_a_model_node_of_your_own_that_reads_the_view_keeps_them_out_of_the_state():
+    """``KeeperNode(..., model_reads_view=True)`` and ``KeeperNode.model_input(state)`` in the
+    user's own model node: the model gets the NOTES and RULES, the state does not."""
+    model, keeper = scripted_model(), Keeper(CONFIG)
+    node = KeeperNode(keeper, model=model, tools=TOOLS, system_prompt=SYSTEM, model_reads_view=True)
+    bound = model.bind_tools(list(node.tools))
+
+    def call_model(state: KeeperGraphState) -> dict[str, Any]:
+        return {"messages": [bound.invoke([SystemMessage(SYSTEM), *node.model_input(state)])]}
+
+    agent = hand_built(node, call_model)
+    assert keeper_chunks(agent, "sync") == []
+    assert keeper.counters(THREAD).cuts >= 2
+    findings = inspect(model, keeper)
+    assert findings.questions_seen >= 2 and findings.problems == []

@@ -42,7 +42,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
@@ -55,7 +55,7 @@ from langgraph.runtime import Runtime
 
 from keeper_middleware.agent import make_keeper
 from keeper_middleware.archive.store import ArchiveStore
-from keeper_middleware.config import KeeperConfig
+from keeper_middleware.config import KeeperConfig, StateMessages
 from keeper_middleware.errors import MissingDependencyError
 from keeper_middleware.keeper import Keeper, ModelSetup, Tool
 from keeper_middleware.messages.facts import as_ai_message
@@ -75,6 +75,12 @@ from keeper_middleware.node import (
 from keeper_middleware.retrievers.factory import RetrieverSpec
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.search.tool import DEFAULT_SESSION, archive_search_tool, session_of
+from keeper_middleware.state_view import (
+    KEEPER_STATE_KEY,
+    effective_mode,
+    engine_state,
+    model_view,
+)
 from keeper_middleware.tokens.counting import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -183,6 +189,9 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
             user_tools = (self.search_tool, *user_tools[:-1])
         self._setup = ModelSetup(system_prompt=system_prompt, tools=user_tools)
         self._bound: tuple[BaseChatModel, ModelSetup, Runnable[Any, BaseMessage]] | None = None
+        self.state_messages: StateMessages = self.keeper.config.state_messages or "window"
+        """What ``state["messages"]`` holds (``KeeperConfig.state_messages``; here
+        ``"window"`` by default: ``wrap_model_call`` adds the keeper's messages to the request)."""
 
     @property
     def setup(self) -> ModelSetup:
@@ -192,18 +201,29 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
     # ---- before_model: the keeper step on the stored history
 
     def before_model(self, state: KeeperAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
-        messages = list(state["messages"])
+        stored = list(state["messages"])
+        kstate = state.get(KEEPER_STATE_KEY)
+        given = model_view(stored, kstate)
         result = self.keeper.step(
-            _session(runtime), messages, state.get("keeper"), self._setup, self._call
+            _session(runtime), given, engine_state(kstate), self._setup, self._call
         )
-        return state_update(messages, result)
+        return state_update(stored, given, result, self._mode())
 
     async def abefore_model(self, state: KeeperAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
-        messages = list(state["messages"])
+        stored = list(state["messages"])
+        kstate = state.get(KEEPER_STATE_KEY)
+        given = model_view(stored, kstate)
         result = await self.keeper.astep(
-            _session(runtime), messages, state.get("keeper"), self._setup, self._acall
+            _session(runtime), given, engine_state(kstate), self._setup, self._acall
         )
-        return state_update(messages, result)
+        return state_update(stored, given, result, self._mode())
+
+    def _mode(self) -> StateMessages:
+        try:
+            config: RunnableConfig | None = get_config()
+        except RuntimeError:  # called outside a graph run
+            config = None
+        return effective_mode(self.state_messages, config)
 
     def _note_model(self) -> Runnable[Any, BaseMessage]:
         bound = self._bound
@@ -247,9 +267,12 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
     def _first_request(
         self, request: ModelRequest[Any], session: str
     ) -> tuple[ModelRequest[Any], bool]:
-        """The request as sent (thinking kwargs; after the stop line, no search tool), and
-        whether the search tool is offered in it."""
+        """The request as sent (the keeper's messages in place, thinking kwargs; after the stop
+        line, no search tool), and whether the search tool is offered in it."""
         self._learn(request)
+        view = model_view(request.messages, (request.state or {}).get(KEEPER_STATE_KEY))
+        if view != request.messages:
+            request = request.override(messages=cast("list[AnyMessage]", view))
         kwargs = self.keeper.work_kwargs(session, request.messages)
         if kwargs:
             request = request.override(model_settings={**request.model_settings, **kwargs})
@@ -326,10 +349,15 @@ class KeeperMiddleware(AgentMiddleware[KeeperAgentState, Any, Any]):
 class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
     """A :class:`KeeperNode` as ``create_react_agent``'s ``pre_model_hook`` (sync and async).
 
-    It returns ``messages`` updates only: the RULES block appended after a new question, and on a
-    cut ``RemoveMessage(REMOVE_ALL_MESSAGES)`` plus the new window, so the checkpoint shrinks. It
-    never sets ``llm_input_messages``: that channel keeps its last value, and the model would
-    read an old view the next time. Bind ``hook.tools`` (yours plus the archive search tool).
+    Given :attr:`model` (``create_react_agent(hook.model, ...)``), the keeper's messages stay in
+    its state channel and :attr:`model` puts them into the model's input
+    (``state_messages="window"`` by default); the hook returns ``messages`` updates for the
+    state's own messages only (on a cut, ``RemoveMessage(REMOVE_ALL_MESSAGES)`` plus the new
+    window, so the checkpoint shrinks). It never sets ``llm_input_messages``: LangGraph streams
+    every message a node returns, so the NOTES there would reach ``stream_mode="messages"``, and
+    that channel keeps its last value for the next call. An agent given a model of its own
+    reads ``state["messages"]`` as they are, so the RULES and NOTES are written there
+    (``"window_with_keeper"``, marked). Bind ``hook.tools`` (yours plus the archive search tool).
     """
 
     def __init__(self, node: KeeperNode) -> None:
@@ -339,13 +367,34 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
         """Whether :attr:`model` or :attr:`after_model` has run: the agent can withhold the
         search tool after the stop line."""
         self._warned = False
+        self._composes = False
+        """Whether :attr:`model` was taken (for ``create_react_agent``): it composes the
+        model's input, so the keeper's messages can stay out of ``messages``."""
+        self._warned_composed = False
+
+    def _check_composed(self) -> None:
+        """``state_messages`` set to keep the keeper's messages out of ``messages`` needs the
+        model's input composed by :attr:`model`: say so once when the agent has another."""
+        node = self.node
+        if self._composes or self._warned_composed or node.state_messages == "window_with_keeper":
+            return
+        self._warned_composed = True
+        log.warning(
+            "state_messages=%r needs create_react_agent(hook.model, ...), which puts the "
+            "keeper's NOTES and RULES into the model's input; this agent has a model of its "
+            "own, which will not see them: pass hook.model, or state_messages="
+            "'window_with_keeper'",
+            node.state_messages,
+        )
 
     def _before(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        self._check_composed()
         update = self.node(state, config)
         self._warn_unless_withheld(session_of(config), state.get("messages", []))
         return update
 
     async def _abefore(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        self._check_composed()
         update = await self.node.acall(state, config)
         await asyncio.to_thread(
             self._warn_unless_withheld, session_of(config), state.get("messages", [])
@@ -376,7 +425,13 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
     def model(self) -> Callable[[Mapping[str, Any], Runtime[Any]], Runnable[Any, BaseMessage]]:
         """The model to give ``create_react_agent`` (a dynamic model): bound to
         :attr:`tools`, and after the search tool's stop line to them without it, its replies'
-        search calls dropped, so a model that never stops searching ends with an answer."""
+        search calls dropped, so a model that never stops searching ends with an answer. It
+        puts the keeper's NOTES and RULES into the model's input, so taking it keeps them out
+        of ``state["messages"]`` (``state_messages="window"``) unless the config says
+        otherwise."""
+        self._composes = True
+        if self.node.keeper.config.state_messages is None:
+            self.node.state_messages = "window"
         return self._work_model
 
     def _work_model(
@@ -385,16 +440,21 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
         session = _session(runtime)
         node = self.node
         self._withholding = True
-        messages = list(state.get("messages", []))
+        messages = node.model_input(state)
         offered = node.search_tool is None or node.keeper.search_offered(session, messages)
         model = node.work_model(messages, search=offered)
+
+        def in_view(rendered: Any) -> list[BaseMessage]:
+            return composed_input(rendered, state)
+
+        viewed = RunnableLambda(in_view, name="keeper_view") | model
         if offered:
-            return model
+            return viewed
 
         def answer_only(reply: BaseMessage) -> AIMessage:
             return node.keeper.answer_only(session, as_ai_message(reply))
 
-        return model | RunnableLambda(answer_only, name="keeper_answer_only")
+        return viewed | RunnableLambda(answer_only, name="keeper_answer_only")
 
     @property
     def after_model(self) -> Runnable[Any, dict[str, Any]]:
@@ -427,6 +487,20 @@ class KeeperPreModelHook(RunnableLambda[Any, dict[str, Any]]):
     @property
     def tools(self) -> list[Tool]:
         return list(self.node.tools)
+
+
+def composed_input(rendered: Any, state: Mapping[str, Any]) -> list[BaseMessage]:
+    """The agent's rendered input (its prompt's messages, then the state's) with the state's
+    part replaced by the keeper's view of it (:func:`~keeper_middleware.state_view.model_view`).
+
+    Args:
+        rendered: what ``create_react_agent``'s prompt made: a list of messages or a prompt value.
+        state: the agent's state after the keeper's hook ran.
+    """
+    messages = rendered.to_messages() if hasattr(rendered, "to_messages") else list(rendered)
+    stored = {m.id for m in state.get("messages", []) if m.id}
+    lead = next((i for i, m in enumerate(messages) if m.id in stored), len(messages))
+    return [*messages[:lead], *model_view(messages[lead:], state.get(KEEPER_STATE_KEY))]
 
 
 def keeper_pre_model_hook(
@@ -474,6 +548,11 @@ def keeper_pre_model_hook(
             tool of the agent's named ``search_archive``.
     """
     engine = make_keeper(keeper, config, archive, retriever, token_counter)
-    return KeeperPreModelHook(
-        KeeperNode(engine, model=model, tools=tools, system_prompt=system_prompt, search=search)
+    node = KeeperNode(
+        engine,
+        model=model,
+        tools=tools,
+        system_prompt=system_prompt,
+        search=search,
     )
+    return KeeperPreModelHook(node)

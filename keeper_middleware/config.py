@@ -17,6 +17,8 @@ from keeper_middleware.retrievers.passages import PASSAGE_UNITS
 from keeper_middleware.step.items import numeric_group_problem
 
 NotesMode = Literal["in_place", "rewrite"]
+StateMessages = Literal["window", "all", "window_with_keeper"]
+STATE_MESSAGES: tuple[StateMessages, ...] = ("window", "all", "window_with_keeper")
 Size = int | tuple[str, float]
 DEFAULT_NOTES_FRACTION = 0.10
 """The NOTES' default share of window - reserve (see `KeeperConfig.notes_budget`)."""
@@ -135,6 +137,15 @@ class KeeperConfig:
     and stands in view as an excerpt (head and tail) with a pointer to read it page by page."""
     thinking: ThinkingPolicy = field(default_factory=ThinkingPolicy)
     """When the model thinks, and when a reply is asked again (``ThinkingPolicy``)."""
+    state_messages: StateMessages | None = None
+    """What a graph's ``state["messages"]`` holds (docs/state-messages.md): ``"window"`` the
+    window without the keeper's own messages (the NOTES, RULES and passages are added to what
+    the model is sent, from the keeper's state channel, so a chat UI never streams them),
+    ``"all"`` every message (the keeper shapes only the model's input), ``"window_with_keeper"``
+    the window with the keeper's messages in it, marked (the behaviour before the other two).
+    None: ``"window"`` wherever the keeper composes the model's input (``create_keeper_agent``,
+    ``KeeperMiddleware``, the pre-model hook), ``"window_with_keeper"`` for a ``KeeperNode``
+    before a model node of your own, which reads ``state["messages"]``."""
 
     def __post_init__(self) -> None:
         _check_int("window", self.window, minimum=1024, fix="tokens")
@@ -146,6 +157,11 @@ class KeeperConfig:
                     f" use at most {self.window // 2 - 1} (under half the window), or leave it "
                     "unset to scale with the window"
                 )
+        if self.state_messages is not None and self.state_messages not in STATE_MESSAGES:
+            raise ConfigurationError(
+                f"state_messages={self.state_messages!r}; use one of {', '.join(STATE_MESSAGES)}"
+                " (or None for the entry point's default)"
+            )
         if self.notes_mode not in ("in_place", "rewrite"):
             raise ConfigurationError(
                 f"notes_mode={self.notes_mode!r}; use 'in_place' (default) or 'rewrite'"

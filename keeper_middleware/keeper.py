@@ -47,6 +47,7 @@ from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import ArchiveError, ConfigurationError, UnknownSessionError
 from keeper_middleware.messages.facts import (
     close_unanswered_calls,
+    keeper_kind,
     strip_reasoning,
     with_storable_calls,
 )
@@ -80,6 +81,7 @@ from keeper_middleware.step.backlog import Backlog, part_end, part_state, with_p
 from keeper_middleware.step.commit import CutCommit
 from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
 from keeper_middleware.step.entries import Entry, messages_of
+from keeper_middleware.step.handed_back import window_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
 from keeper_middleware.step.oversized import OversizedMessages
 from keeper_middleware.step.result import Pending, StepResult
@@ -410,9 +412,8 @@ class Keeper:
         setup: ModelSetup,
     ) -> Pending:
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
-        if not kstate:
-            self.starts.fresh_state(session)
-        else:
+        fresh = not kstate
+        if not fresh:
             self._check_archive_holds(session, kstate)
         self._check_index(session)  # before passages are shown beside a question
         self.indexing.schedule_once(session)  # turns a crash left unindexed
@@ -421,8 +422,12 @@ class Keeper:
         # tool call left without its result (a recursion limit, a crash) is closed
         messages, forged = verified(messages, lambda: self.sessions.secret(session))
         messages, _closed = close_unanswered_calls(messages)
+        if HEAD_KEY not in kstate:
+            messages = self._handed_back(session, messages)
         # the branch this step runs on: its latest cut, as the graph state names it
         kstate[HEAD_KEY] = self.branches.head(session, kstate, messages)
+        if fresh:  # no state: afresh, unless NOTES in view name a branch (a parent handed back)
+            self.starts.fresh_state(session, names_branch=kstate[HEAD_KEY] is not None)
         notes = self.notes(session, head=kstate[HEAD_KEY])
         # inputs a graph removed before a cut noted them no longer count toward the next one
         uncount_removed(kstate, messages, ITEMS_SINCE_NOTES)
@@ -450,6 +455,23 @@ class Keeper:
             notes,
             bool(forged or shrunk or recounted),
             backlog,
+        )
+
+    def _handed_back(self, session: str, messages: list[BaseMessage]) -> list[BaseMessage]:
+        """A state that names no branch (its keeper channel stayed behind: a subgraph node of
+        a parent graph, a graph without a checkpointer) may hand back a history holding the
+        keeper's earlier NOTES and RULES and turns already archived: brought back to the window
+        the keeper last left (``step.handed_back``), never stacked nor noted twice."""
+        newest = self.branches.newest_notes(session, messages)
+        if newest is None:
+            return messages
+        ids = [str(m.id) for m in messages if m.id and keeper_kind(m) is None]
+        archived = self.archive.archived_ids(session, ids)
+        return window_of(
+            messages,
+            newest_notes=newest,
+            archived=archived,
+            pinned_head=self.config.pinned_head,
         )
 
     def _split_backlog(self, entries: list[Entry], setup: ModelSetup) -> Backlog | None:

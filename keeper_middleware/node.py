@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.graph.message import add_messages
 
-from keeper_middleware.config import KeeperConfig
+from keeper_middleware.config import KeeperConfig, StateMessages
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.keeper import Keeper, ModelSetup, StepResult, Tool
 from keeper_middleware.messages.facts import as_ai_message
@@ -30,8 +30,15 @@ from keeper_middleware.model.calls import (
 )
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.search.tool import archive_search_tool, session_of
+from keeper_middleware.state_view import (
+    KEEPER_STATE_KEY,
+    effective_mode,
+    engine_state,
+    model_view,
+    view_update,
+)
 
-KEEPER_STATE_KEY = "keeper"
+__all__ = ["KEEPER_STATE_KEY", "KeeperGraphState", "KeeperNode", "keeper_node"]
 
 ToolChoice = str | dict[str, Any] | Callable[[Sequence[BaseMessage]], str | dict[str, Any] | None]
 """A tool choice for work calls, fixed or decided per call from the messages (None: free).
@@ -45,14 +52,15 @@ class KeeperGraphState(TypedDict):
     keeper: NotRequired[dict[str, Any]]
 
 
-def state_update(given: Sequence[BaseMessage], result: StepResult) -> dict[str, Any]:
-    """The graph update for a step: nothing, appended messages, or a rewritten history."""
-    update: dict[str, Any] = {KEEPER_STATE_KEY: result.state}
-    if result.rewritten:
-        update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]
-    elif result.changed:
-        update["messages"] = result.messages[len(given) :]
-    return update
+def state_update(
+    stored: Sequence[BaseMessage],
+    given: Sequence[BaseMessage],
+    result: StepResult,
+    mode: StateMessages,
+) -> dict[str, Any]:
+    """The graph update for a step: the keeper's channel, and the messages as ``mode`` keeps
+    them (:func:`~keeper_middleware.state_view.view_update`)."""
+    return view_update(stored, given, result, mode)
 
 
 class KeeperNode:
@@ -65,6 +73,12 @@ class KeeperNode:
     (for a model or server without tool calling). Note calls stay out of user-facing streams and
     callbacks (see :mod:`keeper_middleware.model.calls`).
 
+    Where the keeper's own messages (NOTES, RULES) go is ``KeeperConfig.state_messages``
+    (:mod:`keeper_middleware.state_view`). A model node of your own reads ``state["messages"]``,
+    so by default they are written there, marked; with :meth:`model_runnable` as the model node,
+    or ``model_reads_view=True`` (your model node calls :meth:`model_input`), they stay in the
+    keeper's channel and only the model is sent them.
+
     Args:
         keeper: the engine that keeps this graph's memory (one may serve many graphs), or a
             :class:`KeeperConfig` for a keeper of its own (archive in memory).
@@ -73,6 +87,9 @@ class KeeperNode:
         system_prompt: the model node's system prompt (note calls render it the same way).
         tool_choice: the work calls' tool choice; note calls never force a tool.
         search: ``False`` leaves the archive search tool out.
+        model_reads_view: the model node composes its input with :meth:`model_input`; the
+            keeper's messages then stay out of ``state["messages"]`` unless
+            ``KeeperConfig.state_messages`` says otherwise.
 
     Raises:
         ConfigurationError: ``keeper`` is neither a :class:`Keeper` nor a config, ``tools`` is not a list, or
@@ -88,6 +105,7 @@ class KeeperNode:
         system_prompt: str | None = None,
         tool_choice: ToolChoice | None = None,
         search: bool = True,
+        model_reads_view: bool = False,
     ) -> None:
         if isinstance(keeper, KeeperConfig):
             keeper = Keeper(keeper)
@@ -105,22 +123,39 @@ class KeeperNode:
         self._raw_model = chat_model
         self._tool_choice = tool_choice
         self._forced: dict[str, Runnable[Any, BaseMessage]] = {}
+        default: StateMessages = "window" if model_reads_view else "window_with_keeper"
+        self.state_messages: StateMessages = keeper.config.state_messages or default
+        """What ``state["messages"]`` holds (``KeeperConfig.state_messages``)."""
 
     def __call__(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         session = session_of(config)
-        messages = list(state.get("messages", []))
-        result = self.keeper.step(
-            session, messages, state.get(KEEPER_STATE_KEY), self.setup, self._call
-        )
-        return state_update(messages, result)
+        stored = list(state.get("messages", []))
+        kstate = state.get(KEEPER_STATE_KEY)
+        given = model_view(stored, kstate)
+        result = self.keeper.step(session, given, engine_state(kstate), self.setup, self._call)
+        return state_update(stored, given, result, effective_mode(self.state_messages, config))
 
     async def acall(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         session = session_of(config)
-        messages = list(state.get("messages", []))
+        stored = list(state.get("messages", []))
+        kstate = state.get(KEEPER_STATE_KEY)
+        given = model_view(stored, kstate)
         result = await self.keeper.astep(
-            session, messages, state.get(KEEPER_STATE_KEY), self.setup, self._acall
+            session, given, engine_state(kstate), self.setup, self._acall
         )
-        return state_update(messages, result)
+        return state_update(stored, given, result, effective_mode(self.state_messages, config))
+
+    @staticmethod
+    def model_input(state: Mapping[str, Any]) -> list[BaseMessage]:
+        """The messages the model is sent after the keeper's step: ``state["messages"]`` with
+        the keeper's NOTES and RULES put back where they stand (and, with
+        ``state_messages="all"``, only the messages in view). A model node of your own calls it
+        in place of reading ``state["messages"]``; with ``"window_with_keeper"`` it is them.
+
+        Args:
+            state: the graph state after the keeper's node ran.
+        """
+        return model_view(list(state.get("messages", [])), state.get(KEEPER_STATE_KEY))
 
     def as_runnable(self, name: str = "keeper") -> Runnable[Any, Any]:
         """The node with both sync and async paths, for ``graph.add_node(name, ...)``."""
@@ -179,9 +214,10 @@ class KeeperNode:
     def call_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         """A model node that calls the model the way the keeper expects (sync)."""
         session = session_of(config)
-        messages = self.setup.render(state["messages"])
-        kwargs = self.keeper.work_kwargs(session, state["messages"])
-        model, offered = self._reply(session, state["messages"])
+        view = self.model_input(state)
+        messages = self.setup.render(view)
+        kwargs = self.keeper.work_kwargs(session, view)
+        model, offered = self._reply(session, view)
         with self._explained():
             reply = self._answered(session, offered, model.invoke(messages, **kwargs))
             retry = self.keeper.retry_kwargs(session, kwargs, reply)
@@ -197,9 +233,10 @@ class KeeperNode:
     async def acall_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         """The same model node (async)."""
         session = session_of(config)
-        messages = self.setup.render(state["messages"])
-        kwargs = await asyncio.to_thread(self.keeper.work_kwargs, session, state["messages"])
-        model, offered = await asyncio.to_thread(self._reply, session, state["messages"])
+        view = self.model_input(state)
+        messages = self.setup.render(view)
+        kwargs = await asyncio.to_thread(self.keeper.work_kwargs, session, view)
+        model, offered = await asyncio.to_thread(self._reply, session, view)
         with self._explained():
             reply = self._answered(session, offered, await model.ainvoke(messages, **kwargs))
             retry = self.keeper.retry_kwargs(session, kwargs, reply)
@@ -209,6 +246,12 @@ class KeeperNode:
         return {"messages": [recorded]}
 
     def model_runnable(self, name: str = "model") -> Runnable[Any, Any]:
+        """The model node that goes with this keeper node (:meth:`call_model`). It composes
+        the model's input (:meth:`model_input`), so taking it keeps the keeper's messages out
+        of ``state["messages"]`` (``state_messages="window"``) unless the config says
+        otherwise."""
+        if self.keeper.config.state_messages is None:
+            self.state_messages = "window"
         return RunnableLambda(self.call_model, afunc=self.acall_model, name=name)
 
 

@@ -25,6 +25,7 @@ from keeper_middleware import (
     create_keeper_agent,
 )
 from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.state_view import model_view
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 
@@ -247,7 +248,8 @@ def feed(run: Run, steps: Sequence[Step], config: dict[str, Any] | None = None) 
 def unnoted(run: Run, config: dict[str, Any] | None = None) -> list[str]:
     """The ids of the inputs in view that no NOTES account for yet (the ones an edit or a
     removal can change as if they had always been so)."""
-    messages = run.state(config).values["messages"]
+    values = run.state(config).values
+    messages = model_view(values["messages"], values.get("keeper"))  # what the model is sent
     start = run.keeper.window.layout(messages).noted_start
     return [
         str(m.id) for m in messages[start:] if isinstance(m, HumanMessage) and not keeper_kind(m)

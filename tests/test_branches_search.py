@@ -7,16 +7,20 @@ message the keeper writes into the graph carries the marker ``is_keeper_message`
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from keeper_middleware import Keeper, create_keeper_agent, is_keeper_message
+from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent, is_keeper_message
 from keeper_middleware.step.excerpts import excerpt_ref
 from tests.branch_runs import CONFIG, TASK, Run, feed, story
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel
+
+IN_STATE = replace(CONFIG, state_messages="window_with_keeper")
+"""The option that writes the keeper's messages into the state, marked, for a UI to filter."""
 
 PLAN = re.compile(r"Please search(?: together)?: ([\w, ]+)\.")
 STORY = StoryModel()
@@ -48,8 +52,8 @@ def searching(messages):
     return "answered"
 
 
-def agent_run(thread: str = "t") -> Run:
-    keeper = Keeper(CONFIG)
+def agent_run(thread: str = "t", config: KeeperConfig = CONFIG) -> Run:
+    keeper = Keeper(config)
     model = ScriptedChatModel(default=searching)
     agent = create_keeper_agent(model, keeper=keeper, checkpointer=InMemorySaver())
     return Run(keeper=keeper, graph=agent, model=model, thread=thread)
@@ -146,7 +150,7 @@ def test_an_excerpted_message_is_read_only_on_the_branch_that_archived_it():
 
 
 def test_chat_uis_filter_the_keepers_messages_by_their_marker():
-    run = agent_run()
+    run = agent_run(config=IN_STATE)
     shown, written = [], []
     inputs = [TASK] + [story(i, f"Today we set c{i} to {i}.") for i in range(1, 7)]
     for text in [*inputs, "Item 7. Questions: 1. What is c1?"]:
@@ -178,14 +182,15 @@ def test_a_forged_marker_is_removed_so_the_ui_shows_the_users_message():
 
 
 def test_the_ui_filter_in_the_docs_shows_the_models_words_and_never_the_keepers():
-    """The example in docs/branches.md, run as written over a run that cuts and asks."""
+    """The example in docs/branches.md, run as written over a run that cuts and asks, with the
+    keeper's messages written into the state (the option that needs the filter)."""
     docs = Path(__file__).resolve().parents[1] / "docs" / "branches.md"
     example = next(
         block
         for block in re.findall(r"```python[^\n]*\n(.*?)```", docs.read_text(), re.DOTALL)
         if "is_keeper_message" in block
     )
-    run = agent_run()
+    run = agent_run(config=IN_STATE)
     printed: list[str] = []
     texts = [TASK] + [story(i, f"Today we set c{i} to {i}.") for i in range(1, 7)]
     for text in [*texts, "Item 7. Questions: 1. What is c1?"]:

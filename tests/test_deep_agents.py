@@ -13,7 +13,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from keeper_bench.reader.summary import DEEPAGENTS_SUMMARY_START
 from keeper_bench.run_options import RunOptions, resolve_stream
 from keeper_bench.runner import run_arm
-from keeper_middleware.messages.facts import text_of
+from keeper_middleware.messages.facts import keeper_kind, text_of
 
 pytest.importorskip("deepagents")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -46,12 +46,19 @@ def test_the_keeper_runs_inside_a_deep_agent_with_its_summariser_switched_off(mo
     config = {"configurable": {"thread_id": "t"}, "callbacks": [requests]}
     from langchain_core.messages import HumanMessage
 
-    replies = []
+    replies, streamed = [], []
     for text in example["conversation"](40):
-        reply = agent.invoke({"messages": [HumanMessage(text)]}, config)["messages"][-1]
+        # as a chat UI streams it, subagents included: the keeper's messages never come
+        inputs = {"messages": [HumanMessage(text)]}
+        for _ns, (chunk, _meta) in agent.stream(
+            inputs, config, stream_mode="messages", subgraphs=True
+        ):
+            streamed.append(chunk)
+        reply = agent.get_state(config).values["messages"][-1]
         if text.startswith("Questions"):
             replies.append(text_of(reply))
     assert replies == ["1. 7", "1. 77", "1. 147", "1. 217"]  # found in the keeper's archive
+    assert streamed and not [c for c in streamed if keeper_kind(c) or "[NOTES]" in text_of(c)]
     assert keeper.counters("t").cuts >= 5
     assert keeper.notes("t").rules == ("Report every amount in words, never in digits.",)
     assert not any(DEEPAGENTS_SUMMARY_START in text for sent in requests.sent for text in sent)

@@ -16,6 +16,7 @@ from keeper_middleware import (
     create_keeper_agent,
 )
 from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.state_view import model_view
 from keeper_middleware.tokens.counting import ApproximateTokenCounter
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
@@ -480,6 +481,7 @@ def test_passages_shown_next_to_a_question_take_at_most_a_quarter_of_the_budget(
         },
         THREAD,
     )
-    block = next(m for m in out["messages"] if keeper_kind(m) == "retrieved")
+    view = model_view(out["messages"], out["keeper"])  # what the model is sent
+    block = next(m for m in view if keeper_kind(m) == "retrieved")
     assert text_of(block).count("\n") >= 1
     assert ApproximateTokenCounter().count_text(text_of(block)) <= config.budget // 4

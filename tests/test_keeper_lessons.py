@@ -15,6 +15,7 @@ from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.notes.block import parse_notes
 from keeper_middleware.search.guards import STOP_LINE
+from keeper_middleware.state_view import model_view
 from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch, note_lines
 
@@ -279,7 +280,8 @@ def test_lesson_11_the_kept_exchange_is_labelled_and_not_noted_twice():
     )
     start(agent)
     out = feed(agent, 1, 3)
-    notes_message = next(m for m in out["messages"] if keeper_kind(m) == "notes")
+    view = model_view(out["messages"], out["keeper"])  # what the model is sent
+    notes_message = next(m for m in view if keeper_kind(m) == "notes")
     assert parse_notes(text_of(notes_message))[1] == 1
     assert (
         "The next message was kept in view from before these notes; it is already noted."

@@ -132,6 +132,28 @@ def test_langgraph_dev_serves_the_example_and_runs_it(tmp_path):
         humans = [m["id"] for m in state["messages"] if m["type"] == "human"]
         assert len(humans) == 2 and set(humans) <= set(state["keeper"]["seen"])  # the keeper's
         assert (tmp_path / "state" / "archive.sqlite3").exists()
+        # streamed as a chat UI streams it, past a cut and a question: no keeper message
+        stories = [f"Item {n}.\nMira Holt recorded domo{n:02d} at {n * 3}." for n in range(2, 13)]
+        streamed = []
+        for text in [*stories, "Questions.\n1. What value does domo02 hold now?"]:
+            run = httpx.post(
+                f"{base}/threads/{thread}/runs/stream",
+                json={
+                    "assistant_id": "keeper_agent",
+                    "input": {"messages": [{"role": "user", "content": text}]},
+                    "stream_mode": ["messages-tuple"],
+                    "stream_subgraphs": True,
+                },
+                timeout=60,
+            )
+            assert run.status_code == 200, run.text
+            streamed += [line for line in run.text.splitlines() if line.startswith("data:")]
+        assert any('"1. 6"' in line for line in streamed)  # the answer, found in the archive
+        assert not [line for line in streamed if "[NOTES]" in line or "keeper_mark" in line]
+        values = httpx.get(f"{base}/threads/{thread}/state", timeout=30).json()["values"]
+        assert not [m for m in values["messages"] if "keeper" in m.get("additional_kwargs", {})]
+        kept = [e["msg"] for e in values["keeper"]["view"] if "ref" not in e]
+        assert any("[NOTES]" in str(m["data"]["content"]) for m in kept)  # a cut, in the view
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -23,6 +23,7 @@ from langgraph.types import Command
 from keeper_middleware import Keeper, KeeperConfig, ThinkingPolicy
 from keeper_middleware.integrations.langchain import KeeperMiddleware
 from keeper_middleware.messages.facts import keeper_kind
+from keeper_middleware.state_view import model_view
 from tests.test_integrations_parity import (
     CONFIG,
     SYSTEM,
@@ -62,7 +63,9 @@ def test_invoke_cuts_the_stored_history_and_keeps_the_bookkeeping_private(refere
     assert "keeper" not in output
     stored = agent.get_state(thread()).values
     assert json.loads(json.dumps(stored["keeper"])) == stored["keeper"]
-    assert keeper_kind(stored["messages"][1]) == "notes"
+    # the NOTES stand in what the model is sent, not in the state a chat UI reads
+    assert all(keeper_kind(m) is None for m in stored["messages"])
+    assert keeper_kind(model_view(stored["messages"], stored["keeper"])[1]) == "notes"
     assert len(stored["messages"]) < TURNS  # about four messages a turn were sent
     assert keeper.counters(THREAD).cuts >= 3
     assert inspect(model, keeper).problems == []

@@ -65,6 +65,7 @@ COMMAND_MODULES = (
     "keeper_bench.notes_cost.command",
     "keeper_bench.moved_cost",
     "keeper_bench.branches_cost",
+    "keeper_bench.state_size",
     "keeper_bench.marathon.cli",
     "keeper_bench.proxy.overhead",
 )

@@ -78,6 +78,19 @@ class Branches:
             return state_head(kstate)
         return self.head_in_view(session, messages)
 
+    def newest_notes(self, session: str, messages: Sequence[BaseMessage]) -> BaseMessage | None:
+        """The NOTES message among ``messages`` whose cut the archive committed last (None:
+        no NOTES message, or none the archive knows): of a history handed back whole, the one
+        the agent's latest window held (``step.handed_back``)."""
+        newest: tuple[int, BaseMessage] | None = None
+        for message in messages:
+            if keeper_kind(message) != "notes" or not str(message.id).startswith(NOTES_ID_PREFIX):
+                continue
+            found = self.archive.find_cut(session, str(message.id)[len(NOTES_ID_PREFIX) :])
+            if found is not None and (newest is None or found.ordinal > newest[0]):
+                newest = (found.ordinal, message)
+        return None if newest is None else newest[1]
+
     def head_in_view(self, session: str, messages: Sequence[BaseMessage]) -> str | None:
         """The branch's head as the messages in view say it: the cut that wrote the NOTES in
         view, and the commits after it on its line without NOTES of their own (messages archived

@@ -98,11 +98,17 @@ class StartWarnings:
             session,
         )
 
-    def fresh_state(self, session: str) -> None:
-        """The step found no keeper state for ``session``: the thread starts afresh."""
+    def fresh_state(self, session: str, *, names_branch: bool = False) -> None:
+        """The step found no keeper state for ``session``: the thread starts afresh.
+
+        Args:
+            session: the thread id.
+            names_branch: NOTES in view name a branch of the archive (a parent graph handed
+                the keeper's messages back), so the thread continues and is not afresh.
+        """
         if self.location is not None and run_keeps_checkpoints() is False:
             self._without_checkpointer(session)
-        if session in self._afresh:
+        if names_branch or session in self._afresh:
             return
         archived = self.archive.turn_count(session)
         if archived:

@@ -174,6 +174,7 @@ class Keeper:
             database=database,
             schema=schema,
             vectors_may_lag=True,
+            keyword_engine=self.config.keyword_engine,
         )
         self.passages_retriever = (
             self.retriever
@@ -185,6 +186,7 @@ class Keeper:
                 database=database,
                 schema=schema,
                 vectors_may_lag=True,
+                keyword_engine=self.config.keyword_engine,
             )
         )
         shared = self.archive if isinstance(self.archive, SessionLockBackend) else None

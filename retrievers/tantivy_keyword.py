@@ -98,6 +98,9 @@ class TantivyKeywordRetriever:
         ArchiveError: The folder holds something tantivy cannot open.
     """
 
+    counts_stored = True
+    """``count`` reads the index (so a deleted one is rebuilt: ``indexing.reconcile``)."""
+
     def __init__(
         self,
         path: str | PathLike[str] | None = None,
@@ -181,9 +184,10 @@ class TantivyKeywordRetriever:
             for field in ("text", "context")
         ]
         clauses = [(Occur.Must, Query.boolean_query(matches))]
-        clauses += [(Occur.Must, Query.const_score_query(f, 0.0)) for f in self._filters(
-            session, from_item, to_item, within
-        )]
+        clauses += [
+            (Occur.Must, Query.const_score_query(f, 0.0))
+            for f in self._filters(session, from_item, to_item, within)
+        ]
         with self._lock:
             self._check_open()
             searcher = self._index.searcher()
@@ -250,7 +254,10 @@ class TantivyKeywordRetriever:
             filters.append(Query.range_query(self._schema, "item", Integer, low, high))
         if within is not None:
             spans = [
-                (tantivy.Occur.Should, Query.range_query(self._schema, "position", Integer, a, b - 1))
+                (
+                    tantivy.Occur.Should,
+                    Query.range_query(self._schema, "position", Integer, a, b - 1),
+                )
                 for a, b in within.ranges
             ]
             filters.append(Query.boolean_query(spans))

@@ -84,6 +84,31 @@ def _key(session: str, position: int) -> str:
     return f"{session}\x1f{position}"
 
 
+def _best(found: list[tuple[float, Any]], count: int) -> list[tuple[float, Any]]:
+    """The first ``count`` hits, and every hit that ties with the last of them."""
+    if len(found) <= count:
+        return found
+    floor = found[count - 1][0]
+    return [hit for hit in found if hit[0] >= floor]
+
+
+def _hit(
+    session: str, score: float, document: dict[str, list[Any]], following: dict[int, str]
+) -> Hit:
+    position = int(document["position"][0])
+    return Hit(
+        passage=Passage(
+            session=session,
+            item=int(document["item"][0]),
+            position=position,
+            text=str(document["text"][0]),
+            context=str(document["context"][0]) if document.get("context") else "",
+        ),
+        score=float(score),
+        next_text=following.get(position, ""),
+    )
+
+
 class TantivyKeywordRetriever:
     """BM25 keyword search over a tantivy index; incremental, persistent, safe across threads.
 
@@ -170,16 +195,44 @@ class TantivyKeywordRetriever:
         within: Spans | None = None,
     ) -> list[Hit]:
         check_search_arguments(k, from_item, to_item)
+        return self._ranked(query, session, k, k, from_item, to_item, within)[0]
+
+    def search_counted(
+        self,
+        query: str,
+        *,
+        session: str,
+        k: int,
+        limit: int,
+        from_item: int | None = None,
+        to_item: int | None = None,
+        within: Spans | None = None,
+    ) -> tuple[list[Hit], int]:
+        """The best ``k`` hits, as ``search`` ranks them, and how many passages match, counted
+        up to ``limit``: the index ranks ``limit`` of them, only the ``k`` shown are read."""
+        check_search_arguments(k, from_item, to_item)
+        return self._ranked(query, session, k, limit, from_item, to_item, within)
+
+    def _ranked(
+        self,
+        query: str,
+        session: str,
+        k: int,
+        limit: int,
+        from_item: int | None,
+        to_item: int | None,
+        within: Spans | None,
+    ) -> tuple[list[Hit], int]:
+        """The best ``k`` hits and how many of the best ``limit`` (at least ``k``) matched."""
         if within is not None and not within:
-            return []
+            return [], 0
         words = self._query_words(query)
         if not words:
-            return []
+            return [], 0
         tantivy = self._tantivy
         Query, Occur = tantivy.Query, tantivy.Occur  # noqa: N806
-        schema = self._schema
         matches = [
-            (Occur.Should, Query.term_query(schema, field, word))
+            (Occur.Should, Query.term_query(self._schema, field, word))
             for word in words
             for field in ("text", "context")
         ]
@@ -192,15 +245,15 @@ class TantivyKeywordRetriever:
             self._check_open()
             searcher = self._index.searcher()
             found = searcher.search(
-                Query.boolean_query(clauses), limit=k + _TIE_MARGIN, count=False
+                Query.boolean_query(clauses), limit=max(limit, k + _TIE_MARGIN), count=False
             ).hits
-            documents = [(score, searcher.doc(address).to_dict()) for score, address in found]
+            best = _best(found, k + _TIE_MARGIN)
+            documents = [(score, searcher.doc(address).to_dict()) for score, address in best]
             documents.sort(key=lambda pair: (-pair[0], -pair[1]["position"][0]))
-            hits = [
-                self._hit(searcher, session, score, document, within)
-                for score, document in documents[:k]
-            ]
-        return mark_hits(hits, query)
+            documents = documents[:k]
+            following = self._following_texts(searcher, session, documents, within)
+            hits = [_hit(session, score, document, following) for score, document in documents]
+        return mark_hits(hits, query), min(len(found), limit)
 
     def count(self, session: str) -> int:
         with self._lock:
@@ -263,34 +316,31 @@ class TantivyKeywordRetriever:
             filters.append(Query.boolean_query(spans))
         return filters
 
-    def _hit(
+    def _following_texts(
         self,
         searcher: Any,
         session: str,
-        score: float,
-        document: dict[str, list[Any]],
+        documents: list[tuple[float, dict[str, list[Any]]]],
         within: Spans | None,
-    ) -> Hit:
-        position = int(document["position"][0])
-        following = position + 1 if within is None else within.following(position)
-        return Hit(
-            passage=Passage(
-                session=session,
-                item=int(document["item"][0]),
-                position=position,
-                text=str(document["text"][0]),
-                context=str(document["context"][0]) if document.get("context") else "",
-            ),
-            score=float(score),
-            next_text="" if following is None else self._text_at(searcher, session, following),
+    ) -> dict[int, str]:
+        """The text that follows each document, by the document's position, read in one
+        search (the next position, or the next one within the spans)."""
+        wanted: dict[int, int] = {}
+        for _, document in documents:
+            position = int(document["position"][0])
+            following = position + 1 if within is None else within.following(position)
+            if following is not None:
+                wanted[following] = position
+        if not wanted:
+            return {}
+        query = self._tantivy.Query.term_set_query(
+            self._schema, "key", [_key(session, following) for following in wanted]
         )
-
-    def _text_at(self, searcher: Any, session: str, position: int) -> str:
-        query = self._tantivy.Query.term_query(self._schema, "key", _key(session, position))
-        found = searcher.search(query, limit=1, count=False).hits
-        if not found:
-            return ""
-        return str(searcher.doc(found[0][1]).to_dict()["text"][0])
+        texts: dict[int, str] = {}
+        for _, address in searcher.search(query, limit=len(wanted), count=False).hits:
+            found = searcher.doc(address).to_dict()
+            texts[wanted[int(found["position"][0])]] = str(found["text"][0])
+        return texts
 
     def _open_writer(self) -> Any:
         """The index's writer, opened on first write; another process writing the same folder

@@ -117,7 +117,7 @@ def build_archive(
         written.write_text("ok")
     if not (keyword or vectors):
         return path
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     index = path.with_suffix(".index")
     retriever: Any = KeywordRetriever(index / "keyword.sqlite3")
     if vectors:
@@ -131,7 +131,8 @@ def build_archive(
     retriever.close()
     archive.close()
     what = "keyword and vectors" if vectors else "keyword"
-    say(f"indexed ({what}) in {time.perf_counter() - started:.0f} s")
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    say(f"indexed ({what}) in {wall:.0f} s ({cpu:.0f} s CPU)")
     done.write_text("ok")
     return path
 

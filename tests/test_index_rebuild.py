@@ -127,3 +127,8 @@ def test_an_index_the_archive_never_filled_is_not_rebuilt_on_every_open(tmp_path
         assert "recorded zephyr1 at 7" in reopened.search(SESSION, "the clerk's zephyr1")
         reopened.close()
     assert "index rebuilt" not in caplog.text
+
+
+def test_an_unknown_keyword_engine_lists_the_choices(tmp_path):
+    with pytest.raises(ValueError, match="keyword_engine='lucene'; use one of auto, fts5, tantivy"):
+        make_retriever("keyword", path=tmp_path, keyword_engine="lucene")

@@ -122,6 +122,11 @@ class KeeperConfig:
     ``sentences``. Every passage carries its message's context (who, when, which item).
     Messages find the evidence more often on real conversation (LoCoMo, every backend;
     bench/results/locomo_recall.md). A hit on a message shows the matched sentence marked."""
+    keyword_engine: str = "auto"
+    """What ranks the keyword search of an archive's index folder: ``fts5`` (SQLite, no
+    dependency), ``tantivy`` (the ``tantivy`` extra; keeps a search in milliseconds at millions
+    of passages), or ``auto``: FTS5 until its file outgrows a small archive, then tantivy
+    (built again from the archive once). PostgreSQL archives search on the server either way."""
     search_results: int = 10
     """How many matches the archive search shows at most."""
     search_scan: int = 200
@@ -174,6 +179,10 @@ class KeeperConfig:
         if self.passages not in PASSAGE_UNITS:
             raise ConfigurationError(
                 f"passages={self.passages!r}; use one of {', '.join(PASSAGE_UNITS)}"
+            )
+        if self.keyword_engine not in ("auto", "fts5", "tantivy"):
+            raise ConfigurationError(
+                f"keyword_engine={self.keyword_engine!r}; use 'auto', 'fts5' or 'tantivy'"
             )
         _check_int("search_results", self.search_results, minimum=1)
         _check_int("search_scan", self.search_scan, minimum=1)

@@ -177,6 +177,7 @@ class Keeper:
             database=database,
             schema=schema,
             vectors_may_lag=True,
+            keyword_engine=self.config.keyword_engine,
         )
         self.passages_retriever = (
             self.retriever
@@ -188,6 +189,7 @@ class Keeper:
                 database=database,
                 schema=schema,
                 vectors_may_lag=True,
+                keyword_engine=self.config.keyword_engine,
             )
         )
         shared = self.archive if isinstance(self.archive, SessionLockBackend) else None

@@ -272,6 +272,19 @@ class Retriever(Protocol):
     def close(self) -> None: ...
 
 
+def stored_count(retriever: object, session: str) -> int | None:
+    """How many of the session's passages the retriever's index holds, for a backend that
+    counts what it stores (``counts_stored = True``, or a ``stored_count`` method of its own);
+    None for one that cannot tell (a LangChain store counts only what this process added)."""
+    own = getattr(retriever, "stored_count", None)
+    if own is not None:
+        found = own(session)
+        return None if found is None else int(found)
+    if getattr(retriever, "counts_stored", False):
+        return int(retriever.count(session))  # type: ignore[attr-defined]
+    return None
+
+
 def takes_within(retriever: object) -> bool:
     """Whether ``retriever.search`` accepts ``within=`` (every backend here does; one written
     before branches existed may not)."""

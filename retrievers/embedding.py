@@ -95,6 +95,9 @@ class EmbeddingRetriever:
     Chroma server; with neither, the index lives in memory and is gone when closed.
     """
 
+    counts_stored = True
+    """``count`` reads the index (so a deleted one is rebuilt: ``indexing.reconcile``)."""
+
     def __init__(
         self,
         path: str | PathLike[str] | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from os import PathLike
 from pathlib import Path
 
@@ -20,6 +21,13 @@ BACKENDS = ("keyword", "embedding", "hybrid")
 RetrieverSpec = Retriever | VectorStore | str | None
 """What ``retriever=`` takes: a retriever, any LangChain vector store, or a backend's name."""
 KEYWORD_FILE = "keyword.sqlite3"
+TANTIVY_FOLDER = "tantivy"
+KEYWORD_ENGINES = ("auto", "fts5", "tantivy")
+FTS5_LIMIT_BYTES = 32 << 20
+"""Size of a folder's FTS5 file past which "auto" moves it to tantivy (see ``keyword_engine``):
+about 95,000 one-line messages, where FTS5's search p95 reaches 10 ms of CPU while tantivy's is
+4 ms; below it FTS5 adds a cut's passages for a third of tantivy's CPU and needs no dependency
+(bench/results/index_cost.md, "Round four")."""
 EMBEDDING_FOLDER = "chroma"
 
 
@@ -32,6 +40,7 @@ def make_retriever(
     database: str | None = None,
     schema: str = "keeper",
     vectors_may_lag: bool = False,
+    keyword_engine: str = "auto",
 ) -> Retriever:
     """A retriever from a spec: a retriever passes through, a LangChain ``VectorStore`` is
     adapted (:class:`VectorStoreRetriever`); "keyword" (the default, also for None),
@@ -46,7 +55,14 @@ def make_retriever(
     with a Chroma server). ``vectors_may_lag``: a "hybrid" search does not wait for vectors
     still being made; it ranks those passages by keyword until they are written (the keeper's
     choice, so a search right after a cut is not held up by embedding it).
+    ``keyword_engine`` ranks the keyword side of a folder: "fts5" (SQLite, no dependency),
+    "tantivy" (``pip install keeper-middleware[tantivy]``; stores each word's document frequency,
+    so a search at millions of passages stays in milliseconds), or "auto": tantivy for a folder
+    that has its index or whose FTS5 file has grown past ``FTS5_LIMIT_BYTES``, FTS5 otherwise
+    (and always in memory, or when tantivy is not installed). Moved to tantivy, the folder's
+    index is built again from the archive at the next search.
     """
+    engine = _keyword_engine(keyword_engine, folder=None if path is None else Path(path))
     if spec is None:
         spec = "keyword"
     if not isinstance(spec, str):
@@ -72,6 +88,10 @@ def make_retriever(
             from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
 
             return PostgresKeywordRetriever(database, schema=schema)
+        if engine == "tantivy":
+            from keeper_middleware.retrievers.tantivy_keyword import TantivyKeywordRetriever
+
+            return TantivyKeywordRetriever(folder / TANTIVY_FOLDER if folder else None)
         return KeywordRetriever(folder / KEYWORD_FILE if folder else ":memory:")
 
     if backend == "keyword":
@@ -85,3 +105,23 @@ def make_retriever(
     if backend == "embedding":
         return embedding
     return HybridRetriever(keyword(), embedding, wait_for_vectors=not vectors_may_lag)
+
+
+def _keyword_engine(choice: str, *, folder: Path | None) -> str:
+    """The engine ``keyword_engine`` names, "auto" resolved for the folder (see
+    :func:`make_retriever`): measured in bench/results/index_cost.md ("Round four")."""
+    if choice not in KEYWORD_ENGINES:
+        raise ConfigurationError(
+            f"keyword_engine={choice!r}; use one of {', '.join(KEYWORD_ENGINES)}"
+        )
+    if choice != "auto":
+        return choice
+    if folder is None:
+        return "fts5"
+    if (folder / TANTIVY_FOLDER).is_dir():
+        return "tantivy"  # without tantivy installed, it says how to install it
+    if importlib.util.find_spec("tantivy") is None:
+        return "fts5"
+    fts5 = folder / KEYWORD_FILE
+    grown = fts5.exists() and fts5.stat().st_size > FTS5_LIMIT_BYTES
+    return "tantivy" if grown else "fts5"

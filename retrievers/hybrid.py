@@ -27,6 +27,7 @@ from keeper_middleware.retrievers.base import (
     Spans,
     check_search_arguments,
     search_within,
+    stored_count,
 )
 
 DEFAULT_K_RRF = 60
@@ -199,6 +200,13 @@ class HybridRetriever:
 
     def count(self, session: str) -> int:
         return self._keyword.count(session)
+
+    def stored_count(self, session: str) -> int | None:
+        """The fewer of the two sides' stored passages (a side whose index was deleted holds
+        none, and is rebuilt), or None when neither side can tell."""
+        counts = [stored_count(side, session) for side in (self._keyword, self._embedding)]
+        known = [count for count in counts if count is not None]
+        return min(known) if known else None
 
     def delete_session(self, session: str) -> None:
         self._keyword.delete_session(session)

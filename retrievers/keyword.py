@@ -160,6 +160,9 @@ def match_expression(terms: Sequence[str]) -> str:
 class KeywordRetriever:
     """BM25 keyword search over SQLite FTS5; incremental, persistent, safe across threads."""
 
+    counts_stored = True
+    """``count`` reads the index (so a deleted one is rebuilt: ``indexing.reconcile``)."""
+
     def __init__(
         self,
         path: str | PathLike[str] = ":memory:",

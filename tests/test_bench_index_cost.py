@@ -62,3 +62,29 @@ def test_index_cost_builds_and_searches_an_archive_of_zipf_words(tmp_path, capsy
     assert (keep / "built-300-keyword-zipf").exists()
     with pytest.raises(SystemExit, match="another size or vocabulary"):
         main([*argv[:-4], "--vocabulary", "chat", "--keep", str(keep)])
+
+
+def test_index_cost_measures_fts5_and_tantivy_side_by_side_on_one_archive(tmp_path, capsys):
+    keep = tmp_path / "keep"
+    argv = ["index-cost", "--messages", "300", "--searches", "3", "--retrievers", "keyword"]
+    argv += ["--skip", "steps,sessions", "--k", "10,tool", "--keep", str(keep)]
+    assert main([*argv, "--engines", "fts5,tantivy"]) == 0
+    text = capsys.readouterr().out
+    assert "tantivy index of 300 passages built in" in text
+    assert "| keyword |" in text and "| keyword (tantivy) |" in text
+    assert main([*argv, "--engines", "tantivy"]) == 0  # the archive and both indexes are reused
+    again = capsys.readouterr().out
+    assert "written" not in again and "built in" not in again
+    assert "| keyword (tantivy) |" in again and "| keyword |" not in again
+
+
+def test_index_cost_builds_no_fts5_index_for_tantivy_alone(tmp_path, capsys):
+    keep = tmp_path / "keep"
+    argv = ["index-cost", "--messages", "200", "--searches", "2", "--engines", "tantivy"]
+    assert (
+        main([*argv, "--retrievers", "keyword", "--skip", "steps,sessions", "--keep", str(keep)])
+        == 0
+    )
+    assert "| keyword (tantivy) |" in capsys.readouterr().out
+    assert not (keep / "archive.index" / "keyword.sqlite3").exists()
+    assert (keep / "archive.index" / "tantivy").is_dir()

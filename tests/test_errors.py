@@ -55,6 +55,7 @@ def test_every_error_of_the_library_is_a_keeper_error():
         ({"max_reasks": -1}, r"max_reasks=-1"),
         ({"search_results": 20, "search_scan": 10}, r"search_scan=10 is below search_results=20"),
         ({"notes_every_items": 0}, r"notes_every_items=0"),
+        ({"keyword_engine": "lucene"}, r"keyword_engine='lucene'; use 'auto', 'fts5' or 'tantivy'"),
         ({"item_tools": "read_next_batch"}, r"item_tools=.*\('read_next_batch',\)"),
         ({"thinking": {"on": {}}}, r"thinking=.*ThinkingPolicy"),
     ],

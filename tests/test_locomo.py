@@ -243,7 +243,9 @@ def test_the_speaker_options_find_the_named_speakers_turns(locomo_file, method):
     [
         "keyword",
         "keyword:sentences",
+        "keyword:tantivy",
         "hybrid:hashing",
+        "hybrid:hashing:tantivy",
         "embedding:hashing",
         "embedding:hashing:onevector",
         "bm25s",

@@ -22,6 +22,7 @@ from keeper_middleware.retrievers.hybrid import HybridRetriever
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
 from keeper_middleware.retrievers.sentences import passages_from_text
+from keeper_middleware.retrievers.tantivy_keyword import TantivyKeywordRetriever
 from keeper_middleware.retrievers.vectorstore import VectorStoreRetriever
 
 Factory = Callable[[Path], Retriever]
@@ -52,6 +53,10 @@ def langchain_chroma(folder: Path) -> Any:
 BACKENDS = [
     pytest.param((lambda d: KeywordRetriever(d / "kw.sqlite3"), True), id="keyword-file"),
     pytest.param((lambda d: KeywordRetriever(), False), id="keyword-memory"),
+    pytest.param(
+        (lambda d: TantivyKeywordRetriever(d / "tantivy"), True), id="keyword-tantivy-folder"
+    ),
+    pytest.param((lambda d: TantivyKeywordRetriever(), False), id="keyword-tantivy-memory"),
     pytest.param(
         (lambda d: EmbeddingRetriever(d / "chroma", embedder=HASHING), True),
         id="embedding-hashing-persistent",

@@ -22,6 +22,7 @@ from keeper_middleware.retrievers.embedding import EmbeddingRetriever
 from keeper_middleware.retrievers.hybrid import HybridRetriever
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from keeper_middleware.retrievers.sentences import passages_from_text
+from keeper_middleware.retrievers.tantivy_keyword import TantivyKeywordRetriever
 
 STORY = (
     "The clerk recorded domo86 at three hundred and forty-two. Ten were taken from it. "
@@ -80,6 +81,7 @@ def positions(hits: Sequence[Hit]) -> list[int]:
     "make",
     [
         pytest.param(KeywordRetriever, id="keyword"),
+        pytest.param(TantivyKeywordRetriever, id="keyword-tantivy"),
         pytest.param(lambda: EmbeddingRetriever(embedder=HashingEmbedder()), id="embedding"),
         pytest.param(
             lambda: HybridRetriever(
@@ -106,8 +108,11 @@ def test_every_backend_shows_k_hits_and_counts_the_matches_up_to_the_limit(make)
         retriever.close()
 
 
-def test_a_keyword_search_counts_exactly_the_passages_that_share_a_word():
-    retriever = KeywordRetriever()
+@pytest.mark.parametrize(
+    "make", [KeywordRetriever, TantivyKeywordRetriever], ids=["fts5", "tantivy"]
+)
+def test_a_keyword_search_counts_exactly_the_passages_that_share_a_word(make):
+    retriever = make()
     retriever.add(passages_from_text("s", 1, STORY, 0))
     hits, total = search_and_count(retriever, "domo86 kalo17", session="s", k=1, limit=50)
     assert total == 2

@@ -37,14 +37,12 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from keeper_bench.chat_lines import NAMES, QUESTIONS, WORDS, chat_message, content_words
-from keeper_middleware.archive.records import ArchivedTurn
+from keeper_bench.index_builds import SESSION, build_tantivy, write_archive
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.keeper import Keeper, ModelSetup
 from keeper_middleware.retrievers.base import search_and_count
 from keeper_middleware.retrievers.embedders import embedder_name
 from keeper_middleware.search.indexing import catch_up
-
-SESSION = "big"
 
 
 class BulkEmbedder:
@@ -68,13 +66,19 @@ def make_embedder(name: str) -> Any:
     return HashingEmbedder(dim=384) if name == "hashing" else MiniLMEmbedder()
 
 
-def hybrid_keeper(config: KeeperConfig, archive: Path, embedder: Any) -> Keeper:
+def hybrid_keeper(
+    config: KeeperConfig, archive: Path, embedder: Any, engine: str = "fts5"
+) -> Keeper:
     """A keeper with the hybrid retriever as the keeper makes its own (searches do not wait for
-    vectors still being made), with the chosen embedder."""
+    vectors still being made), with the chosen embedder and keyword engine."""
     from keeper_middleware.retrievers.factory import make_retriever
 
     retriever = make_retriever(
-        "hybrid", path=archive.with_suffix(".index"), embedder=embedder, vectors_may_lag=True
+        "hybrid",
+        path=archive.with_suffix(".index"),
+        embedder=embedder,
+        vectors_may_lag=True,
+        keyword_engine=engine,
     )
     return Keeper(config, archive=archive, retriever=retriever)
 
@@ -87,47 +91,33 @@ def build_archive(
     embedder_name: str,
     vectors: bool = True,
     vocabulary: str = "chat",
+    keyword: bool = True,
 ) -> Path:
     """An archive of one session of ``messages`` one-sentence chat messages, indexed by keyword
-    and (unless not ``vectors``) by vectors; made once in ``folder`` (one folder a vocabulary)."""
+    (FTS5; not when neither ``keyword`` nor ``vectors``) and (unless not ``vectors``) by
+    vectors; made once in ``folder`` (one folder a vocabulary). The archive written is marked
+    apart from its indexes, so an index stopped half-way is built again on it."""
     from keeper_middleware.retrievers.embedding import EmbeddingRetriever
     from keeper_middleware.retrievers.hybrid import HybridRetriever
     from keeper_middleware.retrievers.keyword import KeywordRetriever
 
     path = folder / "archive.sqlite3"
-    marks = [f"built-{messages}-{embedder_name}", f"built-{messages}-keyword"]
-    if vocabulary != "chat":
-        marks = [f"{mark}-{vocabulary}" for mark in marks]
+    suffix = "" if vocabulary == "chat" else f"-{vocabulary}"
+    marks = [f"built-{messages}-{embedder_name}{suffix}", f"built-{messages}-keyword{suffix}"]
+    written = folder / f"written-{messages}{suffix}"
     done = folder / marks[0 if vectors else 1]
     if done.exists() or (folder / marks[0]).exists():
         return path
+    if not (keyword or vectors) and (written.exists() or (folder / marks[1]).exists()):
+        return path
     if any(folder.glob("built-*")):
         raise SystemExit(f"{folder} holds an archive of another size or vocabulary: use another")
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in (path, path.with_suffix(".index")):
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        elif stale.exists():
-            stale.unlink()
-    keeper = Keeper(KeeperConfig(), archive=path, retriever="keyword")
-    rng = random.Random(7)
-    started = time.perf_counter()
-    per_cut = 2_000
-    for start in range(0, messages, per_cut):
-        turns = [
-            ArchivedTurn(
-                session=SESSION,
-                msg_id=f"b{n}",
-                item=n // 20 + 1,
-                role="human",
-                content=chat_message(rng, n, vocabulary=vocabulary),
-            )
-            for n in range(start, min(messages, start + per_cut))
-        ]
-        keeper.archive.commit_cut(SESSION, cut_key=f"bulk-{start}", turns=turns, notes=None)
-    keeper.close()
-    say(f"archive of {messages:,} messages written in {time.perf_counter() - started:.0f} s")
-    started = time.perf_counter()
+    if not written.exists():
+        write_archive(path, messages, vocabulary, say=say)
+        written.write_text("ok")
+    if not (keyword or vectors):
+        return path
+    started, cpu = time.perf_counter(), time.process_time()
     index = path.with_suffix(".index")
     retriever: Any = KeywordRetriever(index / "keyword.sqlite3")
     if vectors:
@@ -141,7 +131,8 @@ def build_archive(
     retriever.close()
     archive.close()
     what = "keyword and vectors" if vectors else "keyword"
-    say(f"indexed ({what}) in {time.perf_counter() - started:.0f} s")
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    say(f"indexed ({what}) in {wall:.0f} s ({cpu:.0f} s CPU)")
     done.write_text("ok")
     return path
 
@@ -325,6 +316,11 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="the words of the archive and the questions: 45 chat words, or 50,000 at natural "
         "(Zipf) frequencies",
     )
+    parser.add_argument(
+        "--engines",
+        default="fts5",
+        help="comma-separated keyword engines measured side by side: fts5, tantivy",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
 
 
@@ -348,6 +344,9 @@ def _run(args: argparse.Namespace) -> int:
     hybrid = "hybrid" in chosen
     if not {"steps", "searches"} <= skip:
         embedder = make_embedder(args.embedder)
+        engines = [name for name in args.engines.split(",") if name]
+        if not engines or set(engines) - {"fts5", "tantivy"}:
+            raise SystemExit(f"--engines takes fts5 and/or tantivy, got {args.engines!r}")
         path = build_archive(
             folder,
             args.messages,
@@ -355,23 +354,30 @@ def _run(args: argparse.Namespace) -> int:
             embedder_name=embedder_name(embedder),
             vectors=hybrid,
             vocabulary=args.vocabulary,
+            keyword="fts5" in engines,
         )
-        keyword_copy = scratch / "keyword" / "archive.sqlite3"
-        keyword_copy.parent.mkdir(parents=True)
-        shutil.copy(path, keyword_copy)
-        keyword_copy.with_suffix(".index").mkdir()
-        shutil.copy(
-            path.with_suffix(".index") / "keyword.sqlite3",
-            keyword_copy.with_suffix(".index") / "keyword.sqlite3",
-        )
-        config = KeeperConfig(notes_every_items=None)
+        if "tantivy" in engines:
+            build_tantivy(path, say=say)
+        keyword_copy = path  # searches alone change nothing: no copy to make
+        if "steps" not in skip:
+            keyword_copy = scratch / "keyword" / "archive.sqlite3"
+            keyword_copy.parent.mkdir(parents=True)
+            shutil.copy(path, keyword_copy)
+            shutil.copytree(  # the keyword indexes only
+                path.with_suffix(".index"),
+                keyword_copy.with_suffix(".index"),
+                ignore=shutil.ignore_patterns("chroma"),
+            )
         keepers: dict[str, Keeper] = {}
-        for name in chosen:
-            if name == "keyword":
-                keepers[name] = Keeper(config, archive=keyword_copy, retriever="keyword")
-            else:
-                keepers[name] = hybrid_keeper(config, path, embedder)
-                keepers[name].search(SESSION, "load the model")  # outside the timing
+        for engine in engines:
+            config = KeeperConfig(notes_every_items=None, keyword_engine=engine)
+            tag = "" if engine == "fts5" else f" ({engine})"
+            for name in chosen:
+                if name == "keyword":
+                    keepers[name + tag] = Keeper(config, archive=keyword_copy, retriever="keyword")
+                else:
+                    keepers[name + tag] = hybrid_keeper(config, path, embedder, engine)
+                    keepers[name + tag].search(SESSION, "load the model")  # outside the timing
         if "steps" not in skip:
             before = load()
             times = step_and_search(keepers, args.steps, args.think, SESSION)

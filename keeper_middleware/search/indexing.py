@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.retrievers.background import BackgroundWorker, background_worker
-from keeper_middleware.retrievers.base import Passage, Retriever
+from keeper_middleware.retrievers.base import Passage, Retriever, stored_count
 from keeper_middleware.retrievers.passages import passages_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.search.turn_context import turn_context
@@ -152,21 +152,33 @@ def reconcile(
     holding more belongs to turns the archive no longer has (the archive file was deleted or
     replaced by an older copy), and search would serve their text. Such an index is emptied for
     the session and built again from the archive. An index holding fewer is left as it is
-    (a store that counts only what this process added cannot tell).
+    (a store that counts only what this process added cannot tell), unless it holds none of
+    the session's passages and counts what it stores (:func:`stored_count`): a deleted index
+    folder, or one a new keyword engine starts, is built again from the archive (re-adding a
+    passage replaces it, so the sides that kept theirs lose nothing).
     """
     position = int(archive.get_value(session, NEXT_POSITION) or 0)
     stale = [r for r in retrievers if r.count(session) > position]
-    if not stale:
+    if stale:
+        log.warning(
+            "index rebuilt session=%s: it held passages beyond the %d the archive %r indexed "
+            "(the archive was replaced or deleted since)",
+            session,
+            position,
+            archive,
+        )
+        for retriever in retrievers:
+            retriever.delete_session(session)
+    elif position > 0 and any(stored_count(r, session) == 0 for r in retrievers):
+        log.warning(
+            "index rebuilt session=%s: it holds none of the %d passages the archive %r indexed "
+            "(the index was deleted, or is new)",
+            session,
+            position,
+            archive,
+        )
+    else:
         return False
-    log.warning(
-        "index rebuilt session=%s: it held passages beyond the %d the archive %r indexed "
-        "(the archive was replaced or deleted since)",
-        session,
-        position,
-        archive,
-    )
-    for retriever in retrievers:
-        retriever.delete_session(session)
     put_values(archive, session, {INDEXED_SEQ: -1, NEXT_POSITION: 0})
     catch_up(archive, session, retrievers, unit=unit)
     return True

@@ -12,7 +12,8 @@ turns, MiniLM unless an embedder is named). Options: a granularity (``messages``
 ``sentences+context``, ``sentences``), an embedder (``minilm``, ``minilm-int8``, ``e5-small``,
 ``hashing``, ``mpnet``: all-mpnet-base-v2 from the folder ``$KEEPER_BENCH_MPNET``), ``w=X``
 (hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
-(keyword: no Porter stemming; the first, shorter stop-word list), ``onevector`` (embedding: one
+(keyword: no Porter stemming; the first, shorter stop-word list), ``tantivy`` (keyword and
+the hybrid's keyword side: the tantivy engine instead of FTS5), ``onevector`` (embedding: one
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
 vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
 (embedding: a sentence of fewer than N words has no vector of its own), ``qwho`` / ``who``
@@ -118,6 +119,8 @@ class MethodSpec:
     """The named speakers' candidates fused in as a second list (``who``)."""
     date_boost: bool = False
     """The candidates dated in the months and years the question names fused in (``when``)."""
+    engine: str = "fts5"
+    """The keyword side's engine: ``fts5`` or ``tantivy``."""
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -151,6 +154,8 @@ class MethodSpec:
                 given["sentence_context"] = False
             elif option == "onevector":
                 given["sentence_vectors"] = False
+            elif option == "tantivy":
+                given["engine"] = "tantivy"
             elif option == "qwho":
                 given["speaker_rewrite"] = True
             elif option == "who":
@@ -188,7 +193,12 @@ def configuration(spec: MethodSpec) -> str:
         passages = f"the benchmark's `{spec.granularity}` passages"
     parts = [passages]
     if spec.backend in ("keyword", "hybrid"):
-        keyword = "keyword: FTS5 BM25, " + ("Porter stemming" if spec.stemming else "no stemming")
+        engine, stemmer = (
+            ("tantivy", "Snowball") if spec.engine == "tantivy" else ("FTS5", "Porter")
+        )
+        keyword = f"keyword: {engine} BM25, " + (
+            f"{stemmer} stemming" if spec.stemming else "no stemming"
+        )
         keyword += ", the first stop words" if spec.first_stopwords else ", question stop words"
         if spec.feedback is not None:
             keyword += f", feedback {spec.feedback[0]}/{spec.feedback[1]}"
@@ -434,9 +444,14 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
     from keeper_middleware.retrievers.embedding import SENTENCE_WORDS, EmbeddingRetriever
     from keeper_middleware.retrievers.hybrid import HybridRetriever
     from keeper_middleware.retrievers.keyword import KeywordRetriever
+    from keeper_middleware.retrievers.tantivy_keyword import TantivyKeywordRetriever
 
     def keyword() -> Retriever:
         stopwords = FIRST_STOPWORDS if spec.first_stopwords else STOPWORDS
+        if spec.engine == "tantivy":
+            if spec.feedback is not None:
+                raise ValueError("prf runs on the fts5 keyword engine only")
+            return TantivyKeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
         plain = KeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
         if spec.feedback is None:
             return plain

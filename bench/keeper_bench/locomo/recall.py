@@ -408,6 +408,18 @@ class CachedEmbedder:
             self._queries[text] = embed_query(self._embedder, text)
         return self._queries[text]
 
+    def saved(self) -> dict[str, dict[str, list[float]]]:
+        """Every vector made so far (``--embed-cache`` writes it, so a later run skips them)."""
+        return {"texts": dict(self._vectors), "queries": dict(self._queries)}
+
+    def preload(self, saved: dict[str, dict[str, list[float]]]) -> None:
+        """Vectors an earlier run made; their methods count as reused (no indexing rate)."""
+        for text, vector in saved.get("texts", {}).items():
+            self._vectors.setdefault(text, vector)
+            self._owner.setdefault(text, "an earlier run")
+        for text, vector in saved.get("queries", {}).items():
+            self._queries.setdefault(text, vector)
+
 
 def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
     if name not in embedders:

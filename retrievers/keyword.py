@@ -48,6 +48,8 @@ from pathlib import Path
 from keeper_middleware.errors import ArchiveError, ConfigurationError, InvalidStateError
 from keeper_middleware.errors.sqlite import FileConnection
 from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
+from keeper_middleware.retrievers.named_context import DEPTH as NAMED_DEPTH
+from keeper_middleware.retrievers.named_context import fuse_named, may_name
 from keeper_middleware.retrievers.noise import useless_hit
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
@@ -167,9 +169,13 @@ class KeywordRetriever:
         *,
         stemming: bool = True,
         stopwords: frozenset[str] = STOPWORDS,
+        named_context: bool = True,
     ) -> None:
         """``stemming`` (Porter, so "recorded" finds "record") is fixed when a file is made;
-        ``stopwords`` are left out of a query unless nothing else is left."""
+        ``stopwords`` are left out of a query unless nothing else is left; ``named_context``:
+        the passages of the speakers, months and years a query names rise among the
+        candidates (``retrievers/named_context.py``)."""
+        self._named_context = named_context
         location = str(path)
         if location != ":memory:":
             Path(location).parent.mkdir(parents=True, exist_ok=True)
@@ -243,14 +249,16 @@ class KeywordRetriever:
             params |= self._id_range(params, narrow=from_item is not None or to_item is not None)
             if params["low_id"] is None:
                 return []
-            asked = k
+            deep = self._named_context and may_name(query)
+            wanted = NAMED_DEPTH * k if deep else k
+            asked = wanted
             while True:
                 found = self._rows(terms, {**params, "k": asked}, clause)
                 rows = [row for row in found if not useless_hit(row[2], query)]
-                if len(rows) >= k or len(found) < asked:
+                if len(rows) >= wanted or len(found) < asked:
                     break
                 asked += len(found) - len(rows)  # replies that say nothing were dropped
-            rows = rows[:k]
+            rows = rows[:wanted]
             if within is not None:
                 rows = [self._next_within(row, session, within) for row in rows]
         hits = [
@@ -263,6 +271,8 @@ class KeywordRetriever:
             )
             for item, position, text, score, next_text, context in rows
         ]
+        if deep:
+            hits = fuse_named(query, hits, k=k)
         return mark_hits(hits, query)
 
     def _rows(self, terms: list[str], params: dict[str, object], clause: str) -> list[tuple]:  # type: ignore[type-arg]

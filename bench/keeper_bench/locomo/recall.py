@@ -11,8 +11,9 @@ A method is written ``BACKEND[:OPTION...]``: BACKEND is ``keyword``, ``embedding
 turns, MiniLM unless an embedder is named). Options: a granularity (``messages``,
 ``sentences+context``, ``sentences``), an embedder (``minilm``, ``minilm-int8``, ``e5-small``,
 ``hashing``, ``mpnet``: all-mpnet-base-v2 from the folder ``$KEEPER_BENCH_MPNET``), ``w=X``
-(hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
-(keyword: no Porter stemming; the first, shorter stop-word list), ``onevector`` (embedding: one
+(hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem``, ``oldstop`` and
+``nonames`` (keyword: no Porter stemming; the first, shorter stop-word list; no matching of the
+question's names and dates to the passages' context, ``retrievers/named_context.py``), ``onevector`` (embedding: one
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
 vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
 (embedding: a sentence of fewer than N words has no vector of its own), ``qwho`` / ``who``
@@ -104,6 +105,8 @@ class MethodSpec:
     depth: int = DEFAULT_DEPTH
     stemming: bool = True
     first_stopwords: bool = False
+    named_context: bool = True
+    """Keyword: the named speakers' and dates' passages rise (the product's default)."""
     sentence_vectors: bool = True
     sentence_words: int | None = None
     """None: the backend's default."""
@@ -142,6 +145,8 @@ class MethodSpec:
                 given["stemming"] = False
             elif option == "oldstop":
                 given["first_stopwords"] = True
+            elif option == "nonames":
+                given["named_context"] = False
             elif option.startswith("sw="):
                 given["sentence_words"] = int(option[3:])
             elif option.startswith("skip="):
@@ -190,6 +195,7 @@ def configuration(spec: MethodSpec) -> str:
     if spec.backend in ("keyword", "hybrid"):
         keyword = "keyword: FTS5 BM25, " + ("Porter stemming" if spec.stemming else "no stemming")
         keyword += ", the first stop words" if spec.first_stopwords else ", question stop words"
+        keyword += ", named speakers and dates" if spec.named_context else ", no name matching"
         if spec.feedback is not None:
             keyword += f", feedback {spec.feedback[0]}/{spec.feedback[1]}"
         parts.append(keyword)
@@ -449,7 +455,9 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
 
     def keyword() -> Retriever:
         stopwords = FIRST_STOPWORDS if spec.first_stopwords else STOPWORDS
-        plain = KeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
+        plain = KeywordRetriever(
+            stemming=spec.stemming, stopwords=stopwords, named_context=spec.named_context
+        )
         if spec.feedback is None:
             return plain
         docs, terms = spec.feedback

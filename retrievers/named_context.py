@@ -68,13 +68,18 @@ def may_name(query: str) -> bool:
     return any(w.lower() not in STOPWORDS for w in _CAPITALISED.findall(query))
 
 
-def fuse_named(query: str, candidates: Sequence[Hit], *, k: int) -> list[Hit]:
-    """The top ``k`` of ``candidates`` (best first), with those of the speakers and of the
-    months and years the query names fused in as second and third lists."""
+def fuse_named(
+    query: str, candidates: Sequence[Hit], *, k: int, speakers: bool = True
+) -> list[Hit]:
+    """The top ``k`` of ``candidates`` (best first), with those of the speakers (unless not
+    ``speakers``) and of the months and years the query names fused in as more lists."""
     named = {
         who
         for who in {speaker_of(h.passage.context) for h in candidates}
-        if who and who.lower() not in ROLES and re.search(rf"\b{re.escape(who)}\b", query)
+        if speakers
+        and who
+        and who.lower() not in ROLES
+        and re.search(rf"\b{re.escape(who)}\b", query)
     }
     times = named_times(query)
     lists = [list(candidates)]

@@ -94,7 +94,7 @@ def test_a_question_names_months_and_years():
 
 
 @pytest.mark.parametrize(
-    "method", ["keyword:nonames", "embedding:hashing", "hybrid:hashing:nonames"]
+    "method", ["keyword:nonames", "embedding:hashing:nodates", "hybrid:hashing:nonames:nodates"]
 )
 def test_when_lifts_the_turn_dated_in_the_month_the_question_names(dated_file, method):
     conversations = load_locomo(dated_file)
@@ -102,9 +102,10 @@ def test_when_lifts_the_turn_dated_in_the_month_the_question_names(dated_file, m
     assert measure(f"{method}:when", conversations, {}).rate(1) == 1.0
 
 
-def test_the_keyword_backend_matches_the_named_month_by_default(dated_file):
+@pytest.mark.parametrize("method", ["keyword", "embedding:hashing", "hybrid:hashing"])
+def test_every_backend_matches_the_named_month_by_default(dated_file, method):
     conversations = load_locomo(dated_file)
-    assert measure("keyword", conversations, {}).rate(1) == 1.0
+    assert measure(method, conversations, {}).rate(1) == 1.0
     assert "named speakers and dates" in configuration(MethodSpec.parse("keyword"))
     assert "no name matching" in configuration(MethodSpec.parse("keyword:nonames"))
     assert "dated in the named months/years" in configuration(MethodSpec.parse("hybrid:when"))

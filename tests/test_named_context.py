@@ -1,6 +1,8 @@
 """Names and dates in a question lift the passages of that speaker and that time."""
 
 from keeper_middleware.retrievers.base import Hit, Passage
+from keeper_middleware.retrievers.embedders import HashingEmbedder
+from keeper_middleware.retrievers.embedding import EmbeddingRetriever
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from keeper_middleware.retrievers.named_context import (
     fuse_named,
@@ -71,3 +73,22 @@ def test_a_role_is_not_a_name():
         for p, who in ((2, "assistant (May)"), (1, "user (May)"))
     ]
     assert fuse_named("what did the User say", candidates, k=2) == candidates
+
+
+def test_the_embedding_backend_lifts_the_passages_dated_in_the_named_month():
+    def nearest(named_dates: bool) -> str:
+        retriever = EmbeddingRetriever(embedder=HashingEmbedder(), named_dates=named_dates)
+        try:
+            retriever.add(
+                [
+                    Passage(session="s", item=i, position=i, text=text, context=f"Ana ({date})")
+                    for i, (_, date, text) in enumerate(TURNS)
+                ]
+            )
+            query = "Did Ana paint the lake at sunset in July?"
+            return retriever.search(query, session="s", k=1)[0].passage.context
+        finally:
+            retriever.close()
+
+    assert "July" not in nearest(named_dates=False)
+    assert nearest(named_dates=True).endswith("July, 2023)")

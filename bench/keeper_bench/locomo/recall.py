@@ -13,7 +13,9 @@ turns, MiniLM unless an embedder is named). Options: a granularity (``messages``
 ``hashing``, ``mpnet``: all-mpnet-base-v2 from the folder ``$KEEPER_BENCH_MPNET``), ``w=X``
 (hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem``, ``oldstop`` and
 ``nonames`` (keyword: no Porter stemming; the first, shorter stop-word list; no matching of the
-question's names and dates to the passages' context, ``retrievers/named_context.py``), ``onevector`` (embedding: one
+question's names and dates to the passages' context, ``retrievers/named_context.py``),
+``nodates`` / ``dates`` (embedding: no matching of the question's months and years / matching
+them in the hybrid's embedding side too), ``onevector`` (embedding: one
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
 vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
 (embedding: a sentence of fewer than N words has no vector of its own), ``qwho`` / ``who``
@@ -107,6 +109,9 @@ class MethodSpec:
     first_stopwords: bool = False
     named_context: bool = True
     """Keyword: the named speakers' and dates' passages rise (the product's default)."""
+    named_dates: bool | None = None
+    """Embedding: the passages dated in the named months and years rise; None: the product's
+    default (on for the embedding backend, off for the hybrid's embedding side)."""
     sentence_vectors: bool = True
     sentence_words: int | None = None
     """None: the backend's default."""
@@ -147,6 +152,8 @@ class MethodSpec:
                 given["first_stopwords"] = True
             elif option == "nonames":
                 given["named_context"] = False
+            elif option in ("nodates", "dates"):
+                given["named_dates"] = option == "dates"
             elif option.startswith("sw="):
                 given["sentence_words"] = int(option[3:])
             elif option.startswith("skip="):
@@ -208,6 +215,8 @@ def configuration(spec: MethodSpec) -> str:
             )
             if not spec.sentence_context:
                 vectors += ", sentences without context"
+        dates = spec.backend == "embedding" if spec.named_dates is None else spec.named_dates
+        vectors += ", named dates" if dates else ", no date matching"
         parts.append(f"embedding: {spec.embedder}, {vectors}")
     if spec.backend == "hybrid":
         parts.append(
@@ -473,6 +482,7 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
         short_sentences=spec.short,
         sentence_context=spec.sentence_context,
         sentence_words=spec.sentence_words or SENTENCE_WORDS,
+        named_dates=spec.backend == "embedding" if spec.named_dates is None else spec.named_dates,
     )
     if spec.backend == "embedding":
         return embedding

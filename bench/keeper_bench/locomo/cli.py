@@ -1,12 +1,14 @@
 """``keeper-bench locomo recall|answer``: LoCoMo from a file the user gives.
 
     keeper-bench locomo recall --data locomo10.json
+    keeper-bench locomo recall --data dev.json --data tune.json --halves --embed-cache /tmp/vectors
     keeper-bench locomo answer --data locomo10.json --arm rag --model openai:http://127.0.0.1:8080/v1
     keeper-bench locomo index --data locomo10.json --embedders minilm,minilm-q8
 
 ``recall`` measures retrieval alone (no model); ``answer`` runs arms with a model and grades the
 answers as the dataset's paper does; ``index`` times the embedding backend indexing the turns.
-Each prints a markdown table and can write it (``--out``).
+Given several conversations, ``recall`` also prints each conversation's figures apart
+(``keeper_bench.locomo.spread``). Each prints a markdown table and can write it (``--out``).
 """
 
 from __future__ import annotations

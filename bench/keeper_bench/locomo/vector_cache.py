@@ -10,6 +10,7 @@ sharing); a method served from it reports no indexing rate, as with the in-memor
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 from pathlib import Path
 
@@ -30,12 +31,13 @@ def load_cached_vectors(folder: Path, name: str, embedders: dict[str, Embedder])
 
 
 def save_cached_vectors(folder: Path, embedders: dict[str, Embedder]) -> None:
-    """Write every cached embedder's vectors to ``folder`` (atomically: a temp file renamed)."""
+    """Write every cached embedder's vectors to ``folder`` (atomically: a temp file of this
+    process renamed, so runs side by side never write into one temp file)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, embedder in embedders.items():
         if isinstance(embedder, CachedEmbedder):
             path = folder / f"{name}.pkl"
-            temporary = path.with_suffix(".tmp")
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
             with temporary.open("wb") as file:
                 pickle.dump(embedder.saved(), file, protocol=pickle.HIGHEST_PROTOCOL)
             temporary.replace(path)

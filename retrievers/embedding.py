@@ -56,8 +56,7 @@ from keeper_middleware.retrievers.embedders import (
     import_chromadb,
     keeper_embedding_function,
 )
-from keeper_middleware.retrievers.named_context import DEPTH as NAMED_DEPTH
-from keeper_middleware.retrievers.named_context import fuse_named, named_times
+from keeper_middleware.retrievers.named_context import POOL, fuse_pool, named_times
 from keeper_middleware.retrievers.passages import best_sentence, mark_hits
 from keeper_middleware.retrievers.sentences import (
     has_searchable_text,
@@ -255,7 +254,7 @@ class EmbeddingRetriever:
         with self._query_lock:
             vector = embed_query(self._embedder, query)
         deep = self._named_dates and bool(named_times(query))
-        wanted = NAMED_DEPTH * k if deep else k
+        wanted = max(k, POOL) if deep else k
         found = self._nearest(list(vector), wanted, session, from_item, to_item, within)
         texts = self._passage_texts(session, found)
         passages = {
@@ -286,7 +285,7 @@ class EmbeddingRetriever:
             (hits if sentence is not None else marked).append(hit)
         ranked = hits + mark_hits(marked, query)  # a sentence's own vector already marks it
         ranked.sort(key=lambda h: (-h.score, -h.passage.position))
-        return fuse_named(query, ranked, k=k, speakers=False) if deep else ranked
+        return fuse_pool(query, ranked, k=k, speakers=False) if deep else ranked
 
     def count(self, session: str) -> int:
         self._wait(session)

@@ -48,8 +48,7 @@ from pathlib import Path
 from keeper_middleware.errors import ArchiveError, ConfigurationError, InvalidStateError
 from keeper_middleware.errors.sqlite import FileConnection
 from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
-from keeper_middleware.retrievers.named_context import DEPTH as NAMED_DEPTH
-from keeper_middleware.retrievers.named_context import fuse_named, may_name
+from keeper_middleware.retrievers.named_context import POOL, fuse_pool, may_name
 from keeper_middleware.retrievers.noise import useless_hit
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
@@ -250,7 +249,7 @@ class KeywordRetriever:
             if params["low_id"] is None:
                 return []
             deep = self._named_context and may_name(query)
-            wanted = NAMED_DEPTH * k if deep else k
+            wanted = max(k, POOL) if deep else k
             asked = wanted
             while True:
                 found = self._rows(terms, {**params, "k": asked}, clause)
@@ -272,7 +271,7 @@ class KeywordRetriever:
             for item, position, text, score, next_text, context in rows
         ]
         if deep:
-            hits = fuse_named(query, hits, k=k)
+            hits = fuse_pool(query, hits, k=k)
         return mark_hits(hits, query)
 
     def _rows(self, terms: list[str], params: dict[str, object], clause: str) -> list[tuple]:  # type: ignore[type-arg]

@@ -4,9 +4,10 @@ Questions about a conversation name its people and its times ("What did Melanie 
 2023?"), and every passage the keeper indexes carries who said it and when in its context
 (``Melanie (8 July, 2023), item 3``). BM25 alone counts a name as one more word, so a turn of the
 other speaker that repeats the question's words outranks the named speaker's answer. Here the
-keyword candidates (``DEPTH`` times the hits wanted) are fused by reciprocal rank with two
+keyword candidates are fused by reciprocal rank with two
 sub-lists of themselves: those said by a speaker the question names, and those dated in every
-month and year it names. No candidate is dropped (a multi-hop answer may be the other speaker's);
+month and year it names. Only the best ``POOL`` candidates are fused; those after them follow in
+their own order. No candidate is dropped (a multi-hop answer may be the other speaker's);
 a question that names neither is ranked as before.
 
 The speakers are read from the candidates' own contexts, so nothing is learnt at indexing time
@@ -24,8 +25,11 @@ from keeper_middleware.retrievers.base import Hit
 from keeper_middleware.retrievers.hybrid import reciprocal_rank_fusion
 from keeper_middleware.retrievers.passages import STOPWORDS
 
-DEPTH = 4
-"""Candidates fetched per hit wanted when a question may name someone or some time."""
+POOL = 40
+"""How many of the best candidates are fused: four times the ten hits the search tool shows (as
+measured). Fixed, not a multiple of the hits asked for, so the order does not depend on how many
+are asked for: the search tool asks for 200 to count the matches and shows the first ten, and
+those ten are the ten a search for ten returns."""
 
 ROLES = frozenset(("user", "assistant", "system", "tool", "human", "ai"))
 """Speakers that are roles, not names: a question saying "the user" names no one."""
@@ -72,7 +76,8 @@ def fuse_named(
     query: str, candidates: Sequence[Hit], *, k: int, speakers: bool = True
 ) -> list[Hit]:
     """The top ``k`` of ``candidates`` (best first), with those of the speakers (unless not
-    ``speakers``) and of the months and years the query names fused in as more lists."""
+    ``speakers``) and of the months and years the query names fused in as more lists.
+    ``candidates`` should be the best ``POOL`` (see :func:`fuse_pool`)."""
     named = {
         who
         for who in {speaker_of(h.passage.context) for h in candidates}
@@ -90,3 +95,10 @@ def fuse_named(
     if len(lists) == 1:
         return list(candidates[:k])
     return reciprocal_rank_fusion(lists, k=k)
+
+
+def fuse_pool(query: str, candidates: Sequence[Hit], *, k: int, speakers: bool = True) -> list[Hit]:
+    """The best ``k``: the first ``POOL`` candidates fused (:func:`fuse_named`), then the rest
+    in their own order."""
+    head = fuse_named(query, candidates[:POOL], k=POOL, speakers=speakers)
+    return (head + list(candidates[POOL:]))[:k]

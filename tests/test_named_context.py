@@ -92,3 +92,25 @@ def test_the_embedding_backend_lifts_the_passages_dated_in_the_named_month():
 
     assert "July" not in nearest(named_dates=False)
     assert nearest(named_dates=True).endswith("July, 2023)")
+
+
+def test_the_first_hits_do_not_depend_on_how_many_are_asked_for():
+    retriever = KeywordRetriever()
+    retriever.add(
+        [
+            Passage(
+                session="s",
+                item=n,
+                position=n,
+                text=f"The lake painting number {n} at sunset.",
+                context=f"{'Ana' if n % 3 == 0 else 'Ben'} ({n % 28 + 1} July, 2023)",
+            )
+            for n in range(300)
+        ]
+    )
+    query = "Which lake painting did Ana finish?"
+    ten = [h.passage.position for h in retriever.search(query, session="s", k=10)]
+    scanned = [h.passage.position for h in retriever.search(query, session="s", k=200)]
+    assert scanned[:10] == ten
+    assert len(scanned) == 200 and len(set(scanned)) == 200
+    assert all(position % 3 == 0 for position in ten)  # Ana's paintings come first

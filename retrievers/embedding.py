@@ -56,6 +56,7 @@ from keeper_middleware.retrievers.embedders import (
     import_chromadb,
     keeper_embedding_function,
 )
+from keeper_middleware.retrievers.named_context import POOL, fuse_pool, named_times
 from keeper_middleware.retrievers.passages import best_sentence, mark_hits
 from keeper_middleware.retrievers.sentences import (
     has_searchable_text,
@@ -111,6 +112,7 @@ class EmbeddingRetriever:
         sentence_words: int = SENTENCE_WORDS,
         short_sentences: str = "join",
         sentence_context: bool = True,
+        named_dates: bool = True,
     ) -> None:
         """``min_score`` (a cosine similarity) turns nearest neighbours into matches: without it
         every passage is a result, so an archive search always reads as a list cut short.
@@ -122,7 +124,10 @@ class EmbeddingRetriever:
         still covers it). Both cost recall on LoCoMo or the benchmark's streams, so the
         default stays one vector per sentence (bench/results/locomo_recall.md).
         ``sentence_context=False`` embeds a sentence without the passage's context (measured:
-        a quarter less work, and the embedding backend's LoCoMo recall falls by a third)."""
+        a quarter less work, and the embedding backend's LoCoMo recall falls by a third).
+        ``named_dates``: when the query names a month or a year, the nearest passages dated in
+        it rise among the candidates (``retrievers/named_context.py``)."""
+        self._named_dates = named_dates
         if sentence_words < 1:
             raise ConfigurationError(
                 f"sentence_words must be a positive int (1: a vector per sentence), "
@@ -251,7 +256,9 @@ class EmbeddingRetriever:
     ) -> list[Hit]:
         with self._query_lock:
             vector = embed_query(self._embedder, query)
-        found = self._nearest(list(vector), k, session, from_item, to_item, within)
+        deep = self._named_dates and bool(named_times(query))
+        wanted = max(k, POOL) if deep else k
+        found = self._nearest(list(vector), wanted, session, from_item, to_item, within)
         texts = self._passage_texts(session, found)
         passages = {
             position: Passage(
@@ -280,7 +287,8 @@ class EmbeddingRetriever:
             )
             (hits if sentence is not None else marked).append(hit)
         ranked = hits + mark_hits(marked, query)  # a sentence's own vector already marks it
-        return sorted(ranked, key=lambda h: (-h.score, -h.passage.position))
+        ranked.sort(key=lambda h: (-h.score, -h.passage.position))
+        return fuse_pool(query, ranked, k=k, speakers=False) if deep else ranked
 
     def count(self, session: str) -> int:
         self._wait(session)

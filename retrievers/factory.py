@@ -101,6 +101,10 @@ def make_retriever(
         server=server or None,
         embedder=embedder,
         collection=namespace if server and namespace else DEFAULT_COLLECTION,
+        # the dates a query names lift the embedding backend alone; in the hybrid the keyword
+        # side matches them already, and doing it twice gained on no more than two of five
+        # LoCoMo conversations (bench/results/locomo_recall.md, twelfth round)
+        named_dates=backend == "embedding",
     )
     if backend == "embedding":
         return embedding

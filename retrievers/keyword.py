@@ -48,6 +48,8 @@ from pathlib import Path
 from keeper_middleware.errors import ArchiveError, ConfigurationError, InvalidStateError
 from keeper_middleware.errors.sqlite import FileConnection
 from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
+from keeper_middleware.retrievers.named_context import POOL, fuse_pool, may_name
+from keeper_middleware.retrievers.noise import useless_hit
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
@@ -169,9 +171,13 @@ class KeywordRetriever:
         *,
         stemming: bool = True,
         stopwords: frozenset[str] = STOPWORDS,
+        named_context: bool = True,
     ) -> None:
         """``stemming`` (Porter, so "recorded" finds "record") is fixed when a file is made;
-        ``stopwords`` are left out of a query unless nothing else is left."""
+        ``stopwords`` are left out of a query unless nothing else is left; ``named_context``:
+        the passages of the speakers, months and years a query names rise among the
+        candidates (``retrievers/named_context.py``)."""
+        self._named_context = named_context
         location = str(path)
         if location != ":memory:":
             Path(location).parent.mkdir(parents=True, exist_ok=True)
@@ -245,15 +251,16 @@ class KeywordRetriever:
             params |= self._id_range(params, narrow=from_item is not None or to_item is not None)
             if params["low_id"] is None:
                 return []
-            wider, filler = self._useful_terms(terms)
-            rare = self._rare_terms(terms) or [t for t in terms if t not in filler]
-            rows = self._run(rare, params, exclude=[], within=clause)
-            for more, scored in ((wider, True), (filler, False)):
-                if len(rows) >= k or not more or set(more) <= set(rare):
-                    continue
-                found = [position for _, position, *_ in rows]
-                bound = {**params, "k": k - len(rows)}
-                rows += self._run(more, bound, exclude=found, within=clause, scored=scored)
+            deep = self._named_context and may_name(query)
+            wanted = max(k, POOL) if deep else k
+            asked = wanted
+            while True:
+                found = self._rows(terms, {**params, "k": asked}, clause)
+                rows = [row for row in found if not useless_hit(row[2], query)]
+                if len(rows) >= wanted or len(found) < asked:
+                    break
+                asked += len(found) - len(rows)  # replies that say nothing were dropped
+            rows = rows[:wanted]
             if within is not None:
                 rows = [self._next_within(row, session, within) for row in rows]
         hits = [
@@ -266,7 +273,24 @@ class KeywordRetriever:
             )
             for item, position, text, score, next_text, context in rows
         ]
+        if deep:
+            hits = fuse_pool(query, hits, k=k)
         return mark_hits(hits, query)
+
+    def _rows(self, terms: list[str], params: dict[str, object], clause: str) -> list[tuple]:  # type: ignore[type-arg]
+        """The best ``params["k"]`` rows: the rare words ranked first, then the wider words,
+        then the newest matches of the commonest words fill a list still short."""
+        k = int(str(params["k"]))
+        wider, filler = self._useful_terms(terms)
+        rare = self._rare_terms(terms) or [t for t in terms if t not in filler]
+        rows = self._run(rare, params, exclude=[], within=clause)
+        for more, scored in ((wider, True), (filler, False)):
+            if len(rows) >= k or not more or set(more) <= set(rare):
+                continue
+            found = [position for _, position, *_ in rows]
+            bound = {**params, "k": k - len(rows)}
+            rows += self._run(more, bound, exclude=found, within=clause, scored=scored)
+        return rows
 
     def count(self, session: str) -> int:
         with self._lock:

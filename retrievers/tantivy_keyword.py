@@ -37,6 +37,8 @@ from keeper_middleware.errors import (
 )
 from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
 from keeper_middleware.retrievers.keyword import query_terms
+from keeper_middleware.retrievers.named_context import POOL, fuse_pool, may_name
+from keeper_middleware.retrievers.noise import useless_hit
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
 _STEMMED, _PLAIN = "keeper_stemmed", "keeper_plain"
@@ -132,12 +134,16 @@ class TantivyKeywordRetriever:
         *,
         stemming: bool = True,
         stopwords: frozenset[str] = STOPWORDS,
+        named_context: bool = True,
     ) -> None:
+        """``named_context``: rank higher the passages of the speakers, months and years a
+        question names, as the FTS5 engine does (``retrievers/named_context.py``)."""
         tantivy = _tantivy()
         self._tantivy = tantivy
         self._path = None if path is None else Path(path)
         self._lock = threading.Lock()
         self._stopwords = stopwords
+        self._named_context = named_context
         tokenizer = _STEMMED if stemming else _PLAIN
         self._schema = _schema(tantivy, tokenizer)
         try:
@@ -245,6 +251,8 @@ class TantivyKeywordRetriever:
             (Occur.Must, Query.const_score_query(f, 0.0))
             for f in self._filters(session, from_item, to_item, within)
         ]
+        deep = self._named_context and may_name(query)
+        wanted = max(k, POOL) if deep else k
         unfiltered = from_item is None and to_item is None and within is None
         with self._lock:
             self._check_open()
@@ -252,16 +260,30 @@ class TantivyKeywordRetriever:
             alone = unfiltered and self._holds_only(searcher, session)
             found = searcher.search(
                 words_query if alone else Query.boolean_query(clauses),
-                limit=max(limit, k + _TIE_MARGIN),
+                limit=max(limit, wanted + _TIE_MARGIN),
                 count=False,
             ).hits
-            best = _best(found, k + _TIE_MARGIN)
-            documents = [(score, searcher.doc(address).to_dict()) for score, address in best]
-            documents.sort(key=lambda pair: (-pair[0], -pair[1]["position"][0]))
-            documents = documents[:k]
+            documents = self._useful_documents(searcher, found, query, wanted)
             following = self._following_texts(searcher, session, documents, within)
             hits = [_hit(session, score, document, following) for score, document in documents]
+        if deep:
+            hits = fuse_pool(query, hits, k=k)
         return mark_hits(hits, query), min(len(found), limit)
+
+    def _useful_documents(
+        self, searcher: Any, found: list[tuple[float, Any]], query: str, wanted: int
+    ) -> list[tuple[float, dict[str, list[Any]]]]:
+        """The best ``wanted`` documents, equal scores newest first as FTS5 orders them, less
+        replies that say nothing and the asking question itself (``retrievers/noise.py``)."""
+        documents: list[tuple[float, dict[str, list[Any]]]] = []
+        taken = 0
+        while len(documents) < wanted and taken < len(found):
+            best = _best(found[taken:], wanted - len(documents) + _TIE_MARGIN)
+            taken += len(best)
+            batch = [(score, searcher.doc(address).to_dict()) for score, address in best]
+            batch.sort(key=lambda pair: (-pair[0], -pair[1]["position"][0]))
+            documents += [d for d in batch if not useless_hit(str(d[1]["text"][0]), query)]
+        return documents[:wanted]
 
     def count(self, session: str) -> int:
         with self._lock:

@@ -93,9 +93,19 @@ def test_a_question_names_months_and_years():
     assert named_times("What did Ana paint last week?") == set()
 
 
-@pytest.mark.parametrize("method", ["keyword", "embedding:hashing", "hybrid:hashing"])
+@pytest.mark.parametrize(
+    "method", ["keyword:nonames", "embedding:hashing:nodates", "hybrid:hashing:nonames:nodates"]
+)
 def test_when_lifts_the_turn_dated_in_the_month_the_question_names(dated_file, method):
     conversations = load_locomo(dated_file)
     assert measure(method, conversations, {}).rate(1) == 0.0
     assert measure(f"{method}:when", conversations, {}).rate(1) == 1.0
+
+
+@pytest.mark.parametrize("method", ["keyword", "embedding:hashing", "hybrid:hashing"])
+def test_every_backend_matches_the_named_month_by_default(dated_file, method):
+    conversations = load_locomo(dated_file)
+    assert measure(method, conversations, {}).rate(1) == 1.0
+    assert "named speakers and dates" in configuration(MethodSpec.parse("keyword"))
+    assert "no name matching" in configuration(MethodSpec.parse("keyword:nonames"))
     assert "dated in the named months/years" in configuration(MethodSpec.parse("hybrid:when"))

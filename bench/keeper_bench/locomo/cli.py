@@ -1,12 +1,14 @@
 """``keeper-bench locomo recall|answer``: LoCoMo from a file the user gives.
 
     keeper-bench locomo recall --data locomo10.json
+    keeper-bench locomo recall --data dev.json --data tune.json --halves --embed-cache /tmp/vectors
     keeper-bench locomo answer --data locomo10.json --arm rag --model openai:http://127.0.0.1:8080/v1
     keeper-bench locomo index --data locomo10.json --embedders minilm,minilm-q8
 
 ``recall`` measures retrieval alone (no model); ``answer`` runs arms with a model and grades the
 answers as the dataset's paper does; ``index`` times the embedding backend indexing the turns.
-Each prints a markdown table and can write it (``--out``).
+Given several conversations, ``recall`` also prints each conversation's figures apart
+(``keeper_bench.locomo.spread``). Each prints a markdown table and can write it (``--out``).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from keeper_bench.locomo.recall import (
     DEFAULT_METHODS,
     MethodSpec,
     configuration,
-    measure_halves,
     render,
 )
+from keeper_bench.locomo.spread import Spread, measure_spread, render_spread
+from keeper_bench.locomo.vector_cache import load_cached_vectors, save_cached_vectors
 from keeper_middleware.retrievers.embedders import Embedder
 
 
@@ -34,7 +37,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="locomo_action", required=True)
     recall = actions.add_parser("recall", help="retrieval recall@k, latency and indexing rate")
     source = recall.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", type=Path, help="LoCoMo's JSON file")
+    source.add_argument(
+        "--data",
+        type=Path,
+        action="append",
+        help="LoCoMo's JSON file (repeat for several; each may hold several conversations)",
+    )
     source.add_argument(
         "--stream",
         help="instead, the benchmark's own stream: a folder or a preset SIZE[:FAMILY+...] "
@@ -55,6 +63,13 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="report the questions of even and of odd index apart (choose a setting on one "
         "half, check it on the other)",
+    )
+    recall.add_argument(
+        "--embed-cache",
+        type=Path,
+        default=None,
+        help="a folder keeping every embedder's vectors between runs (a method served from it "
+        "has no indexing rate)",
     )
     recall.add_argument("--out", type=Path, default=None, help="write the table here too")
     recall.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
@@ -101,11 +116,20 @@ def _run(args: argparse.Namespace) -> int:
     load = os.getloadavg()
     embedders: dict[str, Embedder] = {}
     results = []
+    spreads: list[Spread] = []
     for method in (m for m in args.methods.split(",") if m.strip()):
-        print(f"{method.strip()}: {configuration(MethodSpec.parse(method.strip()))}", flush=True)
-        measured = measure_halves(method.strip(), conversations, embedders, halves=args.halves)
-        results += measured
-        print("\n".join(render(measured, title="").splitlines()[-len(measured) :]), flush=True)
+        spec = MethodSpec.parse(method.strip())
+        print(f"{method.strip()}: {configuration(spec)}", flush=True)
+        if args.embed_cache and spec.backend in ("embedding", "hybrid", "cosine"):
+            load_cached_vectors(args.embed_cache, spec.embedder, embedders)
+        spread = measure_spread(method.strip(), conversations, embedders, halves=args.halves)
+        spreads.append(spread)
+        results += spread.pooled
+        print("\n".join(render(spread.pooled, title="").splitlines()[-len(spread.pooled) :]))
+        if args.embed_cache:
+            save_cached_vectors(args.embed_cache, embedders)
+        if len(conversations) > 1:
+            print(render_spread([spreads[0], spread]).splitlines()[-1], flush=True)
     note = (
         f"{len(conversations)} conversation(s) ({', '.join(c.sample_id for c in conversations)}) "
         f"from `{source}`; load average before the run "
@@ -114,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
         f"({platform.processor() or platform.machine()})."
     )
     table = render(results, title="LoCoMo retrieval recall", note=note, configurations=True)
+    if len(conversations) > 1:
+        table += "\n## Per conversation\n\n" + render_spread(spreads)
     print(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -161,8 +187,10 @@ def _run_index(args: argparse.Namespace, conversations: list[Conversation], sour
 
 
 def _conversations(args: argparse.Namespace) -> tuple[list[Conversation], str]:
-    if args.data is not None:
-        return load_locomo(args.data), args.data.name
+    if args.data:
+        paths: list[Path] = args.data if isinstance(args.data, list) else [args.data]
+        conversations = [c for path in paths for c in load_locomo(path)]
+        return conversations, ", ".join(path.name for path in paths)
     import tempfile
 
     from keeper_bench.locomo.streams import conversation_from_stream

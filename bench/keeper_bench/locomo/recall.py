@@ -11,9 +11,12 @@ A method is written ``BACKEND[:OPTION...]``: BACKEND is ``keyword``, ``embedding
 turns, MiniLM unless an embedder is named). Options: a granularity (``messages``,
 ``sentences+context``, ``sentences``), an embedder (``minilm``, ``minilm-int8``, ``e5-small``,
 ``hashing``, ``mpnet``: all-mpnet-base-v2 from the folder ``$KEEPER_BENCH_MPNET``), ``w=X``
-(hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem`` and ``oldstop``
-(keyword: no Porter stemming; the first, shorter stop-word list), ``tantivy`` (keyword and
-the hybrid's keyword side: the tantivy engine instead of FTS5), ``onevector`` (embedding: one
+(hybrid: the keyword list's weight in rank fusion), ``k=N`` (hybrid: the fusion constant), ``d=N`` (hybrid: each backend is asked for N times the hits), ``nostem``, ``oldstop`` and
+``nonames`` (keyword: no Porter stemming; the first, shorter stop-word list; no matching of the
+question's names and dates to the passages' context, ``retrievers/named_context.py``),
+``tantivy`` (keyword and the hybrid's keyword side: the tantivy engine instead of FTS5),
+``nodates`` / ``dates`` (embedding: no matching of the question's months and years / matching
+them in the hybrid's embedding side too), ``onevector`` (embedding: one
 vector per passage, not also one per sentence of a message), ``sw=N`` (embedding: a sentence
 vector covers consecutive sentences of at least N words; 1: one per sentence), ``skip=N``
 (embedding: a sentence of fewer than N words has no vector of its own), ``qwho`` / ``who``
@@ -105,6 +108,11 @@ class MethodSpec:
     depth: int = DEFAULT_DEPTH
     stemming: bool = True
     first_stopwords: bool = False
+    named_context: bool = True
+    """Keyword: the named speakers' and dates' passages rise (the product's default)."""
+    named_dates: bool | None = None
+    """Embedding: the passages dated in the named months and years rise; None: the product's
+    default (on for the embedding backend, off for the hybrid's embedding side)."""
     sentence_vectors: bool = True
     sentence_words: int | None = None
     """None: the backend's default."""
@@ -145,6 +153,10 @@ class MethodSpec:
                 given["stemming"] = False
             elif option == "oldstop":
                 given["first_stopwords"] = True
+            elif option == "nonames":
+                given["named_context"] = False
+            elif option in ("nodates", "dates"):
+                given["named_dates"] = option == "dates"
             elif option.startswith("sw="):
                 given["sentence_words"] = int(option[3:])
             elif option.startswith("skip="):
@@ -200,6 +212,7 @@ def configuration(spec: MethodSpec) -> str:
             f"{stemmer} stemming" if spec.stemming else "no stemming"
         )
         keyword += ", the first stop words" if spec.first_stopwords else ", question stop words"
+        keyword += ", named speakers and dates" if spec.named_context else ", no name matching"
         if spec.feedback is not None:
             keyword += f", feedback {spec.feedback[0]}/{spec.feedback[1]}"
         parts.append(keyword)
@@ -212,6 +225,8 @@ def configuration(spec: MethodSpec) -> str:
             )
             if not spec.sentence_context:
                 vectors += ", sentences without context"
+        dates = spec.backend == "embedding" if spec.named_dates is None else spec.named_dates
+        vectors += ", named dates" if dates else ", no date matching"
         parts.append(f"embedding: {spec.embedder}, {vectors}")
     if spec.backend == "hybrid":
         parts.append(
@@ -418,6 +433,18 @@ class CachedEmbedder:
             self._queries[text] = embed_query(self._embedder, text)
         return self._queries[text]
 
+    def saved(self) -> dict[str, dict[str, list[float]]]:
+        """Every vector made so far (``--embed-cache`` writes it, so a later run skips them)."""
+        return {"texts": dict(self._vectors), "queries": dict(self._queries)}
+
+    def preload(self, saved: dict[str, dict[str, list[float]]]) -> None:
+        """Vectors an earlier run made; their methods count as reused (no indexing rate)."""
+        for text, vector in saved.get("texts", {}).items():
+            self._vectors.setdefault(text, vector)
+            self._owner.setdefault(text, "an earlier run")
+        for text, vector in saved.get("queries", {}).items():
+            self._queries.setdefault(text, vector)
+
 
 def shared_embedder(name: str, embedders: dict[str, Embedder]) -> Embedder:
     if name not in embedders:
@@ -451,8 +478,12 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
         if spec.engine == "tantivy":
             if spec.feedback is not None:
                 raise ValueError("prf runs on the fts5 keyword engine only")
-            return TantivyKeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
-        plain = KeywordRetriever(stemming=spec.stemming, stopwords=stopwords)
+            return TantivyKeywordRetriever(
+                stemming=spec.stemming, stopwords=stopwords, named_context=spec.named_context
+            )
+        plain = KeywordRetriever(
+            stemming=spec.stemming, stopwords=stopwords, named_context=spec.named_context
+        )
         if spec.feedback is None:
             return plain
         docs, terms = spec.feedback
@@ -468,6 +499,7 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
         short_sentences=spec.short,
         sentence_context=spec.sentence_context,
         sentence_words=spec.sentence_words or SENTENCE_WORDS,
+        named_dates=spec.backend == "embedding" if spec.named_dates is None else spec.named_dates,
     )
     if spec.backend == "embedding":
         return embedding

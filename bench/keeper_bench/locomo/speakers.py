@@ -24,24 +24,9 @@ from collections.abc import Sequence
 
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever, Spans, search_within
 from keeper_middleware.retrievers.hybrid import reciprocal_rank_fusion
+from keeper_middleware.retrievers.named_context import named_times, speaker_of
 
-_WHO = re.compile(r"^([^\W\d_][\w'’ -]*?)\s*(?:\(|,|$)")
 DEPTH = 4
-MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
-_MONTH_OR_YEAR = re.compile(rf"\b(?:{'|'.join(MONTHS)}|(?:19|20)\d\d)\b")
 
 
 class SpeakerRetriever:
@@ -116,14 +101,3 @@ class SpeakerRetriever:
 
     def close(self) -> None:
         self._inner.close()
-
-
-def speaker_of(context: str) -> str:
-    """The ``who`` of a passage's context (``Caroline (8 May, 2023), item 3`` → Caroline)."""
-    match = _WHO.match(context)
-    return match.group(1).strip() if match else ""
-
-
-def named_times(text: str) -> set[str]:
-    """The month names and years a text names (``in July 2023`` → {July, 2023})."""
-    return set(_MONTH_OR_YEAR.findall(text))

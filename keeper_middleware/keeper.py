@@ -243,6 +243,7 @@ class Keeper:
             sessions=self.sessions,
             passages=self.passages_retriever,
             archive_whole=self.oversized.archive_whole,
+            fold_round=self.oversized.fold_round,
             branches=self.branches,
             index_ready=self.indexing.ready,
         )

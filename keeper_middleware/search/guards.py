@@ -19,6 +19,8 @@ from langchain_core.messages import AIMessage
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 STOP_LINE = "Stop searching now and answer with what you have."
+SPENT_LINE = "Refused: stopped, answer now."
+"""The refusal of a search after the stop line was given (a few tokens)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,10 @@ def decide(
     """
     key = command.key
     reading = command.read is not None
+    if state.withheld and not reading:
+        # the stop line was given already (in this reply, fifty calls at once): each call
+        # past it is answered in a few tokens, not the line again, so a burst stays small
+        return GuardDecision("stop", SPENT_LINE, replace(state, refusals_in_row=0))
     if budget is not None and not reading and state.since_input >= budget:
         return GuardDecision(
             "stop",

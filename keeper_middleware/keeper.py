@@ -69,6 +69,7 @@ from keeper_middleware.search.branch_guards import sample_now, withheld_now
 from keeper_middleware.search.guards import GuardState, without_search_calls
 from keeper_middleware.search.indexing import BackgroundIndexing, reconcile
 from keeper_middleware.search.namespaces import archive_namespace, database_of
+from keeper_middleware.search.run_steps import room_for_a_search
 from keeper_middleware.search.searcher import KEEPER_CHANNEL, ArchiveSearch
 from keeper_middleware.sessions.branches import HEAD_KEY, Branches, state_head
 from keeper_middleware.sessions.counters import Counters
@@ -681,7 +682,11 @@ class Keeper:
     def search_offered(self, session: str, messages: Sequence[BaseMessage] | None = None) -> bool:
         """Whether the next work call is offered the search tool: not after the stop line,
         until new input arrives (every adapter asks here, and leaves the tool out). In a graph,
-        ``messages`` (the branch's) say it: their search results carry the guards' state."""
+        ``messages`` (the branch's) say it: their search results carry the guards' state.
+        Never when the graph run is too near its recursion limit for one more search and the
+        answer after it (:mod:`~keeper_middleware.search.run_steps`)."""
+        if not room_for_a_search():
+            return False
         if messages is not None:
             carried = withheld_now(messages, self.items.is_new_input)
             if carried is not None:

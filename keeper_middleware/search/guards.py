@@ -19,6 +19,12 @@ from langchain_core.messages import AIMessage
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 STOP_LINE = "Stop searching now and answer with what you have."
+NO_ANSWER = (
+    "(No answer: the model asked for more archive searches after the searches for this input "
+    "ran out. Ask again to go on.)"
+)
+"""The reply a run ends with when the model, no longer offered the search tool, only asked to
+search again: the run's last message is never empty."""
 SPENT_LINE = "Refused: stopped, answer now."
 """The refusal of a search after the stop line was given (a few tokens)."""
 
@@ -158,14 +164,35 @@ def without_search_calls(reply: AIMessage) -> AIMessage:
     if len(calls) == len(reply.tool_calls) and len(invalid) == len(reply.invalid_tool_calls):
         return reply
     update: dict[str, object] = {"tool_calls": calls, "invalid_tool_calls": invalid}
+    kept = [b for b in reply.content if not _is_search_block(b)] if reply.content else []
+    if not calls and not invalid and not _has_text(reply.content, kept):
+        # nothing left but the searches: the run's last word must still say something
+        update["content"] = NO_ANSWER
+        return reply.model_copy(update=update)
     if isinstance(reply.content, list):  # a provider that also lists calls as content blocks
-        update["content"] = [
-            block
-            for block in reply.content
-            if not (
-                isinstance(block, dict)
-                and block.get("type") in ("tool_use", "tool_call")
-                and block.get("name") == SEARCH_TOOL_NAME
-            )
-        ]
+        update["content"] = kept
     return reply.model_copy(update=update)
+
+
+def _is_search_block(block: object) -> bool:
+    return (
+        isinstance(block, dict)
+        and block.get("type") in ("tool_use", "tool_call")
+        and block.get("name") == SEARCH_TOOL_NAME
+    )
+
+
+def _has_text(content: object, kept: list[object]) -> bool:
+    """Whether a reply's content says anything once its search blocks are gone."""
+    if isinstance(content, str):
+        return bool(content.strip())
+    for block in kept:
+        if isinstance(block, str) and block.strip():
+            return True
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and str(block.get("text", "")).strip()
+        ):
+            return True
+    return False

@@ -11,6 +11,7 @@ each time) otherwise searched on until LangGraph's recursion limit ended the run
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -164,7 +165,10 @@ def without_search_calls(reply: AIMessage) -> AIMessage:
     if len(calls) == len(reply.tool_calls) and len(invalid) == len(reply.invalid_tool_calls):
         return reply
     update: dict[str, object] = {"tool_calls": calls, "invalid_tool_calls": invalid}
-    kept = [b for b in reply.content if not _is_search_block(b)] if reply.content else []
+    content = reply.content
+    kept: list[object] = (
+        [b for b in content if not _is_search_block(b)] if isinstance(content, list) else []
+    )
     if not calls and not invalid and not _has_text(reply.content, kept):
         # nothing left but the searches: the run's last word must still say something
         update["content"] = NO_ANSWER
@@ -182,7 +186,7 @@ def _is_search_block(block: object) -> bool:
     )
 
 
-def _has_text(content: object, kept: list[object]) -> bool:
+def _has_text(content: object, kept: Sequence[object]) -> bool:
     """Whether a reply's content says anything once its search blocks are gone."""
     if isinstance(content, str):
         return bool(content.strip())

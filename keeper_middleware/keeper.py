@@ -71,7 +71,13 @@ from keeper_middleware.search.indexing import BackgroundIndexing, reconcile
 from keeper_middleware.search.namespaces import archive_namespace, database_of
 from keeper_middleware.search.run_steps import room_for_a_search
 from keeper_middleware.search.searcher import KEEPER_CHANNEL, ArchiveSearch
-from keeper_middleware.sessions.branches import HEAD_KEY, Branches, state_head
+from keeper_middleware.sessions.branches import (
+    ARCHIVE_SESSION_KEY,
+    HEAD_KEY,
+    Branches,
+    notes_cut_in_view,
+    state_head,
+)
 from keeper_middleware.sessions.counters import Counters
 from keeper_middleware.sessions.locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionState
@@ -249,6 +255,8 @@ class Keeper:
             index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
+        self._copied: dict[str, str] = {}
+        """Threads copied from another thread's state, by the archive session they go on in."""
         self._indexes_checked: set[str] = set()
         self._states_checked: set[str] = set()
 
@@ -274,7 +282,38 @@ class Keeper:
     def notes(self, session: str, *, head: Head = TIP) -> Notes:
         """The NOTES of a session at the cut ``head`` (default: its latest cut; a branch's head
         is :meth:`head_of` its graph state). Empty before the first cut."""
-        return self.sessions.notes(session, head)
+        return self.sessions.notes(self._copied.get(session, session), head)
+
+    def archived_as(
+        self,
+        session: str,
+        state: Mapping[str, Any] | None,
+        messages: Sequence[BaseMessage] = (),
+    ) -> str:
+        """The archive session a thread's keeper state belongs to: the thread's own, or, for a
+        thread copied from another (``update_state`` on a new thread id with another thread's
+        values), the one it was copied from; the copy goes on there as a branch of its own,
+        from the cut its state names, as a fork does, and the thread it came from is never
+        touched. A state from before states named their session, or a copy without the
+        keeper's state (a private channel a copy leaves out), is traced by the cut its state or
+        its NOTES in view name."""
+        state = state if isinstance(state, Mapping) else {}
+        named = state.get(ARCHIVE_SESSION_KEY)
+        origin = named if isinstance(named, str) and named else None
+        if origin is None:
+            head = state.get(HEAD_KEY) if HEAD_KEY in state else notes_cut_in_view(messages)
+            if isinstance(head, str) and self.archive.find_cut(session, head) is None:
+                origin = next(
+                    (s for s in self.archive.sessions() if self.archive.find_cut(s, head)), None
+                )
+        if origin is None:
+            return self._copied.get(session, session)
+        if origin == session:
+            return session
+        if self._copied.get(session) != origin:
+            log.info("thread %s goes on from a copy of thread %s's state", session, origin)
+            self._copied[session] = origin
+        return origin
 
     def head_of(self, session: str, values: Mapping[str, Any] | None) -> str | None:
         """The latest cut of the branch a graph state is on (``agent.get_state(config).values``
@@ -283,13 +322,13 @@ class Keeper:
         values = values or {}
         kstate = values.get(KEEPER_CHANNEL)
         messages = values.get("messages") or []
-        return self.branches.head(
-            session, kstate if isinstance(kstate, Mapping) else None, messages
-        )
+        kstate = kstate if isinstance(kstate, Mapping) else None
+        return self.branches.head(self.archived_as(session, kstate, messages), kstate, messages)
 
     def turns(self, session: str, *, head: Head = TIP) -> Iterator[ArchivedTurn]:
         """The archived turns the branch ``head`` sees, in order (default: the session's latest
         cut's branch; :meth:`head_of` a graph state names a branch)."""
+        session = self._copied.get(session, session)
         return self.archive.turns(session, within=self.branches.chain(session, head))
 
     def _guard(self, session: str) -> GuardState:
@@ -309,6 +348,7 @@ class Keeper:
         call: NoteCall,
     ) -> StepResult:
         """One keeper step before a model call (sync): as many cuts as the window needs."""
+        session = self.archived_as(session, state, messages)
         with self.session(session), self._span("step", session):
             with self._span("prepare", session):
                 pending = self._prepare(session, messages, state, setup)
@@ -343,6 +383,7 @@ class Keeper:
         The archive and index work runs in a worker thread, never on the event loop; only the
         model calls are awaited here. The session is held throughout (the threads run in this
         task's context, so they count as holding it)."""
+        session = await asyncio.to_thread(self.archived_as, session, state, messages)
         async with self.asession(session):
             with self._span("step", session):
                 return await self._astep(session, messages, state, setup, call)
@@ -409,6 +450,7 @@ class Keeper:
         setup: ModelSetup,
     ) -> Pending:
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
+        kstate[ARCHIVE_SESSION_KEY] = session  # a copy of this state carries it to its thread
         if not kstate:
             self._warn_if_archive_outlived_state(session)
         else:
@@ -762,6 +804,7 @@ class Keeper:
         decided and written under one lock, so parallel searches cannot race past them. The
         reply is sized to the room a message has in view.
         """
+        session = self._copied.get(session, session)
         with self._span("search", session):
             self._check_index(session)
             return self.searcher.run(session, args, head=head)[0]
@@ -774,12 +817,15 @@ class Keeper:
         and the result's artifact (the guards' state after the search, for the next one). A
         state without a keeper step's values (a graph that archives by itself) searches the
         session as of its latest cut, with the session's own guards."""
+        kstate = state.get(KEEPER_CHANNEL)
+        session = self.archived_as(session, kstate if isinstance(kstate, Mapping) else None)
         with self._span("search", session):
             return self.searcher.answer(session, args, state=state, call_id=call_id)
 
     def retrieve(self, session: str, query: str, *, k: int = 10, head: Head = TIP) -> list[Hit]:
         """The archive's best matches for ``query`` on the branch ``head``, as the search
         tool finds them (without its guards or its rendering)."""
+        session = self._copied.get(session, session)
         self._check_index(session)
         with background_worker().foreground():
             self.indexing.ready(session)

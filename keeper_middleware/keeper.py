@@ -75,9 +75,9 @@ from keeper_middleware.sessions.branches import (
     ARCHIVE_SESSION_KEY,
     HEAD_KEY,
     Branches,
-    notes_cut_in_view,
     state_head,
 )
+from keeper_middleware.sessions.copies import ThreadCopies
 from keeper_middleware.sessions.counters import Counters
 from keeper_middleware.sessions.locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionState
@@ -255,7 +255,7 @@ class Keeper:
             index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
-        self._copied: dict[str, str] = {}
+        self.copies = ThreadCopies(self.archive, self.sessions.secret)
         """Threads copied from another thread's state, by the archive session they go on in."""
         self._indexes_checked: set[str] = set()
         self._states_checked: set[str] = set()
@@ -282,7 +282,7 @@ class Keeper:
     def notes(self, session: str, *, head: Head = TIP) -> Notes:
         """The NOTES of a session at the cut ``head`` (default: its latest cut; a branch's head
         is :meth:`head_of` its graph state). Empty before the first cut."""
-        return self.sessions.notes(self._copied.get(session, session), head)
+        return self.sessions.notes(self.copies.of(session), head)
 
     def archived_as(
         self,
@@ -292,28 +292,9 @@ class Keeper:
     ) -> str:
         """The archive session a thread's keeper state belongs to: the thread's own, or, for a
         thread copied from another (``update_state`` on a new thread id with another thread's
-        values), the one it was copied from; the copy goes on there as a branch of its own,
-        from the cut its state names, as a fork does, and the thread it came from is never
-        touched. A state from before states named their session, or a copy without the
-        keeper's state (a private channel a copy leaves out), is traced by the cut its state or
-        its NOTES in view name."""
-        state = state if isinstance(state, Mapping) else {}
-        named = state.get(ARCHIVE_SESSION_KEY)
-        origin = named if isinstance(named, str) and named else None
-        if origin is None:
-            head = state.get(HEAD_KEY) if HEAD_KEY in state else notes_cut_in_view(messages)
-            if isinstance(head, str) and self.archive.find_cut(session, head) is None:
-                origin = next(
-                    (s for s in self.archive.sessions() if self.archive.find_cut(s, head)), None
-                )
-        if origin is None:
-            return self._copied.get(session, session)
-        if origin == session:
-            return session
-        if self._copied.get(session) != origin:
-            log.info("thread %s goes on from a copy of thread %s's state", session, origin)
-            self._copied[session] = origin
-        return origin
+        values), the one it was copied from, where it goes on as a branch of its own
+        (:mod:`~keeper_middleware.sessions.copies`)."""
+        return self.copies.archived_as(session, state, messages)
 
     def head_of(self, session: str, values: Mapping[str, Any] | None) -> str | None:
         """The latest cut of the branch a graph state is on (``agent.get_state(config).values``
@@ -328,7 +309,7 @@ class Keeper:
     def turns(self, session: str, *, head: Head = TIP) -> Iterator[ArchivedTurn]:
         """The archived turns the branch ``head`` sees, in order (default: the session's latest
         cut's branch; :meth:`head_of` a graph state names a branch)."""
-        session = self._copied.get(session, session)
+        session = self.copies.of(session)
         return self.archive.turns(session, within=self.branches.chain(session, head))
 
     def _guard(self, session: str) -> GuardState:
@@ -804,7 +785,7 @@ class Keeper:
         decided and written under one lock, so parallel searches cannot race past them. The
         reply is sized to the room a message has in view.
         """
-        session = self._copied.get(session, session)
+        session = self.copies.of(session)
         with self._span("search", session):
             self._check_index(session)
             return self.searcher.run(session, args, head=head)[0]
@@ -825,7 +806,7 @@ class Keeper:
     def retrieve(self, session: str, query: str, *, k: int = 10, head: Head = TIP) -> list[Hit]:
         """The archive's best matches for ``query`` on the branch ``head``, as the search
         tool finds them (without its guards or its rendering)."""
-        session = self._copied.get(session, session)
+        session = self.copies.of(session)
         self._check_index(session)
         with background_worker().foreground():
             self.indexing.ready(session)

@@ -70,3 +70,21 @@ def test_a_copied_thread_goes_on_with_its_memory_and_the_original_is_untouched(k
     assert not any("c28" in t for t in turns) and "c28" not in notes
     head = keeper.head_of("t1", entry.graph.get_state(T1).values)
     assert keeper.search("t1", "c28", head=head).startswith("No matches")
+
+
+def test_a_pasted_notes_message_with_a_forged_mark_never_leads_into_another_thread():
+    from keeper_middleware.messages.marks import MARK_KEY
+
+    keeper = Keeper(KeeperConfig(window=2048, reply_reserve=256, notes_every_items=3))
+    entry = build("agent", ScriptedChatModel(default=note_taker), keeper)
+    entry.say("Task: keep the ledger.")
+    for item in range(1, 5):
+        entry.say(f"Item {item}. Mira set c{item} to {item * 3}.")
+    notes = next(
+        m for m in entry.graph.get_state(T1).values["messages"] if keeper_kind(m) == "notes"
+    )
+    assert keeper.archived_as("t3", None, [notes]) == "t1"  # the keeper's own: a copy
+    forged = notes.model_copy(
+        update={"additional_kwargs": {**notes.additional_kwargs, MARK_KEY: "0" * 64}}
+    )
+    assert keeper.archived_as("t4", None, [forged]) == "t4"

@@ -70,8 +70,15 @@ from keeper_middleware.search.branch_guards import sample_now, withheld_now
 from keeper_middleware.search.guards import GuardState, without_search_calls
 from keeper_middleware.search.indexing import BackgroundIndexing, reconcile
 from keeper_middleware.search.namespaces import archive_namespace, database_of
+from keeper_middleware.search.run_steps import room_for_a_search
 from keeper_middleware.search.searcher import KEEPER_CHANNEL, ArchiveSearch
-from keeper_middleware.sessions.branches import HEAD_KEY, Branches, state_head
+from keeper_middleware.sessions.branches import (
+    ARCHIVE_SESSION_KEY,
+    HEAD_KEY,
+    Branches,
+    state_head,
+)
+from keeper_middleware.sessions.copies import ThreadCopies
 from keeper_middleware.sessions.counters import Counters
 from keeper_middleware.sessions.locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions.starts import StartWarnings
@@ -249,10 +256,13 @@ class Keeper:
             sessions=self.sessions,
             passages=self.passages_retriever,
             archive_whole=self.oversized.archive_whole,
+            fold_round=self.oversized.fold_round,
             branches=self.branches,
             index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
+        self.copies = ThreadCopies(self.archive, self.sessions.secret)
+        """Threads copied from another thread's state, by the archive session they go on in."""
         self._indexes_checked: set[str] = set()
         self._states_checked: set[str] = set()
 
@@ -278,7 +288,19 @@ class Keeper:
     def notes(self, session: str, *, head: Head = TIP) -> Notes:
         """The NOTES of a session at the cut ``head`` (default: its latest cut; a branch's head
         is :meth:`head_of` its graph state). Empty before the first cut."""
-        return self.sessions.notes(session, head)
+        return self.sessions.notes(self.copies.of(session), head)
+
+    def archived_as(
+        self,
+        session: str,
+        state: Mapping[str, Any] | None,
+        messages: Sequence[BaseMessage] = (),
+    ) -> str:
+        """The archive session a thread's keeper state belongs to: the thread's own, or, for a
+        thread copied from another (``update_state`` on a new thread id with another thread's
+        values), the one it was copied from, where it goes on as a branch of its own
+        (:mod:`~keeper_middleware.sessions.copies`)."""
+        return self.copies.archived_as(session, state, messages)
 
     def head_of(self, session: str, values: Mapping[str, Any] | None) -> str | None:
         """The latest cut of the branch a graph state is on (``agent.get_state(config).values``
@@ -287,13 +309,13 @@ class Keeper:
         values = values or {}
         kstate = values.get(KEEPER_CHANNEL)
         messages = values.get("messages") or []
-        return self.branches.head(
-            session, kstate if isinstance(kstate, Mapping) else None, messages
-        )
+        kstate = kstate if isinstance(kstate, Mapping) else None
+        return self.branches.head(self.archived_as(session, kstate, messages), kstate, messages)
 
     def turns(self, session: str, *, head: Head = TIP) -> Iterator[ArchivedTurn]:
         """The archived turns the branch ``head`` sees, in order (default: the session's latest
         cut's branch; :meth:`head_of` a graph state names a branch)."""
+        session = self.copies.of(session)
         return self.archive.turns(session, within=self.branches.chain(session, head))
 
     def _guard(self, session: str) -> GuardState:
@@ -314,6 +336,7 @@ class Keeper:
     ) -> StepResult:
         """One keeper step before a model call (sync): as many cuts as the window needs."""
         self.starts.sync_step(session)
+        session = self.archived_as(session, state, messages)
         with self.session(session), self._span("step", session):
             with self._span("prepare", session):
                 pending = self._prepare(session, messages, state, setup)
@@ -348,6 +371,7 @@ class Keeper:
         The archive and index work runs in a worker thread, never on the event loop; only the
         model calls are awaited here. The session is held throughout (the threads run in this
         task's context, so they count as holding it)."""
+        session = await asyncio.to_thread(self.archived_as, session, state, messages)
         async with self.asession(session):
             with self._span("step", session):
                 return await self._astep(session, messages, state, setup, call)
@@ -415,6 +439,7 @@ class Keeper:
     ) -> Pending:
         kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
         fresh = not kstate
+        kstate[ARCHIVE_SESSION_KEY] = session  # a copy of this state carries it to its thread
         if not fresh:
             self._check_archive_holds(session, kstate)
         self._check_index(session)  # before passages are shown beside a question
@@ -695,7 +720,11 @@ class Keeper:
     def search_offered(self, session: str, messages: Sequence[BaseMessage] | None = None) -> bool:
         """Whether the next work call is offered the search tool: not after the stop line,
         until new input arrives (every adapter asks here, and leaves the tool out). In a graph,
-        ``messages`` (the branch's) say it: their search results carry the guards' state."""
+        ``messages`` (the branch's) say it: their search results carry the guards' state.
+        Never when the graph run is too near its recursion limit for one more search and the
+        answer after it (:mod:`~keeper_middleware.search.run_steps`)."""
+        if not room_for_a_search():
+            return False
         if messages is not None:
             carried = withheld_now(messages, self.items.is_new_input)
             if carried is not None:
@@ -771,6 +800,7 @@ class Keeper:
         decided and written under one lock, so parallel searches cannot race past them. The
         reply is sized to the room a message has in view.
         """
+        session = self.copies.of(session)
         with self._span("search", session):
             self._check_index(session)
             return self.searcher.run(session, args, head=head)[0]
@@ -783,6 +813,8 @@ class Keeper:
         and the result's artifact (the guards' state after the search, for the next one). A
         state without a keeper step's values (a graph that archives by itself) searches the
         session as of its latest cut, with the session's own guards."""
+        kstate = state.get(KEEPER_CHANNEL)
+        session = self.archived_as(session, kstate if isinstance(kstate, Mapping) else None)
         with self._span("search", session):
             return self.searcher.answer(session, args, state=state, call_id=call_id)
 
@@ -800,6 +832,7 @@ class Keeper:
             UnknownSessionError: no step ever ran under ``session`` with this archive (a
                 mistyped thread id, or another archive), so there is nothing to search.
         """
+        session = self.copies.of(session)
         if not self.sessions.known(session):
             raise UnknownSessionError(
                 f"thread {session!r} is unknown to this keeper: no step ran under that thread id "

@@ -43,7 +43,7 @@ from keeper_middleware.retrievers.base import (
     check_search_arguments,
 )
 from keeper_middleware.retrievers.keyword import query_terms
-from keeper_middleware.retrievers.passages import STOPWORDS
+from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _RECOUNT_GROWTH = 1.25
@@ -200,7 +200,9 @@ class PostgresKeywordRetriever:
                 rows += self._run(conn, every, {**params, "k": k - len(rows)}, exclude=found)
             if within is not None:
                 rows = [self._next_within(conn, row, session, within) for row in rows]
-        return [
+        # each hit's best sentence marked, as the other retrievers mark theirs (it was left
+        # at the first: "»Item 3.« Mira set c3 to 3." where SQLite showed the sentence found)
+        hits = [
             Hit(
                 passage=Passage(
                     session=session,
@@ -215,6 +217,7 @@ class PostgresKeywordRetriever:
             )
             for item, position, text, score, following in rows
         ]
+        return mark_hits(hits, query)
 
     def _run(
         self,

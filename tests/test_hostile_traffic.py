@@ -16,6 +16,7 @@ from langgraph.errors import GraphRecursionError
 from keeper_middleware import Keeper, KeeperConfig, WindowTooSmallError, create_keeper_agent
 from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.messages.facts import UNANSWERED_CALL_TEXT, keeper_kind, text_of
+from keeper_middleware.search.guards import SPENT_LINE
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from keeper_middleware.step.excerpts import EXCERPT_TAG
 from tests.fake_model import ScriptedChatModel
@@ -240,7 +241,9 @@ def test_searches_with_a_new_query_each_time_end_at_the_budget():
     replies = [keeper.search("s", f"name{i}") for i in range(128)]
     ran = [r for r in replies if not r.startswith("Refused")]
     assert len(ran) == 6
-    assert all("Stop searching now" in r for r in replies[6:])
+    assert "Stop searching now" in replies[6]
+    # past the stop line each search is refused in a few tokens (fifty at once stay small)
+    assert all(r == SPENT_LINE for r in replies[7:])
     keeper.step("s", [HumanMessage("Item 9. New input.", id="h9")], None, _setup(), _no_call)
     assert not keeper.search("s", "name200").startswith("Refused")
 

@@ -361,3 +361,13 @@ def test_within_returns_only_the_branchs_passages_and_its_next_sentence(retrieve
     )
     cart = retriever.search("cart gate", session="s1", k=3, within=later)
     assert cart[0].passage.position == len(shared) - 1 and cart[0].next_text == ""
+
+
+def test_a_hit_in_a_passage_of_several_sentences_marks_the_sentence_that_matched(retriever):
+    from keeper_middleware.retrievers.passages import excerpt
+
+    text = "Item 3. Mira set c3 to 3. The clerk checked the ledger."
+    retriever.add([Passage(session="s1", item=3, position=0, text=text)])
+    hit = retriever.search("c3", session="s1", k=1)[0]
+    assert hit.sentence == 1
+    assert excerpt(hit).startswith("Item 3. »Mira set c3 to 3.«")

@@ -98,7 +98,31 @@ def test_a_burst_of_parallel_results_is_handled_and_each_is_readable(calls, char
         assert body.startswith("https://site.test/")
 
 
-def test_a_burst_that_cannot_fit_even_as_pointers_is_refused_with_numbers_that_add_up():
+def test_a_burst_that_cannot_fit_even_as_pointers_is_folded_and_the_thread_goes_on():
+    agent, keeper, model, _reads, schemas = burst_agent(50, 100, 4_096)
+    agent.invoke({"messages": [HumanMessage("Task: check the sites.")]}, THREAD)
+    out = agent.invoke({"messages": [HumanMessage("Item 2. Please fetch every site.")]}, THREAD)
+    assert text_of(out["messages"][-1]) == "All pages fetched."
+    folded = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(folded) == 1 and "50 tool calls at once" in text_of(folded[0])
+    for _ in range(3):  # the thread goes on
+        agent.invoke({"messages": [HumanMessage("Item 3. Anything new?")]}, THREAD)
+    for received in model.received:
+        assert keeper.tokens.count_messages(received.messages, schemas) <= keeper.config.budget
+    tools = [t for t in keeper.archive.turns("t1") if t.role == "tool"]
+    assert len({(t.tool_call_id, t.digest) for t in tools}) == len(tools) == 50
+    whole = {t.tool_call_id: t.content for t in tools}
+    assert all(whole[f"call_{i:03d}"] == page(f"https://site.test/{i}", 100) for i in range(50))
+
+
+def test_a_round_that_cannot_fit_even_folded_is_refused_with_numbers_that_add_up(monkeypatch):
+    import tests.test_tool_bursts as here
+
+    plain = here.create_keeper_agent
+    prompt = "Check every figure twice. " * 230  # room for the task, not for the folded round
+    monkeypatch.setattr(
+        here, "create_keeper_agent", lambda m, t, **kw: plain(m, t, system_prompt=prompt, **kw)
+    )
     agent, keeper, _model, _reads, _schemas = burst_agent(50, 100, 4_096)
     agent.invoke({"messages": [HumanMessage("Task: check the sites.")]}, THREAD)
     with pytest.raises(WindowTooSmallError) as raised:
@@ -110,7 +134,7 @@ def test_a_burst_that_cannot_fit_even_as_pointers_is_refused_with_numbers_that_a
     assert sum(parts) == stated, text
     over = int(re.search(r"by (\d+)\.", text).group(1))
     assert stated - keeper.config.budget == over
-    assert "at its smallest (51 messages)" in text
+    assert "the new round of 50 tool calls folded to one call" in text
 
 
 def numbers_add_up(text: str, total_pattern: str) -> None:

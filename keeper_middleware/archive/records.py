@@ -118,7 +118,10 @@ class ArchivedTurn:
     session: str
     """The conversation (thread) it belongs to."""
     msg_id: str
-    """The message id; unique within a session, so archiving a turn twice is impossible."""
+    """The message id. Not unique on its own: a message edited under its id, or sent again with
+    new text, is a second record by design. What is unique is the id with the :attr:`digest` on
+    a branch: archiving the same turn twice on one branch (a cut moving out an excerpt whose
+    whole text was archived as it arrived) keeps one record."""
     item: int | None
     """The content's own number for the input this turn belongs to; None before the first item."""
     role: str

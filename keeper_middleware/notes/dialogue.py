@@ -31,6 +31,7 @@ from keeper_middleware.notes.checks.names import compile_names
 from keeper_middleware.notes.recall import named_in, recall_block, settle_recalled, with_recalled
 from keeper_middleware.notes.rewrite import REWRITE_REQUEST_TEXT, merge_rewrite, parse_rewrite
 from keeper_middleware.notes.rules import looks_like_instruction, quoted_in
+from keeper_middleware.notes.standing import with_stated_rules
 from keeper_middleware.notes.taking import Ask, Done, NoteOutcome, NoteTaking, notes_request_text
 from keeper_middleware.reinjection.questions import QuestionDetector
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
@@ -174,6 +175,9 @@ class NoteDialogue:
             step = taking.receive(last_text)
         assert isinstance(step, Done)
         outcome = step.outcome
+        stated = self.with_stated_rules(pending, outcome.notes)
+        if stated is not outcome.notes:
+            outcome = replace(outcome, notes=stated)
         if pending.recalled:
             touched = {c.key for c in outcome.changes if isinstance(c, SetLine | UnsetLine)}
             settled = settle_recalled(pending.notes, outcome.notes, pending.recalled, touched)
@@ -235,6 +239,32 @@ class NoteDialogue:
             texts.append(entry.text)
         return "\n".join(texts)
 
+    def stated_text(self, pending: Pending) -> list[str]:
+        """What the users (and system messages) said in the turns being noted, as the texts
+        a standing rule is read from: not the pinned task, in view in every request, and not
+        question sets, which change nothing."""
+        assert pending.plan is not None
+        texts = []
+        for entry in (pending.entries[i] for i in pending.plan.noted):
+            if entry.kind is not None or entry.question or isinstance(entry.message, AIMessage):
+                continue
+            if entry.is_tool_result and entry.message.name not in self.config.item_tools:
+                continue
+            texts.append(entry.text)
+        return texts
+
+    def with_stated_rules(self, pending: Pending, notes: Notes) -> Notes:
+        """``notes`` with the standing rules the noted turns state that they lack, word for
+        word, whatever the note-taker wrote (:mod:`~keeper_middleware.notes.standing`)."""
+        stated = with_stated_rules(notes, self.stated_text(pending), self.config.max_rules)
+        if stated is not notes:
+            log.info(
+                "rules carried session=%s: %d stated by the user, not written by the note-taker",
+                pending.session,
+                len(stated.rules) - len(notes.rules),
+            )
+        return stated
+
     def _rewrite(
         self,
         pending: Pending,
@@ -253,7 +283,7 @@ class NoteDialogue:
                     accept=_instruction_from(self.instruction_text(pending)),
                     max_rules=self.config.max_rules,
                 )
-                return merged
+                return self.with_stated_rules(pending, merged)
             if attempt < self.config.max_reasks:
                 counters.reasks += 1
                 convo = [
@@ -266,7 +296,7 @@ class NoteDialogue:
                     ),
                 ]
         counters.empty_note_replies += 1
-        return pending.notes
+        return self.with_stated_rules(pending, pending.notes)
 
     def _ask_once(
         self, counters: Counters, convo: list[BaseMessage], kwargs: Mapping[str, Any]

@@ -57,6 +57,8 @@ _IMPERATIVES = frozenset(
         "escalate", "flag", "respect", "obey", "apply", "double", "halve",
     }
 )  # fmt: skip
+IMPERATIVE_WORDS = _IMPERATIVES
+"""First words that make a clause a command ("Report negatives as ...")."""
 _CLAUSE = re.compile(r"[:;]|\s[-–—]\s")
 _GENERIC_SUBJECT = re.compile(
     r"^(?:a|an|any|every|each|all|no|whatever|whoever)\s+[^.;]*?\b(?:is|are|counts?|means?|"

@@ -11,6 +11,7 @@ each time) otherwise searched on until LangGraph's recursion limit ended the run
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -19,6 +20,14 @@ from langchain_core.messages import AIMessage
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 STOP_LINE = "Stop searching now and answer with what you have."
+NO_ANSWER = (
+    "(No answer: the model asked for more archive searches after the searches for this input "
+    "ran out. Ask again to go on.)"
+)
+"""The reply a run ends with when the model, no longer offered the search tool, only asked to
+search again: the run's last message is never empty."""
+SPENT_LINE = "Refused: stopped, answer now."
+"""The refusal of a search after the stop line was given (a few tokens)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +108,10 @@ def decide(
     """
     key = command.key
     reading = command.read is not None
+    if state.withheld and not reading:
+        # the stop line was given already (in this reply, fifty calls at once): each call
+        # past it is answered in a few tokens, not the line again, so a burst stays small
+        return GuardDecision("stop", SPENT_LINE, replace(state, refusals_in_row=0))
     if budget is not None and not reading and state.since_input >= budget:
         return GuardDecision(
             "stop",
@@ -152,14 +165,38 @@ def without_search_calls(reply: AIMessage) -> AIMessage:
     if len(calls) == len(reply.tool_calls) and len(invalid) == len(reply.invalid_tool_calls):
         return reply
     update: dict[str, object] = {"tool_calls": calls, "invalid_tool_calls": invalid}
+    content = reply.content
+    kept: list[object] = (
+        [b for b in content if not _is_search_block(b)] if isinstance(content, list) else []
+    )
+    if not calls and not invalid and not _has_text(reply.content, kept):
+        # nothing left but the searches: the run's last word must still say something
+        update["content"] = NO_ANSWER
+        return reply.model_copy(update=update)
     if isinstance(reply.content, list):  # a provider that also lists calls as content blocks
-        update["content"] = [
-            block
-            for block in reply.content
-            if not (
-                isinstance(block, dict)
-                and block.get("type") in ("tool_use", "tool_call")
-                and block.get("name") == SEARCH_TOOL_NAME
-            )
-        ]
+        update["content"] = kept
     return reply.model_copy(update=update)
+
+
+def _is_search_block(block: object) -> bool:
+    return (
+        isinstance(block, dict)
+        and block.get("type") in ("tool_use", "tool_call")
+        and block.get("name") == SEARCH_TOOL_NAME
+    )
+
+
+def _has_text(content: object, kept: Sequence[object]) -> bool:
+    """Whether a reply's content says anything once its search blocks are gone."""
+    if isinstance(content, str):
+        return bool(content.strip())
+    for block in kept:
+        if isinstance(block, str) and block.strip():
+            return True
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and str(block.get("text", "")).strip()
+        ):
+            return True
+    return False

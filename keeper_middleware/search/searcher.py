@@ -31,6 +31,7 @@ from keeper_middleware.sessions.branches import Branches
 from keeper_middleware.sessions.state import SessionState
 from keeper_middleware.step.arrivals import ROOM_KEY
 from keeper_middleware.step.excerpts import MIN_EXCERPT_TOKENS, Count, archived_text, read_page
+from keeper_middleware.step.fold import ROUND_KEY_PREFIX, round_text
 from keeper_middleware.tokens.counting import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -159,14 +160,34 @@ class ArchiveSearch:
         """One page of an archived message (what an excerpt's pointer leads to), as the branch
         ``head`` archived it."""
         archive = self.sessions.archive
-        msg_id = archive.get_value(session, f"ref:{args.ref}")
-        turn = archive.turn(
-            session,
-            msg_id if isinstance(msg_id, str) else args.ref,
-            within=self.branches.chain(session, head),
-        )
+        chain = self.branches.chain(session, head)
+        folded = archive.get_value(session, f"{ROUND_KEY_PREFIX}{args.ref}")
+        if isinstance(folded, list):  # a folded round: each of its messages in turn
+            turn = _round_turn(
+                [archive.turn(session, str(i), within=chain) for i in folded], args.ref
+            )
+        else:
+            msg_id = archive.get_value(session, f"ref:{args.ref}")
+            turn = archive.turn(
+                session, msg_id if isinstance(msg_id, str) else args.ref, within=chain
+            )
         page_tokens = max(MIN_EXCERPT_TOKENS, min(self.config.page_tokens, room - 64))
         return render_page(turn, args, page_tokens, self.tokens.count_text)
+
+
+def _round_turn(turns: list[ArchivedTurn | None], ref: str) -> ArchivedTurn | None:
+    """A folded round as one message to page through (None: the branch holds none of it)."""
+    held = [t for t in turns if t is not None]
+    if not held:
+        return None
+    first = held[0]
+    return ArchivedTurn(
+        session=first.session,
+        msg_id=ref,
+        item=first.item,
+        role="tool",
+        content=round_text(held),
+    )
 
 
 def render_page(turn: ArchivedTurn | None, args: ReadArgs, page_tokens: int, count: Count) -> str:

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 HEAD_KEY = "head"
 """Where the keeper's graph-state channel keeps the key of the branch's latest cut (None: no cut
 on this branch yet)."""
+ARCHIVE_SESSION_KEY = "session"
+"""Keeper state key of the archive session the state's branch lives in: the thread's own, and
+for a copy of the state on another thread, the thread it was copied from."""
 NOTES_ID_PREFIX = "notes-"
 """The NOTES message's id is this and the key of the cut that wrote it."""
 _KEPT = 256
@@ -96,14 +99,7 @@ class Branches:
         view, and the commits after it on its line without NOTES of their own (messages archived
         whole as they arrived, before the next cut); None when no NOTES are in view (no cut
         yet: anything archived whole before the first cut is taken up by it)."""
-        named = next(
-            (
-                str(m.id)[len(NOTES_ID_PREFIX) :]
-                for m in messages
-                if keeper_kind(m) == "notes" and str(m.id).startswith(NOTES_ID_PREFIX)
-            ),
-            None,
-        )
+        named = notes_cut_in_view(messages)
         if named is None:
             return None
         found = self.archive.find_cut(session, named)
@@ -202,6 +198,18 @@ class Branches:
                 for key in [k for k in cache if k[0] == session]:
                     del cache[key]
             self._positioned.discard(session)
+
+
+def notes_cut_in_view(messages: Sequence[BaseMessage]) -> str | None:
+    """The key of the cut that wrote the NOTES message in view (None: none in view)."""
+    return next(
+        (
+            str(m.id)[len(NOTES_ID_PREFIX) :]
+            for m in messages
+            if keeper_kind(m) == "notes" and str(m.id).startswith(NOTES_ID_PREFIX)
+        ),
+        None,
+    )
 
 
 def commit_on_branch(

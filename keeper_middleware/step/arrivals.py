@@ -41,6 +41,12 @@ ArchiveWhole = Callable[[str, BaseMessage, int | None, int, MutableMapping[str, 
 """Archive a message word for word on the branch the keeper state names and return its excerpt
 within a cap (session, message, item, cap, keeper state): the engine's I/O, handed in."""
 
+FoldRound = Callable[
+    [str, Sequence[BaseMessage], int | None, MutableMapping[str, Any]], list[BaseMessage]
+]
+"""Archive every message of a round of tool calls word for word and return the pointer pair it
+stands as in view (session, the round's messages, item, keeper state): the engine's I/O."""
+
 ROOM_KEY = "room"
 """Where the keeper state keeps the room one message has in view, as the step measured it (the
 search tool sizes its reply to it, on the branch it runs on)."""
@@ -59,6 +65,7 @@ class Arrivals:
     passages: Retriever
     """Serves the sentences shown beside a new question (``show_retrieved``)."""
     archive_whole: ArchiveWhole
+    fold_round: FoldRound
     branches: Branches
     """What the branch a step runs on sees (the retrieved sentences are its own)."""
     index_ready: Callable[[str], None] = lambda session: None
@@ -81,16 +88,31 @@ class Arrivals:
         numbered = bool(kstate.get("numbered", False))
         since_notes = items_since_notes(kstate)
         counters = self.sessions.counters(session)
-        caps, room = self.window.message_caps(session, entries, seen, setup, notes)
+        caps, room, folds = self.window.message_caps(session, entries, seen, setup, notes)
         self.sessions.set_room(session, room)
         kstate[ROOM_KEY] = room
+        folded = {unit[0].id: unit for unit in folds}
+        skip: set[str] = set()
         result: list[BaseMessage] = []
         new_input = shrunk = False
         for entry in entries:
             message, msg_id = entry.message, entry.id
+            if msg_id in skip:
+                continue
             if not entry.fresh(seen):
                 seen.add(msg_id)
                 result.append(message)
+                continue
+            unit = folded.get(msg_id)
+            if unit is not None:  # a round too big even at its smallest: one pointer pair
+                pair = self.fold_round(session, [e.message for e in unit], last_item, kstate)
+                for e in unit:
+                    items[e.id] = last_item
+                    seen.add(e.id)
+                    skip.add(e.id)
+                seen.update(str(m.id) for m in pair)
+                result.extend(pair)
+                shrunk = True
                 continue
             seen.add(msg_id)
             self._log_if_oversized(session, entry)

@@ -14,18 +14,20 @@ archived as the text it now holds.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from keeper_middleware.archive.records import ArchivedTurn
-from keeper_middleware.archive.store import ArchiveStore
+from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.model.setup import ModelSetup
 from keeper_middleware.sessions.branches import HEAD_KEY, Branches, commit_on_branch, state_head
 from keeper_middleware.step.cut import whole_key
 from keeper_middleware.step.entries import Entry, messages_of
 from keeper_middleware.step.excerpts import EXCERPT_TAG, excerpt_ref, excerpt_within, smallest_form
+from keeper_middleware.step.fold import ROUND_KEY_PREFIX, folded_pair, reply_stub, round_ref
 from keeper_middleware.step.turns import archived_turn
 from keeper_middleware.step.window import WindowPolicy
 from keeper_middleware.tokens.counting import TokenCounter
@@ -129,6 +131,40 @@ class OversizedMessages:
         kwargs = {**shrunk.additional_kwargs, EXCERPT_KEY: {"of": whole, "is": made}}
         return shrunk.model_copy(update={"additional_kwargs": kwargs})
 
+    def fold_round(
+        self,
+        session: str,
+        messages: Sequence[BaseMessage],
+        item: int | None,
+        kstate: KState,
+    ) -> list[BaseMessage]:
+        """Archive every message of a round of tool calls word for word now, in one commit on
+        the branch ``kstate`` names, and return the pointer pair it stands as in view
+        (:mod:`~keeper_middleware.step.fold`). Each message stays readable by its own
+        reference too."""
+        turns = [archived_turn(session, m, item) for m in messages]
+        reply_id = turns[0].msg_id
+        ref = excerpt_ref(session, reply_id)
+        head = state_head(kstate)
+        digest = hashlib.sha256("".join(t.digest for t in turns).encode()).hexdigest()[:32]
+        key = whole_key(session, head, reply_id, digest)
+        commit_on_branch(self.archive, session, head, cut_key=key, turns=turns, notes=None)
+        kstate[HEAD_KEY] = key
+        values: dict[str, Any] = {f"ref:{excerpt_ref(session, t.msg_id)}": t.msg_id for t in turns}
+        values[f"{ROUND_KEY_PREFIX}{round_ref(ref)}"] = [t.msg_id for t in turns]
+        put_values(self.archive, session, values)
+        self.sync_index(session)
+        reply, pointer = folded_pair(messages, round_ref(ref), reply_stub(ref))
+        marked: list[BaseMessage] = []
+        for shown, whole in ((reply, turns[0]), (pointer, _record_of(turns, pointer))):
+            if whole is None:
+                marked.append(shown)
+                continue
+            mark = {"of": whole.digest, "is": _form_digest(session, shown)}
+            kwargs = {**shown.additional_kwargs, EXCERPT_KEY: mark}
+            marked.append(shown.model_copy(update={"additional_kwargs": kwargs}))
+        return marked
+
     def whole_of(
         self, session: str, head: str | None, turn: ArchivedTurn, message: BaseMessage
     ) -> ArchivedTurn:
@@ -152,6 +188,11 @@ class OversizedMessages:
         if whole is None or (wanted is not None and whole.digest != wanted):
             return turn
         return whole
+
+
+def _record_of(turns: Sequence[ArchivedTurn], message: BaseMessage) -> ArchivedTurn | None:
+    """The archived record a message of a folded round stands for (by its id)."""
+    return next((t for t in turns if t.msg_id == str(message.id)), None)
 
 
 def _form_digest(session: str, message: BaseMessage) -> str:

@@ -33,6 +33,7 @@ from keeper_middleware.step.excerpts import (
     pointer_cost,
     smallest_form,
 )
+from keeper_middleware.step.fold import foldable, folded_pair, reply_stub, round_ref
 from keeper_middleware.step.items import items_since_notes
 from keeper_middleware.step.room import units, water_level, water_level_above
 from keeper_middleware.tokens.counting import TokenCounter
@@ -237,9 +238,10 @@ class WindowPolicy:
         seen: set[str],
         setup: ModelSetup,
         notes: Notes,
-    ) -> tuple[dict[str, int], int]:
-        """The most each new message may take in view, by id, and the room one message has in
-        view (what a search result or a page read back may take).
+    ) -> tuple[dict[str, int], int, list[list[Entry]]]:
+        """The most each new message may take in view, by id, the room one message has in
+        view (what a search result or a page read back may take), and the rounds of tool
+        calls to fold (too big even with every message at its smallest: :mod:`.fold`).
 
         A cut can pass any message but never splits a tool call from its results, so each such
         unit (one message, or a call with its results) must fit a note request beside the fixed
@@ -260,6 +262,7 @@ class WindowPolicy:
         room = self.config.budget - sum(parts.values())
         floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
         caps: dict[str, int] = {}
+        folds: list[list[Entry]] = []
         for unit in units(entries[_first_unit_with_fresh(entries, seen) :]):
             fresh = [e for e in unit if e.fresh(seen)]
             if not fresh:
@@ -278,13 +281,27 @@ class WindowPolicy:
             # a head, a tail and a full pointer, so the big ones stand as their smallest form
             smallest = [self.least_tokens(session, e) for e in fresh]
             if sum(smallest) > avail:
-                raise self._unit_too_big(parts, in_view, besides, smallest)
+                if not foldable(unit, seen):
+                    raise self._unit_too_big(parts, in_view, besides, smallest)
+                # fifty calls at once in a small window: the round stands as one pointer pair
+                pair = self.folded_tokens(session, unit)
+                if pair > avail:
+                    folded = f"the new round of {len(unit) - 1} tool calls folded to one call"
+                    raise self._unit_too_big(parts, in_view, besides, [pair], folded)
+                folds.append(unit)
+                continue
             level = water_level_above(sizes, smallest, avail, self.config.message_tokens)
             caps.update(
                 (e.id, max(least, min(size, level)))
                 for e, size, least in zip(fresh, sizes, smallest, strict=True)
             )
-        return caps, max(MIN_EXCERPT_TOKENS, min(room, self.config.message_tokens))
+        return caps, max(MIN_EXCERPT_TOKENS, min(room, self.config.message_tokens)), folds
+
+    def folded_tokens(self, session: str, unit: Sequence[Entry]) -> int:
+        """What a round folded to its pointer pair takes in view."""
+        ref = excerpt_ref(session, unit[0].id)
+        pair = folded_pair([e.message for e in unit], round_ref(ref), reply_stub(ref))
+        return self.tokens.count_messages(list(pair))
 
     def least_tokens(self, session: str, entry: Entry) -> int:
         """The least a message can take in view: its :func:`smallest_form` (an excerpt is
@@ -296,15 +313,22 @@ class WindowPolicy:
         return min(entry.tokens, self.tokens.count_messages([smallest]))
 
     def _unit_too_big(
-        self, parts: Mapping[str, int], in_view: int, besides: int, smallest: Sequence[int]
+        self,
+        parts: Mapping[str, int],
+        in_view: int,
+        besides: int,
+        smallest: Sequence[int],
+        label: str | None = None,
     ) -> WindowTooSmallError:
-        """The refusal of new input that cannot fit even with every message at its smallest;
-        the parts it lists add up to the total it states."""
+        """The refusal of new input that cannot fit even with every message at its smallest
+        (or, for a round of tool calls, folded: ``label``); the parts it lists add up to the
+        total it states."""
+        label = label or f"the new input at its smallest ({len(smallest)} messages)"
         listed = {
             **parts,
             "the rest of its unit in view": in_view,
             "what stands beside a question": besides,
-            f"the new input at its smallest ({len(smallest)} messages)": sum(smallest),
+            label: sum(smallest),
         }
         need = sum(listed.values())
         return WindowTooSmallError(

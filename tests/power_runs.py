@@ -119,6 +119,15 @@ def completed_after(run: Run, item_id: str) -> Any:
     raise AssertionError(f"no finished checkpoint after {item_id}")
 
 
+def waiting_for_keeper(run: Run, item_id: str) -> Any:
+    """The checkpoint where input ``item_id`` had arrived and the keeper had not yet run."""
+    for snapshot in run.graph.get_state_history(run.config()):
+        humans = [m for m in snapshot.values.get("messages", []) if isinstance(m, HumanMessage)]
+        if snapshot.next == ("keeper",) and humans and humans[-1].id == item_id:
+            return snapshot
+    raise AssertionError(f"no checkpoint waiting for the keeper after {item_id}")
+
+
 def assert_whole(keeper: Keeper, thread: str, head: str | None) -> None:
     """No archived turn of a branch is there twice (a message, by id and text)."""
     turns = [(t.msg_id, t.content) for t in keeper.turns(thread, head=head)]

@@ -33,6 +33,7 @@ from tests.power_runs import (
     RIGHT,
     Backend,
     assert_whole,
+    branch,
     completed_after,
     control_memory,
     held_run,
@@ -256,6 +257,33 @@ def test_every_durability_keeps_each_branch_memory(backend, durability):
         say_all((*RIGHT[:4], QUESTION), dict(completed_after(run, "item-5").config))
         assert run.memory() == control_memory(COMMON + RIGHT[:4] + (QUESTION,))
         assert_whole(run.keeper, run.thread, run.head())
+
+
+# ---------------------------------------------------------------- at once
+
+
+def test_batch_over_three_threads_on_one_archive(backend):
+    """``graph.batch`` runs the threads' inputs at once in a pool of OS threads."""
+    stories = {
+        "b-left": LEFT[:5],
+        "b-right": RIGHT[:5],
+        "b-third": branch("kappa", "be brief.")[:5],
+    }
+    with backend.saver() as saver:
+        run = backend.run(saver, "batch")
+        configs = [{"configurable": {"thread_id": backend.thread(name)}} for name in stories]
+        histories = [COMMON + steps for steps in stories.values()]
+        for step in range(len(histories[0])):
+            inputs = [
+                {"messages": [HumanMessage(history[step][0], id=history[step][1])]}
+                for history in histories
+            ]
+            run.graph.batch(inputs, configs)
+        for config, history in zip(configs, histories, strict=True):
+            thread = config["configurable"]["thread_id"]
+            head = run.keeper.head_of(thread, run.graph.get_state(config).values)
+            assert memory_of(run.keeper, thread, head) == control_memory(history)
+            assert_whole(run.keeper, thread, head)
 
 
 # ---------------------------------------------------------------- async

@@ -19,12 +19,13 @@ from typing import Annotated, Any, NotRequired, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Send
+from langgraph.types import Command, Send, interrupt
 
 from keeper_middleware import Keeper, KeeperGraphState, KeeperNode, create_keeper_agent
 from keeper_middleware.archive.records import TIP
-from tests.branch_runs import answer_with_rules, feed, memory_of
+from tests.branch_runs import Run, answer_with_rules, feed, memory_of, story
 from tests.fake_model import ScriptedChatModel
 from tests.power_runs import (
     COMMON,
@@ -174,6 +175,74 @@ def test_two_keeper_agents_in_one_parent_graph_share_one_archive(backend):
             head = keeper.head_of(thread, values)
             assert memory_of(keeper, thread, head) == control_memory(steps)
             assert_whole(keeper, thread, head)
+
+
+@tool
+def sign_off(what: str) -> str:
+    """Ask a person to sign something off."""
+    return f"signed: {interrupt(f'sign off {what}?')}"
+
+
+def signing(messages: list[Any]) -> AIMessage | str:
+    """Asks for a sign-off when an input says so; otherwise the story model."""
+    last = messages[-1]
+    if isinstance(last, HumanMessage) and "sign-off" in str(last.content):
+        call = {"name": "sign_off", "args": {"what": "it"}, "id": "call-sign"}
+        return AIMessage("", tool_calls=[call])
+    return StoryModel(answer=answer_with_rules)(messages)
+
+
+class Desk(TypedDict):
+    ask: str
+    ask_id: str
+    replies: Annotated[list[str], operator.add]
+
+
+def test_an_interrupt_inside_a_keeper_subgraph_resumes_with_its_memory(backend):
+    """A person signs off in the middle of a keeper agent that is a subgraph with checkpoints of
+    its own (``checkpointer=True``); the parent resumes it with ``Command(resume=...)``."""
+    asking = (story(6, "Needs a sign-off.") + "\nRule: answer in French.", "ask-6")
+    steps = (*COMMON, asking)
+    later = LEFT[1:4]
+    with backend.saver() as saver:
+        keeper = backend.keeper()
+        agent = create_keeper_agent(
+            ScriptedChatModel(default=signing), [sign_off], keeper=keeper, checkpointer=True
+        )
+
+        def desk(state: Desk) -> dict[str, Any]:
+            said = HumanMessage(state["ask"], id=state["ask_id"])
+            out = agent.invoke({"messages": [said]})
+            return {"replies": [str(out["messages"][-1].content)]}
+
+        parent = StateGraph(Desk)
+        parent.add_node("desk", desk)
+        parent.add_edge(START, "desk")
+        parent.add_edge("desk", END)
+        graph = parent.compile(checkpointer=saver)
+        thread = backend.thread("desk")
+        config = {"configurable": {"thread_id": thread}}
+        for text, msg_id in steps:
+            graph.invoke({"ask": text, "ask_id": msg_id, "replies": []}, config)
+        assert graph.get_state(config).interrupts, "the sign-off did not wait for a person"
+        graph.invoke(Command(resume="yes"), config)
+        for text, msg_id in later:
+            graph.invoke({"ask": text, "ask_id": msg_id, "replies": []}, config)
+        inner = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": "desk"}})
+        head = keeper.head_of(thread, inner.checkpoint["channel_values"])
+        mine = memory_of(keeper, thread, head)
+        assert_whole(keeper, thread, head)
+
+        # the control: the same agent on a thread of its own, signed off the same way
+        plain = create_keeper_agent(
+            ScriptedChatModel(default=signing), [sign_off], keeper=keeper, checkpointer=saver
+        )
+        run = Run(keeper=keeper, graph=plain, model=ScriptedChatModel(), thread=thread + "-c")
+        feed(run, list(steps))
+        plain.invoke(Command(resume="yes"), run.config())
+        feed(run, list(later))
+        assert mine == run.memory()
+        assert "answer in French." in mine.rules
 
 
 class Fan(KeeperGraphState):

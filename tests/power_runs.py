@@ -105,6 +105,17 @@ class Backend:
         return run
 
 
+def one_node_graph(state: type[Any], name: str, node: Any, saver: Any) -> Any:
+    """A parent graph of one node (``START -> name -> END``) with the scenario's checkpointer."""
+    from langgraph.graph import END, START, StateGraph
+
+    parent = StateGraph(state)
+    parent.add_node(name, node)
+    parent.add_edge(START, name)
+    parent.add_edge(name, END)
+    return parent.compile(checkpointer=saver)
+
+
 def tip(run: Run) -> dict[str, Any]:
     """The config of the checkpoint the last run wrote (the tip of the branch it ran on)."""
     return dict(run.state().config)

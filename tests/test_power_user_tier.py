@@ -38,6 +38,7 @@ from tests.power_runs import (
     completed_after,
     control_memory,
     held_run,
+    one_node_graph,
     tip,
     waiting_for_keeper,
 )
@@ -115,11 +116,7 @@ def test_a_keeper_agent_as_a_subgraph_node_remembers_as_its_own_thread(backend):
         keeper = backend.keeper()
         model = ScriptedChatModel(default=StoryModel(answer=answer_with_rules))
         agent = create_keeper_agent(model, keeper=keeper)  # the parent's checkpointer
-        parent = StateGraph(KeeperGraphState)
-        parent.add_node("assistant", agent)
-        parent.add_edge(START, "assistant")
-        parent.add_edge("assistant", END)
-        graph = parent.compile(checkpointer=saver)
+        graph = one_node_graph(KeeperGraphState, "assistant", agent, saver)
         thread = backend.thread("sub")
         config = {"configurable": {"thread_id": thread}}
         steps = COMMON + LEFT[:4] + (QUESTION,)
@@ -215,11 +212,7 @@ def test_an_interrupt_inside_a_keeper_subgraph_resumes_with_its_memory(backend):
             out = agent.invoke({"messages": [said]})
             return {"replies": [str(out["messages"][-1].content)]}
 
-        parent = StateGraph(Desk)
-        parent.add_node("desk", desk)
-        parent.add_edge(START, "desk")
-        parent.add_edge("desk", END)
-        graph = parent.compile(checkpointer=saver)
+        graph = one_node_graph(Desk, "desk", desk, saver)
         thread = backend.thread("desk")
         config = {"configurable": {"thread_id": thread}}
         for text, msg_id in steps:

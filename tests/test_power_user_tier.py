@@ -133,18 +133,21 @@ class Pair(TypedDict):
     replies: Annotated[list[str], operator.add]
 
 
-def test_two_keeper_agents_in_one_parent_graph_share_one_archive(backend):
+@pytest.mark.parametrize("engines", [1, 2])
+def test_two_keeper_agents_in_one_parent_graph_share_one_archive(backend, engines):
     """Each agent keeps its own checkpoints (``checkpointer=True``: a namespace of its own) and
-    its own memory, though both archive under the parent's thread in one archive."""
+    its own memory, though both archive under the parent's thread in one archive, through one
+    shared ``Keeper`` or one engine each."""
     with backend.saver() as saver:
-        keeper = backend.keeper()
+        shared = backend.keeper()
+        keepers = {"research": shared, "write": shared if engines == 1 else backend.keeper()}
         agents = {
             name: create_keeper_agent(
                 ScriptedChatModel(default=StoryModel(answer=answer_with_rules)),
                 keeper=keeper,
                 checkpointer=True,
             )
-            for name in ("research", "write")
+            for name, keeper in keepers.items()
         }
 
         def node_of(name: str) -> Any:
@@ -168,8 +171,8 @@ def test_two_keeper_agents_in_one_parent_graph_share_one_archive(backend):
         for name, steps in (("research", research), ("write", write)):
             tuple_ = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": name}})
             assert tuple_ is not None, f"no checkpoint in the {name} namespace"
-            values = tuple_.checkpoint["channel_values"]
-            head = keeper.head_of(thread, values)
+            keeper = keepers[name]
+            head = keeper.head_of(thread, tuple_.checkpoint["channel_values"])
             assert memory_of(keeper, thread, head) == control_memory(steps)
             assert_whole(keeper, thread, head)
 

@@ -180,10 +180,11 @@ def held_run(backend: Backend, saver: Any, name: str) -> tuple[Run, HeldNotesMod
 # ---------------------------------------------------------------- the process killed at a cut
 
 
-def killed_child(kind: str, tmp: str, url: str, schema: str) -> None:
+def killed_child(kind: str, tmp: str, url: str, schema: str, moment: str) -> None:
     """Run in a child process: items 1-5, the left branch's items 6-7 (a cut), then a fork from
     item 5 fed the right branch until its first cut; the process is killed (SIGKILL) the moment
-    that cut is committed, before LangGraph saves the checkpoint after it."""
+    that cut is committed, before LangGraph saves the checkpoint after it (``moment="commit"``),
+    or while its note call is in flight (``"note call"``)."""
     from tests.branch_runs import feed
 
     backend = Backend(kind, Path(tmp), url or None, schema or None)
@@ -200,10 +201,17 @@ def killed_child(kind: str, tmp: str, url: str, schema: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
             return result
 
-        archive.commit_cut = commit_then_die  # type: ignore[method-assign]
+        def die_in_note_call(messages: list[BaseMessage]) -> None:
+            if keeper_kind(messages[-1]) == "notes_request":
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        if moment == "commit":
+            archive.commit_cut = commit_then_die  # type: ignore[method-assign]
+        else:
+            run.model.default.hook = die_in_note_call
         feed(run, list(RIGHT), fork)
     raise SystemExit("the fork's first cut was never committed")
 
 
 if __name__ == "__main__":
-    killed_child(*sys.argv[1:5])
+    killed_child(*sys.argv[1:6])

@@ -441,7 +441,8 @@ def test_a_run_cancelled_in_a_note_call_leaves_no_half_cut(backend):
 # ---------------------------------------------------------------- a process killed
 
 
-def test_a_process_killed_right_after_a_forks_first_cut_loses_nothing(backend):
+@pytest.mark.parametrize("moment", ["commit", "note call"])
+def test_a_process_killed_at_a_forks_first_cut_loses_nothing(backend, moment):
     child = subprocess.run(
         [
             sys.executable,
@@ -451,6 +452,7 @@ def test_a_process_killed_right_after_a_forks_first_cut_loses_nothing(backend):
             str(backend.tmp),
             backend.url or "",
             backend.schema or "",
+            moment,
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")])},
@@ -462,9 +464,10 @@ def test_a_process_killed_right_after_a_forks_first_cut_loses_nothing(backend):
     assert child.returncode == -signal.SIGKILL, child.stderr
     with backend.saver() as saver:  # the process restarts: a new keeper on the same stores
         run = backend.run(saver, "killed")
-        # the fork's run stopped after its cut was committed and before its checkpoint
+        # the fork's run stopped in its cut, before its checkpoint
         assert run.state().next, "the killed run left no pending step"
-        run.graph.invoke(None, run.config())  # resumed: the committed cut is found, not redone
+        run.graph.invoke(None, run.config())  # resumed: a committed cut is found, not redone
+        assert len(run.model.default.note_requests) == (0 if moment == "commit" else 1)
         said = [m.id for m in run.state().values["messages"] if isinstance(m, HumanMessage)]
         done = 1 + max(i for i, (_, msg_id) in enumerate(RIGHT) if msg_id in said)
         feed(run, list((*RIGHT[done:4], QUESTION)))
@@ -475,3 +478,6 @@ def test_a_process_killed_right_after_a_forks_first_cut_loses_nothing(backend):
         assert left == control_memory(COMMON + LEFT[:4] + (QUESTION,))
         assert_whole(run.keeper, run.thread, run.head())
         assert memory_of(run.keeper, run.thread, TIP) == left
+        # every cut counted once: the killed one when it was found again
+        cuts = list(run.keeper.archive.cuts(run.thread))
+        assert run.keeper.counters(run.thread).cuts == len(cuts)

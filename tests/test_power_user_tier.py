@@ -25,7 +25,7 @@ from langgraph.types import Command, Send, interrupt
 
 from keeper_middleware import Keeper, KeeperGraphState, KeeperNode, create_keeper_agent
 from keeper_middleware.archive.records import TIP
-from tests.branch_runs import Run, answer_with_rules, feed, memory_of, story
+from tests.branch_runs import CONFIG, Run, answer_with_rules, feed, memory_of, story
 from tests.fake_model import ScriptedChatModel
 from tests.power_runs import (
     COMMON,
@@ -175,6 +175,49 @@ def test_two_keeper_agents_in_one_parent_graph_share_one_archive(backend, engine
             head = keeper.head_of(thread, tuple_.checkpoint["channel_values"])
             assert memory_of(keeper, thread, head) == control_memory(steps)
             assert_whole(keeper, thread, head)
+
+
+class Batch(TypedDict):
+    texts: list[str]
+
+
+def test_a_stateless_keeper_subagent_remembers_only_each_call(backend):
+    """A keeper agent invoked from a node without checkpoints of its own starts afresh at every
+    call of the parent, on the parent's thread: each call has the memory of a fresh thread fed
+    that call's messages, and nothing of an earlier call."""
+    with backend.saver() as saver:
+        keeper = backend.keeper()
+        agent = create_keeper_agent(
+            ScriptedChatModel(default=StoryModel(answer=answer_with_rules)), keeper=keeper
+        )
+        outs: list[dict[str, Any]] = []
+
+        def helper(state: Batch) -> dict[str, Any]:
+            outs.append(agent.invoke({"messages": [HumanMessage(t) for t in state["texts"]]}))
+            return {}
+
+        graph = one_node_graph(Batch, "helper", helper, saver)
+        thread = backend.thread("stateless")
+        calls = (COMMON + LEFT[:4] + (QUESTION,), COMMON + RIGHT[:4] + (QUESTION,))
+        for steps in calls:
+            texts = [text for text, _ in steps]
+            graph.invoke({"texts": texts}, {"configurable": {"thread_id": thread}})
+        for out, steps in zip(outs, calls, strict=True):
+            control_keeper = Keeper(CONFIG)
+            fresh = create_keeper_agent(
+                ScriptedChatModel(default=StoryModel(answer=answer_with_rules)),
+                keeper=control_keeper,
+            )
+            values = fresh.invoke(
+                {"messages": [HumanMessage(text) for text, _ in steps]},
+                {"configurable": {"thread_id": "control"}},
+            )
+            head = keeper.head_of(thread, out)
+            assert memory_of(keeper, thread, head) == memory_of(
+                control_keeper, "control", control_keeper.head_of("control", values)
+            )
+            assert_whole(keeper, thread, head)
+        assert dict(memory_of(keeper, thread, keeper.head_of(thread, outs[1])).found)["zeta"] == ()
 
 
 @tool

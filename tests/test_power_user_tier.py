@@ -179,45 +179,58 @@ def test_two_keeper_agents_in_one_parent_graph_share_one_archive(backend, engine
 
 class Batch(TypedDict):
     texts: list[str]
+    batches: NotRequired[list[list[str]]]
 
 
-def test_a_stateless_keeper_subagent_remembers_only_each_call(backend):
+@pytest.mark.parametrize("fan_out", [False, True])
+def test_a_stateless_keeper_subagent_remembers_only_each_call(backend, fan_out):
     """A keeper agent invoked from a node without checkpoints of its own starts afresh at every
-    call of the parent, on the parent's thread: each call has the memory of a fresh thread fed
-    that call's messages, and nothing of an earlier call."""
+    call, on the parent's thread, one call after another or several at once (``Send``, a
+    map-reduce of subagents): each call has the memory of a fresh thread fed that call's
+    messages, and nothing of another call."""
+    calls = (COMMON + LEFT[:4] + (QUESTION,), COMMON + RIGHT[:4] + (QUESTION,))
+    batches = [[text for text, _ in steps] for steps in calls]
     with backend.saver() as saver:
         keeper = backend.keeper()
         agent = create_keeper_agent(
             ScriptedChatModel(default=StoryModel(answer=answer_with_rules)), keeper=keeper
         )
-        outs: list[dict[str, Any]] = []
+        outs: dict[tuple[str, ...], dict[str, Any]] = {}
 
         def helper(state: Batch) -> dict[str, Any]:
-            outs.append(agent.invoke({"messages": [HumanMessage(t) for t in state["texts"]]}))
+            texts = state["texts"]
+            outs[tuple(texts)] = agent.invoke({"messages": [HumanMessage(t) for t in texts]})
             return {}
 
-        graph = one_node_graph(Batch, "helper", helper, saver)
-        thread = backend.thread("stateless")
-        calls = (COMMON + LEFT[:4] + (QUESTION,), COMMON + RIGHT[:4] + (QUESTION,))
-        for steps in calls:
-            texts = [text for text, _ in steps]
-            graph.invoke({"texts": texts}, {"configurable": {"thread_id": thread}})
-        for out, steps in zip(outs, calls, strict=True):
+        thread = backend.thread(f"stateless-{fan_out}")
+        config = {"configurable": {"thread_id": thread}}
+        if fan_out:
+            parent = StateGraph(Batch)
+            parent.add_node("helper", helper)
+            parent.add_conditional_edges(
+                START, lambda s: [Send("helper", {"texts": b}) for b in s["batches"]], ["helper"]
+            )
+            parent.add_edge("helper", END)
+            parent.compile(checkpointer=saver).invoke({"texts": [], "batches": batches}, config)
+        else:
+            graph = one_node_graph(Batch, "helper", helper, saver)
+            for texts in batches:
+                graph.invoke({"texts": texts}, config)
+        for texts in batches:
             control_keeper = Keeper(CONFIG)
             fresh = create_keeper_agent(
                 ScriptedChatModel(default=StoryModel(answer=answer_with_rules)),
                 keeper=control_keeper,
             )
             values = fresh.invoke(
-                {"messages": [HumanMessage(text) for text, _ in steps]},
+                {"messages": [HumanMessage(t) for t in texts]},
                 {"configurable": {"thread_id": "control"}},
             )
-            head = keeper.head_of(thread, out)
+            head = keeper.head_of(thread, outs[tuple(texts)])
             assert memory_of(keeper, thread, head) == memory_of(
                 control_keeper, "control", control_keeper.head_of("control", values)
             )
             assert_whole(keeper, thread, head)
-        assert dict(memory_of(keeper, thread, keeper.head_of(thread, outs[1])).found)["zeta"] == ()
 
 
 @tool

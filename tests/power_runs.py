@@ -130,6 +130,16 @@ def completed_after(run: Run, item_id: str) -> Any:
     raise AssertionError(f"no finished checkpoint after {item_id}")
 
 
+def fork_tip(run: Run, ids: set[str], fork_at: str) -> Any:
+    """The newest checkpoint holding one of the inputs ``ids`` (a fork's), else the checkpoint
+    the fork started from (the one after input ``fork_at``)."""
+    for snapshot in run.graph.get_state_history(run.config()):
+        humans = {m.id for m in snapshot.values.get("messages", []) if isinstance(m, HumanMessage)}
+        if humans & ids:
+            return snapshot
+    return completed_after(run, fork_at)
+
+
 def waiting_for_keeper(run: Run, item_id: str) -> Any:
     """The checkpoint where input ``item_id`` had arrived and the keeper had not yet run."""
     for snapshot in run.graph.get_state_history(run.config()):

@@ -1,32 +1,33 @@
 """The power-user tier: what a LangGraph power user does with a thread (forks driven alternately
-past several cuts, time travel through ``get_state_history``, a keeper in a subgraph, two
-keeper-wrapped agents in one parent graph, ``Send`` fan-out, every ``durability``, async runs at
-once, a run cancelled in a note call, a process killed right after a fork's first cut), each on a
-SQLite file archive with SqliteSaver and on PostgreSQL with PostgresSaver. Every branch ends with
-the memory (archived turns, NOTES, search) of a control: a fresh thread fed that branch's
-history; no archived turn is lost or doubled, and every later invoke works."""
+and at once past several cuts, time travel and replays through ``get_state_history``, a keeper
+agent as a subgraph with checkpoints of its own and an ``interrupt`` inside, two keeper agents in
+one parent graph, stateless subagents called in turn and through ``Send``, ``Send`` fan-out of
+model nodes, every ``durability``, ``batch`` and ``asyncio`` runs of several threads, a run
+cancelled in a note call, a process killed at a fork's first cut), each on a SQLite file archive
+with SqliteSaver and on PostgreSQL with PostgresSaver. Every branch ends with the memory (archived
+turns, NOTES, search) of a control: a fresh thread fed that branch's history; no archived turn
+is lost or doubled, and every later invoke works."""
 
 from __future__ import annotations
 
 import asyncio
-import operator
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
+from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, Send, interrupt
+from langgraph.types import Command, Send
 
-from keeper_middleware import Keeper, KeeperGraphState, KeeperNode, create_keeper_agent
+from keeper_middleware import Keeper, KeeperGraphState, create_keeper_agent
 from keeper_middleware.archive.records import TIP
 from tests.branch_runs import CONFIG, Run, answer_with_rules, feed, memory_of, story
 from tests.fake_model import ScriptedChatModel
+from tests.power_graphs import PERSONAS, Batch, Desk, Pair, fan_graph, sign_off, signing
 from tests.power_runs import (
     COMMON,
     LEFT,
@@ -37,6 +38,7 @@ from tests.power_runs import (
     branch,
     completed_after,
     control_memory,
+    fork_tip,
     held_run,
     one_node_graph,
     tip,
@@ -127,12 +129,6 @@ def test_a_keeper_agent_as_a_subgraph_node_remembers_as_its_own_thread(backend):
         assert_whole(keeper, thread, head)
 
 
-class Pair(TypedDict):
-    research: str
-    write: str
-    replies: Annotated[list[str], operator.add]
-
-
 @pytest.mark.parametrize("engines", [1, 2])
 def test_two_keeper_agents_in_one_parent_graph_share_one_archive(backend, engines):
     """Each agent keeps its own checkpoints (``checkpointer=True``: a namespace of its own) and
@@ -175,11 +171,6 @@ def test_two_keeper_agents_in_one_parent_graph_share_one_archive(backend, engine
             head = keeper.head_of(thread, tuple_.checkpoint["channel_values"])
             assert memory_of(keeper, thread, head) == control_memory(steps)
             assert_whole(keeper, thread, head)
-
-
-class Batch(TypedDict):
-    texts: list[str]
-    batches: NotRequired[list[list[str]]]
 
 
 @pytest.mark.parametrize("fan_out", [False, True])
@@ -233,27 +224,6 @@ def test_a_stateless_keeper_subagent_remembers_only_each_call(backend, fan_out):
             assert_whole(keeper, thread, head)
 
 
-@tool
-def sign_off(what: str) -> str:
-    """Ask a person to sign something off."""
-    return f"signed: {interrupt(f'sign off {what}?')}"
-
-
-def signing(messages: list[Any]) -> AIMessage | str:
-    """Asks for a sign-off when an input says so; otherwise the story model."""
-    last = messages[-1]
-    if isinstance(last, HumanMessage) and "sign-off" in str(last.content):
-        call = {"name": "sign_off", "args": {"what": "it"}, "id": "call-sign"}
-        return AIMessage("", tool_calls=[call])
-    return StoryModel(answer=answer_with_rules)(messages)
-
-
-class Desk(TypedDict):
-    ask: str
-    ask_id: str
-    replies: Annotated[list[str], operator.add]
-
-
 def test_an_interrupt_inside_a_keeper_subgraph_resumes_with_its_memory(backend):
     """A person signs off in the middle of a keeper agent that is a subgraph with checkpoints of
     its own (``checkpointer=True``); the parent resumes it with ``Command(resume=...)``."""
@@ -295,44 +265,6 @@ def test_an_interrupt_inside_a_keeper_subgraph_resumes_with_its_memory(backend):
         feed(run, list(later))
         assert mine == run.memory()
         assert "answer in French." in mine.rules
-
-
-class Fan(KeeperGraphState):
-    persona: NotRequired[int]
-
-
-PERSONAS = 3
-
-
-def fan_graph(keeper: Keeper, saver: Any, *, send: bool) -> Any:
-    """The keeper, then ``PERSONAS`` model calls: in parallel through ``Send``, or (the control)
-    one after the other in one node, giving the same messages in the same order."""
-    model = ScriptedChatModel(default=StoryModel(answer=answer_with_rules))
-    node = KeeperNode(keeper, model=model)
-
-    def reply(messages: list[Any], persona: int) -> AIMessage:
-        said = model.invoke(messages).content
-        return AIMessage(f"persona {persona}: {said}", id=f"{messages[-1].id}-p{persona}")
-
-    def one(state: Fan) -> dict[str, Any]:
-        return {"messages": [reply(state["messages"], state.get("persona", 0))]}
-
-    def all_of(state: Fan) -> dict[str, Any]:
-        return {"messages": [reply(state["messages"], p) for p in range(PERSONAS)]}
-
-    def fan(state: Fan) -> list[Send]:
-        return [Send("model", {**state, "persona": p}) for p in range(PERSONAS)]
-
-    graph = StateGraph(Fan)
-    graph.add_node("keeper", node.as_runnable())
-    graph.add_node("model", one if send else all_of)
-    graph.add_edge(START, "keeper")
-    if send:
-        graph.add_conditional_edges("keeper", fan, ["model"])
-    else:
-        graph.add_edge("keeper", "model")
-    graph.add_edge("model", END)
-    return graph.compile(checkpointer=saver)
 
 
 def test_send_fan_out_of_several_model_nodes_on_one_thread(backend):
@@ -520,13 +452,19 @@ def test_a_process_killed_at_a_forks_first_cut_loses_nothing(backend, moment):
     assert child.returncode == -signal.SIGKILL, child.stderr
     with backend.saver() as saver:  # the process restarts: a new keeper on the same stores
         run = backend.run(saver, "killed")
-        # the fork's run stopped in its cut, before its checkpoint
-        assert run.state().next, "the killed run left no pending step"
-        run.graph.invoke(None, run.config())  # resumed: a committed cut is found, not redone
+        # the fork's latest checkpoint LangGraph saved (with the default durability, "async", the
+        # one where the killed input arrived may not have been written): resumed if a step was
+        # pending, and the inputs it does not hold sent again, up to the one that cut
+        saved = fork_tip(run, {msg_id for _, msg_id in RIGHT}, "item-5")
+        if saved.next:
+            run.graph.invoke(None, dict(saved.config))
+            saved = run.state()
+        said = {m.id for m in saved.values["messages"] if isinstance(m, HumanMessage)}
+        done = 1 + max((i for i, (_, msg_id) in enumerate(RIGHT) if msg_id in said), default=-1)
+        feed(run, list(RIGHT[done:2]), dict(saved.config))
+        # the killed cut is made then (killed in its note call), or found committed
         assert len(run.model.default.note_requests) == (0 if moment == "commit" else 1)
-        said = [m.id for m in run.state().values["messages"] if isinstance(m, HumanMessage)]
-        done = 1 + max(i for i, (_, msg_id) in enumerate(RIGHT) if msg_id in said)
-        feed(run, list((*RIGHT[done:4], QUESTION)))
+        feed(run, list((*RIGHT[max(done, 2) : 4], QUESTION)), tip(run))
         assert run.memory() == control_memory(COMMON + RIGHT[:4] + (QUESTION,))
         assert_whole(run.keeper, run.thread, run.head())
         feed(run, list((*LEFT[2:4], QUESTION)), dict(completed_after(run, LEFT[1][1]).config))

@@ -10,6 +10,7 @@ import functools
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -194,7 +195,9 @@ def killed_child(kind: str, tmp: str, url: str, schema: str, moment: str) -> Non
     """Run in a child process: items 1-5, the left branch's items 6-7 (a cut), then a fork from
     item 5 fed the right branch until its first cut; the process is killed (SIGKILL) the moment
     that cut is committed, before LangGraph saves the checkpoint after it (``moment="commit"``),
-    or while its note call is in flight (``"note call"``)."""
+    or while its note call is in flight (``"note call"``), or so while the checkpoint where
+    the input arrived is still being written in the background (``"unsaved input"``: LangGraph's
+    default durability, "async", writes it beside the next step)."""
     from tests.branch_runs import feed
 
     backend = Backend(kind, Path(tmp), url or None, schema or None)
@@ -219,7 +222,16 @@ def killed_child(kind: str, tmp: str, url: str, schema: str, moment: str) -> Non
             archive.commit_cut = commit_then_die  # type: ignore[method-assign]
         else:
             run.model.default.hook = die_in_note_call
-        feed(run, list(RIGHT), fork)
+        feed(run, list(RIGHT[:1]), fork)  # no cut yet
+        if moment == "unsaved input":
+            put = saver.put
+
+            def slow_put(*args: Any, **kwargs: Any) -> Any:
+                time.sleep(5)  # the note call's kill comes first
+                return put(*args, **kwargs)
+
+            saver.put = slow_put
+        feed(run, list(RIGHT[1:]), tip(run))
     raise SystemExit("the fork's first cut was never committed")
 
 

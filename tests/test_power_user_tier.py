@@ -429,7 +429,7 @@ def test_a_run_cancelled_in_a_note_call_leaves_no_half_cut(backend):
 # ---------------------------------------------------------------- a process killed
 
 
-@pytest.mark.parametrize("moment", ["commit", "note call"])
+@pytest.mark.parametrize("moment", ["commit", "note call", "unsaved input"])
 def test_a_process_killed_at_a_forks_first_cut_loses_nothing(backend, moment):
     child = subprocess.run(
         [
@@ -453,14 +453,17 @@ def test_a_process_killed_at_a_forks_first_cut_loses_nothing(backend, moment):
     with backend.saver() as saver:  # the process restarts: a new keeper on the same stores
         run = backend.run(saver, "killed")
         # the fork's latest checkpoint LangGraph saved (with the default durability, "async", the
-        # one where the killed input arrived may not have been written): resumed if a step was
-        # pending, and the inputs it does not hold sent again, up to the one that cut
+        # one where the killed input arrived may not have been written, or only its input task's
+        # writes): resumed if work was pending, and the inputs it does not hold sent again, up to
+        # the one that cut
         saved = fork_tip(run, {msg_id for _, msg_id in RIGHT}, "item-5")
-        if saved.next:
+        if saved.next or saved.tasks:
             run.graph.invoke(None, dict(saved.config))
             saved = run.state()
         said = {m.id for m in saved.values["messages"] if isinstance(m, HumanMessage)}
         done = 1 + max((i for i, (_, msg_id) in enumerate(RIGHT) if msg_id in said), default=-1)
+        if moment == "unsaved input":
+            assert done < 2, "the input the process was killed on was saved after all"
         feed(run, list(RIGHT[done:2]), dict(saved.config))
         # the killed cut is made then (killed in its note call), or found committed
         assert len(run.model.default.note_requests) == (0 if moment == "commit" else 1)

@@ -106,13 +106,6 @@ def test_a_fork_before_a_cut_driven_alternately_past_several_cuts(backend):
 # ---------------------------------------------------------------- graph shapes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a keeper agent used as a node of a parent graph that shares `messages` does not "
-    "recognise its own NOTES coming back from the parent's state: one more NOTES message "
-    "stays in the state after every cut (7 after 10 inputs, a cut at every input), and the "
-    "11th input fails with WindowTooSmallError (a known defect, fixed separately)",
-)
 def test_a_keeper_agent_as_a_subgraph_node_remembers_as_its_own_thread(backend):
     with backend.saver() as saver:
         keeper = backend.keeper()

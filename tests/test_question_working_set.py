@@ -182,3 +182,30 @@ def test_an_agent_asked_eleven_questions_is_not_stopped_after_ten_searches():
             assert not refused, f"{questions} questions: 22 searches allowed"
         else:
             assert refused and refused[0] == refused_after
+
+
+def test_a_hit_shows_the_run_of_sentences_that_go_on_speaking_of_it():
+    from keeper_middleware.retrievers.base import Passage
+    from keeper_middleware.retrievers.keyword import KeywordRetriever
+    from keeper_middleware.retrievers.passages import refers_back
+
+    assert refers_back("Oona Wren took 13 from it.")
+    assert not refers_back("The harbour smelled of fish.")
+    story = [
+        (8, "Attention turned to nubese23."),
+        (8, "Thea Holt removed three from it."),
+        (8, "Oona Wren took 13 from it."),
+        (8, "Celia Brandt removed twenty-three from it."),
+        (8, "The harbour smelled of fish."),
+        (9, "It rained."),
+    ]
+    retriever = KeywordRetriever()
+    retriever.add(
+        [Passage(session="s", item=i, position=p, text=t) for p, (i, t) in enumerate(story)]
+    )
+    [hit] = retriever.search("nubese23", session="s")
+    assert hit.next_text == (
+        "Thea Holt removed three from it. Oona Wren took 13 from it. "
+        "Celia Brandt removed twenty-three from it."
+    ), "every change the run of 'it' sentences makes is shown, and no sentence after it"
+    retriever.close()

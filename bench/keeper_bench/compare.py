@@ -21,6 +21,7 @@ from keeper_bench.costs import CostSummary
 from keeper_bench.grader import GradeResult
 from keeper_bench.plots import plot_cost_by_segment, plot_score_by_distance
 from keeper_bench.report import (
+    lost_sets_table,
     reader_label,
     score_table,
 )
@@ -116,7 +117,7 @@ def write_comparison(folder: Path, runs: Sequence[RunResult]) -> Comparison:
     costs = [(run.grade.label, run.costs) for run in runs if run.costs is not None]
     reader = reader_label(results)
     plots = [plot_score_by_distance(results, folder / SCORE_PLOT)]
-    parts = [score_table(results)]
+    parts = [score_table(results), lost_sets_table(results)]
     if costs:
         parts.append(comparison_cost_table(costs, reader=reader))
         plots.append(

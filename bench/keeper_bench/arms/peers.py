@@ -24,6 +24,9 @@ method rather than a default nobody would ship with:
   summarises at 85% and keeps the newest 10%; ``peer_deepagents_tuned`` replaces the middleware
   by name (as its documentation shows) to summarise at 75%, the trigger every arm here shares.
 
+Every peer asks an empty or cut-off work reply once more, by the keeper's rule and policy
+(``AnswerRetryMiddleware``; langmem's model node calls ``answer_with_retry``), as every arm does.
+
 All need what ``keeper-bench`` installs (langchain, langmem, deepagents).
 """
 
@@ -50,6 +53,7 @@ from keeper_middleware.errors import (
     InvalidStateError,
     MissingDependencyError,
 )
+from keeper_middleware.graphs.answer_retry import aanswer_with_retry, answer_with_retry
 from keeper_middleware.keeper import Tool
 
 LANGMEM_SUMMARY_TYPE = ("langmem.short_term.summarization", "RunningSummary")
@@ -72,6 +76,8 @@ def langchain_summarization_graph(
     try:
         from langchain.agents import create_agent
         from langchain.agents.middleware import SummarizationMiddleware
+
+        from keeper_bench.arms.answer_retry import AnswerRetryMiddleware
     except ImportError as error:  # pragma: no cover - depends on the install
         raise MissingDependencyError("langchain", "", distribution="keeper-bench") from error
     trigger = resolve_size(summarize_at, window, name="summarize_at")
@@ -83,7 +89,7 @@ def langchain_summarization_graph(
         model,
         tools=list(tools) or None,  # type: ignore[arg-type]
         system_prompt=system_prompt,
-        middleware=[middleware],
+        middleware=[middleware, AnswerRetryMiddleware()],
         checkpointer=checkpointer,
         name=name,
     )
@@ -161,10 +167,10 @@ def langmem_summarization_graph(
     prompt = [SystemMessage(content=system_prompt)] if system_prompt is not None else []
 
     def call_model(state: LangmemState, config: RunnableConfig) -> dict[str, Any]:
-        return {"messages": [bound.invoke([*prompt, *_summarized(state)], config)]}
+        return {"messages": [answer_with_retry(bound, [*prompt, *_summarized(state)], config)]}
 
     async def acall_model(state: LangmemState, config: RunnableConfig) -> dict[str, Any]:
-        reply = await bound.ainvoke([*prompt, *_summarized(state)], config)
+        reply = await aanswer_with_retry(bound, [*prompt, *_summarized(state)], config)
         return {"messages": [reply]}
 
     graph = StateGraph(LangmemState)
@@ -205,12 +211,14 @@ def deepagents_graph(
         from deepagents import create_deep_agent
         from deepagents.backends import StateBackend
         from deepagents.middleware.summarization import SummarizationMiddleware
+
+        from keeper_bench.arms.answer_retry import AnswerRetryMiddleware
     except ImportError as error:  # pragma: no cover - depends on the install
         raise MissingDependencyError("deepagents", "", distribution="keeper-bench") from error
     profiled = model.model_copy(
         update={"profile": {**(model.profile or {}), "max_input_tokens": window}}
     )
-    middleware: list[Any] = []
+    middleware: list[Any] = [AnswerRetryMiddleware()]
     if summarize_at is not None:
         trigger = resolve_size(summarize_at, window, name="summarize_at")
         middleware.append(
@@ -226,6 +234,7 @@ def deepagents_graph(
                 },
             )
         )
+        middleware.reverse()  # its summarisation outermost, as in the defaults' stack
     graph: CompiledStateGraph[Any, Any, Any, Any] = create_deep_agent(
         profiled,
         list(tools),

@@ -58,6 +58,7 @@ COMMAND_MODULES = (
     "keeper_bench.compare",
     "keeper_bench.matrix",
     "keeper_bench.sensitivity",
+    "keeper_bench.fault_breakdown",
     "keeper_bench.demo",
     "keeper_bench.step_cost",
     "keeper_bench.bulk_import",

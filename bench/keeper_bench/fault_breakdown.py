@@ -51,6 +51,9 @@ DEFAULT_ARMS = (
 )
 
 
+DEFAULT_STREAM = "240k:rules+overdrawn+varied"
+
+
 def mixes() -> tuple[str, ...]:
     """The rows: clean, the whole realistic mix, then the mix without each fault."""
     return ("clean", "realistic", *(f"without {kind}" for kind in LEFT_OUT))
@@ -80,7 +83,7 @@ class BreakdownSpec:
     """Every arm × every row × every seed, on one stream preset and window."""
 
     arms: tuple[str, ...] = DEFAULT_ARMS
-    stream: str = "240k:rules+overdrawn+varied"
+    stream: str = DEFAULT_STREAM
     seeds: tuple[int, ...] = (1, 2, 3)
     window: int = 32_768
     rows: tuple[str, ...] = ()
@@ -148,7 +151,7 @@ def _split(text: str) -> tuple[str, ...]:
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help="comma-separated arms")
-    parser.add_argument("--stream", default=BreakdownSpec.stream, help="a stream preset")
+    parser.add_argument("--stream", default=DEFAULT_STREAM, help="a stream preset")
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated stream seeds")
     parser.add_argument("--window", type=int, default=32_768, help="live window in tokens")
     parser.add_argument("--rows", default="", help="rows to run (default: every row)")

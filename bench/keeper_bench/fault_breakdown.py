@@ -100,7 +100,8 @@ def run_breakdown(
     folder = Path(out)
     size = spec.stream.partition(":")[0]
     grades: dict[tuple[str, str, int], GradeResult] = {}
-    cells = [(r, a, s) for s in spec.seeds for r in spec.chosen_rows() for a in spec.arms]
+    # a row's seeds one after another, so a breakdown stopped early has whole rows
+    cells = [(r, a, s) for r in spec.chosen_rows() for a in spec.arms for s in spec.seeds]
     for number, (row, arm, seed) in enumerate(cells, start=1):
         stream = resolve_stream(spec.stream, folder / "streams" / f"{size}-seed{seed}", seed=seed)
         if progress:

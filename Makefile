@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup llama clients demo test lint typecheck pyright docs bench notebook clean
+.PHONY: setup llama clients demo test lint typecheck pyright docs bench bench-faults-1m bench-faults-240k notebook clean
 
 setup: $(STAMP)
 
@@ -64,6 +64,21 @@ bench: setup
 	# takes several minutes)
 	HF_HUB_OFFLINE=1 $(PY) -m keeper_bench.cli notes-cost --sizes 240k,1m,10m \
 		--out bench/results/notes_cost.md
+
+# the fault kinds that move scores (each misread kind, rules left out, search circles, context
+# rot), each alone at 2% and 10%, for the keeper arms and the best peers, at 1M tokens: a long job
+# of its own (many hours on one core; resumable, and `--shard I/N` splits it over processes).
+# `make bench-faults-240k` is the same table at 240K tokens.
+FAULT_KINDS_THAT_MOVE := sign_flip,other_amount,overlooked,wrong_actor,stale_value,invent_working,drop_rules,circle_searches,rot
+bench-faults-1m: setup
+	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m keeper_bench.cli sensitivity --sizes 1m --seeds 1 \
+		--kinds $(FAULT_KINDS_THAT_MOVE) --rates 0,0.02,0.1 --out runs/faults-1m --quiet
+	cp runs/faults-1m/README.md bench/results/faults_1m.md
+
+bench-faults-240k: setup
+	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m keeper_bench.cli sensitivity --sizes 240k --seeds 1 \
+		--kinds $(FAULT_KINDS_THAT_MOVE) --rates 0,0.02,0.1 --out runs/faults-240k --quiet
+	cp runs/faults-240k/README.md bench/results/faults_240k.md
 
 # the comparison notebook, run top to bottom in place at the small size: it is committed with its
 # tables and plots (runs/notebook/ keeps the run folders, so a second run resumes them)

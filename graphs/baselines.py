@@ -31,8 +31,13 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Checkpointer
 
-from keeper_middleware.config import Size, resolve_size
+from keeper_middleware.config import Size, ThinkingPolicy, resolve_size
 from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
+from keeper_middleware.graphs.answer_retry import (
+    ANSWER_RETRY,
+    aanswer_with_retry,
+    answer_with_retry,
+)
 from keeper_middleware.keeper import ModelSetup, Tool
 from keeper_middleware.messages.facts import (
     is_input,
@@ -250,21 +255,29 @@ def messages_update(given: Sequence[BaseMessage], new: Sequence[BaseMessage]) ->
 
 
 class ModelCall:
-    """The model node: the system prompt rendered in, the tools bound (only when there are any)."""
+    """The model node: the system prompt rendered in, the tools bound (only when there are any),
+    and an empty or cut-off reply asked again by ``retry`` (the keeper's policy by default)."""
 
-    def __init__(self, model: BaseChatModel, setup: ModelSetup) -> None:
+    def __init__(
+        self,
+        model: BaseChatModel,
+        setup: ModelSetup,
+        *,
+        retry: ThinkingPolicy | None = ANSWER_RETRY,
+    ) -> None:
         self.setup = setup
+        self.retry = retry
         self.bound: Runnable[Any, BaseMessage] = (
             model.bind_tools(list(setup.tools)) if setup.tools else model
         )
 
     def __call__(self, state: ArmState, config: RunnableConfig) -> dict[str, Any]:
-        reply = self.bound.invoke(self.setup.render(state["messages"]), config)
-        return {"messages": [reply]}
+        messages = self.setup.render(state["messages"])
+        return {"messages": [answer_with_retry(self.bound, messages, config, self.retry)]}
 
     async def acall(self, state: ArmState, config: RunnableConfig) -> dict[str, Any]:
-        reply = await self.bound.ainvoke(self.setup.render(state["messages"]), config)
-        return {"messages": [reply]}
+        messages = self.setup.render(state["messages"])
+        return {"messages": [await aanswer_with_retry(self.bound, messages, config, self.retry)]}
 
     def runnable(self) -> Runnable[Any, Any]:
         return RunnableLambda(self.__call__, afunc=self.acall, name="model")

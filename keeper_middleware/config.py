@@ -136,6 +136,10 @@ class KeeperConfig:
     """How many searches may run between two new inputs; after that each search is refused and
     the model told to answer (a model that searches with a new query every time is caught by no
     repeat guard). None: no budget."""
+    searches_per_question: int = 2
+    """A question set's turn may run this many searches per question it asks, when that is more
+    than ``search_budget`` (its questions are its lines that end in "?"). 0: ``search_budget``
+    for every turn."""
     message_limit: Size = ("fraction", 0.25)
     """The most one message may take in view (tokens, or a fraction of window - reserve). A bigger
     message, or one too big for the room left beside the fixed part, is archived word for word
@@ -221,6 +225,7 @@ class KeeperConfig:
             raise ConfigurationError(
                 f"thinking={self.thinking!r}; give a ThinkingPolicy(on=..., off=...)"
             )
+        _check_int("searches_per_question", self.searches_per_question, minimum=0, fix="(0: off)")
         if self.search_budget is not None:
             _check_int("search_budget", self.search_budget, minimum=1, fix="(or None)")
         if self.message_tokens < 128:

@@ -50,7 +50,7 @@ from keeper_middleware.errors.sqlite import FileConnection
 from keeper_middleware.retrievers.base import Hit, Passage, Spans, check_search_arguments
 from keeper_middleware.retrievers.named_context import POOL, fuse_pool, may_name
 from keeper_middleware.retrievers.noise import useless_hit
-from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
+from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits, refers_back
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _COMMON_TERM_FRACTION = 0.05
@@ -134,6 +134,8 @@ DROP TABLE IF EXISTS kw_fts;
 
 _MIN_ITEM = -(2**63)
 _MAX_ITEM = 2**63 - 1
+CHAIN_MORE = 3
+"""The most passages shown after a hit's next one, while they go on speaking of it."""
 
 
 def query_terms(query: str) -> list[str]:
@@ -263,6 +265,7 @@ class KeywordRetriever:
             rows = rows[:wanted]
             if within is not None:
                 rows = [self._next_within(row, session, within) for row in rows]
+            rows = [self._chained(row, session, within) for row in rows]
         hits = [
             Hit(
                 passage=Passage(
@@ -402,6 +405,30 @@ class KeywordRetriever:
             ).fetchone()
         )
         return (item, position, text, score, found[0] if found else "", context)
+
+    def _chained(self, row: tuple, session: str, within: Spans | None) -> tuple:  # type: ignore[type-arg]
+        """The row with the passages after its next one that go on speaking of the same thing
+        ("A took 3 from it. B took 13 from it."), of the same item, at most ``CHAIN_MORE``: the
+        next passage alone showed the first of such a run of changes and hid the others."""
+        item, position, text, score, next_text, context = row
+        if not next_text or not refers_back(next_text):
+            return row
+        step = position + 1 if within is None else within.following(position)
+        if step is None:
+            return row
+        parts = [next_text]
+        for _ in range(CHAIN_MORE):
+            step = step + 1 if within is None else within.following(step)
+            if step is None:
+                break
+            found = self._db.execute(
+                "SELECT text, item FROM kw_passages WHERE session = ? AND position = ?",
+                (session, step),
+            ).fetchone()
+            if found is None or found[1] != item or not refers_back(found[0]):
+                break
+            parts.append(found[0])
+        return (item, position, text, score, " ".join(parts), context)
 
     def _run(
         self,

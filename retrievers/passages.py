@@ -153,6 +153,10 @@ def excerpt(hit: Hit, *, limit: int = EXCERPT_CHARS) -> str:
     after = sentences[index + 2 :]
     before = sentences[:index]
     text = " ".join(kept)
+    # the sentences that go on speaking of what was matched ("it", "they") come before any
+    # earlier context: "X came up. A took 3 from it. B took 13 from it." is one change each
+    while after and refers_back(after[0]) and len(text) + 1 + len(after[0]) <= limit:
+        text = f"{text} {after.pop(0)}"
     while before and len(before[-1]) + 1 + len(text) <= limit:
         text = f"{before.pop()} {text}"
     while after and len(text) + 1 + len(after[0]) <= limit:
@@ -165,6 +169,32 @@ def excerpt(hit: Hit, *, limit: int = EXCERPT_CHARS) -> str:
         following = split_sentences(hit.next_text)
         text += f" → next: {_clip(following[0] if following else hit.next_text, limit // 2)}"
     return _clip(text, 2 * limit)
+
+
+REFERRING = frozenset(
+    [
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "this",
+        "these",
+        "those",
+    ]
+)
+"""Words by which a sentence speaks of something named before it (English)."""
+
+
+def refers_back(sentence: str) -> bool:
+    """Whether ``sentence`` speaks of something named before it (a referring word, such as
+    "it"): what it says belongs to the sentence it follows."""
+    return any(word in REFERRING for word in _WORD.findall(sentence.lower()))
 
 
 def _clip(text: str, limit: int) -> str:

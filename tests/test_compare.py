@@ -70,7 +70,8 @@ def test_the_report_has_score_and_cost_tables_labelled_simulated_reader(compared
     assert "### Score by distance back, in batches (simulated reader)" in report
     assert "### Costs (simulated reader)" in report
     for arm in ("notes", "window_drop", "rag"):
-        assert report.count(f"| {arm} |") == 3  # type table, distance table, cost table
+        # type table, distance table, whole sets lost, cost table
+        assert report.count(f"| {arm} |") == 4
     assert "uncached prompt tok" in report and "wall s excl. model" in report
     assert (out / "score_by_distance.png").stat().st_size > 0
     assert (out / "tokens_per_100k.png").stat().st_size > 0
@@ -111,5 +112,17 @@ def test_the_demo_prints_the_tables_what_to_look_for_and_the_plots(tmp_path, cap
     assert bench_main(arguments) == 0
     printed = capsys.readouterr().out
     assert "### What to look for (simulated reader)" in printed
-    assert "| run | answerable right | rule naming nothing (overdrawn) |" in printed
+    # the rules-free stream of the same size, headlined beside the rules stream
+    assert "| run | answerable right, rules stream | rules-free | rule naming nothing" in printed
+    assert "rules-free stream `tiny`" in printed
+    assert (tmp_path / "rules_free" / "report.md").exists()
     assert f"plot: {tmp_path / 'score_by_distance.png'}" in printed
+
+
+def test_the_rules_free_stream_drops_only_the_rule_families():
+    from keeper_bench.demo import rules_free_stream
+
+    assert rules_free_stream("small:rules+overdrawn") == "small"
+    assert rules_free_stream("240k:rules+overdrawn+varied") == "240k:varied"
+    assert rules_free_stream("small:varied") is None  # already rules-free
+    assert rules_free_stream("runs/some/folder") is None

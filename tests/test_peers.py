@@ -82,3 +82,30 @@ def test_a_summary_budget_that_leaves_no_room_is_refused_with_the_fix():
     model = ScriptedChatModel(default=_reply)
     with pytest.raises(ConfigurationError, match="summary_tokens"):
         langmem_summarization_graph(model, window=4096, reply_reserve=512, summary_tokens=4000)
+
+
+def test_tuned_peers_ask_their_summaries_to_keep_every_rule(tmp_path):
+    from langchain_core.messages import HumanMessage
+
+    from keeper_bench.arms import build_arm
+    from keeper_bench.arms.peers import RULES_KEPT
+    from keeper_middleware.testing import ScriptedChatModel
+
+    for name in (
+        "peer_langchain_summarization_tuned",
+        "peer_langmem_summarization_tuned",
+        "peer_deepagents_tuned",
+        "peer_langchain_summarization",
+    ):
+        model = ScriptedChatModel(default="Summary: kept.")
+        arm = build_arm(name, model, window=8192)
+        config = {"configurable": {"thread_id": "t"}}
+        for n in range(1, 31):  # past the 75% trigger of an 8K window and LangChain's 20 kept
+            arm.graph.invoke({"messages": [HumanMessage(f"Item {n}. " + "word " * 200)]}, config)
+        asked = [m for call in model.received for m in call.messages[-1:]]
+        summary_requests = [
+            m for m in asked if isinstance(m, HumanMessage) and "summar" in str(m.content).lower()
+        ]
+        assert summary_requests, name  # the summariser ran
+        keeps = any(RULES_KEPT in str(m.content) for m in summary_requests)
+        assert keeps == name.endswith("_tuned"), name

@@ -52,13 +52,39 @@ def test_a_memory_line_can_be_misread_only_as_a_value_can():
     assert flipped[0][0].amount == -342
 
 
-def test_each_kind_fires_on_its_own_at_its_own_rate():
-    digests = [f"request-{n}" for n in range(400)]
+LONG_BATCH = [
+    Event("add", f"kelo{n:02d}", 3 + n % 7, None, ("Mira Holt", "Tomas Quill")[n % 2])
+    for n in range(50)
+]
+
+
+def test_each_kind_strikes_each_statement_read_at_its_own_rate():
+    # the rate is the share of statements read wrong, not of calls: 50 statements in each of
+    # 40 calls at 10% is about 200 misread, each call on its own draws
     for kind in MISREAD_KINDS:
+        if kind == "invent_working":  # strikes stated values only: a batch of sets
+            batch = [Event("set", e.name, e.amount, None, e.actor) for e in LONG_BATCH]
+        else:
+            batch = LONG_BATCH
         faults = ReaderFaults(seed=5, **{kind: 0.1})
-        fired = [d for d in digests if misreads_for(faults, d).kinds == (kind,)]
-        assert 20 <= len(fired) <= 60
-        assert all(not misreads_for(faults, d) for d in digests if d not in fired)
+        struck = 0
+        for n in range(40):
+            read = misread([batch], misreads_for(faults, f"request-{n}"))[0]
+            if kind == "overlooked":
+                struck += len(batch) - len(read)
+            elif kind == "stale_value":
+                struck += sum(not e.applied for e in read)
+            else:
+                struck += sum(a != b for a, b in zip(read, batch, strict=True))
+        candidates = 40 * (len({e.name for e in batch}) if kind == "stale_value" else len(batch))
+        assert 0.06 * candidates <= struck <= 0.14 * candidates, (kind, struck, candidates)
+        others = ReaderFaults(seed=5, **{k: 0.1 for k in MISREAD_KINDS if k != kind})
+        assert kind not in misreads_for(others, "request-0").rated_kinds
+
+
+def test_no_rate_no_misread():
+    assert not misreads_for(ReaderFaults(seed=5, empty_reply=1.0), "request-0")
+    assert misread([BATCH], misreads_for(ReaderFaults(), "request-0")) == [BATCH]
 
 
 # -- the same misread in every kind of call ----------------------------------------------------
@@ -125,7 +151,8 @@ def test_a_change_overlooked_is_missing_from_notes_summaries_and_answers():
             line for line in text.splitlines() if line.startswith("item ") and "stood" not in line
         ]
 
-    assert len(history(summarised(overlooked=1))) == len(history(summarised())) - 1
+    # at rate 1 every change read is overlooked: none reaches the summary's history
+    assert history(summarised()) and not history(summarised(overlooked=1))
 
 
 # -- a run: each kind changes the answers it says it changes, in every arm ---------------------

@@ -40,6 +40,7 @@ from keeper_bench.ledger import Ledger
 from keeper_bench.plots import plot_cost_by_segment, plot_score_by_distance
 from keeper_bench.report import (
     cost_table,
+    lost_sets_table,
     score_table,
 )
 from keeper_bench.streams import (
@@ -57,6 +58,7 @@ COMMAND_MODULES = (
     "keeper_bench.compare",
     "keeper_bench.matrix",
     "keeper_bench.sensitivity",
+    "keeper_bench.fault_breakdown",
     "keeper_bench.demo",
     "keeper_bench.step_cost",
     "keeper_bench.bulk_import",
@@ -238,7 +240,7 @@ def _run_report(args: argparse.Namespace) -> int:
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     reader = ", ".join(dict.fromkeys(r.reader for r in results))
-    parts = [score_table(results)]
+    parts = [score_table(results), lost_sets_table(results)]
     plot_score_by_distance(results, args.out / "score_by_distance.png")
     if costs:
         parts.append(cost_table(costs, reader=reader))

@@ -21,6 +21,7 @@ from keeper_bench.costs import CostSummary
 from keeper_bench.grader import GradeResult
 from keeper_bench.plots import plot_cost_by_segment, plot_score_by_distance
 from keeper_bench.report import (
+    lost_sets_table,
     reader_label,
     score_table,
 )
@@ -116,7 +117,7 @@ def write_comparison(folder: Path, runs: Sequence[RunResult]) -> Comparison:
     costs = [(run.grade.label, run.costs) for run in runs if run.costs is not None]
     reader = reader_label(results)
     plots = [plot_score_by_distance(results, folder / SCORE_PLOT)]
-    parts = [score_table(results)]
+    parts = [score_table(results), lost_sets_table(results)]
     if costs:
         parts.append(comparison_cost_table(costs, reader=reader))
         plots.append(
@@ -141,6 +142,52 @@ def compare_arms(
     return compare_runs(runs, out, progress=progress)
 
 
+def seeds_table(by_seed: Sequence[tuple[int, Comparison]]) -> str:
+    """One row per arm: right answers on each seed, and their mean with its 95% interval."""
+    from keeper_bench.intervals import t_interval
+
+    labels = list(dict.fromkeys(r.label for _, c in by_seed for r in c.results))
+    reader = reader_label([r for _, c in by_seed for r in c.results])
+    seeds = [seed for seed, _ in by_seed]
+    lines = [
+        f"### Right answers over stream seeds {', '.join(map(str, seeds))} ({reader})",
+        "",
+        "Mean ± the half-width of its 95% Student t interval; two arms whose intervals overlap "
+        "are not told apart by these seeds.",
+        "",
+        "| run | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± 95% |",
+        "| --- |" + " --- |" * (len(seeds) + 1),
+    ]
+    for label in labels:
+        scores = [next((r.right for r in c.results if r.label == label), None) for _, c in by_seed]
+        found = [float(s) for s in scores if s is not None]
+        cells = ["–" if s is None else str(s) for s in scores]
+        interval = t_interval(found).cell() if found else "–"
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {interval} |")
+    return "\n".join(lines) + "\n"
+
+
+def compare_seeds(
+    seeds: Sequence[int],
+    stream: str,
+    make_runs: Callable[[Path], list[RunOptions]],
+    out: Path,
+    *,
+    progress: bool = True,
+) -> tuple[list[tuple[int, Comparison]], str]:
+    """The same comparison on the preset ``stream`` drawn with each seed (``out/seed<S>``), and
+    the table of every arm's mean and interval over them (also in ``out/seeds.md``)."""
+    by_seed: list[tuple[int, Comparison]] = []
+    for seed in seeds:
+        folder = out / f"seed{seed}"
+        stream_folder = resolve_stream(stream, folder / "stream", seed=seed)
+        by_seed.append((seed, compare_runs(make_runs(stream_folder), folder, progress=progress)))
+    table = seeds_table(by_seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "seeds.md").write_text(table, encoding="utf-8")
+    return by_seed, table
+
+
 def parse_arms(text: str) -> list[str]:
     from keeper_bench.arms import ARMS
 
@@ -155,10 +202,28 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", default="", help="comma-separated arms (default: every arm)")
     add_run_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/compare"), help="output folder")
+    parser.add_argument(
+        "--seeds",
+        default="",
+        help="comma-separated stream seeds (3 or more give intervals): the comparison on each, "
+        "then every arm's mean and 95%% interval (in OUT/seeds.md)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
     arms = parse_arms(args.arms)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if seeds:
+        _, table = compare_seeds(
+            seeds,
+            args.stream,
+            lambda stream: [options_from_args(args, arm, stream) for arm in arms],
+            args.out,
+            progress=not args.quiet,
+        )
+        print(table)
+        print(f"reports: {args.out}/seed*/report.md, {args.out / 'seeds.md'}")
+        return 0
     stream = resolve_stream(args.stream, args.out / "stream", seed=args.seed)
     runs = [options_from_args(args, arm, stream) for arm in arms]
     comparison = compare_runs(runs, args.out, progress=not args.quiet)

@@ -159,6 +159,27 @@ class GradeResult:
     def asked(self) -> int:
         return len(self.scored)
 
+    @property
+    def sets(self) -> int:
+        """How many question sets were asked."""
+        return len({(q.after_item, q.final) for q in self.scored})
+
+    @property
+    def lost_sets(self) -> tuple[int, int]:
+        """Question sets whose reply answered none of their questions (an empty or cut-off
+        reply that stood, or no reply), and how many questions they held: a harness's loss,
+        told apart from what a memory got wrong (``memory_errors``)."""
+        given: dict[tuple[int, bool], list[bool]] = {}
+        for q in self.scored:
+            given.setdefault((q.after_item, q.final), []).append(q.given is not None)
+        lost = [len(flags) for flags in given.values() if not any(flags)]
+        return len(lost), sum(lost)
+
+    @property
+    def memory_errors(self) -> int:
+        """Questions answered wrong (or left out) in the sets whose reply answered something."""
+        return self.asked - self.right - self.lost_sets[1]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "reader": self.reader,

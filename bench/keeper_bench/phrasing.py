@@ -246,8 +246,19 @@ def render_questions_message(questions: Iterable[tuple[int, str]], *, final: boo
     return "\n".join([header, *(f"{number}. {text}" for number, text in questions)])
 
 
-def render_batch_head(item: int) -> str:
-    return f"Item {item}."
+BATCH_HEAD_WORDS = ("Item", "Entry")
+"""The words a batch head can start with: "Item N." (the default), or "Entry N." (the
+``entry_heads`` family), which the product's default ``item_pattern`` (Item, Batch, Ticket) does
+not match, so a keeper meets a stream whose item numbers it is not given."""
+BATCH_HEAD_WORD = "(?:" + "|".join(BATCH_HEAD_WORDS) + ")"
+"""The head words as a regular-expression group, for whoever reads the heads back."""
+
+
+def render_batch_head(item: int, *, word: str = "Item") -> str:
+    """A batch's head line: "Item N." or, in the ``entry_heads`` family, "Entry N."."""
+    if word not in BATCH_HEAD_WORDS:
+        raise ValueError(f"a batch head starts with one of {BATCH_HEAD_WORDS}, got {word!r}")
+    return f"{word} {item}."
 
 
 _PRONOUN_SET = frozenset(t for ts in PRONOUN_TEMPLATES.values() for t in ts)

@@ -34,10 +34,11 @@ from langchain_core.outputs import LLMResult
 
 from keeper_bench.costs import CallRecord
 from keeper_bench.reader.summary import is_summary_request, summary_in
+from keeper_bench.reader.text import BATCH_HEAD_WORD
 from keeper_middleware.messages.facts import keeper_kind, text_of
 
 _KIND_BY_TAG = {"notes_request": "notes", "notes_reask": "reask", "summary_request": "summary"}
-_ITEM_HEADER = re.compile(r"(?<![\w])Item (\d+)\.")
+_ITEM_HEADER = re.compile(rf"(?<![\w]){BATCH_HEAD_WORD} (\d+)\.")
 
 
 def last_item_in(messages: Sequence[BaseMessage]) -> int | None:

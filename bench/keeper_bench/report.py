@@ -52,6 +52,25 @@ def score_table(results: Sequence[GradeResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def lost_sets_table(results: Sequence[GradeResult]) -> str:
+    """Whole question sets lost (a reply that answered nothing) apart from memory errors (wrong
+    answers in the sets that were answered): a harness's loss is not a memory's."""
+    reader = reader_label(results)
+    lines = [
+        f"### Whole question sets lost, apart from memory errors ({reader})",
+        "",
+        "| run | question sets | sets lost whole (their questions) | wrong in answered sets |",
+        "| --- | --- | --- | --- |",
+    ]
+    for index, result in enumerate(results):
+        sets, questions = result.lost_sets
+        lines.append(
+            f"| {_row_label(result, index)} | {result.sets} | {sets} ({questions}) | "
+            f"{result.memory_errors} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def cost_table(rows: Sequence[tuple[str, CostSummary]], *, reader: str) -> str:
     lines = [
         f"### Costs ({reader})",

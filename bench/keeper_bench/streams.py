@@ -40,7 +40,12 @@ from keeper_bench.phrasing import (
 from keeper_bench.questions import QuestionPicker, QuestionRecord
 from keeper_bench.story import ChangeWriter, FillerWriter, NameMaker
 
-FAMILIES = frozenset({"base", "rules", "overdrawn", "harder", "adversarial", "varied"})
+FAMILIES = frozenset(
+    {"base", "rules", "overdrawn", "harder", "adversarial", "varied", "entry_heads"}
+)
+"""What a stream holds; ``entry_heads`` changes only the batch heads ("Entry N." for "Item N.",
+which the product's default item pattern does not match): the same story, changes and
+questions."""
 STREAM_FILE = "stream.jsonl"
 SPEC_FILE = "spec.json"
 TALLY = (5, 13)
@@ -211,6 +216,10 @@ def generate_stream(spec: StreamSpec, folder: Path | str) -> StreamInfo:
             )
             units, applied = changes.batch(item, first=confidential if item == 1 else ())
             text = _batch_text(item, opening, units, filler, rng, spec.filler_sentences)
+            if "entry_heads" in spec.families:
+                text = text.replace(
+                    render_batch_head(item), render_batch_head(item, word="Entry"), 1
+                )
             text = _with_carried(text, changes.carried_in, changes.carried_out)
             ledger.record(item, applied)
             picker.note_batch(item)

@@ -93,7 +93,7 @@ def guard_before(
     start = next((i + 1 for i in range(at - 1, -1, -1) if is_new_input(messages[i])), 0)
     newest = _newest(messages[start:at])
     if newest is None:
-        state, step = GuardState(), 0
+        state, step = GuardState(budget=budget), 0
     else:  # the reply that asks now is the one sampled after a stop, if there was one
         state, step = replace(newest[0], sample_next=False), newest[1]
     reply = messages[at]

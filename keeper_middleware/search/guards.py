@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
+from keeper_middleware.reinjection.additions import question_queries
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 STOP_LINE = "Stop searching now and answer with what you have."
@@ -60,6 +61,8 @@ class GuardState:
     """Searches run since the last new input (reads of an archived message do not count)."""
     withheld: bool = False
     """The stop line was given: the model is not offered the tool until new input arrives."""
+    budget: int | None = None
+    """The searches this input's turn may run (:func:`turn_budget`); None: the caller's."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -69,6 +72,7 @@ class GuardState:
             "sample_next": self.sample_next,
             "since_input": self.since_input,
             "withheld": self.withheld,
+            "budget": self.budget,
         }
 
     @classmethod
@@ -83,6 +87,7 @@ class GuardState:
             sample_next=bool(data.get("sample_next")),
             since_input=int(data.get("since_input") or 0),
             withheld=bool(data.get("withheld")),
+            budget=int(budget) if isinstance(budget := data.get("budget"), int) else None,
         )
 
 
@@ -104,7 +109,8 @@ def decide(
 
     ``budget`` is how many searches may run between two new inputs; past it every search is
     stopped (a model that searches with a new query each time is never caught by the repeat
-    guards: 127 of 128 such searches ran before the budget).
+    guards: 127 of 128 such searches ran before the budget). The state's own budget, set for
+    its input's turn (:func:`turn_budget`), wins over it.
     """
     key = command.key
     reading = command.read is not None
@@ -112,6 +118,8 @@ def decide(
         # the stop line was given already (in this reply, fifty calls at once): each call
         # past it is answered in a few tokens, not the line again, so a burst stays small
         return GuardDecision("stop", SPENT_LINE, replace(state, refusals_in_row=0))
+    if state.budget is not None:
+        budget = state.budget
     if budget is not None and not reading and state.since_input >= budget:
         return GuardDecision(
             "stop",
@@ -148,10 +156,27 @@ def decide(
     return GuardDecision("refuse", reason, replace(state, refusals_in_row=refusals))
 
 
-def after_new_input(state: GuardState) -> GuardState:
+def after_new_input(state: GuardState, *, budget: int | None = None) -> GuardState:
     """New input arrived: the archive may have changed, so every search may run again (and
-    the tool is offered again)."""
-    return GuardState(sample_next=state.sample_next)
+    the tool is offered again). ``budget``: the searches the new input's turn may run (None:
+    the caller's budget)."""
+    return GuardState(sample_next=state.sample_next, budget=budget)
+
+
+def turn_budget(budget: int | None, per_question: int, questions: int) -> int | None:
+    """The searches a turn may run: ``budget``, or ``per_question`` for each of the questions
+    its input asks when that is more (a set of eleven questions needs more searches than a
+    set of one; a budget of ten for both left a long set's last answers unsearched)."""
+    if budget is None:
+        return None
+    return max(budget, per_question * questions)
+
+
+def input_budget(budget: int | None, per_question: int, asked: BaseMessage | None) -> int | None:
+    """The searches the turn of the input ``asked`` may run (:func:`turn_budget`), its
+    questions counted as the lines that end in "?" (a message without one asks one)."""
+    questions = len(question_queries(asked)) if asked is not None else 1
+    return turn_budget(budget, per_question, questions)
 
 
 def without_search_calls(reply: AIMessage) -> AIMessage:

@@ -13,11 +13,11 @@ messages (``branch_guards``) rather than from the session.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
 from keeper_middleware.config import KeeperConfig
@@ -25,7 +25,7 @@ from keeper_middleware.retrievers.background import background_worker
 from keeper_middleware.retrievers.base import Retriever, search_and_count
 from keeper_middleware.search.args import ReadArgs, Refusal, parse_search_args
 from keeper_middleware.search.branch_guards import GuardBefore, guard_before
-from keeper_middleware.search.guards import SearchCommand, decide
+from keeper_middleware.search.guards import SearchCommand, decide, input_budget
 from keeper_middleware.search.results import render_results
 from keeper_middleware.sessions.branches import Branches
 from keeper_middleware.sessions.state import SessionState
@@ -66,7 +66,8 @@ class ArchiveSearch:
         kstate = state.get(KEEPER_CHANNEL)
         if not isinstance(kstate, Mapping) or not kstate:
             return self.run(session, args)
-        guard = guard_before(messages, call_id, self.is_new_input, budget=self.config.search_budget)
+        budget = self.turn_budget(messages, call_id)
+        guard = guard_before(messages, call_id, self.is_new_input, budget=budget)
         room = kstate.get(ROOM_KEY)
         return self.run(
             session,
@@ -75,6 +76,21 @@ class ArchiveSearch:
             guard=guard,
             room=room if isinstance(room, int) else None,
         )
+
+    def turn_budget(self, messages: Sequence[BaseMessage], call_id: str) -> int | None:
+        """The searches the turn of the call ``call_id`` may run: scaled to the questions of
+        the newest input before it (:func:`~keeper_middleware.search.guards.turn_budget`)."""
+        at = next(
+            (
+                i
+                for i in range(len(messages) - 1, -1, -1)
+                if isinstance(messages[i], AIMessage)
+                and any(call.get("id") == call_id for call in messages[i].tool_calls)  # type: ignore[attr-defined]
+            ),
+            len(messages),
+        )
+        asked = next((m for m in reversed(messages[:at]) if self.is_new_input(m)), None)
+        return input_budget(self.config.search_budget, self.config.searches_per_question, asked)
 
     def run(
         self,

@@ -27,7 +27,7 @@ from keeper_middleware.reinjection.additions import (
 )
 from keeper_middleware.reinjection.questions import QuestionDetector
 from keeper_middleware.retrievers.base import Retriever, search_within
-from keeper_middleware.search.guards import after_new_input
+from keeper_middleware.search.guards import after_new_input, input_budget
 from keeper_middleware.sessions.branches import Branches, state_head
 from keeper_middleware.sessions.state import SessionState
 from keeper_middleware.step.entries import Entry
@@ -95,6 +95,7 @@ class Arrivals:
         skip: set[str] = set()
         result: list[BaseMessage] = []
         new_input = shrunk = False
+        newest_input: BaseMessage | None = None
         for entry in entries:
             message, msg_id = entry.message, entry.id
             if msg_id in skip:
@@ -119,6 +120,7 @@ class Arrivals:
             is_question = entry.question
             if self.items.is_new_input(message):
                 new_input = True
+                newest_input = message
                 stated = self.items.stated_number(message)
                 if stated is not None:
                     # a number that restarts, jumps or goes back is one more item all the same
@@ -141,7 +143,12 @@ class Arrivals:
                 counters.rules_injected += sum(1 for m in extra if keeper_kind(m) == "rules")
         if new_input:
             with self.sessions.lock:
-                self.sessions.set_guard(session, after_new_input(self.sessions.guard(session)))
+                config = self.config
+                budget = input_budget(
+                    config.search_budget, config.searches_per_question, newest_input
+                )
+                guard = after_new_input(self.sessions.guard(session), budget=budget)
+                self.sessions.set_guard(session, guard)
         live_ids = {str(m.id) for m in result}
         kstate["seen"] = [i for i in seen if i in live_ids]
         kstate["items"] = {k: v for k, v in items.items() if k in live_ids}

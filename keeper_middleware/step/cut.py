@@ -149,16 +149,31 @@ def plan_cut(
 def pin_open_question(
     messages: Sequence[BaseMessage], plan: CutPlan, open_question: int
 ) -> CutPlan:
-    """Keep an open question (and the keeper's messages right after it) in view across a cut
-    that has to pass it because the work on it no longer fits: the question never leaves."""
+    """Keep an open question (and the RULES the keeper placed right after it) in view across a
+    cut that has to pass it because the work on it no longer fits: the question never leaves.
+
+    Retrieved passages placed beside it are not pinned: they are archived text shown again,
+    and they leave before the question's own work does (they never crowd it out)."""
     if open_question >= plan.keep_from:
         return plan
     pinned = [open_question]
     index = open_question + 1
     while index < plan.keep_from and keeper_kind(messages[index]) is not None:
-        pinned.append(index)
+        if keeper_kind(messages[index]) != "retrieved":
+            pinned.append(index)
         index += 1
     return replace(plan, pinned=tuple(pinned))
+
+
+def work_start(messages: Sequence[BaseMessage], plan: CutPlan) -> int:
+    """Where the work on a pinned open question begins: after the question and every message
+    the keeper placed beside it (``plan.keep_from`` when the plan pins nothing)."""
+    if not plan.pinned:
+        return plan.keep_from
+    index = plan.pinned[0] + 1
+    while index < plan.keep_from and keeper_kind(messages[index]) is not None:
+        index += 1
+    return index
 
 
 def recount_kept(

@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import WindowTooSmallError
-from keeper_middleware.messages.facts import keeper_kind, keeper_message, text_of
+from keeper_middleware.messages.facts import keeper_kind, keeper_message, safe_boundary, text_of
 from keeper_middleware.messages.memo import SameMessageMemo
 from keeper_middleware.model.setup import ModelSetup
 from keeper_middleware.notes.block import Notes, parse_notes, render_notes
@@ -25,7 +25,14 @@ from keeper_middleware.notes.rewrite import REWRITE_REQUEST_TEXT
 from keeper_middleware.notes.taking import notes_request_text
 from keeper_middleware.reinjection.additions import render_rules_block
 from keeper_middleware.reinjection.questions import QuestionDetector, open_question_index
-from keeper_middleware.step.cut import CutPlan, Layout, find_layout, pin_open_question, plan_cut
+from keeper_middleware.step.cut import (
+    CutPlan,
+    Layout,
+    find_layout,
+    pin_open_question,
+    plan_cut,
+    work_start,
+)
 from keeper_middleware.step.entries import Entry, classify, messages_of
 from keeper_middleware.step.excerpts import (
     MIN_EXCERPT_TOKENS,
@@ -84,11 +91,19 @@ class WindowPolicy:
         request_tokens: int,
         layout: Layout,
         messages: Sequence[BaseMessage],
+        *,
+        asking: int | None = None,
     ) -> bool:
-        """Whether a cut is due: the request reached the threshold, or enough items passed."""
+        """Whether a cut is due: the request reached the threshold, or enough items passed.
+
+        While a question is open (``asking``: its index) the threshold is the budget itself:
+        the question's work (its search results, what it read) is its working set and may fill
+        the window before a cut takes anything; a cut at the notes threshold there archived
+        results the answer still needed, and the searches to find them again ran out."""
         if layout.noted_start >= len(messages):
             return False
-        if request_tokens >= self.config.notes_threshold:
+        threshold = self.config.notes_threshold if asking is None else self.config.budget + 1
+        if request_tokens >= threshold:
             return True
         every = self.config.notes_every_items
         if every is None:
@@ -120,8 +135,8 @@ class WindowPolicy:
         layout = self.layout(messages)
         request_tokens = self.count(setup, messages)
         plan = None
-        if due or self.notes_due(kstate, request_tokens, layout, messages):
-            open_at = open_question_index(messages, self.detector, start=layout.head_end)
+        open_at = open_question_index(messages, self.detector, start=layout.head_end)
+        if due or self.notes_due(kstate, request_tokens, layout, messages, asking=open_at):
             request_cost = self.request_cost()
 
             def fits(boundary: int) -> bool:
@@ -131,13 +146,42 @@ class WindowPolicy:
             plan = plan_cut(messages, layout, open_question=open_at, notes_call_fits=fits)
             if plan is not None and plan.kept_count:
                 plan = self.drop_kept_if_too_big(plan, messages, notes, setup)
-            if open_at is not None and not self.leaves_room(plan, messages, notes, setup):
+            over = request_tokens > self.config.budget
+            if open_at is not None and over and not self.leaves_room(plan, messages, notes, setup):
                 # the work on an open question has outgrown the window: note and archive it,
                 # keeping the question itself in view
                 passing = plan_cut(messages, layout, open_question=None, notes_call_fits=fits)
                 if passing is not None:
-                    plan = pin_open_question(messages, passing, open_at)
+                    pinned = pin_open_question(messages, passing, open_at)
+                    plan = self.keep_question_work(pinned, messages, notes, setup)
         return plan, request_tokens
+
+    def keep_question_work(
+        self, plan: CutPlan, messages: Sequence[BaseMessage], notes: Notes, setup: ModelSetup
+    ) -> CutPlan:
+        """A cut that passes an open question keeps as much of the question's own work in view
+        as leaves room to work (under the notes threshold): its oldest results leave first,
+        and only as many as must. The work kept is noted all the same (kept as already noted),
+        so the next cut may take it without noting it twice."""
+        start = work_start(messages, plan)
+        if start >= plan.keep_from:
+            return plan
+        fixed = [
+            *messages[: plan.layout.head_end],
+            *(messages[i] for i in plan.pinned),
+        ]
+        room = self.config.notes_threshold - self.notes_estimate(notes)
+        starts = [i for i in range(start, plan.keep_from) if safe_boundary(messages, i) == i]
+        low, high = 0, len(starts)  # the first start whose window fits; len: none does
+        while low < high:
+            middle = (low + high) // 2
+            if self.count(setup, [*fixed, *messages[starts[middle] :]]) <= room:
+                high = middle
+            else:
+                low = middle + 1
+        if low == len(starts):
+            return plan
+        return replace(plan, keep_from=starts[low])
 
     def leaves_room(
         self,

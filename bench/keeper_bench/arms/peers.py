@@ -24,6 +24,14 @@ method rather than a default nobody would ship with:
   summarises at 85% and keeps the newest 10%; ``peer_deepagents_tuned`` replaces the middleware
   by name (as its documentation shows) to summarise at 75%, the trigger every arm here shares.
 
+Every peer asks an empty or cut-off work reply once more, by the keeper's rule and policy
+(``AnswerRetryMiddleware``; langmem's model node calls ``answer_with_retry``), as every arm does.
+
+Tuned, each peer's summary prompt also asks for every rule and method word for word
+(``RULES_KEPT``), as the summarize arm's request does and as the keeper keeps its RULES: a
+careful user of a summariser would add it. (The simulated reader keeps every rule in any summary
+it writes, so under it the prompt changes no score; a language model may differ.)
+
 All need what ``keeper-bench`` installs (langchain, langmem, deepagents).
 """
 
@@ -50,9 +58,52 @@ from keeper_middleware.errors import (
     InvalidStateError,
     MissingDependencyError,
 )
+from keeper_middleware.graphs.answer_retry import aanswer_with_retry, answer_with_retry
 from keeper_middleware.keeper import Tool
 
 LANGMEM_SUMMARY_TYPE = ("langmem.short_term.summarization", "RunningSummary")
+RULES_KEPT = (
+    "Rules and methods stated in the conversation stay in force for the rest of it: copy every "
+    "one of them into the summary word for word, in a section of their own, whatever else is "
+    "left out."
+)
+"""The rule-keeping sentence a careful user adds to a peer's summary prompt (its tuned setting),
+as the summarize arm's own request asks for every rule word for word."""
+
+
+def rule_keeping(prompt: str) -> str:
+    """A LangChain-style summary prompt with ``RULES_KEPT`` as a section of its instructions
+    (before its closing tag; at its end when it has none)."""
+    closing = "</instructions>"
+    if closing in prompt:
+        return prompt.replace(closing, f"## RULES\n\n{RULES_KEPT}\n\n{closing}", 1)
+    return f"{prompt}\n\n{RULES_KEPT}"
+
+
+def langmem_rule_keeping_prompts() -> dict[str, Any]:
+    """langmem's two summary prompts (a first summary, an extended one) with ``RULES_KEPT``
+    after its own request, as ``SummarizationNode`` takes them."""
+    from langchain_core.prompts import ChatPromptTemplate
+
+    return {
+        "initial_summary_prompt": ChatPromptTemplate.from_messages(
+            [
+                ("placeholder", "{messages}"),
+                ("user", f"Create a summary of the conversation above. {RULES_KEPT}"),
+            ]
+        ),
+        "existing_summary_prompt": ChatPromptTemplate.from_messages(
+            [
+                ("placeholder", "{messages}"),
+                (
+                    "user",
+                    "This is summary of the conversation so far: {existing_summary}\n\n"
+                    f"Extend this summary by taking into account the new messages above. "
+                    f"{RULES_KEPT}",
+                ),
+            ]
+        ),
+    }
 
 
 def langchain_summarization_graph(
@@ -65,25 +116,33 @@ def langchain_summarization_graph(
     checkpointer: Checkpointer = None,
     name: str = "peer_langchain_summarization",
     trim_tokens_to_summarize: int | Literal["default"] | None = "default",
+    keep_rules: bool = False,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """``create_agent`` + ``SummarizationMiddleware(model, trigger=("tokens", summarize_at of
     the window))``; every other setting is the middleware's default unless
-    ``trim_tokens_to_summarize`` is given (None: summarise everything evicted)."""
+    ``trim_tokens_to_summarize`` is given (None: summarise everything evicted) or ``keep_rules``
+    (its prompt with the rule-keeping section, ``rule_keeping``)."""
     try:
         from langchain.agents import create_agent
         from langchain.agents.middleware import SummarizationMiddleware
+
+        from keeper_bench.arms.answer_retry import AnswerRetryMiddleware
     except ImportError as error:  # pragma: no cover - depends on the install
         raise MissingDependencyError("langchain", "", distribution="keeper-bench") from error
     trigger = resolve_size(summarize_at, window, name="summarize_at")
     tuned: dict[str, Any] = {}
     if trim_tokens_to_summarize != "default":
         tuned["trim_tokens_to_summarize"] = trim_tokens_to_summarize
+    if keep_rules:
+        from langchain.agents.middleware.summarization import DEFAULT_SUMMARY_PROMPT
+
+        tuned["summary_prompt"] = rule_keeping(DEFAULT_SUMMARY_PROMPT)
     middleware = SummarizationMiddleware(model, trigger=("tokens", trigger), **tuned)
     graph: CompiledStateGraph[Any, Any, Any, Any] = create_agent(
         model,
         tools=list(tools) or None,  # type: ignore[arg-type]
         system_prompt=system_prompt,
-        middleware=[middleware],
+        middleware=[middleware, AnswerRetryMiddleware()],
         checkpointer=checkpointer,
         name=name,
     )
@@ -127,12 +186,14 @@ def langmem_summarization_graph(
     checkpointer: Checkpointer = None,
     name: str = "peer_langmem_summarization",
     summary_tokens: int | None = None,
+    keep_rules: bool = False,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """``SummarizationNode(model, max_tokens=window - reply_reserve,
     max_tokens_before_summary=summarize_at of the window)`` before the model node, as langmem's
     documentation wires it; every other setting is the node's default unless ``summary_tokens``
     is given: then the summary is budgeted that many tokens (``max_summary_tokens``) and the
-    summary call is bound to write no more. With no ``checkpointer`` an in-memory one that can
+    summary call is bound to write no more; ``keep_rules`` adds the rule-keeping sentence to its
+    prompts (``langmem_rule_keeping_prompts``). With no ``checkpointer`` an in-memory one that can
     restore the running summary is used."""
     try:
         with warnings.catch_warnings():
@@ -151,6 +212,8 @@ def langmem_summarization_graph(
             )
         tuned["max_summary_tokens"] = summary_tokens
         summariser = model.bind(max_tokens=summary_tokens)
+    if keep_rules:
+        tuned.update(langmem_rule_keeping_prompts())
     node = SummarizationNode(
         model=summariser,
         max_tokens=budget,
@@ -161,10 +224,10 @@ def langmem_summarization_graph(
     prompt = [SystemMessage(content=system_prompt)] if system_prompt is not None else []
 
     def call_model(state: LangmemState, config: RunnableConfig) -> dict[str, Any]:
-        return {"messages": [bound.invoke([*prompt, *_summarized(state)], config)]}
+        return {"messages": [answer_with_retry(bound, [*prompt, *_summarized(state)], config)]}
 
     async def acall_model(state: LangmemState, config: RunnableConfig) -> dict[str, Any]:
-        reply = await bound.ainvoke([*prompt, *_summarized(state)], config)
+        reply = await aanswer_with_retry(bound, [*prompt, *_summarized(state)], config)
         return {"messages": [reply]}
 
     graph = StateGraph(LangmemState)
@@ -195,22 +258,29 @@ def deepagents_graph(
     system_prompt: str | None = None,
     checkpointer: Checkpointer = None,
     name: str = "peer_deepagents",
+    keep_rules: bool = False,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """``create_deep_agent(model, tools, system_prompt=...)`` with the model's profile saying its
     window (``max_input_tokens``), so Deep Agents sizes its summarisation from it; every other
     setting is the harness's default unless ``summarize_at`` is given: then its summarisation
     middleware is replaced by one that triggers there (keeping the newest 10% of the window, its
-    default), passed as ``middleware=[...]`` under the same name."""
+    default), passed as ``middleware=[...]`` under the same name; ``keep_rules`` (with
+    ``summarize_at``) gives it its prompt with the rule-keeping section."""
     try:
         from deepagents import create_deep_agent
         from deepagents.backends import StateBackend
-        from deepagents.middleware.summarization import SummarizationMiddleware
+        from deepagents.middleware.summarization import (
+            DEEPAGENTS_DEFAULT_SUMMARY_PROMPT,
+            SummarizationMiddleware,
+        )
+
+        from keeper_bench.arms.answer_retry import AnswerRetryMiddleware
     except ImportError as error:  # pragma: no cover - depends on the install
         raise MissingDependencyError("deepagents", "", distribution="keeper-bench") from error
     profiled = model.model_copy(
         update={"profile": {**(model.profile or {}), "max_input_tokens": window}}
     )
-    middleware: list[Any] = []
+    middleware: list[Any] = [AnswerRetryMiddleware()]
     if summarize_at is not None:
         trigger = resolve_size(summarize_at, window, name="summarize_at")
         middleware.append(
@@ -220,12 +290,18 @@ def deepagents_graph(
                 trigger=("tokens", trigger),
                 keep=("fraction", 0.10),
                 trim_tokens_to_summarize=None,
+                summary_prompt=(
+                    rule_keeping(DEEPAGENTS_DEFAULT_SUMMARY_PROMPT)
+                    if keep_rules
+                    else DEEPAGENTS_DEFAULT_SUMMARY_PROMPT
+                ),
                 truncate_args_settings={
                     "trigger": ("fraction", 0.85),
                     "keep": ("fraction", 0.10),
                 },
             )
         )
+        middleware.reverse()  # its summarisation outermost, as in the defaults' stack
     graph: CompiledStateGraph[Any, Any, Any, Any] = create_deep_agent(
         profiled,
         list(tools),

@@ -83,7 +83,7 @@ BENCH_ARMS: dict[str, ArmInfo] = {
         ArmInfo(
             "peer_langchain_summarization_tuned",
             "LangChain SummarizationMiddleware with trim_tokens_to_summarize=None (summarises all "
-            "it evicts), trigger at 75%",
+            "it evicts) and a rule-keeping prompt, trigger at 75%",
             False,
         ),
         ArmInfo(
@@ -94,7 +94,7 @@ BENCH_ARMS: dict[str, ArmInfo] = {
         ArmInfo(
             "peer_langmem_summarization_tuned",
             "langmem SummarizationNode with its summary budget matched to the keeper's NOTES "
-            "budget, trigger at 75%",
+            "budget and a rule-keeping prompt, trigger at 75%",
             False,
         ),
         ArmInfo(
@@ -105,7 +105,8 @@ BENCH_ARMS: dict[str, ArmInfo] = {
         ),
         ArmInfo(
             "peer_deepagents_tuned",
-            "Deep Agents with its summarisation triggered at 75% of the window, like every arm",
+            "Deep Agents with its summarisation triggered at 75% of the window, like every arm, "
+            "and a rule-keeping prompt",
             False,
         ),
     )
@@ -219,6 +220,7 @@ def _build_langchain_peer(request: ArmRequest) -> Arm:
         window=request.window,
         summarize_at=request.options.get("summarize_at", ("fraction", 0.75)),
         trim_tokens_to_summarize=None if tuned else "default",
+        keep_rules=tuned,
         **graph_arguments(request),
     )
     return Arm(request.name, graph, description=BENCH_ARMS[request.name].description)
@@ -243,6 +245,7 @@ def _build_langmem_peer(request: ArmRequest) -> Arm:
         checkpointer=request.checkpointer,  # None: one that can restore langmem's summary
         name=request.name,
         summary_tokens=matched_summary_tokens(request) if tuned else None,
+        keep_rules=tuned,
     )
     return Arm(request.name, graph, description=BENCH_ARMS[request.name].description)
 
@@ -253,6 +256,7 @@ def _build_deepagents_peer(request: ArmRequest) -> Arm:
         request.model,
         window=request.window,
         summarize_at=request.options.get("summarize_at", ("fraction", 0.75)) if tuned else None,
+        keep_rules=tuned,
         **graph_arguments(request),
     )
     return Arm(request.name, graph, description=BENCH_ARMS[request.name].description)

@@ -57,7 +57,9 @@ _REASONING_SENTENCE = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReaderFaults:
-    """How often each fault fires: a rate in [0, 1] per request, plus the seed that decides."""
+    """How often each fault fires: a rate in [0, 1], plus the seed that decides. A misread kind's
+    rate is per statement read (each statement a call reads, on its own draw); every other
+    fault's is per request (``drop_rules``: per rule written)."""
 
     sign_flip: float = 0.0
     """A change is read with the wrong sign: a set as its negative ("recorded X at 342" used and
@@ -144,7 +146,7 @@ REALISTIC_FAULTS = ReaderFaults(
     drop_rules=0.02,
 )
 """A stated mix, not a measurement: each fault on a few requests in a hundred (each misread kind
-on 2 in 100, so some misread on about 11 in 100; each rule left out of 2 in 100 memory writes),
+on 2 in 100 of the statements read; each rule left out of 2 in 100 memory writes),
 for every call of every arm (work, notes, re-asks, summaries, rewrites, memory edits).
 ``--faults realistic`` on the command line; the sensitivity table shows each alone."""
 FAULT_PRESETS = {"none": NO_FAULTS, "realistic": REALISTIC_FAULTS}

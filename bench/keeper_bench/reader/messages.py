@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from keeper_bench.reader.pinned import is_pinned_text, pinned_notes
 from keeper_bench.reader.text import (
+    BATCH_HEAD_WORD,
     TEXTS_REMEMBERED,
     AskedQuestion,
     Event,
@@ -62,7 +63,7 @@ _KIND_BY_KEEPER_KEY = {
     "rules": "rules",
     "pinned": "pinned",
 }
-_BATCH_HEAD = re.compile(r"^Item (\d+)\.", re.MULTILINE)
+_BATCH_HEAD = re.compile(rf"^{BATCH_HEAD_WORD} (\d+)\.", re.MULTILINE)
 _PASSAGE = re.compile(r"^\s*(?:[-*]\s+)?item (\d+): (.+?)(?:\s*→ next: (.*?))?\s*$")
 _MOVED_ENTRY = re.compile(r"- (\S+) = (-?\d+)")
 _RESULT_HEAD = re.compile(r'^(?:Showing \d+ of (?:more than )?\d+|Found \d+|No) match(?:es)? for "')

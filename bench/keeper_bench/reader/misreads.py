@@ -9,9 +9,12 @@ a pinned state). So a misread in an answer, a notes reply, a summary or a memory
 event, and what an arm loses to it comes from what its method does next (a check, a re-ask, a
 summary that carries it forward).
 
-Statements are grouped by the text they come from (one batch, one item's passage lines, one
-summary line, the memory's values): "another amount" and "another actor" are taken from the same
-text. Pure: statements in, statements out.
+Each kind strikes each statement read on its own, at the kind's rate (a draw per statement per
+call): at 2% a call that reads 300 statements misreads about six of them, so the rate means the
+share of statements read wrong, whatever an arm's calls read. Statements are grouped by the text
+they come from (one batch, one item's passage lines, one summary line, the memory's values):
+"another amount" and "another actor" are taken from the same text. Pure: statements in,
+statements out.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from keeper_bench.reader.faults import MISREAD_KINDS, ReaderFaults, unit_hash
+from keeper_bench.reader.faults import MISREAD_KINDS, FaultName, ReaderFaults, unit_hash
 from keeper_bench.reader.text import Event
 
 _FLIPPED = {"add": "take", "take": "add", "add_held": "take_held", "take_held": "add_held"}
@@ -29,34 +32,47 @@ _ON_MEMORY = frozenset({"sign_flip", "other_amount", "overlooked"})
 
 @dataclass(frozen=True, slots=True)
 class Misreads:
-    """The misreads that strike one call: each kind that fired, with two draws in [0, 1) that
-    place it (which statement, and which alternative amount or actor)."""
+    """The misreads that strike one call.
+
+    ``faults`` and ``digest`` (a request's rates and digest): each statement read is struck by
+    each kind on its own draw. ``draws`` (kind, where, which in [0, 1)): one misread of a kind
+    placed by hand, at that share of its candidates, for a test that wants one known strike.
+    """
 
     draws: tuple[tuple[str, float, float], ...] = ()
+    faults: ReaderFaults | None = None
+    digest: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.draws)
+        return bool(self.draws) or bool(self.rated_kinds)
 
     @property
-    def kinds(self) -> tuple[str, ...]:
-        return tuple(kind for kind, _, _ in self.draws)
+    def rated_kinds(self) -> tuple[FaultName, ...]:
+        """The kinds that strike statement by statement (a rate above zero)."""
+        if self.faults is None:
+            return ()
+        return tuple(kind for kind in MISREAD_KINDS if float(getattr(self.faults, kind)) > 0)
+
+    def strikes(self, kind: FaultName, statement: str) -> float | None:
+        """Whether ``kind`` strikes the statement keyed ``statement`` in this call: its "which"
+        draw when it does, None when it does not."""
+        faults = self.faults
+        if faults is None:
+            return None
+        key = f"{self.digest}/{statement}"
+        if not faults.fires_for(kind, key, "statement"):
+            return None
+        return unit_hash(faults.seed, f"{kind}/which", key)
 
 
 NO_MISREADS = Misreads()
 
 
 def misreads_for(faults: ReaderFaults, digest: str) -> Misreads:
-    """The misreads the request ``digest`` gets: every kind fires on its own, at its own rate."""
-    draws = [
-        (
-            kind,
-            unit_hash(faults.seed, f"{kind}/where", digest),
-            unit_hash(faults.seed, f"{kind}/which", digest),
-        )
-        for kind in MISREAD_KINDS
-        if faults.fires(kind, digest)
-    ]
-    return Misreads(tuple(draws))
+    """The misreads the request ``digest`` gets: every kind strikes each statement read on its
+    own, at its own rate."""
+    found = Misreads(faults=faults, digest=digest)
+    return found if found else NO_MISREADS
 
 
 def _pick(draw: float, count: int) -> int:
@@ -69,7 +85,8 @@ def misread(
     *,
     memory: frozenset[int] = frozenset(),
 ) -> list[list[Event]]:
-    """The statements as read, each fired misread applied to one of its candidates.
+    """The statements as read: each kind strikes each of its candidates on its own draw (and
+    each hand-placed draw strikes one candidate).
 
     ``groups`` are the statements of each text in reading order; the groups whose indices are in
     ``memory`` are a memory's value lines (read as sets with no actor): only a sign, another
@@ -77,6 +94,19 @@ def misread(
     changes nothing.
     """
     result = [list(group) for group in groups]
+    overlooked: set[tuple[int, int]] = set()
+    for rated in misreads.rated_kinds:
+        for group, position in _candidates(result, rated, memory):
+            drawn = misreads.strikes(rated, f"{group}/{position}")
+            if drawn is None:
+                continue
+            if rated == "overlooked":
+                overlooked.add((group, position))
+            else:
+                event = result[group][position]
+                result[group][position] = _misread(rated, event, result[group], drawn)
+    for group, position in sorted(overlooked, reverse=True):
+        del result[group][position]
     for kind, where, which in misreads.draws:
         candidates = _candidates(result, kind, memory)
         if not candidates:
@@ -142,11 +172,12 @@ def _misread(kind: str, event: Event, group: Sequence[Event], which: float) -> E
             return replace(event, amount=-event.amount)
         return replace(event, kind=_FLIPPED[event.kind])  # type: ignore[arg-type]
     if kind == "other_amount":
+        # (an earlier strike in the same text can have left no other amount or actor)
         amounts = _other_amounts(group, event)
-        return replace(event, amount=amounts[_pick(which, len(amounts))])
+        return replace(event, amount=amounts[_pick(which, len(amounts))]) if amounts else event
     if kind == "wrong_actor":
         actors = _other_actors(group, event)
-        return replace(event, actor=actors[_pick(which, len(actors))])
+        return replace(event, actor=actors[_pick(which, len(actors))]) if actors else event
     if kind == "stale_value":
         return replace(event, applied=False)
     # invent_working: the stated value plus or minus a plausible amount, with that working

@@ -31,11 +31,11 @@ from langchain_core.messages import BaseMessage
 from keeper_bench.reader.faults import unit_hash
 from keeper_bench.reader.messages import message_kind
 from keeper_bench.reader.pinned import PINNED_TAG, RULE_PREFIX, RULES_READ_SENTENCE
-from keeper_bench.reader.text import TEXTS_REMEMBERED, is_questions_message
+from keeper_bench.reader.text import BATCH_HEAD_WORD, TEXTS_REMEMBERED, is_questions_message
 from keeper_middleware.messages.facts import text_of
 
 _SENTENCE_END = re.compile(r"(?<=[.?!])[ \t]+|\n")
-_HEAD = re.compile(r"^\s*Item \d+\.\s*$")
+_HEAD = re.compile(rf"^\s*{BATCH_HEAD_WORD} \d+\.\s*$")
 _NOTES_LINE = re.compile(r"^- ")
 _PASSAGE_LINE = re.compile(r"^(?:[-*]\s+)?item \d+: ")
 _PINNED_PROGRESS = re.compile(r"^Read up to item \d+\.")

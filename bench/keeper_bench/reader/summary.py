@@ -34,6 +34,8 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from keeper_bench.reader.messages import open_questions
 from keeper_bench.reader.misreads import NO_MISREADS, Misreads, misread
 from keeper_bench.reader.text import (
+    BATCH_HEAD_WORD,
+    BATCH_HEAD_WORDS,
     CLERK,
     Event,
     Recount,
@@ -54,7 +56,7 @@ _SUMMARY_RESULTS = (
     DEEPAGENTS_SUMMARY_START,  # Deep Agents' (its summary between <summary> tags)
 )
 _KEEPER_REQUESTS = frozenset({"notes_request", "notes_reask", "notes", "rules", "retrieved"})
-_ITEM_HEAD = re.compile(r"\bItem (\d+)\.")
+_ITEM_HEAD = re.compile(rf"\b{BATCH_HEAD_WORD} (\d+)\.")
 _SUMMARY_LINE = re.compile(r"^\s*(?:[-*]\s+)?item (\d+): (.+?)\s*$", re.MULTILINE)
 _BUDGET = re.compile(r"within (\d[\d,]*) tokens")
 
@@ -74,7 +76,9 @@ def is_summary_request(messages: Sequence[BaseMessage]) -> bool:
         return True
     if keeper_kind(last) in _KEEPER_REQUESTS or text.startswith("["):
         return False
-    if text.startswith(_SUMMARY_RESULTS) or text.startswith("Item "):
+    if text.startswith(_SUMMARY_RESULTS) or text.startswith(
+        tuple(f"{word} " for word in BATCH_HEAD_WORDS)
+    ):
         return False
     return "summar" in text.lower() and not is_questions_message(text)
 

@@ -29,6 +29,10 @@ CLERK = "the clerk"
 PROTECTED = "protected"
 OVERDRAWN = "overdrawn"
 UNKNOWN = "unknown"
+BATCH_HEAD_WORDS = ("Item", "Entry")
+"""A batch's first line is "Item N." or, in the entry_heads family, "Entry N."
+(docs/stream-text.md)."""
+BATCH_HEAD_WORD = "(?:" + "|".join(BATCH_HEAD_WORDS) + ")"
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from keeper_middleware.integrations.proxy.openai_format import (
     digest_of,
     message_from_openai,
 )
+from keeper_middleware.integrations.proxy.resent import Resent
 from keeper_middleware.integrations.proxy.searching import answer_searches
 from keeper_middleware.integrations.proxy.sessions import (
     ArchiveSessionStore,
@@ -99,7 +100,7 @@ class KeeperProxy:
         )
         self.tenant_quota_bytes = tenant_quota_bytes
         self.slots = slots
-        self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
+        self._resent: dict[str, Resent] = {}
         self._rendered: dict[str, MessageMemo] = {}
         self._tenant_bytes: dict[str, int] = {}
         self._pool = (
@@ -133,6 +134,11 @@ class KeeperProxy:
     def record(self, session: str) -> SessionRecord:
         return self.store.load(session)
 
+    def resent(self, session: str) -> Resent | None:
+        """The session's last chat request as this process saw it (content only: any replica's
+        later requests leave it right), or None."""
+        return self._resent.get(session)
+
     def stats(self, session: str) -> ProxyStats:
         return self.store.stats(session)
 
@@ -163,7 +169,7 @@ class KeeperProxy:
             self._tenant_bytes[tenant] -= self.stats(session).stored_bytes
         self.keeper.forget(session)
         self.store.forget(session)
-        self._fingerprints.pop(session, None)
+        self._resent.pop(session, None)
         self._rendered.pop(session, None)
         return True
 
@@ -272,7 +278,8 @@ class KeeperProxy:
     def _intake(self, session: str, request: ChatRequest) -> SessionRecord:
         """The record after taking in the request (not saved until the keeper step has
         accepted it: a refused request stores nothing)."""
-        pairs = request.digests_reusing(self._fingerprints.get(session, ()))
+        known = self._resent.get(session)
+        pairs = request.digests_reusing(known.pairs if known is not None else ())
         messages: Sequence[BaseMessage] = request.messages
         record = self.record(session)
         if request.continues is not None:  # only what follows the session's latest response
@@ -287,13 +294,11 @@ class KeeperProxy:
             lambda ids: archive.archived_ids(session, ids),
             keep_dropped=request.keep_dropped,
         )
-        old_ids = {str(m.id) for m in self.record(session).window}
-        added = sum(len(text_of(m)) for m in intake.record.window if str(m.id) not in old_ids)
-        self._charge(session, added)
+        self._charge(session, intake.added_chars)
         stats = self.stats(session)
         stats.withdrawn_messages += intake.withdrawn
         stats.returned_messages += intake.returned
-        self._fingerprints[session] = pairs
+        self._resent[session] = Resent(request.raw, pairs)
         return intake.record
 
     def _charge(self, session: str, size: int, *, check: bool = True) -> None:

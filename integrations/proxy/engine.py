@@ -101,6 +101,9 @@ class KeeperProxy:
         self.tenant_quota_bytes = tenant_quota_bytes
         self.slots = slots
         self._resent: dict[str, Resent] = {}
+        self.incremental = True
+        """False: every request is read and matched whole, as if the session's last request
+        were not known (the reference the incremental path is tested against)."""
         self._rendered: dict[str, MessageMemo] = {}
         self._tenant_bytes: dict[str, int] = {}
         self._pool = (
@@ -137,7 +140,7 @@ class KeeperProxy:
     def resent(self, session: str) -> Resent | None:
         """The session's last chat request as this process saw it (content only: any replica's
         later requests leave it right), or None."""
-        return self._resent.get(session)
+        return self._resent.get(session) if self.incremental else None
 
     def stats(self, session: str) -> ProxyStats:
         return self.store.stats(session)
@@ -293,6 +296,7 @@ class KeeperProxy:
             new_id,
             lambda ids: archive.archived_ids(session, ids),
             keep_dropped=request.keep_dropped,
+            incremental=self.incremental,
         )
         self._charge(session, intake.added_chars)
         stats = self.stats(session)

@@ -88,15 +88,17 @@ def take_in(
     archived: Callable[[set[str]], set[str]],
     *,
     keep_dropped: bool = False,
+    incremental: bool = True,
 ) -> Intake:
     """The record after the agent's request: withdrawals applied, new messages appended.
 
     ``archived`` says which of some message ids the archive holds (only asked about withdrawn
     messages coming back). With ``keep_dropped`` nothing is withdrawn: messages the request no
     longer carries stay where they are (the client compacted its own history; the keeper keeps
-    what it dropped in view until a cut archives it)."""
+    what it dropped in view until a cut archives it). ``incremental=False`` aligns even a
+    continuing request whole (the reference the appending path is tested against)."""
     taken = record.taken
-    if _continues(taken, digests):
+    if incremental and _continues(taken, digests):
         return _appended(record, messages, digests, new_id, archived)
     before = {str(m.id) for m in record.window}
     intake = _matched(record, messages, digests, new_id, archived, keep_dropped=keep_dropped)

@@ -39,7 +39,7 @@ from keeper_middleware.integrations.proxy.sessions import SessionRecord
 from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.notes.block import parse_notes, render_notes
 
-__all__ = ["Intake", "align", "continued", "take_in", "withdraw"]
+__all__ = ["Intake", "align", "continued", "take_in", "unknown_response", "withdraw"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +236,17 @@ class _Arrivals:
         return tuple((d, i) for d, ids in self.pool.items() for i in ids)
 
 
+def unknown_response() -> RequestError:
+    """The one error for a ``previous_response_id`` this proxy cannot continue for the caller:
+    malformed, never given, or another tenant's (which reads exactly like an unknown one, so an
+    id tells nobody whether it names something elsewhere)."""
+    return RequestError(
+        "This previous_response_id is not known to this proxy: send the whole conversation in "
+        "'input', or continue from the latest response of the conversation.",
+        param="previous_response_id",
+    )
+
+
 def _notes_at(window: Sequence[BaseMessage]) -> int | None:
     return next((i for i, m in enumerate(window) if keeper_kind(m) == "notes"), None)
 
@@ -289,7 +300,9 @@ def continued(
     as the whole history it stands for: what the session took in, then the request's messages.
     Refused when the session has moved on since that response (or never reached it)."""
     taken = record.taken
-    if not taken or taken[-1][1] != request.continues:
+    if request.continues not in {msg_id for _, msg_id in taken}:  # unknown, or another tenant's
+        raise unknown_response()
+    if taken[-1][1] != request.continues:
         raise RequestError(
             "This response is not the latest of its conversation in keeper-proxy (a later "
             "request continued it, or it was never answered here); keeper-proxy continues "

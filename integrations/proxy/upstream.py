@@ -106,6 +106,21 @@ class UpstreamError(KeeperError):
         return self.code == "upstream_rejected"
 
 
+def check_upstream_url(url: str) -> None:
+    """Refuse an upstream URL without http:// or https:// at start-up (``localhost:8011``
+    would otherwise start, then say on every request that the upstream cannot be reached).
+
+    Raises:
+        ConfigurationError: the URL has no http or https scheme, or no host.
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ConfigurationError(
+            f"the upstream URL {url!r} has no http:// or https:// in front: add http:// "
+            f"(e.g. http://{url.split('://')[-1] or 'localhost:8000/v1'})"
+        )
+
+
 def retry_after_seconds(value: str | None) -> float | None:
     """``Retry-After`` as seconds: a number or an HTTP date; None when absent or unreadable."""
     if not value:
@@ -135,6 +150,7 @@ class Upstream:
         transport: httpx.AsyncBaseTransport | None = None,
         api: UpstreamApi | None = None,
     ) -> None:
+        check_upstream_url(base_url)
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.forward_auth = forward_auth

@@ -285,7 +285,12 @@ def slot_parking_config(args: argparse.Namespace) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["demo"]:  # the proxy offline, in front of a scripted upstream
+        from keeper_middleware.integrations.proxy.demo import main as demo
+
+        return demo(given[1:])
+    args = build_parser().parse_args(given)
     try:
         import uvicorn
 

@@ -253,6 +253,33 @@ async def test_streamed_text_is_passed_on_as_it_arrives_long_lines_too(client_ki
     assert data["choices"][0]["finish_reason"] == "stop"
 
 
+async def test_an_event_whose_data_spans_several_lines_is_read_whole(client_kind):
+    """SSE lets an event carry its data on several ``data:`` lines (joined with newlines), with
+    comments, ``event:`` and ``id:`` fields around them; JSON may be split at any whitespace."""
+    chunk = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
+    split = json.dumps(chunk, indent=1).split("\n")
+    stream = [
+        ": a comment the server sends to keep the connection open\n",
+        "event: message\nid: 1\n",
+        *(f"data: {line}\n" for line in split),
+        "\n",
+        "data: " + FINISH.removeprefix("data: ").replace("\r\n\r\n", "\n\n"),
+        "data: [DONE]\n\n",
+    ]
+    server = ScriptedServer(events(*stream, chunk=5))
+    forwarded: list[dict[str, str]] = []
+
+    async def forward(part: StreamPiece) -> None:
+        forwarded.append(part.delta)
+
+    with serving(server) as url:
+        upstream = upstream_at(url, client_kind)
+        data = await upstream.chat(BODY, auth=None, tally=CallTally(), forward=forward)
+        await upstream.aclose()
+    assert [p["content"] for p in forwarded] == ["Hi"]
+    assert data["choices"][0]["message"]["content"] == "Hi"
+
+
 async def test_a_stream_cut_off_after_text_is_not_tried_again(client_kind):
     first = delta("partial answer ")
     script = events(first, delta("and more"), FINISH, fail_after=len(first.encode()) + 10)

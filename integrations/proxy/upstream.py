@@ -33,6 +33,7 @@ from keeper_middleware.integrations.proxy.http_clients import (
     TransportError,
     default_client,
 )
+from keeper_middleware.integrations.proxy.sse import sse_data
 from keeper_middleware.integrations.proxy.streaming import StreamAssembler, StreamPiece
 from keeper_middleware.integrations.proxy.upstream_apis import ChatApi, UpstreamApi
 
@@ -273,11 +274,9 @@ class Upstream:
                     )
                 if "text/event-stream" not in response.headers.get("content-type", ""):
                     return self._native(await response.read())
-                async for line in response.lines():
-                    if not line.startswith("data:"):
-                        continue
+                async for text in sse_data(response.lines()):
                     try:
-                        event = orjson.loads(line[5:].strip())
+                        event = orjson.loads(text)
                         if not isinstance(event, dict):
                             continue
                         problem = assembler.problem(event)
@@ -321,10 +320,8 @@ class Upstream:
                     )
                 if "text/event-stream" not in response.headers.get("content-type", ""):
                     return _completion(await response.read())
-                async for line in response.lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
+                async for text in sse_data(response.lines()):
+                    payload = text.strip()
                     if payload == "[DONE]":
                         assembler.done = True
                         break

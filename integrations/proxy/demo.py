@@ -116,7 +116,7 @@ def run_demo(
         ConfigurationError: the window is too small for the keeper to work in.
     """
     from keeper_middleware.integrations.proxy.app import create_proxy_app
-    from keeper_middleware.integrations.proxy.cli import serve_in_thread
+    from keeper_middleware.integrations.proxy.serving import serve_in_thread
 
     if folder is None:
         with tempfile.TemporaryDirectory() as temporary:

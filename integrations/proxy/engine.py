@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -62,6 +64,8 @@ from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 __all__ = ["Answer", "KeeperProxy", "QuotaError"]
 
+RESENT_SESSIONS = 4096
+"""Sessions whose last request is kept to read the next one incrementally."""
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -100,7 +104,10 @@ class KeeperProxy:
         )
         self.tenant_quota_bytes = tenant_quota_bytes
         self.slots = slots
-        self._resent: dict[str, Resent] = {}
+        self._resent: OrderedDict[str, Resent] = OrderedDict()
+        self._resent_lock = threading.Lock()
+        """The last request of the sessions served most recently (at most ``RESENT_SESSIONS``:
+        each holds its request's parsed JSON; a session past them is matched whole once)."""
         self.incremental = True
         """False: every request is read and matched whole, as if the session's last request
         were not known (the reference the incremental path is tested against)."""
@@ -172,7 +179,8 @@ class KeeperProxy:
             self._tenant_bytes[tenant] -= self.stats(session).stored_bytes
         self.keeper.forget(session)
         self.store.forget(session)
-        self._resent.pop(session, None)
+        with self._resent_lock:
+            self._resent.pop(session, None)
         self._rendered.pop(session, None)
         return True
 
@@ -302,7 +310,11 @@ class KeeperProxy:
         stats = self.stats(session)
         stats.withdrawn_messages += intake.withdrawn
         stats.returned_messages += intake.returned
-        self._resent[session] = Resent(request.raw, pairs)
+        with self._resent_lock:  # worker threads of different sessions
+            self._resent[session] = Resent(request.raw, pairs)
+            self._resent.move_to_end(session)
+            while len(self._resent) > RESENT_SESSIONS:
+                self._resent.popitem(last=False)
         return intake.record
 
     def _charge(self, session: str, size: int, *, check: bool = True) -> None:

@@ -273,18 +273,19 @@ def test_proxy_overhead_measures_the_three_paths_side_by_side(tmp_path: Path) ->
     table = results.read_text()
     rows = [line for line in table.splitlines() if line.startswith("| instant |")]
     assert code == 0
-    assert [row.split(" | ")[2] for row in rows] == ["direct", "relay", "keeper-proxy"]
-    relay, proxy = rows[1].split(" | "), rows[2].split(" | ")
-    assert float(relay[6]) > 0 and float(proxy[6]) > 0  # CPU a request, read from each process
+    assert [row.split(" | ")[2] for row in rows] == ["direct", "relay", "floor", "keeper-proxy"]
+    relay, floor, proxy = (row.split(" | ") for row in rows[1:])
+    for cells in (relay, floor, proxy):  # CPU a request, read from each process
+        assert float(cells[6].split()[0]) > 0
     assert proxy[9] == "0"  # the agents' tool loop makes no cut
-    assert "keeper-proxy spends" in table and "Measured at commit" in table
+    assert "the fair floor's CPU a request" in table and "Measured at commit" in table
 
 
 @pytest.mark.slow
 def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path: Path) -> None:
-    """``--history``: a row per number of messages in view, keeper-proxy beside the relay and
-    beside another checkout's keeper-proxy (here this one's), and no main table with
-    ``--history-only``."""
+    """``--history`` and ``--large-window``: a row per number of messages resent (and per number
+    held in view), keeper-proxy beside the relay, the fair floor and another checkout's
+    keeper-proxy (here this one's), and no main table with ``--history-only``."""
     from keeper_bench.cli import main as bench_main
     from keeper_bench.proxy.growth import starting_history
 
@@ -295,6 +296,10 @@ def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path
         [
             "proxy-overhead",
             *("--history", "6,12", "--history-only", "--history-calls", "2", "--repeat", "1"),
+            *(
+                "--large-window",
+                "12",
+            ),
             *("--stream", "tiny:rules", "--baseline", str(checkout)),
             *("--out", str(tmp_path / "run"), "--results", str(results)),
         ]
@@ -305,15 +310,21 @@ def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path
     rows = [
         line.split(" | ") for line in table.splitlines() if line.startswith(("| 6 |", "| 12 |"))
     ]
-    assert [row[0] for row in rows] == ["| 6", "| 12"]
+    assert [row[0] for row in rows] == ["| 6", "| 12", "| 12"]
     for row in rows:
-        relay, proxy, baseline = (float(cell.split()[0]) for cell in row[2:5])
-        assert relay > 0 and proxy > 0 and baseline > 0  # each read from its own process
-    assert "keeper-proxy at " in table and "As the history grows" in table
+        relay, floor, proxy, baseline = (float(cell.split()[0]) for cell in row[2:6])
+        assert min(relay, floor, proxy, baseline) > 0  # each read from its own process
+    assert "keeper-proxy at " in table and "As the resent history grows" in table
+    assert "A live window of many small messages" in table and "fair floor's CPU" in table
 
 
-def test_the_bare_relay_passes_bodies_statuses_and_streams_through() -> None:
+@pytest.mark.parametrize("floor", [False, True], ids=["bare", "fair floor"])
+def test_the_bare_relay_passes_bodies_statuses_and_streams_through(
+    floor: bool, tmp_path: Path
+) -> None:
+    """The bare relay, and the fair floor, which also commits one row per request."""
     import asyncio
+    import sqlite3
 
     import httpx
 
@@ -325,7 +336,8 @@ def test_the_bare_relay_passes_bodies_statuses_and_streams_through() -> None:
     upstream = ScriptedUpstream(script=[text_reply("plain"), httpx.Response(418, json={})])
     with serve_in_thread(upstream_app(upstream)) as upstream_url:
         base = upstream_url.removesuffix("/v1")
-        with serve_in_thread(relay_app(base)) as relay_url:
+        rows = tmp_path / "floor.sqlite" if floor else None
+        with serve_in_thread(relay_app(base, rows)) as relay_url:
 
             async def ask() -> list[httpx.Response]:
                 async with httpx.AsyncClient(base_url=relay_url, timeout=10) as client:
@@ -340,3 +352,6 @@ def test_the_bare_relay_passes_bodies_statuses_and_streams_through() -> None:
     assert refused.status_code == 418
     assert streamed.headers["content-type"].startswith("text/event-stream")
     assert streamed.content == as_sse(upstream.default(upstream.requests[-1]))
+    if rows is not None:
+        with sqlite3.connect(rows) as kept:
+            assert kept.execute("SELECT count(*), sum(messages) FROM requests").fetchone() == (3, 3)

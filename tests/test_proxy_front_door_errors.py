@@ -55,6 +55,11 @@ async def test_a_body_the_proxy_cannot_read_is_a_400_naming_the_field(tmp_path):
         }
         bad = await client.post("/v1/responses", json={"model": "m", "input": 7})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
+        weird = {"type": "weird_item", "text": "kept nowhere"}
+        bad = await client.post("/v1/responses", json=codex_body(user_item("x"), weird))
+        assert bad.status_code == 400, bad.text
+        assert bad.json()["error"]["param"] == "input[4].type"
+        assert "'weird_item'" in bad.json()["error"]["message"]
         not_json = await client.post("/v1/messages", content=b"{")
         assert (
             not_json.status_code == 400 and "not valid JSON" in anthropic_error(not_json)["message"]

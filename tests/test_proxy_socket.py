@@ -255,6 +255,14 @@ def test_the_command_line_refuses_a_bad_setting_with_a_message(capsys, tmp_path)
     assert "window=100 is too small" in capsys.readouterr().err
 
 
+def test_an_upstream_without_its_scheme_is_refused_at_start_up(capsys, tmp_path):
+    code = main(
+        ["--upstream", "localhost:8011", "--window", "32768", "--archive-dir", str(tmp_path)]
+    )
+    assert code == 2
+    assert "add http://" in capsys.readouterr().err
+
+
 def test_the_server_starts_with_its_start_up_objects_out_of_the_collectors_sight(
     monkeypatch, tmp_path
 ):

@@ -234,23 +234,50 @@ async def test_a_rejection_is_passed_on_once_with_its_message(client_kind):
     assert (tally.calls, len(server.requests)) == (1, 1)
 
 
-async def test_streamed_text_is_passed_on_as_it_arrives_long_lines_too(client_kind):
-    long_piece = "ä" * 200_000  # one event line far past aiohttp's own line limit
-    pieces = ["Hel", "lo, ", long_piece, " wörld"]
-    stream = [*(delta(p) for p in pieces), FINISH, "data: [DONE]\r\n\r\n"]
-    server = ScriptedServer(events(*stream, chunk=997))  # pieces end mid-line, mid-character
+async def streamed_through(
+    server: ScriptedServer, kind: str
+) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """The deltas passed on as a stream came, and the completion made of it."""
     forwarded: list[dict[str, str]] = []
 
     async def forward(part: StreamPiece) -> None:
         forwarded.append(part.delta)
 
     with serving(server) as url:
-        upstream = upstream_at(url, client_kind)
+        upstream = upstream_at(url, kind)
         data = await upstream.chat(BODY, auth=None, tally=CallTally(), forward=forward)
         await upstream.aclose()
+    return forwarded, data
+
+
+async def test_streamed_text_is_passed_on_as_it_arrives_long_lines_too(client_kind):
+    long_piece = "ä" * 200_000  # one event line far past aiohttp's own line limit
+    pieces = ["Hel", "lo, ", long_piece, " wörld"]
+    stream = [*(delta(p) for p in pieces), FINISH, "data: [DONE]\r\n\r\n"]
+    server = ScriptedServer(events(*stream, chunk=997))  # pieces end mid-line, mid-character
+    forwarded, data = await streamed_through(server, client_kind)
     assert "".join(p["content"] for p in forwarded) == "".join(pieces)
     assert data["choices"][0]["message"]["content"] == "".join(pieces)
     assert data["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_an_event_whose_data_spans_several_lines_is_read_whole(client_kind):
+    """SSE lets an event carry its data on several ``data:`` lines (joined with newlines), with
+    comments, ``event:`` and ``id:`` fields around them; JSON may be split at any whitespace."""
+    chunk = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
+    split = json.dumps(chunk, indent=1).split("\n")
+    stream = [
+        ": a comment the server sends to keep the connection open\n",
+        "event: message\nid: 1\n",
+        *(f"data: {line}\n" for line in split),
+        "\n",
+        "data: " + FINISH.removeprefix("data: ").replace("\r\n\r\n", "\n\n"),
+        "data: [DONE]\n\n",
+    ]
+    server = ScriptedServer(events(*stream, chunk=5))
+    forwarded, data = await streamed_through(server, client_kind)
+    assert [p["content"] for p in forwarded] == ["Hi"]
+    assert data["choices"][0]["message"]["content"] == "Hi"
 
 
 async def test_a_stream_cut_off_after_text_is_not_tried_again(client_kind):

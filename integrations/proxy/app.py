@@ -254,9 +254,14 @@ def create_proxy_app(
         try:
             caller = caller_of(request)
             tenant = tenant_of(caller)
-            parsed = parse_chat_request(await _read_json(request, max_body_bytes))
+            body = await _read_json(request, max_body_bytes)
+            header = request.headers.get(SESSION_HEADER)
+            resent = None
+            if header is not None:  # the session is known before the body is read
+                resent = proxy.resent(stored_name(tenant, check_name(header, SESSION_HEADER)))
+            parsed = parse_chat_request(body, resent)
             session = resolve_session(
-                request.headers.get(SESSION_HEADER),
+                header,
                 parsed.params.get("user"),
                 parsed.system_prompt,
                 parsed.messages,

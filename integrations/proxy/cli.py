@@ -17,62 +17,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from keeper_middleware.errors import ConfigurationError, KeeperError, ServerStartError
+from keeper_middleware.errors import ConfigurationError, KeeperError
 from keeper_middleware.integrations.proxy.serving import (
     DEFAULT_HEADER_TIMEOUT,
     http_protocol,
-    uvicorn_config,
+    serve_in_thread,
 )
 from keeper_middleware.startup import freeze_startup_objects
 
-
-@contextmanager
-def serve_in_thread(
-    app: Any,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    lifespan: Literal["on", "off"] = "on",
-    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
-) -> Iterator[str]:
-    """Serve an ASGI app (the proxy) with uvicorn in a background thread, as ``keeper-proxy``
-    serves it (:func:`~.serving.uvicorn_config`); yields its ``/v1`` base URL. Port 0 picks a
-    free port. For benchmarks and tests that need a real socket; ``lifespan="off"`` skips the
-    shutdown hook, as a killed process would.
-    """
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    bound = sock.getsockname()[1]
-    config = uvicorn_config(
-        app, host=host, port=bound, header_timeout=header_timeout, lifespan=lifespan
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise ServerStartError(f"the server did not start on {host}:{bound}")
-            time.sleep(0.01)
-        shown = f"[{host}]" if ":" in host else host
-        yield f"http://{shown}:{bound}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        sock.close()
+__all__ = ["build_parser", "main", "serve_in_thread"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -285,7 +243,12 @@ def slot_parking_config(args: argparse.Namespace) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["demo"]:  # the proxy offline, in front of a scripted upstream
+        from keeper_middleware.integrations.proxy.demo import main as demo
+
+        return demo(given[1:])
+    args = build_parser().parse_args(given)
     try:
         import uvicorn
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -43,6 +45,7 @@ from keeper_middleware.integrations.proxy.openai_format import (
     digest_of,
     message_from_openai,
 )
+from keeper_middleware.integrations.proxy.resent import Resent
 from keeper_middleware.integrations.proxy.searching import answer_searches
 from keeper_middleware.integrations.proxy.sessions import (
     ArchiveSessionStore,
@@ -61,6 +64,8 @@ from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
 __all__ = ["Answer", "KeeperProxy", "QuotaError"]
 
+RESENT_SESSIONS = 4096
+"""Sessions whose last request is kept to read the next one incrementally."""
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -99,7 +104,13 @@ class KeeperProxy:
         )
         self.tenant_quota_bytes = tenant_quota_bytes
         self.slots = slots
-        self._fingerprints: dict[str, tuple[tuple[int | None, str], ...]] = {}
+        self._resent: OrderedDict[str, Resent] = OrderedDict()
+        self._resent_lock = threading.Lock()
+        """The last request of the sessions served most recently (at most ``RESENT_SESSIONS``:
+        each holds its request's parsed JSON; a session past them is matched whole once)."""
+        self.incremental = True
+        """False: every request is read and matched whole, as if the session's last request
+        were not known (the reference the incremental path is tested against)."""
         self._rendered: dict[str, MessageMemo] = {}
         self._tenant_bytes: dict[str, int] = {}
         self._pool = (
@@ -133,6 +144,11 @@ class KeeperProxy:
     def record(self, session: str) -> SessionRecord:
         return self.store.load(session)
 
+    def resent(self, session: str) -> Resent | None:
+        """The session's last chat request as this process saw it (content only: any replica's
+        later requests leave it right), or None."""
+        return self._resent.get(session) if self.incremental else None
+
     def stats(self, session: str) -> ProxyStats:
         return self.store.stats(session)
 
@@ -163,7 +179,8 @@ class KeeperProxy:
             self._tenant_bytes[tenant] -= self.stats(session).stored_bytes
         self.keeper.forget(session)
         self.store.forget(session)
-        self._fingerprints.pop(session, None)
+        with self._resent_lock:
+            self._resent.pop(session, None)
         self._rendered.pop(session, None)
         return True
 
@@ -272,7 +289,8 @@ class KeeperProxy:
     def _intake(self, session: str, request: ChatRequest) -> SessionRecord:
         """The record after taking in the request (not saved until the keeper step has
         accepted it: a refused request stores nothing)."""
-        pairs = request.digests_reusing(self._fingerprints.get(session, ()))
+        known = self._resent.get(session)
+        pairs = request.digests_reusing(known.pairs if known is not None else ())
         messages: Sequence[BaseMessage] = request.messages
         record = self.record(session)
         if request.continues is not None:  # only what follows the session's latest response
@@ -286,14 +304,17 @@ class KeeperProxy:
             new_id,
             lambda ids: archive.archived_ids(session, ids),
             keep_dropped=request.keep_dropped,
+            incremental=self.incremental,
         )
-        old_ids = {str(m.id) for m in self.record(session).window}
-        added = sum(len(text_of(m)) for m in intake.record.window if str(m.id) not in old_ids)
-        self._charge(session, added)
+        self._charge(session, intake.added_chars)
         stats = self.stats(session)
         stats.withdrawn_messages += intake.withdrawn
         stats.returned_messages += intake.returned
-        self._fingerprints[session] = pairs
+        with self._resent_lock:  # worker threads of different sessions
+            self._resent[session] = Resent(request.raw, pairs)
+            self._resent.move_to_end(session)
+            while len(self._resent) > RESENT_SESSIONS:
+                self._resent.popitem(last=False)
         return intake.record
 
     def _charge(self, session: str, size: int, *, check: bool = True) -> None:

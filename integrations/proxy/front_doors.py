@@ -39,6 +39,7 @@ from keeper_middleware.integrations.proxy.front_answers import (
     ResponsesDoor,
     stream_answer,
 )
+from keeper_middleware.integrations.proxy.history import unknown_response
 from keeper_middleware.integrations.proxy.messages_format import parse_messages_request
 from keeper_middleware.integrations.proxy.openai_format import ChatRequest, RequestError
 from keeper_middleware.integrations.proxy.responses_format import parse_responses_request
@@ -111,11 +112,7 @@ def response_id(session: str, *, stored: bool) -> tuple[str, str]:
 
 def parse_response_id(value: str) -> tuple[str, str]:
     """(session, the reply's id in it) of a :func:`response_id` that may be continued."""
-    refused = RequestError(
-        f"Response {value[:80]!r} is not known to this proxy: send the whole conversation in "
-        "'input', or continue from the latest response of the conversation.",
-        param="previous_response_id",
-    )
+    refused = unknown_response()
     head, _, nonce = value.partition(".")
     if not head.startswith("resp_") or len(head) < 7 or not nonce.isalnum():
         raise refused

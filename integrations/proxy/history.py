@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -38,7 +39,7 @@ from keeper_middleware.integrations.proxy.sessions import SessionRecord
 from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.notes.block import parse_notes, render_notes
 
-__all__ = ["Intake", "align", "continued", "take_in", "withdraw"]
+__all__ = ["Intake", "align", "continued", "take_in", "unknown_response", "withdraw"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,8 @@ class Intake:
     """Window messages removed and not put back."""
     returned: int = 0
     """Withdrawn messages the request carried again, recognised by content."""
+    added_chars: int = 0
+    """Characters of text the window holds that it did not hold before the request."""
 
 
 def align(taken: Sequence[str], digests: Sequence[str]) -> list[tuple[int, int]]:
@@ -85,13 +88,75 @@ def take_in(
     archived: Callable[[set[str]], set[str]],
     *,
     keep_dropped: bool = False,
+    incremental: bool = True,
 ) -> Intake:
     """The record after the agent's request: withdrawals applied, new messages appended.
 
     ``archived`` says which of some message ids the archive holds (only asked about withdrawn
     messages coming back). With ``keep_dropped`` nothing is withdrawn: messages the request no
     longer carries stay where they are (the client compacted its own history; the keeper keeps
-    what it dropped in view until a cut archives it)."""
+    what it dropped in view until a cut archives it). ``incremental=False`` aligns even a
+    continuing request whole (the reference the appending path is tested against)."""
+    taken = record.taken
+    if incremental and _continues(taken, digests):
+        return _appended(record, messages, digests, new_id, archived)
+    before = {str(m.id) for m in record.window}
+    intake = _matched(record, messages, digests, new_id, archived, keep_dropped=keep_dropped)
+    added = sum(len(text_of(m)) for m in intake.record.window if str(m.id) not in before)
+    return replace(intake, added_chars=added)
+
+
+def _continues(taken: Sequence[tuple[str, str]], digests: Sequence[str]) -> bool:
+    """Whether the request is what was taken in plus new messages (one comparison of the
+    fingerprints at C speed: the common case, an agent continuing its conversation)."""
+    count = len(taken)
+    return count <= len(digests) and tuple(map(itemgetter(0), taken)) == tuple(digests[:count])
+
+
+def _appended(
+    record: SessionRecord,
+    messages: Sequence[BaseMessage],
+    digests: Sequence[str],
+    new_id: Callable[[], str],
+    archived: Callable[[set[str]], set[str]],
+) -> Intake:
+    """A continuing request: nothing is withdrawn, only the messages after what was taken in
+    are read (each gets a new id, or its first id back when it was withdrawn earlier). The same
+    result as :func:`_matched` gives for it, in time proportional to what is new."""
+    arrivals = _Arrivals(record.withdrawn, new_id)
+    new_taken = [
+        (digests[j], arrivals.take(messages[j], digests[j]))
+        for j in range(len(record.taken), len(digests))
+    ]
+    appended = arrivals.settle(
+        {str(m.id) for m in record.window} if arrivals.returning else set(), archived
+    )
+    return Intake(
+        record=replace(
+            record,
+            window=(*record.window, *appended),
+            taken=(*record.taken, *new_taken),
+            withdrawn=arrivals.still_withdrawn(),
+        ),
+        new=arrivals.fresh,
+        withdrawn=0,
+        removed_from_view=0,
+        returned=len(arrivals.returning),
+        added_chars=sum(len(text_of(m)) for m in appended),
+    )
+
+
+def _matched(
+    record: SessionRecord,
+    messages: Sequence[BaseMessage],
+    digests: Sequence[str],
+    new_id: Callable[[], str],
+    archived: Callable[[set[str]], set[str]],
+    *,
+    keep_dropped: bool,
+) -> Intake:
+    """Any request, aligned with what was taken in by content (edits, regenerates, trims,
+    resends, foreign requests)."""
     taken = record.taken
     pairs = align([d for d, _ in taken], digests)
     matched = {j: i for i, j in pairs}
@@ -100,51 +165,85 @@ def take_in(
     withdrawn = [taken[i] for i in range(first, len(taken)) if i not in kept_taken]
     if keep_dropped:
         withdrawn = []
-    pool: dict[str, list[str]] = {}
-    for digest, msg_id in (*record.withdrawn, *withdrawn):
-        pool.setdefault(digest, []).append(msg_id)
+    arrivals = _Arrivals((*record.withdrawn, *withdrawn), new_id)
     window = withdraw(record.window, {msg_id for _, msg_id in withdrawn})
     in_window = {str(m.id) for m in window}
     removed = {str(m.id): m for m in record.window if str(m.id) not in in_window}
-    put_back = 0
 
     new_taken = list(taken[:first])
-    appended = [removed[msg_id] for _, msg_id in new_taken if msg_id in removed]
-    put_back = len(appended)
-    returning: list[tuple[int, str]] = []
-    fresh = 0
+    arrivals.appended = [removed[msg_id] for _, msg_id in new_taken if msg_id in removed]
+    put_back = len(arrivals.appended)
     for j, digest in enumerate(digests):
         if j in matched:
             msg_id = taken[matched[j]][1]
             if msg_id in removed:
-                appended.append(removed[msg_id])
+                arrivals.appended.append(removed[msg_id])
                 put_back += 1
-        elif pool.get(digest):
-            msg_id = pool[digest].pop(0)
-            returning.append((len(appended), msg_id))
-            appended.append(messages[j].model_copy(update={"id": msg_id}))
         else:
-            message = messages[j].model_copy(update={"id": new_id()})
-            msg_id, fresh = str(message.id), fresh + 1
-            appended.append(message)
+            msg_id = arrivals.take(messages[j], digest)
         new_taken.append((digest, msg_id))
-    if returning:
-        back = {msg_id for _, msg_id in returning}
-        skip = (back & in_window) | archived(back - in_window)
-        drop = {at for at, msg_id in returning if msg_id in skip}
-        appended = [m for at, m in enumerate(appended) if at not in drop]
-    still_withdrawn = tuple((d, i) for d, ids in pool.items() for i in ids)
+    appended = arrivals.settle(in_window, archived)
     return Intake(
         record=replace(
             record,
             window=(*window, *appended),
             taken=tuple(new_taken),
-            withdrawn=still_withdrawn,
+            withdrawn=arrivals.still_withdrawn(),
         ),
-        new=fresh,
+        new=arrivals.fresh,
         withdrawn=len(withdrawn),
         removed_from_view=len(removed) - put_back,
-        returned=len(returning),
+        returned=len(arrivals.returning),
+    )
+
+
+class _Arrivals:
+    """The request's messages the session does not hold (in the order they come): each gets
+    a new id, or its first id back when a withdrawn message with its fingerprint waits."""
+
+    def __init__(self, withdrawn: Sequence[tuple[str, str]], new_id: Callable[[], str]) -> None:
+        self.pool: dict[str, list[str]] = {}
+        for digest, msg_id in withdrawn:
+            self.pool.setdefault(digest, []).append(msg_id)
+        self.new_id = new_id
+        self.appended: list[BaseMessage] = []
+        self.returning: list[tuple[int, str]] = []
+        self.fresh = 0
+
+    def take(self, message: BaseMessage, digest: str) -> str:
+        """Append ``message`` with its id; the id."""
+        waiting = self.pool.get(digest)
+        if waiting:
+            msg_id = waiting.pop(0)
+            self.returning.append((len(self.appended), msg_id))
+        else:
+            msg_id, self.fresh = self.new_id(), self.fresh + 1
+        self.appended.append(message.model_copy(update={"id": msg_id}))
+        return msg_id
+
+    def settle(
+        self, in_window: set[str], archived: Callable[[set[str]], set[str]]
+    ) -> list[BaseMessage]:
+        """What to append: returning messages still in view, or archived, are not put back."""
+        if not self.returning:
+            return self.appended
+        back = {msg_id for _, msg_id in self.returning}
+        skip = (back & in_window) | archived(back - in_window)
+        drop = {at for at, msg_id in self.returning if msg_id in skip}
+        return [m for at, m in enumerate(self.appended) if at not in drop]
+
+    def still_withdrawn(self) -> tuple[tuple[str, str], ...]:
+        return tuple((d, i) for d, ids in self.pool.items() for i in ids)
+
+
+def unknown_response() -> RequestError:
+    """The one error for a ``previous_response_id`` this proxy cannot continue for the caller:
+    malformed, never given, or another tenant's (which reads exactly like an unknown one, so an
+    id tells nobody whether it names something elsewhere)."""
+    return RequestError(
+        "This previous_response_id is not known to this proxy: send the whole conversation in "
+        "'input', or continue from the latest response of the conversation.",
+        param="previous_response_id",
     )
 
 
@@ -201,7 +300,9 @@ def continued(
     as the whole history it stands for: what the session took in, then the request's messages.
     Refused when the session has moved on since that response (or never reached it)."""
     taken = record.taken
-    if not taken or taken[-1][1] != request.continues:
+    if request.continues not in {msg_id for _, msg_id in taken}:  # unknown, or another tenant's
+        raise unknown_response()
+    if taken[-1][1] != request.continues:
         raise RequestError(
             "This response is not the latest of its conversation in keeper-proxy (a later "
             "request continued it, or it was never answered here); keeper-proxy continues "

@@ -33,6 +33,7 @@ from langchain_core.messages import (
 )
 
 from keeper_middleware.errors import KeeperError, MalformedDataError
+from keeper_middleware.integrations.proxy.resent import Fingerprints, Resent
 from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.schema import (
     SEARCH_TOOL_DESCRIPTION,
@@ -127,6 +128,12 @@ class ChatRequest:
     keep_dropped: bool = False
     """Messages taken in earlier that this request no longer carries stay where they are (in
     view, or archived), instead of being withdrawn: the client compacted its own history."""
+    raw: Sequence[Any] = ()
+    """The request's ``messages`` as parsed JSON (Chat Completions), kept with the session so
+    the next request's resent part is confirmed in one comparison (:mod:`.resent`)."""
+    resent_pairs: Fingerprints = ()
+    """(key, fingerprint) of the leading messages confirmed to be the session's last request's:
+    they were not checked, keyed or fingerprinted again."""
 
     @property
     def digests(self) -> tuple[str, ...]:
@@ -142,8 +149,10 @@ class ChatRequest:
         every call; fingerprinting only what changed keeps a request's cost from growing with it."""
         if len(self.keys) != len(self.messages):
             return tuple((None, d) for d in self.digests)
-        pairs: list[tuple[int | None, str]] = []
-        for position, key in enumerate(self.keys):
+        pairs = list(self.resent_pairs)
+        keys = self.keys
+        for position in range(len(pairs), len(keys)):
+            key = keys[position]
             known = previous[position] if position < len(previous) else None
             if key is not None and known is not None and known[0] == key:
                 pairs.append(known)
@@ -239,8 +248,12 @@ def message_key(raw: object) -> int | None:
     return hash((role, raw.get("content") or "", keys))
 
 
-def parse_chat_request(body: object) -> ChatRequest:
-    """Read a ``POST /v1/chat/completions`` body; a :class:`RequestError` says what is wrong."""
+def parse_chat_request(body: object, resent: Resent | None = None) -> ChatRequest:
+    """Read a ``POST /v1/chat/completions`` body; a :class:`RequestError` says what is wrong.
+
+    ``resent`` is the session's last request: when this one starts with exactly its messages,
+    those were checked then and are not checked, keyed or fingerprinted again (only what follows
+    is); otherwise every message is."""
     if not isinstance(body, dict):
         raise RequestError("The request body must be a JSON object with a 'messages' list.")
     raw = body.get("messages")
@@ -256,9 +269,11 @@ def parse_chat_request(body: object) -> ChatRequest:
     ):
         lead += 1
     system_texts = [_text_content(raw[i], i) for i in range(lead)]
-    keys: list[int | None] = []
+    confirmed = resent.confirmed(raw) if resent is not None else 0
+    reused = resent.pairs if confirmed and resent is not None else ()
+    keys: list[int | None] = [None] * len(reused)
     checked: dict[int, BaseMessage] = {}
-    for i in range(lead, len(raw)):  # one pass: the whole history comes on every call
+    for i in range(lead + len(reused), len(raw)):  # only what was not confirmed
         key = message_key(raw[i])
         if key is None:
             checked[i - lead] = message_from_openai(raw[i], i)
@@ -282,6 +297,8 @@ def parse_chat_request(body: object) -> ChatRequest:
         include_usage=bool(options.get("include_usage")),
         params={k: v for k, v in body.items() if k not in _OWN_FIELDS},
         keys=tuple(keys),
+        raw=raw,
+        resent_pairs=reused,
     )
 
 

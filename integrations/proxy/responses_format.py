@@ -75,6 +75,29 @@ OWN_FIELDS = ("input", "tools", "stream", "instructions", "stream_options")
 _SYSTEM_ROLES = ("system", "developer")
 MODEL_SIDE = ("reasoning", "function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
+RIDING = (
+    "web_search_call",
+    "file_search_call",
+    "computer_call",
+    "computer_call_output",
+    "code_interpreter_call",
+    "image_generation_call",
+    "local_shell_call",
+    "local_shell_call_output",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "mcp_call",
+    "compaction",
+    "compaction_summary",
+)
+"""Item types of the Responses API the keeper does not read: the model's own tools and their
+results. They ride along with the assistant turn they belong to, untouched; any other type is
+refused, so an item the proxy does not know is never sent upstream as an empty turn."""
 
 
 # ---------------------------------------------------------------------------- tools
@@ -261,8 +284,17 @@ def read_items(
                 f"input[{index}].role must be user, assistant, system or developer.",
                 param=f"input[{index}].role",
             )
-        else:  # an item kind of the model's own (web search, shell calls, ...): it rides along
+        elif (
+            kind in RIDING
+        ):  # the model's own tools (web search, shell calls, ...): they ride along
             group.append(item)
+        else:
+            raise RequestError(
+                f"input[{index}] has type {kind!r}, which keeper-proxy does not know; send "
+                f"message, {', '.join(MODEL_SIDE)}, {', '.join(_OUTPUTS)} or one of the "
+                "Responses API's tool items.",
+                param=f"input[{index}].type",
+            )
     flush()
     return messages
 

@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
-from keeper_middleware.errors import ConfigurationError
+from keeper_middleware.errors import ConfigurationError, ServerStartError
 
-__all__ = ["DEFAULT_HEADER_TIMEOUT", "header_deadline", "http_protocol", "uvicorn_config"]
+__all__ = [
+    "DEFAULT_HEADER_TIMEOUT",
+    "header_deadline",
+    "http_protocol",
+    "serve_in_thread",
+    "uvicorn_config",
+]
 
 DEFAULT_HEADER_TIMEOUT = 20.0
 """Seconds a client has to send a request's headers (nginx allows 60, Apache 20 to 40)."""
@@ -106,3 +117,43 @@ def uvicorn_config(
         access_log=access_log,
         lifespan=lifespan,
     )
+
+
+@contextmanager
+def serve_in_thread(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    lifespan: Literal["on", "off"] = "on",
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+) -> Iterator[str]:
+    """Serve an ASGI app (the proxy) with uvicorn in a background thread, as ``keeper-proxy``
+    serves it (:func:`~.serving.uvicorn_config`); yields its ``/v1`` base URL. Port 0 picks a
+    free port. For benchmarks and tests that need a real socket; ``lifespan="off"`` skips the
+    shutdown hook, as a killed process would.
+    """
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    config = uvicorn_config(
+        app, host=host, port=bound, header_timeout=header_timeout, lifespan=lifespan
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise ServerStartError(f"the server did not start on {host}:{bound}")
+            time.sleep(0.01)
+        shown = f"[{host}]" if ":" in host else host
+        yield f"http://{shown}:{bound}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+        sock.close()

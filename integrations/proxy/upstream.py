@@ -24,6 +24,14 @@ from typing import Any
 
 import httpx
 import orjson
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
 
 from keeper_middleware.errors import ConfigurationError, KeeperError, MalformedDataError
 from keeper_middleware.integrations.proxy.completions import ai_from_completion
@@ -33,6 +41,7 @@ from keeper_middleware.integrations.proxy.http_clients import (
     TransportError,
     default_client,
 )
+from keeper_middleware.integrations.proxy.sse import sse_data
 from keeper_middleware.integrations.proxy.streaming import StreamAssembler, StreamPiece
 from keeper_middleware.integrations.proxy.upstream_apis import ChatApi, UpstreamApi
 
@@ -48,7 +57,8 @@ class RetryPolicy:
     attempts: int = 4
     """Tries per upstream call (errors, 429s and timeouts are tried again)."""
     first_wait: float = 0.5
-    """Seconds before the first retry; doubled each time up to ``max_wait``."""
+    """Seconds before the first retry; doubled each time up to ``max_wait``, each with up to
+    ``first_wait`` more at random (jitter)."""
     max_wait: float = 8.0
     budget: float = 120.0
     """Seconds after which no new try starts (a ``Retry-After`` past it ends the tries)."""
@@ -106,6 +116,21 @@ class UpstreamError(KeeperError):
         return self.code == "upstream_rejected"
 
 
+def check_upstream_url(url: str) -> None:
+    """Refuse an upstream URL without http:// or https:// at start-up (``localhost:8011``
+    would otherwise start, then say on every request that the upstream cannot be reached).
+
+    Raises:
+        ConfigurationError: the URL has no http or https scheme, or no host.
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ConfigurationError(
+            f"the upstream URL {url!r} has no http:// or https:// in front: add http:// "
+            f"(e.g. http://{url.split('://')[-1] or 'localhost:8000/v1'})"
+        )
+
+
 def retry_after_seconds(value: str | None) -> float | None:
     """``Retry-After`` as seconds: a number or an HTTP date; None when absent or unreadable."""
     if not value:
@@ -135,6 +160,7 @@ class Upstream:
         transport: httpx.AsyncBaseTransport | None = None,
         api: UpstreamApi | None = None,
     ) -> None:
+        check_upstream_url(base_url)
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.forward_auth = forward_auth
@@ -160,10 +186,25 @@ class Upstream:
             headers.update(extra)
         return headers
 
-    def _wait(self, attempt: int, error: UpstreamError) -> float:
-        """Seconds before try ``attempt + 1``: the backoff, or longer if the upstream asks."""
-        backoff = min(self.retry.max_wait, self.retry.first_wait * 2 ** (attempt - 1))
-        return float(max(backoff, error.retry_after or 0.0))
+    def _wait(self, state: RetryCallState) -> float:
+        """Seconds before the next try: jittered exponential backoff, or longer if the upstream
+        asks (``Retry-After``)."""
+        policy = self.retry  # first_wait doubled each try up to max_wait, plus up to
+        # first_wait at random: sessions that failed together do not all come back at once
+        backoff = wait_exponential_jitter(
+            initial=policy.first_wait, max=policy.max_wait, jitter=policy.first_wait
+        )(state)
+        error = state.outcome.exception() if state.outcome is not None else None
+        asked = error.retry_after if isinstance(error, UpstreamError) else None
+        return float(max(backoff, asked or 0.0))
+
+    def _retryable(self, error: BaseException) -> bool:
+        """A failure worth another try: the upstream said so (5xx, 429, a reset, a timeout)
+        and asked for no longer a wait than a request may hold its agent (a longer
+        ``Retry-After`` goes back to the agent at once, with the upstream's status)."""
+        if not isinstance(error, UpstreamError) or not error.retry:
+            return False
+        return (error.retry_after or 0.0) <= self.retry.max_retry_after
 
     async def chat(
         self,
@@ -179,38 +220,46 @@ class Upstream:
         ``forward`` until a tool call begins; a try that already passed text on is not
         repeated. ``headers`` are added to the request's own.
 
-        A failed try is repeated while tries are left and the next one would start within the
-        budget (counted from the first try); the last error is raised."""
+        A failed try is repeated (tenacity) while tries are left and the next one would start
+        within the budget (counted from the first try); the last error is raised.
+
+        Raises:
+            UpstreamError: the last try's failure, with the status the agent gets.
+        """
         chat = self.api.name == "chat"
         if forward is None:
             content = orjson.dumps(body)
         else:
             content = orjson.dumps(_streaming(body) if chat else {**body, "stream": True})
-        first = time.monotonic()
-        for attempt in range(1, self.retry.attempts + 1):
-            tally.retries += attempt > 1
-            tally.calls += 1
-            started = time.perf_counter()
-            try:
-                if forward is None:
-                    return await self._chat_once(content, auth, headers)
-                if not chat:
-                    return await self._stream_native(content, auth, forward, headers)
-                return await self._stream_once(content, auth, forward)
-            except UpstreamError as error:
-                tally.failures += 1
-                wait = self._wait(attempt, error)
-                late = time.monotonic() - first + wait > self.retry.budget
-                asked = error.retry_after or 0.0
-                if not error.retry or attempt == self.retry.attempts or late:
-                    raise
-                if asked > self.retry.max_retry_after:  # the agent's client waits, not us
-                    raise
-            finally:
-                tally.seconds += time.perf_counter() - started
+
+        async def pause(seconds: float) -> None:
             slept = time.perf_counter()
-            await asyncio.sleep(wait)
+            await asyncio.sleep(seconds)
             tally.waited += time.perf_counter() - slept
+
+        tries = AsyncRetrying(
+            stop=stop_after_attempt(self.retry.attempts) | stop_before_delay(self.retry.budget),
+            wait=self._wait,
+            retry=retry_if_exception(self._retryable),
+            sleep=pause,
+            reraise=True,
+        )
+        async for attempt in tries:
+            with attempt:
+                tally.retries += attempt.retry_state.attempt_number > 1
+                tally.calls += 1
+                started = time.perf_counter()
+                try:
+                    if forward is None:
+                        return await self._chat_once(content, auth, headers)
+                    if not chat:
+                        return await self._stream_native(content, auth, forward, headers)
+                    return await self._stream_once(content, auth, forward)
+                except UpstreamError:
+                    tally.failures += 1
+                    raise
+                finally:
+                    tally.seconds += time.perf_counter() - started
         raise AssertionError("unreachable: the last try returns or raises")
 
     async def _chat_once(
@@ -257,11 +306,9 @@ class Upstream:
                     )
                 if "text/event-stream" not in response.headers.get("content-type", ""):
                     return self._native(await response.read())
-                async for line in response.lines():
-                    if not line.startswith("data:"):
-                        continue
+                async for text in sse_data(response.lines()):
                     try:
-                        event = orjson.loads(line[5:].strip())
+                        event = orjson.loads(text)
                         if not isinstance(event, dict):
                             continue
                         problem = assembler.problem(event)
@@ -305,10 +352,8 @@ class Upstream:
                     )
                 if "text/event-stream" not in response.headers.get("content-type", ""):
                     return _completion(await response.read())
-                async for line in response.lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
+                async for text in sse_data(response.lines()):
+                    payload = text.strip()
                     if payload == "[DONE]":
                         assembler.done = True
                         break

@@ -37,7 +37,11 @@ __all__ = [
     "starting_history",
 ]
 
-GROWTH_PATHS = ("relay", "keeper-proxy", "baseline")
+GROWTH_PATHS = ("relay", "floor", "keeper-proxy", "baseline")
+TARGET_RATIO = 2.0
+"""keeper-proxy's CPU a request at most this many times the fair floor's, at every size."""
+TARGET_SLOPE = 1.5
+"""The cost of one more resent message from 1,000 to 5,000 at most this many times 200 to 1,000."""
 
 
 def starting_history(inputs: Sequence[str], length: int) -> list[dict[str, Any]]:
@@ -82,12 +86,18 @@ class GrowthRow:
     load_before: float = 0.0
     load_after: float = 0.0
 
+    def ratios(self) -> list[float]:
+        """keeper-proxy's CPU a request over the fair floor's, pass by pass."""
+        pairs = zip(self.cpu_ms["floor"], self.cpu_ms["keeper-proxy"], strict=True)
+        return [p / f for f, p in pairs if f]
+
     def line(self) -> str:
         relay, proxy = self.cpu_ms["relay"], self.cpu_ms["keeper-proxy"]
-        ratios = [p / r for r, p in zip(relay, proxy, strict=True) if r]
+        ratios = self.ratios()
         base = self.cpu_ms["baseline"]
         return (
-            f"| {self.history:,} | {self.sessions} | {_spread(relay)} | {_spread(proxy)} | "
+            f"| {self.history:,} | {self.sessions} | {_spread(relay)} | "
+            f"{_spread(self.cpu_ms['floor'])} | {_spread(proxy)} | "
             + (f"{_spread(base)} | " if base else "")
             + f"{_spread(self.p50_ms['keeper-proxy'], '{:.1f}')} | "
             f"{_spread(ratios) if ratios else '–'} | "
@@ -167,6 +177,7 @@ def measure_growth(
     archive: Path,
     start_relay: Callable[[ProxyProcess], Any],
     start_proxy: Callable[..., Any],
+    start_floor: Callable[[ProxyProcess, Path | None], Any],
     baseline: Path | None = None,
     report: Callable[[str], None] = print,
 ) -> list[GrowthRow]:
@@ -177,8 +188,11 @@ def measure_growth(
     with ExitStack() as stack:
         upstream = stack.enter_context(upstream_server(0.0))
         relay = stack.enter_context(start_relay(upstream))
+        floor = stack.enter_context(
+            start_floor(upstream, archive.with_name(archive.name + ".floor"))
+        )
         proxy = stack.enter_context(start_proxy(upstream, window, archive))
-        middles = {"relay": relay, "keeper-proxy": proxy}
+        middles = {"relay": relay, "floor": floor, "keeper-proxy": proxy}
         if baseline is not None:
             middles["baseline"] = stack.enter_context(
                 start_proxy(
@@ -208,9 +222,10 @@ def measure_growth(
 
 
 GROWTH_HEADER = (
-    "| messages in view | sessions | relay CPU a request (ms) | keeper-proxy CPU a request (ms) "
-    "| keeper-proxy p50 (ms) | proxy ÷ relay CPU | load avg |\n"
-    "| --- | --- | --- | --- | --- | --- | --- |"
+    "| messages resent | sessions | bare relay CPU a request (ms) | fair floor CPU a request "
+    "(ms) | keeper-proxy CPU a request (ms) | keeper-proxy p50 (ms) | proxy ÷ floor CPU | "
+    "load avg |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -225,23 +240,56 @@ def growth_header(baseline: str | None) -> str:
     return f"{head}\n{rule} --- |"
 
 
+def growth_verdict(rows: Sequence[GrowthRow]) -> list[str]:
+    """The targets: keeper-proxy within twice the fair floor at every size, and the cost of
+    one more resent message flat (1,000 -> 5,000 against 200 -> 1,000)."""
+    lines = []
+    for row in rows:
+        if row.ratios():
+            ratio = statistics.median(row.ratios())
+            met = "met" if ratio <= TARGET_RATIO else "not met"
+            lines.append(
+                f"- {row.history:,} messages, {row.sessions} session(s): keeper-proxy spends "
+                f"{ratio:.2f}× the fair floor's CPU a request (target ≤ {TARGET_RATIO:g}×): {met}."
+            )
+    cost = {row.history: statistics.median(row.cpu_ms["keeper-proxy"]) for row in rows}
+    if all(n in cost for n in (200, 1000, 5000)):
+        low = (cost[1000] - cost[200]) / 800 * 1000
+        high = (cost[5000] - cost[1000]) / 4000 * 1000
+        met = "met" if high <= TARGET_SLOPE * max(low, 1e-9) else "not met"
+        lines.append(
+            f"- one more resent message costs keeper-proxy {low:.1f} µs from 200 to 1,000 and "
+            f"{high:.1f} µs from 1,000 to 5,000 ({high / max(low, 1e-9):.2f}×; target ≤ "
+            f"{TARGET_SLOPE:g}×): {met}."
+        )
+    return lines
+
+
 def growth_markdown(
-    rows: Sequence[GrowthRow], *, calls: int, window: int, baseline: str | None = None
+    rows: Sequence[GrowthRow],
+    *,
+    calls: int,
+    window: int,
+    baseline: str | None = None,
+    title: str = "As the history grows",
 ) -> list[str]:
     """The growth table and what it measured, as lines of the results file."""
     if not rows:
         return []
     return [
-        "## As the history grows",
+        f"## {title}",
         "",
         f"Each session first sends a history of the given length (not measured), then makes "
         f"{calls} calls in its tool loop, each resending the whole history with one more call "
-        f"and result; keeper-proxy's window is {window:,} tokens, so nothing is cut and every "
-        "message stays in view. Instant upstream; CPU a request as in the table above, over "
-        "those calls only.",
+        f"and result; keeper-proxy's window is {window:,} tokens. Instant upstream; CPU a "
+        "request as in the table above, over those calls only. The *fair floor* is the bare "
+        "relay that also parses each JSON body and commits one SQLite row per request before "
+        "forwarding it (`python -m keeper_bench.proxy.relay --floor FILE`).",
         "",
         growth_header(baseline),
         *(row.line() for row in rows),
+        "",
+        *growth_verdict(rows),
         "",
     ]
 

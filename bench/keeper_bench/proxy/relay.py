@@ -8,13 +8,21 @@ upstream with one pooled aiohttp connection, and pass the status, content type a
 served the way ``keeper-proxy`` is (uvicorn with uvloop and httptools, no access log), and calls
 the upstream with the client ``keeper-proxy`` uses, so what ``keeper-proxy`` spends beyond it is
 the keeper's own work (:mod:`.overhead` measures both side by side).
+
+With ``--floor FILE`` it is the *fair floor*: the least any proxy that keeps conversations must
+do. It also parses the JSON body (orjson) and writes one row per request to a SQLite file
+(WAL, ``synchronous=NORMAL`` as the keeper's archive), committed before the request is
+forwarded: what keeper-proxy does at the least, without the keeper.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
@@ -24,9 +32,38 @@ __all__ = ["relay_app"]
 _PASSED_HEADERS = (b"content-type", b"authorization")
 
 
-def relay_app(upstream: str) -> Any:
-    """The relay as a raw ASGI app; ``upstream`` is the server's base URL (without ``/v1``)."""
+def floor_writer(path: Path) -> Callable[[bytes], None]:
+    """Parse a request body and write one committed row for it (the fair floor's own work)."""
+    import orjson
+
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, at REAL, session TEXT, "
+        "messages INTEGER, last TEXT)"
+    )
+
+    def write(body: bytes) -> None:
+        data = orjson.loads(body) if body else {}
+        messages = data.get("messages") if isinstance(data, dict) else None
+        count = len(messages) if isinstance(messages, list) else 0
+        last = orjson.dumps(messages[-1]).decode() if count and messages else ""
+        with conn:
+            conn.execute(
+                "INSERT INTO requests (at, session, messages, last) VALUES (?, ?, ?, ?)",
+                (time.time(), str(data.get("user", "")), count, last),
+            )
+
+    return write
+
+
+def relay_app(upstream: str, floor: Path | None = None) -> Any:
+    """The relay as a raw ASGI app; ``upstream`` is the server's base URL (without ``/v1``);
+    with ``floor``, the fair floor (each body parsed and a row committed to that file first)."""
     import aiohttp
+
+    keep = floor_writer(floor) if floor is not None else None
 
     base = upstream.rstrip("/")
     held: dict[str, aiohttp.ClientSession] = {}
@@ -58,8 +95,11 @@ def relay_app(upstream: str) -> Any:
             parts.append(message.get("body", b""))
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k in _PASSED_HEADERS}
         url = base + scope["path"]
+        body = b"".join(parts)
+        if keep is not None and scope["method"] == "POST":
+            keep(body)
         async with held["client"].request(
-            scope["method"], url, data=b"".join(parts), headers=headers
+            scope["method"], url, data=body, headers=headers
         ) as reply:
             kind = reply.headers.get("content-type", "application/json")
             await send(
@@ -83,11 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--upstream", required=True, help="the upstream's base URL, without /v1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--floor", type=Path, default=None, help="be the fair floor, keeping rows in this file"
+    )
     args = parser.parse_args(argv)
     import uvicorn
 
     uvicorn.run(
-        relay_app(args.upstream),
+        relay_app(args.upstream, args.floor),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

@@ -92,7 +92,7 @@ try:
         ModelRequest,
         ModelResponse,
     )
-    from langchain.agents.middleware.types import PrivateStateAttr
+    from langchain.agents.middleware.types import OmitFromOutput
 except ImportError as exc:  # the middleware needs LangChain v1; the rest of the keeper does not
     raise MissingDependencyError("langchain", "langchain") from exc
 
@@ -107,9 +107,13 @@ __all__ = [
 
 class KeeperAgentState(AgentState[Any]):
     """The agent state with the keeper's bookkeeping: plain dicts and lists, so checkpointers
-    serialise it as they are; private, so it is neither agent input nor output."""
+    serialise it as they are. Never agent output, but accepted as input: a thread copied with
+    ``update_state(new_thread, get_state(thread).values)`` on a new thread writes through the
+    graph's input, and the keeper's channel must go with it, as the NOTES in view no longer do
+    (they live in this channel: ``KeeperConfig.state_messages``), or the copy starts with no
+    memory (:mod:`keeper_middleware.sessions.copies`)."""
 
-    keeper: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
+    keeper: NotRequired[Annotated[dict[str, Any], OmitFromOutput]]
 
 
 class KeeperReactState(TypedDict):

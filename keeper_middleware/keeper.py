@@ -88,7 +88,7 @@ from keeper_middleware.step.backlog import Backlog, part_end, part_state, with_p
 from keeper_middleware.step.commit import CutCommit
 from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
 from keeper_middleware.step.entries import Entry, messages_of
-from keeper_middleware.step.handed_back import window_of
+from keeper_middleware.step.handed_back import as_left, window_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
 from keeper_middleware.step.oversized import OversizedMessages
 from keeper_middleware.step.result import Pending, StepResult
@@ -449,7 +449,9 @@ class Keeper:
         # tool call left without its result (a recursion limit, a crash) is closed
         messages, forged = verified(messages, lambda: self.sessions.secret(session))
         messages, _closed = close_unanswered_calls(messages)
-        if HEAD_KEY not in kstate:
+        # a state that names no branch, or a parent graph whose own keeper channel comes back
+        # while its messages keep all the agent ever returned (add_messages merges by id)
+        if HEAD_KEY not in kstate or not as_left(messages, pinned_head=self.config.pinned_head):
             messages = self._handed_back(session, messages)
         # the branch this step runs on: its latest cut, as the graph state names it
         kstate[HEAD_KEY] = self.branches.head(session, kstate, messages)

@@ -15,6 +15,7 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware import Keeper, KeeperConfig
 from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.state_view import model_view
 from tests.entry_points import ENTRY_POINTS, build
 from tests.fake_model import ScriptedChatModel
 
@@ -80,9 +81,9 @@ def test_a_pasted_notes_message_with_a_forged_mark_never_leads_into_another_thre
     entry.say("Task: keep the ledger.")
     for item in range(1, 5):
         entry.say(f"Item {item}. Mira set c{item} to {item * 3}.")
-    notes = next(
-        m for m in entry.graph.get_state(T1).values["messages"] if keeper_kind(m) == "notes"
-    )
+    values = entry.graph.get_state(T1).values  # the NOTES live in the keeper's channel
+    view = model_view(values["messages"], values.get("keeper"))
+    notes = next(m for m in view if keeper_kind(m) == "notes")
     assert keeper.archived_as("t3", None, [notes]) == "t1"  # the keeper's own: a copy
     forged = notes.model_copy(
         update={"additional_kwargs": {**notes.additional_kwargs, MARK_KEY: "0" * 64}}

@@ -43,8 +43,7 @@ def window_of(
         archived: the ids among ``messages`` that the archive holds.
         pinned_head: how many leading inputs stay in view for ever (the task).
     """
-    notes_at = [i for i, m in enumerate(messages) if keeper_kind(m) == "notes"]
-    if notes_at == [find_layout(messages, pinned_head=pinned_head, kept=0).head_end]:
+    if as_left(messages, pinned_head=pinned_head):
         return list(messages)
     rest: list[BaseMessage] = []
     beside: str | None = None  # the id of the latest turn kept, while no RULES follow it yet
@@ -63,6 +62,21 @@ def window_of(
         beside = message.id if kind is None else beside
     head_end = find_layout(rest, pinned_head=pinned_head, kept=0).head_end
     return [*rest[:head_end], newest_notes, *rest[head_end:]]
+
+
+def as_left(messages: Sequence[BaseMessage], *, pinned_head: int) -> bool:
+    """Whether ``messages`` are a window as the keeper leaves it: no NOTES, or one NOTES
+    message right after the head. Anything else was handed back whole (a parent graph merged
+    every message the agent returned into its own list, whatever its keeper channel says).
+
+    Args:
+        messages: the history as given.
+        pinned_head: how many leading inputs stay in view for ever (the task).
+    """
+    notes_at = [i for i, m in enumerate(messages) if keeper_kind(m) == "notes"]
+    if not notes_at:
+        return True
+    return notes_at == [find_layout(messages, pinned_head=pinned_head, kept=0).head_end]
 
 
 def is_excerpt(message: BaseMessage) -> bool:

@@ -25,6 +25,7 @@ from keeper_middleware.graphs.baselines import SUMMARY_REQUEST_TAG, compact, dro
 from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.retrievers.embedders import HashingEmbedder
 from keeper_middleware.retrievers.factory import make_retriever
+from keeper_middleware.state_view import model_view
 
 WINDOW = 4096
 """The tiny stream is ~5K real tokens, ~6.5K as the default (conservative) counter counts it:
@@ -70,7 +71,8 @@ def drive(arm: Arm, folder) -> tuple[GradeResult, dict[int, list[BaseMessage]]]:
         if record["type"] == "questions":
             last = [m for m in out["messages"] if isinstance(m, AIMessage)][-1]
             replies[(record["after_item"], record["final"])] = text_of(last)
-            views[record["after_item"]] = list(out["messages"])
+            # what the model was sent: the keeper's passages live in its channel, not the state
+            views[record["after_item"]] = model_view(out["messages"], out.get("keeper"))
     return grade(question_sets(folder), replies, reader=SIMULATED_READER, label=arm.name), views
 
 
@@ -335,6 +337,7 @@ def test_the_retrieving_arms_run_with_a_hybrid_retriever(stream, name):
     for record in list(read_stream(stream))[:6]:  # through the first question set
         out = arm.graph.invoke({"messages": [HumanMessage(record["text"])]}, THREAD)
     assert arm.retriever is store
-    assert any(keeper_kind(m) == "retrieved" for m in out["messages"])
+    view = model_view(out["messages"], out.get("keeper"))
+    assert any(keeper_kind(m) == "retrieved" for m in view)
     assert re.search(r"^1\. ", text_of(out["messages"][-1]), re.M)
     arm.close()

@@ -30,7 +30,7 @@ def test_each_example_answers_from_the_archive_after_several_cuts(script, offlin
     printed = capsys.readouterr().out
     for answer in EXPECTED_ANSWERS:
         assert answer in printed
-    assert "cuts: 5, archived turns: 158" in printed
+    assert "cuts: 5, archived turns: 163" in printed
 
 
 def test_an_example_runs_as_a_plain_script():

@@ -452,7 +452,9 @@ def test_the_archive_search_budget_starts_over_when_a_new_batch_arrives():
     asked = HumanMessage("Questions about the stories so far.\n1. What value does domo01 hold now?")
     out = arm.graph.invoke({"messages": [asked]}, config)
     replies = [text_of(m) for m in out["messages"] if isinstance(m, ToolMessage)]
-    assert replies[-1].startswith("Refused:") and "Stop searching" in replies[-1]
+    # the stop line is given once; a search past it is refused in a few tokens
+    assert any(r.startswith("Refused:") and "Stop searching" in r for r in replies)
+    assert replies[-1].startswith("Refused:")
     model.script.append(AIMessage("", tool_calls=[call("search_archive", {"query": "domo01"}, 99)]))
     model.script.append(AIMessage("Read."))
     out = arm.graph.invoke({"messages": [HumanMessage(batch(3), id="b3")]}, config)

@@ -31,7 +31,7 @@ from keeper_middleware.integrations.langchain import (
     KeeperReactState,
     keeper_pre_model_hook,
 )
-from keeper_middleware.messages.facts import keeper_kind
+from keeper_middleware.messages.facts import is_keeper_message, keeper_kind
 from keeper_middleware.state_view import model_view
 from tests.fake_model import ScriptedChatModel
 from tests.test_integrations_parity import (
@@ -272,3 +272,41 @@ def test_a_model_node_of_your_own_that_reads_the_view_keeps_them_out_of_the_stat
     assert keeper.counters(THREAD).cuts >= 2
     findings = inspect(model, keeper)
     assert findings.questions_seen >= 2 and findings.problems == []
+
+
+def _walk(value: Any, under_messages: bool, found: list[tuple[bool, BaseMessage]]) -> None:
+    """Every message in a streamed chunk, and whether it stood under a ``messages`` key."""
+    if isinstance(value, BaseMessage):
+        found.append((under_messages, value))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _walk(item, under_messages or key == "messages", found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _walk(item, under_messages, found)
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_every_stream_mode_with_subgraphs_shows_a_chat_ui_no_keeper_message(entry):
+    """``stream_mode=["messages", "updates", "values"]`` with ``subgraphs=True``: what a chat UI
+    reads (the messages stream, and the ``messages`` of every update and value) holds no keeper
+    message, and any NOTES text anywhere in a chunk is on a marked keeper message."""
+    model, keeper = scripted_model(), Keeper(CONFIG)
+    agent = ENTRY_POINTS[entry](model, keeper)
+    modes = ["messages", "updates", "values"]
+    seen: set[str] = set()
+    for text in scenario(TURNS):
+        inputs = {"messages": [HumanMessage(text)]}
+        for _namespace, mode, chunk in agent.stream(
+            inputs, thread(), stream_mode=modes, subgraphs=True
+        ):
+            seen.add(mode)
+            found: list[tuple[bool, BaseMessage]] = []
+            _walk(chunk[0] if mode == "messages" else chunk, mode == "messages", found)
+            for under_messages, message in found:
+                if under_messages:
+                    assert keeper_kind(message) is None, (mode, message.content)
+                if "[NOTES]" in str(message.content):
+                    assert is_keeper_message(message), (mode, message.content)
+    assert seen == set(modes)
+    assert keeper.counters(THREAD).cuts >= 2

@@ -43,11 +43,26 @@ from keeper_middleware.retrievers.base import (
     check_search_arguments,
 )
 from keeper_middleware.retrievers.keyword import query_terms
+from keeper_middleware.retrievers.noise import useless_hit
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _RECOUNT_GROWTH = 1.25
 _CACHE_LIMIT = 50_000
+_NOISE_MARGIN = 5
+"""Rows asked for beyond ``k``, so passages that say nothing can be dropped without a second
+query in the usual case."""
+
+
+def _useful(rows: list[Any], query: str) -> list[Any]:
+    """``rows`` less replies that say nothing and the asking question (``retrievers/noise.py``)."""
+    return [
+        row
+        for row in rows
+        if not useless_hit(bytes(row[2]).decode("utf-8", "surrogatepass"), query)
+    ]
+
+
 _TIE_BREAK = 0.1
 _COMMON_FRACTION = 0.05
 _MIN_ITEM = -(2**63)
@@ -194,10 +209,16 @@ class PostgresKeywordRetriever:
             total, weights = self._idf(conn, session, terms)
             rare = [(t, w) for t, w, held in weights if held <= total * _COMMON_FRACTION]
             every = [(t, w) for t, w, _ in weights]
-            rows = self._run(conn, rare or every, params, exclude=[])
+            # a few more than asked: replies that say nothing and the question itself are
+            # dropped (retrievers/noise.py), as the other keyword engines drop them
+            asked = {**params, "k": k + _NOISE_MARGIN}
+            found = self._run(conn, rare or every, asked, exclude=[])
+            rows = _useful(found, query)
             if len(rows) < k and rare and len(rare) < len(every):
-                found = [position for _, position, *_ in rows]
-                rows += self._run(conn, every, {**params, "k": k - len(rows)}, exclude=found)
+                seen = [position for _, position, *_ in found]
+                more = {**params, "k": k - len(rows) + _NOISE_MARGIN}
+                rows += _useful(self._run(conn, every, more, exclude=seen), query)
+            rows = rows[:k]
             if within is not None:
                 rows = [self._next_within(conn, row, session, within) for row in rows]
         # each hit's best sentence marked, as the other retrievers mark theirs (it was left

@@ -1,5 +1,7 @@
 """Keyword search skips replies that say nothing and the question itself, and keeps the rest."""
 
+import pytest
+
 from keeper_middleware.retrievers.base import Passage
 from keeper_middleware.retrievers.keyword import KeywordRetriever
 from keeper_middleware.retrievers.noise import is_the_question, says_nothing
@@ -56,3 +58,24 @@ def test_skipped_passages_stay_archived_and_counted():
     retriever = _indexed(["Ok", "Thanks!"])
     assert retriever.search("Melanie", session="s", k=5) == []
     assert retriever.count("s") == 2
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_search_skips_them_as_sqlite_does(postgres_url, pg_schema):
+    from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
+
+    retriever = PostgresKeywordRetriever(postgres_url, schema=pg_schema)
+    try:
+        noise = ["Ok, thanks!"] * 6 + [QUESTION]
+        answers = ["Melanie painted a sunset over the lake last summer.", "Melanie paints often."]
+        retriever.add(
+            [
+                Passage(session="s", item=i, position=i, text=text)
+                for i, text in enumerate(noise + answers)
+            ]
+        )
+        hits = retriever.search(QUESTION, session="s", k=2)
+        assert sorted(h.passage.position for h in hits) == [7, 8]
+        assert retriever.count("s") == 9  # skipped, still indexed
+    finally:
+        retriever.close()

@@ -45,7 +45,7 @@ from keeper_middleware.reinjection.questions import PatternQuestionDetector, Que
 from keeper_middleware.retrievers.base import Hit, Retriever
 from keeper_middleware.retrievers.passages import PASSAGE_UNITS, passages_of
 from keeper_middleware.search.tool import session_of
-from keeper_middleware.step.items import ItemNumbering
+from keeper_middleware.step.items import Counting, ItemNumbering
 from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
 RAG_STATE_KEY = "rag"
@@ -113,8 +113,7 @@ class RetrieveNode:
         """Store every new input (a question set is not story and is not stored) and put the
         retrieved sentences right after each new question set."""
         seen = set(book.get("seen", []))
-        last_item = int(book.get("last_item", 0))
-        numbered = bool(book.get("numbered", False))
+        counting = Counting.load(book)
         position = int(book.get("next_position", 0))
         result: list[BaseMessage] = []
         for message in messages:
@@ -126,11 +125,8 @@ class RetrieveNode:
             if not self.items.is_new_input(message):
                 continue
             is_question = self.detector.is_question(message)
-            stated = self.items.stated_number(message)
-            if stated is not None:
-                last_item, numbered = stated, True
-            elif not (numbered and is_question):
-                last_item += 1
+            self.items.take(counting, message, question=is_question)
+            last_item = counting.last_item
             if is_question:
                 block = self._retrieved(session, message)
                 seen.add(str(block.id))
@@ -140,9 +136,8 @@ class RetrieveNode:
             if passages:
                 self.retriever.add(passages)
                 position += len(passages)
-        book.update(
-            seen=sorted(seen), last_item=last_item, numbered=numbered, next_position=position
-        )
+        counting.save(book)
+        book.update(seen=sorted(seen), next_position=position)
         return result
 
     def _retrieved(self, session: str, question: BaseMessage) -> BaseMessage:

@@ -107,7 +107,14 @@ class KeeperConfig:
     pinned_head: int = 1
     """How many leading user messages (the task) stay in view for ever."""
     item_pattern: str | None = r"^\s*(?:Item|Batch|Ticket)\s+#?(\d+)\b"
-    """How a new input names its own number; an input that does not match gets the next number."""
+    """How a new input names its own number; an input that does not match gets the next number.
+    None: no input states a number (and none is learned, ``learn_item_heads``)."""
+    learn_item_heads: bool = True
+    """While ``item_pattern`` has matched no input of a session, learn the head its inputs use:
+    two content inputs in a row that open with the same word and a number one higher ("Entry 4.",
+    "Entry 5.") make that word the head, and the inputs count in its numbers from then on. Search
+    and NOTES count in the content's own numbers; numbered by the keeper, a question set was an
+    item of its own and the numbers drifted from the content's by one per set."""
     item_tools: tuple[str, ...] = ()
     """Tools whose results are new inputs (e.g. ``read_next_batch``), numbered like user messages."""
     question_patterns: tuple[str, ...] = (r"\?\s*$", r"^\s*(?:Final )?[Qq]uestions\b")

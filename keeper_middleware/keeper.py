@@ -210,7 +210,9 @@ class Keeper:
             )
         )
         self.detector = question_detector or PatternQuestionDetector(self.config.question_patterns)
-        self.items = ItemNumbering(self.config.item_pattern, self.config.item_tools)
+        self.items = ItemNumbering(
+            self.config.item_pattern, self.config.item_tools, learn=self.config.learn_item_heads
+        )
         self.sessions = SessionState(self.archive, self.locks)
         self.starts = StartWarnings(self.archive)
         self.window = WindowPolicy(self.config, self.tokens, self.detector)

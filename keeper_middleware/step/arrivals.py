@@ -31,7 +31,13 @@ from keeper_middleware.search.guards import after_new_input, input_budget
 from keeper_middleware.sessions.branches import Branches, state_head
 from keeper_middleware.sessions.state import SessionState
 from keeper_middleware.step.entries import Entry
-from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering, items_since_notes
+from keeper_middleware.step.items import (
+    ITEMS_SINCE_NOTES,
+    Counting,
+    ItemNumbering,
+    items_since_notes,
+    renumber,
+)
 from keeper_middleware.step.window import WindowPolicy
 from keeper_middleware.tokens.counting import TokenCounter
 
@@ -84,8 +90,7 @@ class Arrivals:
         ``notes`` are the NOTES in effect on the branch ``kstate`` names."""
         seen = set(kstate.get("seen", []))
         items: dict[str, int] = dict(kstate.get("items", {}))
-        last_item = int(kstate.get("last_item", 0))
-        numbered = bool(kstate.get("numbered", False))
+        counting = Counting.load(kstate)
         since_notes = items_since_notes(kstate)
         counters = self.sessions.counters(session)
         caps, room, folds = self.window.message_caps(session, entries, seen, setup, notes)
@@ -106,6 +111,7 @@ class Arrivals:
                 continue
             unit = folded.get(msg_id)
             if unit is not None:  # a round too big even at its smallest: one pointer pair
+                last_item = counting.last_item
                 pair = self.fold_round(session, [e.message for e in unit], last_item, kstate)
                 for e in unit:
                     items[e.id] = last_item
@@ -121,18 +127,13 @@ class Arrivals:
             if self.items.is_new_input(message):
                 new_input = True
                 newest_input = message
-                stated = self.items.stated_number(message)
-                if stated is not None:
-                    # a number that restarts, jumps or goes back is one more item all the same
-                    since_notes += stated != last_item
-                    last_item, numbered = stated, True
-                elif not (numbered and is_question):
-                    last_item += 1
-                    since_notes += 1
-            items[msg_id] = last_item
+                taken = self.items.take(counting, message, question=is_question)
+                since_notes += taken.new_item
+                renumber(items, taken.renumber)
+            items[msg_id] = counting.last_item
             cap = caps[msg_id]
             if entry.tokens > cap:
-                message = self.archive_whole(session, message, last_item, cap, kstate)
+                message = self.archive_whole(session, message, counting.last_item, cap, kstate)
                 shrunk = True
             result.append(message)
             if is_question:
@@ -152,8 +153,7 @@ class Arrivals:
         live_ids = {str(m.id) for m in result}
         kstate["seen"] = [i for i in seen if i in live_ids]
         kstate["items"] = {k: v for k, v in items.items() if k in live_ids}
-        kstate["last_item"] = last_item
-        kstate["numbered"] = numbered
+        counting.save(kstate)
         kstate[ITEMS_SINCE_NOTES] = since_notes
         kstate.setdefault("notes_item", 0)
         return result, shrunk

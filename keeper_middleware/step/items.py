@@ -11,13 +11,17 @@ input gets the next number) when it is not.
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from keeper_middleware.messages.facts import is_input, text_of
+
+log = logging.getLogger(__name__)
 
 LARGEST_ITEM = 2**53 - 1
 """The largest stated item number taken as stated: it survives JSON, SQLite and PostgreSQL
@@ -38,14 +42,81 @@ def items_since_notes(kstate: Mapping[str, Any]) -> int:
     return max(0, int(kstate.get("last_item", 0)) - int(kstate.get("notes_item", 0)))
 
 
+LEARNED_HEAD = "item_head"
+"""The keeper's state key holding the head word learned from a session's inputs (or absent)."""
+
+HEAD_SEEN = "item_head_seen"
+"""The keeper's state key holding the last content input's head: its word, its number, and the
+item the keeper gave it while no head was known."""
+
+_HEAD = re.compile(r"\A\s*([^\W\d_]+)\s+#?(\d+)\b")
+"""A head an input may open with: one word of letters, then a number ("Entry 12.", "Day 3",
+"Log #40")."""
+
+
+@dataclass(slots=True)
+class Counting:
+    """Where one session's numbering stands; kept in the keeper's state between steps."""
+
+    last_item: int = 0
+    numbered: bool = False
+    """An input has stated its number: from then on a question joins the item before it."""
+    head: str | None = None
+    """The head word learned from the inputs ("Entry"), once two in a row rose by one."""
+    seen: tuple[str, int, int] | None = None
+    """The last content input's head (word, number, item given), while none is learned."""
+
+    @classmethod
+    def load(cls, state: Mapping[str, Any]) -> Counting:
+        seen = state.get(HEAD_SEEN)
+        head = state.get(LEARNED_HEAD)
+        return cls(
+            last_item=int(state.get("last_item", 0)),
+            numbered=bool(state.get("numbered", False)),
+            head=str(head) if head else None,
+            seen=(str(seen[0]), int(seen[1]), int(seen[2])) if seen else None,
+        )
+
+    def save(self, state: MutableMapping[str, Any]) -> None:
+        state["last_item"] = self.last_item
+        state["numbered"] = self.numbered
+        for key, value in ((LEARNED_HEAD, self.head), (HEAD_SEEN, self.seen)):
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = list(value) if isinstance(value, tuple) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What numbering one new input did."""
+
+    new_item: bool
+    """The input began an item (it counts toward the notes cadence)."""
+    renumber: tuple[int, int] | None = None
+    """(from, to): the head was learned at this input, so messages given item ``from`` or later
+    belong to item ``to``, the number the input before stated."""
+
+
 class ItemNumbering:
-    """Gives each new input its item number: the one it states, or the next one."""
+    """Gives each new input its item number: the one it states, or the next one.
 
-    __slots__ = ("_pattern", "_tools")
+    A stated number is what ``pattern`` captures; when it has never matched in a session and
+    ``learn`` is on, a head is learned from the inputs themselves: two content inputs in a row
+    (questions aside) that open with the same word and a number one higher ("Entry 4.", then
+    "Entry 5.") make that word the session's head, and from then on the inputs count in its
+    numbers, as with a matching ``pattern``. One head alone is not enough (a message may open
+    "Page 2 of the report"); a number that rises by one, input after input, is a numbering.
+    """
 
-    def __init__(self, pattern: str | None, item_tools: Sequence[str] = ()) -> None:
+    __slots__ = ("_learn", "_pattern", "_tools")
+
+    def __init__(
+        self, pattern: str | None, item_tools: Sequence[str] = (), *, learn: bool = True
+    ) -> None:
         self._pattern = re.compile(pattern, re.MULTILINE) if pattern else None
         self._tools = frozenset(item_tools)
+        self._learn = learn and self._pattern is not None
 
     def is_new_input(self, message: BaseMessage) -> bool:
         """A user message, or the result of a tool that delivers new inputs."""
@@ -53,24 +124,83 @@ class ItemNumbering:
             return True
         return isinstance(message, ToolMessage) and message.name in self._tools
 
-    def stated_number(self, message: BaseMessage) -> int | None:
+    def stated_number(self, message: BaseMessage, head: str | None = None) -> int | None:
         """The number the message states for itself, or None (no match, an empty or
-        non-numeric group, or a number too big to store)."""
+        non-numeric group, or a number too big to store). ``head``: a head word learned from
+        the session's inputs, read when the pattern does not match."""
         if self._pattern is None:
             return None
-        match = self._pattern.search(text_of(message))
-        if match is None:
-            return None
-        try:
-            number = int(match.group(1))
-        except (TypeError, ValueError):  # the group did not take part, or is not a number
-            return None
-        return number if 0 <= number <= LARGEST_ITEM else None
+        text = text_of(message)
+        number = _number(self._pattern.search(text))
+        if number is None and head is not None:
+            found = _HEAD.match(text)
+            number = _number(found, 2) if found is not None and found.group(1) == head else None
+        return number
 
     def number(self, message: BaseMessage, last_item: int) -> int:
         """The item a new input starts: its stated number, else the one after ``last_item``."""
         stated = self.stated_number(message)
         return stated if stated is not None else last_item + 1
+
+    def take(self, counting: Counting, message: BaseMessage, *, question: bool) -> Taken:
+        """Number one new input, updating ``counting``: its stated number (by the pattern or
+        the learned head), else the next one; a question joins the item before it once the
+        inputs state their numbers (before that, with nothing to count by, it is an item of its
+        own, so a question can still set off the cadence's cut)."""
+        stated = self.stated_number(message, counting.head)
+        if stated is not None:
+            # a number that restarts, jumps or goes back is one more item all the same
+            new_item = stated != counting.last_item
+            counting.last_item, counting.numbered = stated, True
+            return Taken(new_item)
+        if self._learn and not counting.numbered and not question:
+            learned = self._learn_head(counting, text_of(message))
+            if learned is not None:
+                return learned
+        if counting.numbered and question:
+            return Taken(False)
+        counting.last_item += 1
+        return Taken(True)
+
+    def _learn_head(self, counting: Counting, text: str) -> Taken | None:
+        """Learn the head when this content input's continues the one before by one."""
+        found = _HEAD.match(text)
+        number = _number(found, 2)
+        if found is None or number is None:
+            counting.seen = None
+            return None
+        word, before = found.group(1), counting.seen
+        if before is None or before[0] != word or before[1] + 1 != number:
+            counting.seen = (word, number, counting.last_item + 1)
+            return None
+        _, stated_before, given_before = before
+        log.info("item heads learned: inputs open %r and a number rising by one", word)
+        counting.head, counting.seen = word, None
+        counting.last_item, counting.numbered = number, True
+        moved = given_before != stated_before
+        return Taken(True, (given_before, stated_before) if moved else None)
+
+
+def renumber(items: MutableMapping[str, int], moved: tuple[int, int] | None) -> None:
+    """Give the messages of item ``moved[0]`` or later item ``moved[1]`` (a learned head: the
+    input before was numbered by the keeper, and stated its own number)."""
+    if moved is None:
+        return
+    first, to = moved
+    for msg_id, item in items.items():
+        if item >= first:
+            items[msg_id] = to
+
+
+def _number(match: re.Match[str] | None, group: int = 1) -> int | None:
+    """The whole number a match's ``group`` holds, when an archive can store it."""
+    if match is None:
+        return None
+    try:
+        number = int(match.group(group))
+    except (TypeError, ValueError):  # the group did not take part, or is not a number
+        return None
+    return number if 0 <= number <= LARGEST_ITEM else None
 
 
 def numeric_group_problem(pattern: re.Pattern[str]) -> str | None:

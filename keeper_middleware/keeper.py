@@ -92,7 +92,7 @@ from keeper_middleware.step.handed_back import as_left, window_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
 from keeper_middleware.step.oversized import OversizedMessages
 from keeper_middleware.step.result import Pending, StepResult
-from keeper_middleware.step.room import unkeep
+from keeper_middleware.step.room import unkeep, without_passages
 from keeper_middleware.step.window import NOTES_FRAME_TOKENS, WindowPolicy
 from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
@@ -564,6 +564,15 @@ class Keeper:
         shrunk = replaced
         due = backlog is not None
         plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
+        if not due and request_tokens > budget:
+            # retrieved passages are archived text shown again: when the window is over the
+            # budget (an open question's work has outgrown it) they leave view before a cut
+            # takes any of that work; under it they stay, so the prefix cache keeps serving them
+            messages, dropped = without_passages(entries)
+            if dropped:
+                shrunk = True
+                entries = window.classify(messages, entries)
+                plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
         if plan is None and request_tokens > budget:
             # what was kept in view as already noted may leave with the next cut instead
             messages, unkept = unkeep(entries)

@@ -137,7 +137,10 @@ class Arrivals:
                 shrunk = True
             result.append(message)
             if is_question:
-                extra = self.beside_question(session, message, notes.rules, state_head(kstate))
+                room = self.config.notes_threshold - self.window.size_of(setup, entries)
+                extra = self.beside_question(
+                    session, message, notes.rules, state_head(kstate), room=room
+                )
                 for added in extra:
                     seen.add(str(added.id))
                     result.append(added)
@@ -159,15 +162,25 @@ class Arrivals:
         return result, shrunk
 
     def beside_question(
-        self, session: str, question: BaseMessage, rules: Sequence[str], head: str | None
+        self,
+        session: str,
+        question: BaseMessage,
+        rules: Sequence[str],
+        head: str | None,
+        *,
+        room: int,
     ) -> list[BaseMessage]:
         """The keeper's messages placed right after a new question: the RULES, and the
-        passages retrieved for it from the branch ``head`` (kept to a quarter of the budget)."""
+        passages retrieved for it from the branch ``head``, within what the request leaves
+        under the notes threshold (``room``: that threshold less the request with the
+        question) and at most a quarter of the budget."""
         added: list[BaseMessage] = []
         qid = str(question.id)
         own = self.sessions.own
         if self.config.rules_next_to_questions and rules:
-            added.append(own(session, render_rules_block(rules), "rules", f"rules-{qid}"))
+            block = render_rules_block(rules)
+            room -= self.tokens.count_text(block)
+            added.append(own(session, block, "rules", f"rules-{qid}"))
         if self.config.show_retrieved > 0:
             self.index_ready(session)
             within = self.branches.passages(session, head)
@@ -178,13 +191,17 @@ class Arrivals:
                 for q in question_queries(question)
             ]
             hits = merge_hits(per_query, self.config.show_retrieved * max(1, len(per_query)))
+            found = bool(hits)
             block = render_retrieved_block(hits)
-            # the passages stay in view with their open question: keep them to a quarter of the
-            # budget, dropping the lowest-ranked first, so the question's own work has room
-            while hits and self.tokens.count_text(block) > self.config.budget // 4:
+            # the room above the notes threshold is the question's own work's (its search
+            # results): the passages take only what is free below it, at most a quarter of the
+            # budget, the lowest-ranked leaving first
+            limit = min(room, self.config.budget // 4)
+            while hits and self.tokens.count_text(block) > limit:
                 hits = hits[: len(hits) * 3 // 4]
                 block = render_retrieved_block(hits)
-            added.append(own(session, block, "retrieved", f"retrieved-{qid}"))
+            if hits or not found:  # none that fits is no block, never "nothing matches"
+                added.append(own(session, block, "retrieved", f"retrieved-{qid}"))
         return added
 
     def _log_if_oversized(self, session: str, entry: Entry) -> None:

@@ -69,3 +69,13 @@ def unkeep(entries: Sequence[Entry]) -> tuple[list[BaseMessage], bool]:
             result[index] = entry.message.model_copy(update={"content": text})
             return result, True
     return result, False
+
+
+def without_passages(entries: Sequence[Entry]) -> tuple[list[BaseMessage], bool]:
+    """The messages without the retrieved passages in view, and whether there were any.
+
+    The passages are archived text shown again beside a question: taking them out of view
+    loses nothing, and makes room for the question's own work before a cut is needed (a cut
+    notes and archives what the answer may still need; the passages can be searched again)."""
+    kept = [entry.message for entry in entries if entry.kind != "retrieved"]
+    return kept, len(kept) < len(entries)

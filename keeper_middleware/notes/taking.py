@@ -11,9 +11,12 @@
 What it guarantees, each from a run that went wrong:
 
 - a rule named in any reply to one request is kept, even if a later reply leaves it out;
-- when the re-asks give nothing better, the first usable reply stands without the lines the text
-  contradicts; there is no fallback to a different path (a full rewrite lost a change and once
-  added a "rule" that restated the task);
+- a re-ask's reply replaces only the questioned lines, each by its own line for the same key when
+  that passes; the lines that passed stay as first read (every reading misreads something of its
+  own: a later reply taken whole traded the lines fixed for new misreads);
+- when the re-asks give nothing better, the first usable reply (with the lines the re-asks
+  fixed) stands without the lines the text contradicts; there is no fallback to a different path
+  (a full rewrite lost a change and once added a "rule" that restated the task);
 - a line the text does not contradict is never left out just because no check could follow it.
 """
 

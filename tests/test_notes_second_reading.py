@@ -129,3 +129,12 @@ def _context(text: str):
     from keeper_middleware.notes.checks import CheckContext
 
     return CheckContext(noted_text=text, notes=HELD)
+
+
+def test_a_line_questioned_on_both_readings_is_kept_without_a_third():
+    # questioned again on the second reading: the line stands, with no third whole request
+    text = "Mira Lowe took 25 from domo86."
+    outcome, sent = run(text, HELD, ["SET domo86 = 357", "SET domo86 = 357"])
+    assert len(sent) == 2
+    assert outcome.notes.state_dict()["domo86"] == "357"
+    assert [issue.check for issue in outcome.unresolved] == ["working_follows_text"]

@@ -111,6 +111,10 @@ def reask_message_text(issues: Sequence[Issue], reason_empty: bool = False) -> s
     return "\n".join(lines)
 
 
+_SECOND_READING_ONLY = frozenset({"working_follows_text"})
+"""Checks whose questions get one second reading, not every re-ask (they only question)."""
+
+
 @dataclass(frozen=True, slots=True)
 class NoteOutcome:
     """What one notes request came to."""
@@ -289,6 +293,11 @@ class NoteTaking:
         return done
 
     def _ask_again(self, issues: list[Issue], *, reason_empty: bool) -> Ask | Done:
+        read_twice = self._reasks > 0 and bool(issues) and not reason_empty
+        if read_twice and all(issue.check in _SECOND_READING_ONLY for issue in issues):
+            # a line read twice and questioned both times is as likely wording no check can
+            # follow as a misread: a third whole request costs more than it has been found to fix
+            self._max_reasks = self._reasks
         if self._reasks < self._max_reasks:
             self._reasks += 1
             return Ask(reask_message_text(issues, reason_empty))

@@ -12,6 +12,7 @@ first read, since the second reading misreads something of its own.
 from __future__ import annotations
 
 from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, create_keeper_agent
@@ -115,7 +116,7 @@ def test_the_keeper_reads_a_questioned_batch_again_before_it_enters_the_notes():
     agent = create_keeper_agent(
         ScriptedChatModel(default=reply), keeper=keeper, checkpointer=InMemorySaver()
     )
-    thread = {"configurable": {"thread_id": "t"}}
+    thread: RunnableConfig = {"configurable": {"thread_id": "t"}}
     agent.invoke({"messages": [HumanMessage("Task: read the items.")]}, thread)
     story = ["The clerk recorded domo86 at 357.", "Mira Lowe took 25 from domo86."]
     story += ["The mill was quiet."] * 8

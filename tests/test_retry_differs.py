@@ -5,6 +5,7 @@ server sampling greedily thought to its limit again and a whole question set was
 from __future__ import annotations
 
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from keeper_middleware import Keeper, KeeperConfig, ThinkingPolicy, create_keeper_agent
@@ -12,7 +13,7 @@ from keeper_middleware.messages.facts import text_of
 from keeper_middleware.model.thinking import retry_of
 from keeper_middleware.testing import ScriptedChatModel
 
-THREAD = {"configurable": {"thread_id": "t1"}}
+THREAD: RunnableConfig = {"configurable": {"thread_id": "t1"}}
 
 
 def _thought_to_limit() -> AIMessage:

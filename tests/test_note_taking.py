@@ -86,7 +86,7 @@ def test_lesson_7_rule_from_first_reply_survives_reask():
     first = f"RULE: {RULE}\nSET katu85 = 623 (= 650 - 27)"
     outcome, _ = run(session(text), [first, "SET katu85 = 523"])
     assert outcome.notes.rules == (RULE,)
-    assert outcome.changes == (SetLine("katu85", "523"), RuleLine(RULE))
+    assert outcome.changes == (RuleLine(RULE), SetLine("katu85", "523"))
 
 
 def test_lesson_11_line_about_unmentioned_name_is_left_out():

@@ -2,7 +2,9 @@
 
 Thinking stays on for note calls and while a question is open; a reply that thought to its
 limit and wrote nothing is asked again without thinking, and an empty reply once more with
-some randomness. Every caller (note calls, the node, the middleware, the proxy) decides here,
+some randomness. A policy with no switch for thinking off would send the very request that
+thought to its limit again (a server that samples greedily thinks to its limit again: a whole
+question set was lost that way), so that retry gets the randomness too. Every caller (note calls, the node, the middleware, the proxy) decides here,
 so they switch thinking and retry alike.
 """
 
@@ -26,6 +28,16 @@ def call_kwargs(policy: ThinkingPolicy, *, thinking: bool) -> dict[str, Any]:
     return kwargs
 
 
+def differing(
+    again: Mapping[str, Any], first: Mapping[str, Any], policy: ThinkingPolicy
+) -> dict[str, Any]:
+    """``again``, with the policy's randomness when it would send the same call as ``first``
+    (no switch turns thinking off): a retry that cannot come out different is no retry."""
+    if dict(again) != dict(first):
+        return dict(again)
+    return {**again, **policy.sample_after_stop}
+
+
 def retry_of(
     policy: ThinkingPolicy, kwargs: Mapping[str, Any], reply: BaseMessage
 ) -> tuple[str, dict[str, Any]] | None:
@@ -35,7 +47,7 @@ def retry_of(
         if not policy.retry_empty_without_thinking:
             return None
         cleaned = {k: v for k, v in kwargs.items() if k not in policy.on}
-        return "thinking_retries", {**cleaned, **policy.off}
+        return "thinking_retries", differing({**cleaned, **policy.off}, kwargs, policy)
     if is_empty_reply(reply) and policy.retry_empty:
         return "empty_retries", {**kwargs, **policy.sample_after_stop}
     return None

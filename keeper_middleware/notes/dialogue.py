@@ -23,7 +23,7 @@ from keeper_middleware.messages.facts import (
     thought_to_limit,
 )
 from keeper_middleware.model.setup import AsyncNoteCall, ModelSetup, NoteCall
-from keeper_middleware.model.thinking import call_kwargs
+from keeper_middleware.model.thinking import call_kwargs, differing
 from keeper_middleware.notes.block import Notes
 from keeper_middleware.notes.changes import SetLine, UnsetLine
 from keeper_middleware.notes.checks import NoteCheck
@@ -308,7 +308,8 @@ class NoteDialogue:
         policy = self.config.thinking
         if thought_to_limit(reply) and policy.retry_empty_without_thinking:
             counters.thinking_retries += 1
-            reply = yield (convo, call_kwargs(policy, thinking=False))
+            again = differing(call_kwargs(policy, thinking=False), kwargs, policy)
+            reply = yield (convo, again)
             counters.notes_calls += 1
             counters.add_usage(reply, management=True)
         return strip_reasoning(reply)

@@ -11,9 +11,12 @@
 What it guarantees, each from a run that went wrong:
 
 - a rule named in any reply to one request is kept, even if a later reply leaves it out;
-- when the re-asks give nothing better, the first usable reply stands without the lines the text
-  contradicts; there is no fallback to a different path (a full rewrite lost a change and once
-  added a "rule" that restated the task);
+- a re-ask's reply replaces only the questioned lines, each by its own line for the same key when
+  that passes; the lines that passed stay as first read (every reading misreads something of its
+  own: a later reply taken whole traded the lines fixed for new misreads);
+- when the re-asks give nothing better, the first usable reply (with the lines the re-asks
+  fixed) stands without the lines the text contradicts; there is no fallback to a different path
+  (a full rewrite lost a change and once added a "rule" that restated the task);
 - a line the text does not contradict is never left out just because no check could follow it.
 """
 
@@ -27,7 +30,10 @@ from keeper_middleware.errors import ConfigurationError, InvalidStateError
 from keeper_middleware.notes.block import NOTES_CHECK_TAG, NOTES_REQUEST_TAG, Notes, normalise_entry
 from keeper_middleware.notes.changes import (
     Change,
+    NoChanges,
     RuleLine,
+    SetLine,
+    UnsetLine,
     apply_and_report,
     parse_changes,
 )
@@ -103,6 +109,10 @@ def reask_message_text(issues: Sequence[Issue], reason_empty: bool = False) -> s
             "Nothing to ask again: give issues, or reason_empty=True for an empty reply."
         )
     return "\n".join(lines)
+
+
+_SECOND_READING_ONLY = frozenset({"working_follows_text"})
+"""Checks whose questions get one second reading, not every re-ask (they only question)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,23 +253,32 @@ class NoteTaking:
             earlier = list(self._first.questioned) if self._first is not None else []
             return self._ask_again(earlier, reason_empty=True)
 
-        issues = run_checks(parsed.changes, self._context, self._checks)
+        checked = self._check(tuple(parsed.changes))
+        if self._first is not None:
+            # a second reading replaces only the questioned lines: the lines that passed stay as
+            # first read (each reading misreads something of its own; taking a later reply
+            # whole traded the lines fixed for new misreads in lines that had passed)
+            merged = _with_answers(self._first, checked)
+            checked = self._check(merged, dropped=self._first.dropped)
+        self._first = checked
+        if not checked.questioned:
+            return self._finish(checked.changes, checked.dropped, ())
+        return self._ask_again(list(checked.questioned), reason_empty=False)
+
+    def _check(self, changes: tuple[Change, ...], dropped: tuple[Issue, ...] = ()) -> _CheckedReply:
+        issues = run_checks(changes, self._context, self._checks)
         dropping = {issue.line: issue for issue in reversed(issues) if issue.action == "drop"}
         drop_now = set(dropping)
-        checked = _CheckedReply(
-            changes=tuple(c for c in parsed.changes if c.render() not in drop_now),
-            dropped=tuple(
+        return _CheckedReply(
+            changes=tuple(c for c in changes if c.render() not in drop_now),
+            dropped=dropped
+            + tuple(
                 dropping[line] for line in dict.fromkeys(i.line for i in issues) if line in dropping
             ),
             questioned=tuple(
                 issue for issue in issues if issue.action != "drop" and issue.line not in drop_now
             ),
         )
-        if self._first is None:
-            self._first = checked
-        if not checked.questioned:
-            return self._finish(checked.changes, checked.dropped, ())
-        return self._ask_again(list(checked.questioned), reason_empty=False)
 
     def give_up(self) -> Done:
         """End with what the replies so far gave, as if the re-asks had run out (used when a
@@ -274,6 +293,11 @@ class NoteTaking:
         return done
 
     def _ask_again(self, issues: list[Issue], *, reason_empty: bool) -> Ask | Done:
+        read_twice = self._reasks > 0 and bool(issues) and not reason_empty
+        if read_twice and all(issue.check in _SECOND_READING_ONLY for issue in issues):
+            # a line read twice and questioned both times is as likely wording no check can
+            # follow as a misread: a third whole request costs more than it has been found to fix
+            self._max_reasks = self._reasks
         if self._reasks < self._max_reasks:
             self._reasks += 1
             return Ask(reask_message_text(issues, reason_empty))
@@ -321,6 +345,54 @@ class NoteTaking:
             usable=False,
         )
         return Done(self._outcome)
+
+
+def _key_of(change: Change) -> str | None:
+    return change.key if isinstance(change, SetLine | UnsetLine) else None
+
+
+def _with_answers(standing: _CheckedReply, answer: _CheckedReply) -> tuple[Change, ...]:
+    """The standing lines with each questioned one replaced by the answer's line for the same
+    key when that line passes (or left out when the answer withdraws a line the text
+    contradicts), and, when the reply
+    as a whole was questioned (a name not accounted for), the answer's passing lines for keys
+    the standing lines lack."""
+    questioned_lines = {issue.line for issue in standing.questioned}
+    contradicted = {i.line for i in standing.questioned if i.action == "drop_if_unresolved"}
+    questioned = {
+        key
+        for change in standing.changes
+        if change.render() in questioned_lines and (key := _key_of(change)) is not None
+    }
+    whole = any(not issue.line for issue in standing.questioned)
+    failing = {issue.line for issue in answer.questioned}
+    passing: dict[str, Change] = {}
+    offered: set[str] = set()
+    for change in answer.changes:
+        key = _key_of(change)
+        if key is None:
+            continue
+        offered.add(key)
+        if change.render() not in failing:
+            passing[key] = change
+    held = {key for change in standing.changes if (key := _key_of(change)) is not None}
+    merged: list[Change] = []
+    for change in standing.changes:
+        key = _key_of(change)
+        if key is None or key not in questioned:
+            merged.append(change)
+        elif key in passing:
+            merged.append(passing[key])
+        elif key in offered or change.render() not in contradicted:
+            # the answer's line fails too, or the answer is silent on a line the text does
+            # not contradict: the first reading stands
+            merged.append(change)
+    if whole:
+        added: list[Change] = [change for key, change in passing.items() if key not in held]
+        if added:
+            merged = [c for c in merged if not isinstance(c, NoChanges)]
+            merged.extend(added)
+    return tuple(merged)
 
 
 def _within_rule_cap(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from keeper_middleware.notes.checks.about import WorkingFollowsText, stated_about
 from keeper_middleware.notes.checks.amounts import (
     AmountsInText,
     SignsAgree,
@@ -59,6 +60,7 @@ __all__ = [
     "ValueShowsWorking",
     "WorkingArithmetic",
     "WorkingError",
+    "WorkingFollowsText",
     "compile_names",
     "default_checks",
     "evaluate_working",
@@ -67,6 +69,7 @@ __all__ = [
     "rule_is_acceptable",
     "rule_is_quoted",
     "run_checks",
+    "stated_about",
     "value_matches",
 ]
 
@@ -75,6 +78,7 @@ GENERIC_CHECKS: tuple[NoteCheck, ...] = (
     AmountsInText(),
     SignsAgree(),
     ValueShowsWorking(),
+    WorkingFollowsText(),
     RulesQuoted(),
     KeysGrounded(),
 )

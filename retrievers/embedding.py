@@ -64,6 +64,11 @@ from keeper_middleware.retrievers.sentences import (
     sentence_groups,
     split_sentences,
 )
+from keeper_middleware.retrievers.vector_text import (
+    DEFAULT_VECTOR_TEXT,
+    VECTOR_TEXTS,
+    vector_text,
+)
 
 DEFAULT_COLLECTION = "keeper-passages"
 _EMBED_BATCH = 16
@@ -113,6 +118,7 @@ class EmbeddingRetriever:
         short_sentences: str = "join",
         sentence_context: bool = True,
         named_dates: bool = True,
+        vector_text: str = DEFAULT_VECTOR_TEXT,
     ) -> None:
         """``min_score`` (a cosine similarity) turns nearest neighbours into matches: without it
         every passage is a result, so an archive search always reads as a list cut short.
@@ -126,7 +132,15 @@ class EmbeddingRetriever:
         ``sentence_context=False`` embeds a sentence without the passage's context (measured:
         a quarter less work, and the embedding backend's LoCoMo recall falls by a third).
         ``named_dates``: when the query names a month or a year, the nearest passages dated in
-        it rise among the candidates (``retrievers/named_context.py``)."""
+        it rise among the candidates (``retrievers/named_context.py``).
+        ``vector_text``: what a vector embeds, ``context: text`` as indexed ("whole"), the
+        header the text repeats from its context left out ("once"), or that and the context's
+        time of day and item ("short"; ``retrievers/vector_text.py``)."""
+        if vector_text not in VECTOR_TEXTS:
+            raise ConfigurationError(
+                f"vector_text must be one of {', '.join(VECTOR_TEXTS)}, got {vector_text!r}."
+            )
+        self._vector_text = vector_text
         self._named_dates = named_dates
         if sentence_words < 1:
             raise ConfigurationError(
@@ -419,7 +433,8 @@ class EmbeddingRetriever:
             "context": passage.context,
         }
         base = _passage_id(passage.session, passage.position)
-        rows = [(base, passage.indexed_text, passage.text, meta)]
+        embedded = vector_text(passage.context, passage.text, self._vector_text)
+        rows = [(base, embedded, passage.text, meta)]
         if not self._sentence_vectors:
             return rows
         sentences = split_sentences(passage.text)
@@ -429,8 +444,8 @@ class EmbeddingRetriever:
             groups = sentence_groups(sentences, self._sentence_words)
         if len(groups) > 1 or (self._short == "skip" and groups):
             for index, text in groups:
-                with_context = passage.context and self._sentence_context
-                indexed = f"{passage.context}: {text}" if with_context else text
+                context = passage.context if self._sentence_context else ""
+                indexed = vector_text(context, text, self._vector_text)
                 rows.append((f"{base}#{index}", indexed, text, {**meta, "sentence": index}))
         return rows
 

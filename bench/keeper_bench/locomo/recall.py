@@ -42,6 +42,7 @@ from keeper_bench.locomo.indexing import (
     conversation_passages,
     whole_turns,
 )
+from keeper_bench.locomo.query_forms import QUERY_FORMS
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.embedders import (
@@ -93,7 +94,32 @@ class MPNetEmbedder(MiniLMEmbedder):
         return self._model
 
 
-BENCH_EMBEDDERS: dict[str, Callable[[], Embedder]] = {**EMBEDDERS, "mpnet": MPNetEmbedder}
+class StaticEmbedder:
+    """A static (Model2Vec-style) embedder of 64 dimensions, 10K words, int8, whose weights ship
+    in the ``tokenlearn-static-model`` package (the benchmark's ``static64``: the cheapest
+    embedder that installs with its weights, measured against MiniLM)."""
+
+    name = "tokenlearn-static-64d"
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        try:
+            from static_model import get_embeddings
+        except ImportError as error:
+            raise ConfigurationError(
+                "The static64 embedder needs `pip install tokenlearn-static-model` (its weights "
+                "ship in the package)."
+            ) from error
+        return [list(map(float, row)) for row in get_embeddings(list(texts))]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self([text])[0]
+
+
+BENCH_EMBEDDERS: dict[str, Callable[[], Embedder]] = {
+    **EMBEDDERS,
+    "mpnet": MPNetEmbedder,
+    "static64": StaticEmbedder,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +155,14 @@ class MethodSpec:
     """The candidates dated in the months and years the question names fused in (``when``)."""
     engine: str = "fts5"
     """The keyword side's engine: ``fts5`` or ``tantivy``."""
+    fusion: str = "rrf"
+    """The hybrid's fusion: ``rrf`` (by rank) or ``score`` (scaled scores, ``fuse=score``)."""
+    vector_text: str = "whole"
+    """What a vector embeds (``retrievers/vector_text.py``; ``vt=once``, ``vt=short``)."""
+    query_form: str | None = None
+    message_weight: float | None = None
+    """Embedding: a message scored as its best sentence + this × its own vector (``msum``)."""
+    """What the embedding side is asked (``bench/keeper_bench/locomo/query_forms.py``)."""
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -166,6 +200,14 @@ class MethodSpec:
                 given["sentence_context"] = False
             elif option == "onevector":
                 given["sentence_vectors"] = False
+            elif option.startswith("vt="):
+                given["vector_text"] = option[3:]
+            elif option == "msum" or option.startswith("msum="):
+                given["message_weight"] = float(option[5:]) if "=" in option else 1.0
+            elif option.startswith("fuse="):
+                given["fusion"] = option[5:]
+            elif option in QUERY_FORMS:
+                given["query_form"] = option
             elif option == "tantivy":
                 given["engine"] = "tantivy"
             elif option == "qwho":
@@ -229,9 +271,14 @@ def configuration(spec: MethodSpec) -> str:
         vectors += ", named dates" if dates else ", no date matching"
         parts.append(f"embedding: {spec.embedder}, {vectors}")
     if spec.backend == "hybrid":
-        parts.append(
-            f"fusion: k_rrf {spec.k_rrf}, keyword weight {spec.keyword_weight:g}, depth {spec.depth}"
-        )
+        fused = f"k_rrf {spec.k_rrf}" if spec.fusion == "rrf" else "scaled scores"
+        parts.append(f"fusion: {fused}, keyword weight {spec.keyword_weight:g}, depth {spec.depth}")
+    if spec.message_weight is not None:
+        parts.append(f"a message scored as its best sentence + {spec.message_weight:g} × itself")
+    if spec.vector_text != "whole":
+        parts.append(f"vectors embed the `{spec.vector_text}` text")
+    if spec.query_form is not None:
+        parts.append(f"embedding query form `{spec.query_form}`")
     if spec.speaker_rewrite:
         parts.append("query written `Name: question` for each speaker it names")
     if spec.speaker_boost:
@@ -493,14 +540,26 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
 
     if spec.backend == "keyword":
         return keyword()
-    embedding = EmbeddingRetriever(
+    from keeper_bench.locomo.vector_sum import SumEmbeddingRetriever
+
+    extra: dict[str, Any] = {}
+    kind: type[EmbeddingRetriever] = EmbeddingRetriever
+    if spec.message_weight is not None:
+        kind, extra = SumEmbeddingRetriever, {"message_weight": spec.message_weight}
+    embedding: Retriever = kind(
+        **extra,
         embedder=shared_embedder(spec.embedder, embedders),
         sentence_vectors=spec.sentence_vectors,
         short_sentences=spec.short,
         sentence_context=spec.sentence_context,
         sentence_words=spec.sentence_words or SENTENCE_WORDS,
         named_dates=spec.backend == "embedding" if spec.named_dates is None else spec.named_dates,
+        vector_text=spec.vector_text,
     )
+    if spec.query_form is not None:
+        from keeper_bench.locomo.query_forms import QueryFormRetriever
+
+        embedding = QueryFormRetriever(embedding, form=spec.query_form)
     if spec.backend == "embedding":
         return embedding
     return HybridRetriever(
@@ -509,6 +568,7 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
         k_rrf=spec.k_rrf,
         keyword_weight=spec.keyword_weight,
         depth=spec.depth,
+        fusion=spec.fusion,
     )
 
 

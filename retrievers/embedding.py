@@ -24,6 +24,7 @@ embedder is never searched with vectors from another.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import uuid
 import warnings
@@ -69,6 +70,8 @@ from keeper_middleware.retrievers.vector_text import (
     VECTOR_TEXTS,
     vector_text,
 )
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "keeper-passages"
 _EMBED_BATCH = 16
@@ -118,7 +121,7 @@ class EmbeddingRetriever:
         short_sentences: str = "join",
         sentence_context: bool = True,
         named_dates: bool = True,
-        vector_text: str = DEFAULT_VECTOR_TEXT,
+        vector_text: str | None = None,
     ) -> None:
         """``min_score`` (a cosine similarity) turns nearest neighbours into matches: without it
         every passage is a result, so an archive search always reads as a list cut short.
@@ -133,14 +136,19 @@ class EmbeddingRetriever:
         a quarter less work, and the embedding backend's LoCoMo recall falls by a third).
         ``named_dates``: when the query names a month or a year, the nearest passages dated in
         it rise among the candidates (``retrievers/named_context.py``).
-        ``vector_text``: what a vector embeds, ``context: text`` as indexed ("whole"), the
-        header the text repeats from its context left out ("once"), or that and the context's
-        time of day and item ("short"; ``retrievers/vector_text.py``)."""
-        if vector_text not in VECTOR_TEXTS:
+        ``vector_text``: what a new index's vectors embed, ``context: text`` as indexed
+        ("whole"), the header the text repeats from its context left out ("once", the default),
+        or that and the context's time of day and item ("short"; ``retrievers/vector_text.py``).
+        A collection records its form and keeps it, so its vectors never mix two forms (one made
+        before the form was recorded is "whole"; asked for another, a warning says so).
+
+        Raises:
+            ConfigurationError: an unknown ``vector_text``.
+        """
+        if vector_text is not None and vector_text not in VECTOR_TEXTS:
             raise ConfigurationError(
                 f"vector_text must be one of {', '.join(VECTOR_TEXTS)}, got {vector_text!r}."
             )
-        self._vector_text = vector_text
         self._named_dates = named_dates
         if sentence_words < 1:
             raise ConfigurationError(
@@ -180,14 +188,26 @@ class EmbeddingRetriever:
             collection_name,
             embedding_function=keeper_embedding_function(self._embedder),
             configuration={"hnsw": {"space": "cosine"}},
-            metadata={"embedder": self._name},
+            metadata={"embedder": self._name, "vector_text": vector_text or DEFAULT_VECTOR_TEXT},
         )
-        stored = (self._collection.metadata or {}).get("embedder")
+        held = self._collection.metadata or {}
+        stored = held.get("embedder")
         if stored not in (None, self._name):
             raise ConfigurationError(
                 f"The collection {collection_name!r} at {self._where} was indexed with embedder "
                 f"{stored!r}, not {self._name!r}: open it with the same embedder, or use another "
                 "folder or collection name."
+            )
+        self._vector_text = str(held.get("vector_text", "whole"))
+        if vector_text not in (None, self._vector_text):
+            logger.warning(
+                "The collection %r at %s embeds the %r form of its passages; it keeps it (asked "
+                "for %r: use another folder or collection name, or delete this index so that "
+                "it is rebuilt from the archive).",
+                collection_name,
+                self._where,
+                self._vector_text,
+                vector_text,
             )
         self._max_batch = int(self._client.get_max_batch_size())
         self._queue: deque[Passage] = deque()

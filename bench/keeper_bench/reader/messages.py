@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
+from keeper_bench.reader.files import FILE_TOOLS
 from keeper_bench.reader.pinned import is_pinned_text, pinned_notes
 from keeper_bench.reader.text import (
     BATCH_HEAD_WORD,
@@ -55,6 +56,7 @@ MessageKind = Literal[
     "rules",
     "pinned",
     "search_result",
+    "file_result",
     "input",
 ]
 _KIND_BY_KEEPER_KEY = {
@@ -88,6 +90,8 @@ def message_kind(message: BaseMessage) -> MessageKind:
     for tag, kind in ((NOTES_TAG, "notes"), (NOTES_CHECK_TAG, "reask"), (RULES_TAG, "rules")):
         if text.startswith(tag):
             return kind  # type: ignore[return-value]
+    if isinstance(message, ToolMessage) and message.name in FILE_TOOLS:
+        return "file_result"
     if isinstance(message, ToolMessage) and (
         message.name == SEARCH_TOOL or _RESULT_HEAD.match(text) or text.startswith(REFUSED_PREFIX)
     ):

@@ -23,6 +23,16 @@ from keeper_bench.reader.faults import (
     runaway_reasoning,
     thinking_switched_off,
 )
+from keeper_bench.reader.files import (
+    FILE_CALLS_PER_REPLY,
+    FileCommand,
+    FileView,
+    circle_commands,
+    command_key,
+    last_answered,
+    next_file_command,
+    offers_files,
+)
 from keeper_bench.reader.logic import Finding, Gap, answer, read_view
 from keeper_bench.reader.memory import edits_memory, memory_turn
 from keeper_bench.reader.messages import (
@@ -44,7 +54,10 @@ from keeper_bench.reader.summary import (
     summaries_in_view,
     write_summary,
 )
+from keeper_bench.reader.text import is_questions_message
+from keeper_middleware.config import KeeperConfig
 from keeper_middleware.messages.facts import text_of
+from keeper_middleware.search.guards import turn_budget
 
 MODEL_NAME = "simulated-reader"
 DEFAULT_SUMMARY_TOKENS = 4096
@@ -138,6 +151,63 @@ def plan_searches(
     return commands
 
 
+def plan_file_reads(
+    findings: Sequence[Finding], history: FileView, attempted: set[str], room: int
+) -> list[FileCommand]:
+    """The next file call for the first missing or unsure fact that has one, none sent before
+    (``FILE_CALLS_PER_REPLY`` a reply, within ``room``): the file counterpart of
+    ``plan_searches``."""
+    commands: list[FileCommand] = []
+    for gap in (gap for finding in findings for gap in finding.gaps):
+        command = next_file_command(history, gap.query)
+        if command is None or command_key(command) in attempted:
+            continue
+        if all(command_key(command) != command_key(other) for other in commands):
+            commands.append(command)
+        if len(commands) == min(FILE_CALLS_PER_REPLY, room):
+            break
+    return commands
+
+
+def file_turn_budget(questions: int) -> int:
+    """The file calls a question turn may make: the keeper's default search budget for a turn
+    of that many questions (the same budget the archive search runs under)."""
+    defaults = KeeperConfig()
+    budget = turn_budget(defaults.search_budget, defaults.searches_per_question, questions)
+    return budget if budget is not None else MAX_SEARCHES_PER_TURN
+
+
+def _file_reply(
+    messages: Sequence[BaseMessage],
+    findings: Sequence[Finding],
+    history: FileView,
+    asked_at: int,
+    faults: ReaderFaults,
+    digest: str,
+    *,
+    circle_name: str,
+) -> Reply | None:
+    """File calls for what the view lacks, with the faults the archive search has: a turn
+    going round in circles (``circle_searches``) grepping for its first question's name, a
+    call sent again (``repeat_search``); never more than the turn's budget."""
+    made = [call for call in history.calls if call.message_index > asked_at]
+    room = file_turn_budget(len(findings)) - len(made)
+    if room <= 0 or not findings:
+        return None
+    if faults.fires("circle_searches", digest):
+        circle = circle_commands(history, circle_name)
+        return _calls_reply([circle[len(made) % 3]])
+    repeated = last_answered(messages)
+    if repeated is not None and faults.fires("repeat_search", digest):
+        return _calls_reply([repeated])
+    commands = plan_file_reads(findings, history, {call.key for call in made}, room)
+    return _calls_reply(commands) if commands else None
+
+
+def _calls_reply(commands: Sequence[tuple[str, dict[str, Any]]]) -> Reply:
+    return Reply("", tuple(commands), "tool_calls")
+
+
 def _search_reply(commands: Sequence[Command]) -> Reply:
     calls = tuple((SEARCH_TOOL, search_args(*command)) for command in commands)
     return Reply("", calls, "tool_calls")
@@ -184,6 +254,22 @@ def answer_turn(
         commands = plan_searches(findings, records, view.latest_item)
         if commands:
             return _search_reply(commands)
+    elif (
+        offers_files(tools)
+        and view.history.path is not None
+        and is_questions_message(text_of(messages[asked_at]))
+    ):  # a set known only from a summary: its turn's calls were compacted away, budget spent
+        reply = _file_reply(
+            messages,
+            findings,
+            view.history,
+            asked_at,
+            faults,
+            digest,
+            circle_name=questions[0].name,
+        )
+        if reply is not None:
+            return reply
     return Reply("\n".join(f"{finding.number}. {finding.answer}" for finding in findings))
 
 

@@ -39,7 +39,10 @@ _HEAD = re.compile(rf"^\s*{BATCH_HEAD_WORD} \d+\.\s*$")
 _NOTES_LINE = re.compile(r"^- ")
 _PASSAGE_LINE = re.compile(r"^(?:[-*]\s+)?item \d+: ")
 _PINNED_PROGRESS = re.compile(r"^Read up to item \d+\.")
-_ROTTING_KINDS = frozenset({"input", "search_result", "notes", "pinned"})
+_ROTTING_KINDS = frozenset({"input", "search_result", "file_result", "notes", "pinned"})
+_GREP_LINE = re.compile(r"^\s+\d+: ")
+_FILE_FRAME = re.compile(r'^(?:@@ .* @@|/\S*:|<message type="\w+">\s*$)')
+_FILE_TAG = re.compile(r'^<message type="\w+">|</message>$')
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +99,7 @@ def _pieces(text: str, kind: str) -> list[tuple[int, str]]:
     for line in text.split("\n"):
         stripped = line.strip()
         whole = kind in ("notes", "search_result", "pinned") or stripped.startswith(("item ", "- "))
+        whole = whole or (kind == "file_result" and _GREP_LINE.match(line) is not None)
         if whole:
             pieces.append((line_start, line))
         else:
@@ -122,6 +126,12 @@ def _can_rot(piece: str, kind: str, *, rules_read: bool = False) -> bool:
         return _NOTES_LINE.match(stripped) is not None
     if kind == "search_result":
         return _PASSAGE_LINE.match(stripped) is not None
+    if kind == "file_result":
+        # a grep match line rots whole, a line read sentence by sentence, as search results
+        # and batches do; the read's line range, the file's name and batch heads frame it
+        if _FILE_FRAME.match(stripped):
+            return False
+        return not _HEAD.match(_FILE_TAG.sub("", stripped))
     return True
 
 

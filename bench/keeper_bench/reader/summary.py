@@ -25,22 +25,26 @@ rules only, so :func:`summaries_in_view` shows such a summary as an ordinary mes
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from keeper_bench.reader.files import FILE_TOOLS
 from keeper_bench.reader.messages import open_questions
 from keeper_bench.reader.misreads import NO_MISREADS, Misreads, misread
 from keeper_bench.reader.text import (
     BATCH_HEAD_WORD,
     BATCH_HEAD_WORDS,
     CLERK,
+    QUESTIONS_HEADS,
     Event,
     Recount,
     is_questions_message,
     read_events,
+    read_questions,
     read_story,
     rule_sentences,
 )
@@ -57,6 +61,8 @@ _SUMMARY_RESULTS = (
 )
 _KEEPER_REQUESTS = frozenset({"notes_request", "notes_reask", "notes", "rules", "retrieved"})
 _ITEM_HEAD = re.compile(rf"\b{BATCH_HEAD_WORD} (\d+)\.")
+_QUESTION_LINE = re.compile(r"^\d+\. .*\?$")
+_ANSWER_LINES = re.compile(r"^\s*\d+\.\s+\S", re.MULTILINE)
 _SUMMARY_LINE = re.compile(r"^\s*(?:[-*]\s+)?item (\d+): (.+?)\s*$", re.MULTILINE)
 _BUDGET = re.compile(r"within (\d[\d,]*) tokens")
 
@@ -231,6 +237,8 @@ def write_summary(
     rule ``keeps_rule`` refuses is left out, as in a notes reply."""
     texts = [text_of(message) for message in [*messages[-1:], *messages[:-1]]]
     budget = stated_budget(texts[0]) or budget
+    asked = unanswered_in_transcript(texts[0])
+    texts[0] = without_file_results(texts[0])
     pieces, recount = story_pieces(texts)
     if misreads:
         read = misread([events for _, events in pieces], misreads)
@@ -251,8 +259,57 @@ def write_summary(
     asked_at, _ = open_questions(messages[:-1])
     if asked_at is not None:  # a question set being summarised away is kept, word for word
         fixed.append(text_of(messages[asked_at]))
+    elif asked is not None:  # the same, in a request that sends the conversation as text
+        fixed.append(asked)
     lines = fit(fixed, values, history, budget)
     return "\n".join(lines) if lines else "Nothing to keep yet."
+
+
+_TRANSCRIPT_MESSAGE = re.compile(r'<message type="(\w+)">(.*?)</message>', re.DOTALL)
+_CALLED_TOOL = re.compile(r'<tool_call id="[^"]*" name="([^"]+)">')
+
+
+def unanswered_in_transcript(text: str) -> str | None:
+    """The last question set of a conversation sent as text (``<message type="human">``...,
+    Deep Agents' summary request) that no later AI message answers, word for word."""
+    asked: str | None = None
+    for match in _TRANSCRIPT_MESSAGE.finditer(text):
+        kind, body = match.group(1), match.group(2)
+        block = question_block(body) if kind == "human" else None
+        if block is not None:
+            asked = block
+        elif kind == "ai" and _ANSWER_LINES.search(body):
+            asked = None
+    return asked
+
+
+def question_block(text: str) -> str | None:
+    """The last question set in ``text``: its head and its numbered questions, word for word."""
+    start = max(text.rfind(head) for head in QUESTIONS_HEADS)
+    if start < 0:
+        return None
+    head, *rest = text[start:].splitlines()
+    questions = list(itertools.takewhile(_QUESTION_LINE.match, rest))
+    block = "\n".join([head, *questions])
+    return block if read_questions(block) else None
+
+
+def without_file_results(text: str) -> str:
+    """A conversation sent as text without the results of its file-tool calls: a file read
+    back holds older batches (and grep lines) that are not new story, and the summary already
+    stands for them."""
+    kept: list[str] = []
+    cursor = 0
+    file_call = False
+    for match in _TRANSCRIPT_MESSAGE.finditer(text):
+        kind, body = match.group(1), match.group(2)
+        if kind == "ai":
+            file_call = any(name in FILE_TOOLS for name in _CALLED_TOOL.findall(body))
+        elif kind == "tool" and file_call:
+            kept.append(text[cursor : match.start()])
+            cursor = match.end()
+    kept.append(text[cursor:])
+    return "".join(kept)
 
 
 def summary_in(messages: Sequence[BaseMessage]) -> str | None:

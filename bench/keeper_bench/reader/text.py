@@ -301,6 +301,8 @@ _QUESTIONS = [
     )
 ]
 _QUESTIONS_HEADS = ("Questions about the stories so far.", "Final questions.")
+QUESTIONS_HEADS = _QUESTIONS_HEADS
+"""How a question set opens (docs/stream-text.md)."""
 
 
 def is_questions_message(text: str) -> bool:

@@ -44,3 +44,16 @@ def test_the_reader_reads_entry_heads_as_item_heads(tmp_path):
     plain, headed = scores["rules"], scores["rules+entry_heads"]
     assert plain["asked"] == headed["asked"] and plain["right"] > 0
     assert [q["given"] for q in plain["scored"]] == [q["given"] for q in headed["scored"]]
+
+
+def test_the_self_editing_arms_count_in_the_learned_head_as_the_keeper_does(tmp_path):
+    """The benchmark's self-editing arms number inputs with the product's numbering, the learned
+    head included: on "Entry N." heads they answer as on "Item N." heads."""
+    given = {}
+    for family in ("rules", "rules+entry_heads"):
+        stream = resolve_stream(f"tiny:{family}", tmp_path / family / "stream")
+        options = RunOptions.create(arm="self_edit_rules", stream=stream, window=4096)
+        run_arm(options, tmp_path / family / "run", progress=False)
+        grade = json.loads((tmp_path / family / "run" / "grade.json").read_text())
+        given[family] = [q["given"] for q in grade["scored"]]
+    assert given["rules"] == given["rules+entry_heads"]

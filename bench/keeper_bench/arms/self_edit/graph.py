@@ -59,7 +59,7 @@ from keeper_middleware.reinjection.questions import PatternQuestionDetector
 from keeper_middleware.search.guards import GuardState, after_new_input
 from keeper_middleware.search.indexing import catch_up
 from keeper_middleware.search.tool import archive_search_tool, session_of
-from keeper_middleware.step.items import ItemNumbering
+from keeper_middleware.step.items import LEARNED_HEAD, Counting, ItemNumbering, renumber
 from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
 STATE_KEY = "self_edit"
@@ -167,8 +167,7 @@ class ContextNode:
         input (the archive may have changed since the last search, so the guards start over)."""
         seen = set(book.get("seen", []))
         items: dict[str, int] = dict(book.get("items", {}))
-        last_item = int(book.get("last_item", 0))
-        numbered = bool(book.get("numbered", False))
+        counting = Counting.load(book)
         new_input = False
         for message in messages:
             msg_id = str(message.id)
@@ -177,15 +176,13 @@ class ContextNode:
             seen.add(msg_id)
             if self.items.is_new_input(message):
                 new_input = True
-                stated = self.items.stated_number(message)
-                if stated is not None:
-                    last_item, numbered = stated, True
-                elif not (numbered and self.detector.is_question(message)):
-                    last_item += 1
+                question = self.detector.is_question(message)
+                renumber(items, self.items.take(counting, message, question=question).renumber)
                 if "first_item" not in book:
-                    book["first_item"] = last_item
-            items[msg_id] = last_item
-        book.update(seen=sorted(seen), items=items, last_item=last_item, numbered=numbered)
+                    book["first_item"] = counting.last_item
+            items[msg_id] = counting.last_item
+        counting.save(book)
+        book.update(seen=sorted(seen), items=items)
         return new_input
 
     def _newest_turn(self, rest: Sequence[BaseMessage]) -> int:
@@ -200,7 +197,8 @@ class ContextNode:
         """The last item among the inputs leaving: the number a batch states (a message that
         merely follows one, such as "no more batches", adds none), else the number given."""
         inputs = [m for m in leaving if self.items.is_new_input(m)]
-        stated = [n for m in inputs if (n := self.items.stated_number(m)) is not None]
+        head = book.get(LEARNED_HEAD)
+        stated = [n for m in inputs if (n := self.items.stated_number(m, head)) is not None]
         if stated or book.get("numbered"):
             return max(stated, default=0)
         items = book.get("items", {})

@@ -20,11 +20,8 @@ tantivy's IDF is ``ln(1 + (N - n + 0.5) / (n + 0.5))``: a word in most passages 
 rather than nothing.
 
 A word a field holds in more than half the passages is not ranked by in that field (unless
-nothing else is left), as the FTS5 engine does: its IDF is under ``ln 2`` where a word in one
-passage of eight has 2.1, yet its list is the longest the search reads ("about" in every chat
-line: at 1M passages the search read 1M postings for it, 8.3 / 10.5 ms CPU p50 / p95 against
-3.2 / 4.2 without; ``bench/results/index_cost.md``, round five). Its newest matches only fill
-up a list still short, scored 0, so a search finds what it found before.
+nothing else is left): its newest matches only fill up a list still short, scored 0
+(``retrievers/tantivy_terms.py``).
 """
 
 from __future__ import annotations
@@ -47,15 +44,13 @@ from keeper_middleware.retrievers.keyword import query_terms
 from keeper_middleware.retrievers.named_context import POOL, fuse_pool, may_name
 from keeper_middleware.retrievers.noise import useless_hit
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
+from keeper_middleware.retrievers.tantivy_terms import Terms, ranked_terms
 
 _STEMMED, _PLAIN = "keeper_stemmed", "keeper_plain"
 _HEAP_BYTES = 50_000_000
 _LOCK_WAIT_S = 10.0
 _TIE_MARGIN = 2
 """Hits asked for beyond ``k`` a search, so equal scores are ordered newest first as FTS5 does."""
-_SEARCHED = ("text", "context")
-_USELESS_FRACTION = 0.5
-"""A word a field holds in more than this share of the passages is not ranked by there."""
 
 
 def _tantivy() -> Any:
@@ -92,8 +87,6 @@ def _schema(tantivy: Any, tokenizer: str) -> Any:
     return builder.build()
 
 
-_Terms = tuple[list[tuple[str, str]], list[tuple[str, str]]]
-"""The (field, word) terms a search ranks by, and those held back to fill a short list."""
 _Found = list[tuple[float, Any]]
 """A search's hits: (score, the document's address)."""
 _Stamp = tuple[int, int, int]
@@ -132,19 +125,6 @@ def _hit(
         score=float(score),
         next_text=following.get(position, ""),
     )
-
-
-def _ranked_terms(searcher: Any, words: list[str]) -> _Terms:
-    """The (field, word) terms to rank by, and those held back to fill a short list: a word a
-    field holds in more than half the passages (read from the index's stored document
-    frequencies), unless no other term is in any passage."""
-    terms = [(field, word) for word in words for field in _SEARCHED]
-    frequency = {term: int(searcher.doc_freq(*term)) for term in terms}
-    ceiling = int(searcher.num_docs) * _USELESS_FRACTION
-    ranked = [term for term in terms if frequency[term] <= ceiling]
-    if not any(frequency[term] for term in ranked):
-        return terms, []
-    return ranked, [term for term in terms if term not in ranked]
 
 
 class TantivyKeywordRetriever:
@@ -286,7 +266,7 @@ class TantivyKeywordRetriever:
                 if unfiltered and self._holds_only(searcher, session)
                 else self._filters(session, from_item, to_item, within)
             )
-            terms = _ranked_terms(searcher, words)
+            terms = ranked_terms(searcher, words)
             collected = wanted + _TIE_MARGIN
             found = self._found(searcher, terms, filters, collected)
             documents = self._useful_documents(searcher, found, query, wanted)
@@ -301,7 +281,7 @@ class TantivyKeywordRetriever:
             hits = fuse_pool(query, hits, k=k)
         return mark_hits(hits, query), count
 
-    def _found(self, searcher: Any, terms: _Terms, filters: list[Any], limit: int) -> _Found:
+    def _found(self, searcher: Any, terms: Terms, filters: list[Any], limit: int) -> _Found:
         """The best ``limit`` matches of the ranked terms, then the newest of the held-back
         ones, scored 0, while fewer than ``limit`` are found."""
         ranked, filler = terms
@@ -315,7 +295,7 @@ class TantivyKeywordRetriever:
     def _count(
         self,
         searcher: Any,
-        terms: _Terms,
+        terms: Terms,
         filters: list[Any],
         collected: tuple[_Found, int],
         limit: int,

@@ -17,7 +17,11 @@ The query is what :class:`~keeper_middleware.retrievers.keyword.KeywordRetriever
 query's words less the stopwords (unless nothing else is left), each matched in the text and in
 the context (speaker, date), their BM25 scores summed (k1=1.2, b=0.75, the same as FTS5's).
 tantivy's IDF is ``ln(1 + (N - n + 0.5) / (n + 0.5))``: a word in most passages adds a little
-rather than nothing, so no word has to be held back to keep a search fast.
+rather than nothing.
+
+A word a field holds in more than half the passages is not ranked by in that field (unless
+nothing else is left): its newest matches only fill up a list still short, scored 0
+(``retrievers/tantivy_terms.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from keeper_middleware.retrievers.keyword import query_terms
 from keeper_middleware.retrievers.named_context import POOL, fuse_pool, may_name
 from keeper_middleware.retrievers.noise import useless_hit
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
+from keeper_middleware.retrievers.tantivy_terms import Terms, ranked_terms
 
 _STEMMED, _PLAIN = "keeper_stemmed", "keeper_plain"
 _HEAP_BYTES = 50_000_000
@@ -80,6 +85,17 @@ def _schema(tantivy: Any, tokenizer: str) -> Any:
     builder.add_text_field("text", stored=True, tokenizer_name=tokenizer)
     builder.add_text_field("context", stored=True, tokenizer_name=tokenizer)
     return builder.build()
+
+
+_Found = list[tuple[float, Any]]
+"""A search's hits: (score, the document's address)."""
+_Stamp = tuple[int, int, int]
+
+
+def _stamp(searcher: Any, generation: int) -> _Stamp:
+    """What changes when the index does: a commit here, or its size or segments (another
+    process wrote)."""
+    return (generation, int(searcher.num_docs), int(searcher.num_segments))
 
 
 def _key(session: str, position: int) -> str:
@@ -163,7 +179,8 @@ class TantivyKeywordRetriever:
         self._index.register_tokenizer(tokenizer, self._analyzer)
         self._writer: Any = None
         self._generation = 0
-        self._alone: dict[str, tuple[tuple[int, int, int], bool]] = {}
+        self._alone: dict[str, tuple[_Stamp, bool]] = {}
+        self._dead: tuple[_Stamp, int] | None = None
         self._closed = False
 
     def add(self, passages: Sequence[Passage]) -> None:
@@ -238,37 +255,66 @@ class TantivyKeywordRetriever:
         words = self._query_words(query)
         if not words:
             return [], 0
-        tantivy = self._tantivy
-        Query, Occur = tantivy.Query, tantivy.Occur  # noqa: N806
-        matches = [
-            (Occur.Should, Query.term_query(self._schema, field, word))
-            for word in words
-            for field in ("text", "context")
-        ]
-        words_query = Query.boolean_query(matches)
-        clauses = [(Occur.Must, words_query)]
-        clauses += [
-            (Occur.Must, Query.const_score_query(f, 0.0))
-            for f in self._filters(session, from_item, to_item, within)
-        ]
         deep = self._named_context and may_name(query)
         wanted = max(k, POOL) if deep else k
         unfiltered = from_item is None and to_item is None and within is None
         with self._lock:
             self._check_open()
             searcher = self._index.searcher()
-            alone = unfiltered and self._holds_only(searcher, session)
-            found = searcher.search(
-                words_query if alone else Query.boolean_query(clauses),
-                limit=max(limit, wanted + _TIE_MARGIN),
-                count=False,
-            ).hits
+            filters = (
+                []
+                if unfiltered and self._holds_only(searcher, session)
+                else self._filters(session, from_item, to_item, within)
+            )
+            terms = ranked_terms(searcher, words)
+            collected = wanted + _TIE_MARGIN
+            found = self._found(searcher, terms, filters, collected)
             documents = self._useful_documents(searcher, found, query, wanted)
+            if len(documents) < wanted and collected == len(found) < limit:
+                collected = limit  # the noise left it short: read deeper
+                found = self._found(searcher, terms, filters, collected)
+                documents = self._useful_documents(searcher, found, query, wanted)
+            count = self._count(searcher, terms, filters, (found, collected), limit)
             following = self._following_texts(searcher, session, documents, within)
             hits = [_hit(session, score, document, following) for score, document in documents]
         if deep:
             hits = fuse_pool(query, hits, k=k)
-        return mark_hits(hits, query), min(len(found), limit)
+        return mark_hits(hits, query), count
+
+    def _found(self, searcher: Any, terms: Terms, filters: list[Any], limit: int) -> _Found:
+        """The best ``limit`` matches of the ranked terms, then the newest of the held-back
+        ones, scored 0, while fewer than ``limit`` are found."""
+        ranked, filler = terms
+        found: _Found = searcher.search(
+            self._matching(ranked, filters), limit=limit, count=False
+        ).hits
+        if filler and len(found) < limit:
+            found += self._newest(searcher, self._matching(filler, filters), found, limit)
+        return found
+
+    def _count(
+        self,
+        searcher: Any,
+        terms: Terms,
+        filters: list[Any],
+        collected: tuple[_Found, int],
+        limit: int,
+    ) -> int:
+        """How many passages match, up to ``limit``, without collecting ``limit`` hits when
+        the index says there are as many: a search that found fewer than it asked for found
+        them all, and (unfiltered) a term's stored document frequency, less the deleted
+        passages its segments may still count, is a lower bound."""
+        found, asked = collected
+        if len(found) >= limit:
+            return limit
+        if len(found) < asked:
+            return len(found)
+        if not filters:
+            ranked, filler = terms
+            frequency = max(int(searcher.doc_freq(*term)) for term in ranked + filler)
+            if frequency - self._deleted(searcher) >= limit:
+                return limit
+        return min(len(self._found(searcher, terms, filters, limit)), limit)
 
     def _useful_documents(
         self, searcher: Any, found: list[tuple[float, Any]], query: str, wanted: int
@@ -284,6 +330,29 @@ class TantivyKeywordRetriever:
             batch.sort(key=lambda pair: (-pair[0], -pair[1]["position"][0]))
             documents += [d for d in batch if not useless_hit(str(d[1]["text"][0]), query)]
         return documents[:wanted]
+
+    def _matching(self, terms: list[tuple[str, str]], filters: list[Any]) -> Any:
+        """Passages with any of the (field, word) terms, BM25-ranked, within the filters (a
+        filter adds nothing to the score)."""
+        Query, Occur = self._tantivy.Query, self._tantivy.Occur  # noqa: N806
+        words = Query.boolean_query(
+            [(Occur.Should, Query.term_query(self._schema, f, w)) for f, w in terms]
+        )
+        if not filters:
+            return words
+        return Query.boolean_query(
+            [(Occur.Must, words)] + [(Occur.Must, Query.const_score_query(f, 0.0)) for f in filters]
+        )
+
+    def _newest(
+        self, searcher: Any, query: Any, found: list[tuple[float, Any]], needed: int
+    ) -> list[tuple[float, Any]]:
+        """The newest matches of ``query`` not ``found`` already, scored 0, up to ``needed``
+        hits in all: a common word's matches fill up a list still short, unranked."""
+        seen = {(address.segment_ord, address.doc) for _, address in found}
+        newest = searcher.search(query, limit=needed, count=False, order_by_field="position").hits
+        more = [(0.0, a) for _, a in newest if (a.segment_ord, a.doc) not in seen]
+        return more[: needed - len(found)]
 
     def count(self, session: str) -> int:
         with self._lock:
@@ -373,6 +442,15 @@ class TantivyKeywordRetriever:
             texts[wanted[int(found["position"][0])]] = str(found["text"][0])
         return texts
 
+    def _deleted(self, searcher: Any) -> int:
+        """How many deleted passages the index's segments still count in their document
+        frequencies (every passage has one session term), counted once a change."""
+        stamp = _stamp(searcher, self._generation)
+        if self._dead is None or self._dead[0] != stamp:
+            held = sum(int(n) for _, n in searcher.terms_with_prefix("session", ""))
+            self._dead = (stamp, held - int(searcher.num_docs))
+        return self._dead[1]
+
     def _holds_only(self, searcher: Any, session: str) -> bool:
         """Whether every passage in the index is the session's (counted again after a commit
         here, or when the index's size or segments change: another process wrote). Then a
@@ -380,7 +458,7 @@ class TantivyKeywordRetriever:
         the session's (every passage), where the words alone are ranked by block-max WAND,
         which skips what cannot reach the top (measured at 1M: 8.3 / 27.8 ms p50 / p95 with
         the filter, 4.6 / 13.0 without)."""
-        stamp = (self._generation, int(searcher.num_docs), int(searcher.num_segments))
+        stamp = _stamp(searcher, self._generation)
         known = self._alone.get(session)
         if known is not None and known[0] == stamp:
             return known[1]

@@ -78,13 +78,16 @@ def test_index_cost_measures_fts5_and_tantivy_side_by_side_on_one_archive(tmp_pa
     assert "| keyword (tantivy) |" in again and "| keyword |" not in again
 
 
-def test_index_cost_builds_no_fts5_index_for_tantivy_alone(tmp_path, capsys):
+def test_index_cost_builds_no_fts5_index_for_tantivy_alone_in_the_commits_asked(tmp_path, capsys):
+    from keeper_middleware.retrievers.tantivy_keyword import TantivyKeywordRetriever
+
     keep = tmp_path / "keep"
     argv = ["index-cost", "--messages", "200", "--searches", "2", "--engines", "tantivy"]
-    assert (
-        main([*argv, "--retrievers", "keyword", "--skip", "steps,sessions", "--keep", str(keep)])
-        == 0
-    )
-    assert "| keyword (tantivy) |" in capsys.readouterr().out
+    argv += ["--batch", "64", "--retrievers", "keyword", "--skip", "steps,sessions"]
+    assert main([*argv, "--keep", str(keep)]) == 0
+    said = capsys.readouterr().out
+    assert "| keyword (tantivy) |" in said and "64 a commit" in said
     assert not (keep / "archive.index" / "keyword.sqlite3").exists()
-    assert (keep / "archive.index" / "tantivy").is_dir()
+    index = TantivyKeywordRetriever(keep / "archive.index" / "tantivy")
+    assert index.count("big") == 200
+    index.close()

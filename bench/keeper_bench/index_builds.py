@@ -16,6 +16,7 @@ from pathlib import Path
 from keeper_bench.chat_lines import chat_message
 from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.archive.store import open_archive
+from keeper_middleware.retrievers.base import Passage
 
 SESSION = "big"
 
@@ -50,9 +51,10 @@ def write_archive(
     say(f"archive of {messages:,} messages written in {time.perf_counter() - started:.0f} s")
 
 
-def build_tantivy(path: Path, *, say: Callable[[str], None]) -> Path:
+def build_tantivy(path: Path, *, say: Callable[[str], None], batch: int = 2_000) -> Path:
     """The archive's tantivy keyword index, built once beside its FTS5 one from the archive's
-    turns, in the batches a catch-up hands over; says the time and both indexes' size."""
+    turns, ``batch`` passages a commit (2,000: the batches a catch-up hands over); says the
+    time and both indexes' size."""
     from keeper_middleware.retrievers.factory import KEYWORD_FILE, TANTIVY_FOLDER
     from keeper_middleware.retrievers.tantivy_keyword import TantivyKeywordRetriever
     from keeper_middleware.search.indexing import turn_passages
@@ -64,15 +66,16 @@ def build_tantivy(path: Path, *, say: Callable[[str], None]) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     archive, retriever = open_archive(path), TantivyKeywordRetriever(folder)
     started, cpu = time.perf_counter(), time.process_time()
-    batch, position = [], 0
+    passages_batch: list[Passage] = []
+    position = 0
     for turn in archive.turns(SESSION, after_seq=-1):
         passages = turn_passages(turn, "messages", position)
         position += len(passages)
-        batch.extend(passages)
-        if len(batch) >= 2_000:
-            retriever.add(batch)
-            batch = []
-    retriever.add(batch)
+        passages_batch.extend(passages)
+        if len(passages_batch) >= batch:
+            retriever.add(passages_batch)
+            passages_batch = []
+    retriever.add(passages_batch)
     retriever.close()
     archive.close()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -80,7 +83,8 @@ def build_tantivy(path: Path, *, say: Callable[[str], None]) -> Path:
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     fts5 = sum(f.stat().st_size for f in index.glob(f"{KEYWORD_FILE}*"))
     say(
-        f"tantivy index of {position:,} passages built in {wall:.0f} s ({cpu:.0f} s CPU), "
+        f"tantivy index of {position:,} passages built in {wall:.0f} s ({cpu:.0f} s CPU; "
+        f"{batch:,} a commit), "
         f"{size / 2**20:,.0f} MB (FTS5 file: {fts5 / 2**20:,.0f} MB)"
     )
     return folder

@@ -321,6 +321,13 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         default="fts5",
         help="comma-separated keyword engines measured side by side: fts5, tantivy",
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=2_000,
+        help="passages a commit when tantivy's index is built from the archive (2,000: what a "
+        "catch-up hands over; larger: fewer commits, for 10M)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the tables here")
 
 
@@ -357,7 +364,7 @@ def _run(args: argparse.Namespace) -> int:
             keyword="fts5" in engines,
         )
         if "tantivy" in engines:
-            build_tantivy(path, say=say)
+            build_tantivy(path, say=say, batch=args.batch)
         keyword_copy = path  # searches alone change nothing: no copy to make
         if "steps" not in skip:
             keyword_copy = scratch / "keyword" / "archive.sqlite3"

@@ -11,34 +11,34 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from starlette.datastructures import Headers
 
-from keeper_middleware.integrations.proxy.api_params import translate_params
-from keeper_middleware.integrations.proxy.front_doors import (
-    front_session,
-    parse_response_id,
-    response_id,
-)
-from keeper_middleware.integrations.proxy.messages_format import (
-    chat_from_message,
-    parse_messages_request,
-    render_messages,
-)
-from keeper_middleware.integrations.proxy.openai_format import (
+from keeper_middleware.integrations.proxy.conversation.form import (
     RequestError,
     digest_of,
     parse_chat_request,
 )
-from keeper_middleware.integrations.proxy.responses_format import (
-    parse_responses_request,
-    render_responses,
+from keeper_middleware.integrations.proxy.conversation.params import translate_params
+from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, native_items
+from keeper_middleware.integrations.proxy.doors.routes import (
+    front_session,
+    parse_response_id,
+    response_id,
 )
-from keeper_middleware.integrations.proxy.responses_replies import (
+from keeper_middleware.integrations.proxy.messages.requests import (
+    chat_from_message,
+    parse_messages_request,
+    render_messages,
+)
+from keeper_middleware.integrations.proxy.responses.replies import (
     chat_from_response,
     response_output,
 )
-from keeper_middleware.integrations.proxy.tenants import SessionIdError
-from keeper_middleware.integrations.proxy.turns import shape_turn
-from keeper_middleware.integrations.proxy.upstream_apis import ChatApi, upstream_api
-from keeper_middleware.integrations.proxy.wire import ToolNames, native_items
+from keeper_middleware.integrations.proxy.responses.requests import (
+    parse_responses_request,
+    render_responses,
+)
+from keeper_middleware.integrations.proxy.sessions.tenants import SessionIdError
+from keeper_middleware.integrations.proxy.sessions.turns import shape_turn
+from keeper_middleware.integrations.proxy.upstream.apis import ChatApi, upstream_api
 from keeper_middleware.step.turns import archived_turn
 from tests.client_requests import (
     CLAUDE_SESSION,
@@ -117,8 +117,8 @@ def test_a_resent_step_has_the_fingerprint_of_the_reply_it_echoes():
         ],
     }  # fmt: skip
     completion = chat_from_response(reply)
-    from keeper_middleware.integrations.proxy.completions import agent_reply
-    from keeper_middleware.integrations.proxy.openai_format import message_from_openai
+    from keeper_middleware.integrations.proxy.chat_completions.replies import agent_reply
+    from keeper_middleware.integrations.proxy.conversation.form import message_from_openai
 
     sent, _ = agent_reply(completion, None)
     echoed = parse_responses_request(codex_body(user_item("x"), *codex_step(1, "ls", "a")))
@@ -197,7 +197,7 @@ def test_a_tool_result_and_text_in_one_user_message_are_a_result_then_a_user_mes
     assert isinstance(result, ToolMessage) and result.content == "a.txt"
     assert isinstance(text, HumanMessage) and text.content == "Now count them."
     rendered = [render_messages(m) for m in request.messages[-3:]]
-    from keeper_middleware.integrations.proxy.messages_format import merged
+    from keeper_middleware.integrations.proxy.messages.requests import merged
 
     assert merged(rendered)[-1] == {"role": "user", "content": blocks}  # merged back, is_error kept
 

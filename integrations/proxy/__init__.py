@@ -22,9 +22,13 @@ if TYPE_CHECKING:
         create_proxy_app,
         session_report,
     )
-    from keeper_middleware.integrations.proxy.engine import KeeperProxy
-    from keeper_middleware.integrations.proxy.tenants import Tenants
-    from keeper_middleware.integrations.proxy.upstream import RetryPolicy, Upstream, UpstreamError
+    from keeper_middleware.integrations.proxy.sessions.engine import KeeperProxy
+    from keeper_middleware.integrations.proxy.sessions.tenants import Tenants
+    from keeper_middleware.integrations.proxy.upstream.client import (
+        RetryPolicy,
+        Upstream,
+        UpstreamError,
+    )
 
 __all__ = [
     "ARCHIVE_FILE",
@@ -41,11 +45,11 @@ _HOMES = {
     "ARCHIVE_FILE": "app",
     "create_proxy_app": "app",
     "session_report": "app",
-    "KeeperProxy": "engine",
-    "Tenants": "tenants",
-    "RetryPolicy": "upstream",
-    "Upstream": "upstream",
-    "UpstreamError": "upstream",
+    "KeeperProxy": "sessions.engine",
+    "Tenants": "sessions.tenants",
+    "RetryPolicy": "upstream.client",
+    "Upstream": "upstream.client",
+    "UpstreamError": "upstream.client",
 }
 
 

@@ -31,18 +31,11 @@ from starlette.routing import Route
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
 from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
-from keeper_middleware.integrations.proxy.completions import completion_body, logprobs_after
-from keeper_middleware.integrations.proxy.engine import Answer, KeeperProxy, QuotaError
-from keeper_middleware.integrations.proxy.front_doors import FrontDoors
-from keeper_middleware.integrations.proxy.metrics import SessionCounters, metrics_registry
-from keeper_middleware.integrations.proxy.openai_format import (
-    RequestError,
-    error_body,
-    parse_chat_request,
+from keeper_middleware.integrations.proxy.chat_completions.replies import (
+    completion_body,
+    logprobs_after,
 )
-from keeper_middleware.integrations.proxy.sessions import SessionStore
-from keeper_middleware.integrations.proxy.slots import SlotParking, SlotParkingConfig
-from keeper_middleware.integrations.proxy.streaming import (
+from keeper_middleware.integrations.proxy.chat_completions.streams import (
     StreamPiece,
     chunk_envelope,
     sse_delta,
@@ -50,7 +43,16 @@ from keeper_middleware.integrations.proxy.streaming import (
     sse_finish,
     sse_start,
 )
-from keeper_middleware.integrations.proxy.tenants import (
+from keeper_middleware.integrations.proxy.conversation.form import (
+    RequestError,
+    error_body,
+    parse_chat_request,
+)
+from keeper_middleware.integrations.proxy.doors.routes import FrontDoors
+from keeper_middleware.integrations.proxy.sessions.engine import Answer, KeeperProxy, QuotaError
+from keeper_middleware.integrations.proxy.sessions.metrics import SessionCounters, metrics_registry
+from keeper_middleware.integrations.proxy.sessions.records import SessionStore
+from keeper_middleware.integrations.proxy.sessions.tenants import (
     SESSION_HEADER,
     Caller,
     SessionIdError,
@@ -60,13 +62,14 @@ from keeper_middleware.integrations.proxy.tenants import (
     split_stored,
     stored_name,
 )
-from keeper_middleware.integrations.proxy.upstream import (
+from keeper_middleware.integrations.proxy.slots.parking import SlotParking, SlotParkingConfig
+from keeper_middleware.integrations.proxy.upstream.apis import upstream_api as make_upstream_api
+from keeper_middleware.integrations.proxy.upstream.client import (
     RetryPolicy,
     Upstream,
     UpstreamError,
     retry_after_header,
 )
-from keeper_middleware.integrations.proxy.upstream_apis import upstream_api as make_upstream_api
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.notes.block import render_notes
 from keeper_middleware.retrievers.base import Retriever

@@ -15,9 +15,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from keeper_middleware.integrations.proxy.messages_format import chat_from_message
-from keeper_middleware.integrations.proxy.responses_replies import chat_from_response
-from keeper_middleware.integrations.proxy.streaming import StreamPiece
+from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
+from keeper_middleware.integrations.proxy.messages.requests import chat_from_message
+from keeper_middleware.integrations.proxy.responses.replies import chat_from_response
 
 __all__ = ["MessagesAssembler", "NativeAssembler", "ResponsesAssembler"]
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import orjson
 
-from keeper_middleware.integrations.proxy.responses_replies import output_message
-from keeper_middleware.integrations.proxy.streaming import StreamPiece
-from keeper_middleware.integrations.proxy.wire import item_id
+from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
+from keeper_middleware.integrations.proxy.conversation.wire import item_id
+from keeper_middleware.integrations.proxy.responses.replies import output_message
 
 __all__ = ["MessagesWriter", "ResponsesWriter"]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.integrations.proxy.openai_format import WIRE_KEY, digest_of
+from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY, digest_of
 
 __all__ = [
     "API_NAMES",

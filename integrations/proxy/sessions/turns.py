@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from keeper_middleware.integrations.proxy.api_params import translate_params
-from keeper_middleware.integrations.proxy.openai_format import SEARCH_TOOL_SCHEMA, ChatRequest
-from keeper_middleware.integrations.proxy.sessions import SessionRecord
-from keeper_middleware.integrations.proxy.slots import SlotLease
-from keeper_middleware.integrations.proxy.upstream import CallTally, Forward
-from keeper_middleware.integrations.proxy.upstream_apis import UpstreamApi
-from keeper_middleware.integrations.proxy.wire import WireContext
+from keeper_middleware.integrations.proxy.conversation.form import SEARCH_TOOL_SCHEMA, ChatRequest
+from keeper_middleware.integrations.proxy.conversation.params import translate_params
+from keeper_middleware.integrations.proxy.conversation.wire import WireContext
+from keeper_middleware.integrations.proxy.sessions.records import SessionRecord
+from keeper_middleware.integrations.proxy.slots.parking import SlotLease
+from keeper_middleware.integrations.proxy.upstream.apis import UpstreamApi
+from keeper_middleware.integrations.proxy.upstream.client import CallTally, Forward
 from keeper_middleware.keeper import ModelSetup
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from keeper_middleware.integrations.proxy.slot_rules import (
+from keeper_middleware.integrations.proxy.slots.rules import (
     ServerIdentity,
     parked_name,
     read_cached_tokens,

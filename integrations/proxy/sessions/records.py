@@ -22,7 +22,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 
 from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.errors import MalformedDataError
-from keeper_middleware.integrations.proxy.metrics import ProxyStats
+from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
 from keeper_middleware.sessions.locks import SessionLockBackend
 
 __all__ = [

@@ -12,22 +12,22 @@ from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
-from keeper_middleware.integrations.proxy.api_errors import Failure, failure_of
-from keeper_middleware.integrations.proxy.engine import Answer, KeeperProxy
-from keeper_middleware.integrations.proxy.front_streams import MessagesWriter, ResponsesWriter
-from keeper_middleware.integrations.proxy.messages_format import (
+from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
+from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY, ChatRequest
+from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, item_id
+from keeper_middleware.integrations.proxy.doors.errors import Failure, failure_of
+from keeper_middleware.integrations.proxy.doors.streams import MessagesWriter, ResponsesWriter
+from keeper_middleware.integrations.proxy.messages.requests import (
     message_blocks,
     messages_usage,
     stop_reason,
 )
-from keeper_middleware.integrations.proxy.openai_format import WIRE_KEY, ChatRequest
-from keeper_middleware.integrations.proxy.responses_replies import (
+from keeper_middleware.integrations.proxy.responses.replies import (
     response_output,
     responses_usage,
 )
-from keeper_middleware.integrations.proxy.streaming import StreamPiece
-from keeper_middleware.integrations.proxy.upstream import RetryPolicy
-from keeper_middleware.integrations.proxy.wire import ToolNames, item_id
+from keeper_middleware.integrations.proxy.sessions.engine import Answer, KeeperProxy
+from keeper_middleware.integrations.proxy.upstream.client import RetryPolicy
 
 __all__ = ["Door", "MessagesDoor", "ResponsesDoor", "stream_answer"]
 

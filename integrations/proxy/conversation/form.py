@@ -33,7 +33,7 @@ from langchain_core.messages import (
 )
 
 from keeper_middleware.errors import KeeperError, MalformedDataError
-from keeper_middleware.integrations.proxy.resent import Fingerprints, Resent
+from keeper_middleware.integrations.proxy.conversation.resent import Fingerprints, Resent
 from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.schema import (
     SEARCH_TOOL_DESCRIPTION,

@@ -34,8 +34,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.integrations.proxy.openai_format import RequestError
-from keeper_middleware.integrations.proxy.sessions import SessionRecord
+from keeper_middleware.integrations.proxy.conversation.form import RequestError
+from keeper_middleware.integrations.proxy.sessions.records import SessionRecord
 from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.notes.block import parse_notes, render_notes
 

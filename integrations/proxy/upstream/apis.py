@@ -19,8 +19,19 @@ from typing import Any, Protocol
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from keeper_middleware.errors import ConfigurationError
-from keeper_middleware.integrations.proxy.api_params import translate_params
-from keeper_middleware.integrations.proxy.messages_format import (
+from keeper_middleware.integrations.proxy.conversation.form import (
+    SEARCH_TOOL_SCHEMA,
+    ChatRequest,
+    message_to_openai,
+    upstream_body,
+)
+from keeper_middleware.integrations.proxy.conversation.params import translate_params
+from keeper_middleware.integrations.proxy.conversation.wire import (
+    API_NAMES,
+    WireContext,
+    foreign_items,
+)
+from keeper_middleware.integrations.proxy.messages.requests import (
     MESSAGES_SEARCH_TOOL,
     chat_from_message,
     merged,
@@ -28,24 +39,17 @@ from keeper_middleware.integrations.proxy.messages_format import (
     render_messages,
     without_cache_marks,
 )
-from keeper_middleware.integrations.proxy.native_streams import (
-    MessagesAssembler,
-    NativeAssembler,
-    ResponsesAssembler,
-)
-from keeper_middleware.integrations.proxy.openai_format import (
-    SEARCH_TOOL_SCHEMA,
-    ChatRequest,
-    message_to_openai,
-    upstream_body,
-)
-from keeper_middleware.integrations.proxy.responses_format import (
+from keeper_middleware.integrations.proxy.responses.replies import chat_from_response
+from keeper_middleware.integrations.proxy.responses.requests import (
     RESPONSES_SEARCH_TOOL,
     render_responses,
     responses_tools,
 )
-from keeper_middleware.integrations.proxy.responses_replies import chat_from_response
-from keeper_middleware.integrations.proxy.wire import API_NAMES, WireContext, foreign_items
+from keeper_middleware.integrations.proxy.upstream.native_streams import (
+    MessagesAssembler,
+    NativeAssembler,
+    ResponsesAssembler,
+)
 from keeper_middleware.messages.facts import text_of
 
 __all__ = ["UPSTREAM_APIS", "ChatApi", "MessagesApi", "ResponsesApi", "UpstreamApi", "upstream_api"]

@@ -30,20 +30,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from keeper_middleware.integrations.proxy.api_errors import Failure, failure_of, json_response
-from keeper_middleware.integrations.proxy.api_params import claude_session_of, user_of
-from keeper_middleware.integrations.proxy.engine import KeeperProxy
-from keeper_middleware.integrations.proxy.front_answers import (
+from keeper_middleware.integrations.proxy.conversation.form import ChatRequest, RequestError
+from keeper_middleware.integrations.proxy.conversation.params import claude_session_of, user_of
+from keeper_middleware.integrations.proxy.doors.answers import (
     Door,
     MessagesDoor,
     ResponsesDoor,
     stream_answer,
 )
-from keeper_middleware.integrations.proxy.history import unknown_response
-from keeper_middleware.integrations.proxy.messages_format import parse_messages_request
-from keeper_middleware.integrations.proxy.openai_format import ChatRequest, RequestError
-from keeper_middleware.integrations.proxy.responses_format import parse_responses_request
-from keeper_middleware.integrations.proxy.tenants import (
+from keeper_middleware.integrations.proxy.doors.errors import Failure, failure_of, json_response
+from keeper_middleware.integrations.proxy.messages.requests import parse_messages_request
+from keeper_middleware.integrations.proxy.responses.requests import parse_responses_request
+from keeper_middleware.integrations.proxy.sessions.engine import KeeperProxy
+from keeper_middleware.integrations.proxy.sessions.history import unknown_response
+from keeper_middleware.integrations.proxy.sessions.tenants import (
     SESSION_HEADER,
     Caller,
     SessionIdError,
@@ -52,7 +52,7 @@ from keeper_middleware.integrations.proxy.tenants import (
     fallback_session,
     stored_name,
 )
-from keeper_middleware.integrations.proxy.upstream import RetryPolicy
+from keeper_middleware.integrations.proxy.upstream.client import RetryPolicy
 
 __all__ = ["FrontDoors", "front_session", "parse_response_id", "response_id"]
 

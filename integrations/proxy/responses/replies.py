@@ -14,13 +14,13 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from keeper_middleware.errors import MalformedDataError
-from keeper_middleware.integrations.proxy.openai_format import WIRE_KEY
-from keeper_middleware.integrations.proxy.responses_format import (
+from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY
+from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, item_id
+from keeper_middleware.integrations.proxy.responses.requests import (
     MODEL_SIDE,
     assistant_from_items,
     chat_call,
 )
-from keeper_middleware.integrations.proxy.wire import ToolNames, item_id
 from keeper_middleware.messages.facts import text_of
 
 __all__ = ["chat_from_response", "output_message", "response_output", "responses_usage"]

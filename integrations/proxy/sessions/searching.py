@@ -10,7 +10,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from keeper_middleware.integrations.proxy.turns import new_id
+from keeper_middleware.integrations.proxy.sessions.turns import new_id
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.search.args import (
     MAX_ITEM,

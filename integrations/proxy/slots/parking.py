@@ -29,7 +29,7 @@ import httpx
 import orjson
 
 from keeper_middleware.errors import ConfigurationError, KeeperError
-from keeper_middleware.integrations.proxy.slot_files import (
+from keeper_middleware.integrations.proxy.slots.files import (
     ParkedEntry,
     cached_tokens,
     model_fingerprint,
@@ -38,7 +38,7 @@ from keeper_middleware.integrations.proxy.slot_files import (
     sidecar_of,
     write_sidecar,
 )
-from keeper_middleware.integrations.proxy.slot_rules import (
+from keeper_middleware.integrations.proxy.slots.rules import (
     REFUSAL_REASONS,
     ParkedFile,
     RefusalReason,

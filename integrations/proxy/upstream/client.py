@@ -34,16 +34,19 @@ from tenacity import (
 )
 
 from keeper_middleware.errors import ConfigurationError, KeeperError, MalformedDataError
-from keeper_middleware.integrations.proxy.completions import ai_from_completion
-from keeper_middleware.integrations.proxy.http_clients import (
+from keeper_middleware.integrations.proxy.chat_completions.replies import ai_from_completion
+from keeper_middleware.integrations.proxy.chat_completions.streams import (
+    StreamAssembler,
+    StreamPiece,
+)
+from keeper_middleware.integrations.proxy.upstream.apis import ChatApi, UpstreamApi
+from keeper_middleware.integrations.proxy.upstream.http_clients import (
     HttpClient,
     HttpReply,
     TransportError,
     default_client,
 )
-from keeper_middleware.integrations.proxy.sse import sse_data
-from keeper_middleware.integrations.proxy.streaming import StreamAssembler, StreamPiece
-from keeper_middleware.integrations.proxy.upstream_apis import ChatApi, UpstreamApi
+from keeper_middleware.integrations.proxy.upstream.sse import sse_data
 
 __all__ = ["CallTally", "Forward", "RetryPolicy", "Upstream", "UpstreamError"]
 

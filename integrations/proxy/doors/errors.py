@@ -15,10 +15,10 @@ import orjson
 from starlette.responses import Response
 
 from keeper_middleware.errors import WindowTooSmallError
-from keeper_middleware.integrations.proxy.engine import QuotaError
-from keeper_middleware.integrations.proxy.openai_format import RequestError
-from keeper_middleware.integrations.proxy.tenants import SessionIdError
-from keeper_middleware.integrations.proxy.upstream import (
+from keeper_middleware.integrations.proxy.conversation.form import RequestError
+from keeper_middleware.integrations.proxy.sessions.engine import QuotaError
+from keeper_middleware.integrations.proxy.sessions.tenants import SessionIdError
+from keeper_middleware.integrations.proxy.upstream.client import (
     RetryPolicy,
     UpstreamError,
     retry_after_header,

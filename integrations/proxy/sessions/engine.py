@@ -36,28 +36,31 @@ from keeper_middleware.errors import (
     KeeperError,
     WindowTooSmallError,
 )
-from keeper_middleware.integrations.proxy.completions import agent_reply, ai_from_completion
-from keeper_middleware.integrations.proxy.history import continued, take_in
-from keeper_middleware.integrations.proxy.metrics import ProxyStats
-from keeper_middleware.integrations.proxy.openai_format import (
+from keeper_middleware.integrations.proxy.chat_completions.replies import (
+    agent_reply,
+    ai_from_completion,
+)
+from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
+from keeper_middleware.integrations.proxy.conversation.form import (
     ChatRequest,
     RequestError,
     digest_of,
     message_from_openai,
 )
-from keeper_middleware.integrations.proxy.resent import Resent
-from keeper_middleware.integrations.proxy.searching import answer_searches
-from keeper_middleware.integrations.proxy.sessions import (
+from keeper_middleware.integrations.proxy.conversation.resent import Resent
+from keeper_middleware.integrations.proxy.sessions.history import continued, take_in
+from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
+from keeper_middleware.integrations.proxy.sessions.records import (
     ArchiveSessionStore,
     MessageMemo,
     SessionRecord,
     SessionStore,
 )
-from keeper_middleware.integrations.proxy.slots import SlotParking
-from keeper_middleware.integrations.proxy.streaming import StreamPiece
-from keeper_middleware.integrations.proxy.tenants import split_stored
-from keeper_middleware.integrations.proxy.turns import Answer, Turn, new_id, shape_turn
-from keeper_middleware.integrations.proxy.upstream import Forward, Upstream, UpstreamError
+from keeper_middleware.integrations.proxy.sessions.searching import answer_searches
+from keeper_middleware.integrations.proxy.sessions.tenants import split_stored
+from keeper_middleware.integrations.proxy.sessions.turns import Answer, Turn, new_id, shape_turn
+from keeper_middleware.integrations.proxy.slots.parking import SlotParking
+from keeper_middleware.integrations.proxy.upstream.client import Forward, Upstream, UpstreamError
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME

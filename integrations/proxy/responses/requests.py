@@ -25,13 +25,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.integrations.proxy.openai_format import (
+from keeper_middleware.integrations.proxy.conversation.form import (
     ChatRequest,
     RequestError,
     digest_of,
     message_from_openai,
 )
-from keeper_middleware.integrations.proxy.wire import (
+from keeper_middleware.integrations.proxy.conversation.wire import (
     WIRE_KEY,
     ToolNames,
     WireContext,

@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from keeper_middleware.errors import MalformedDataError
-from keeper_middleware.integrations.proxy.openai_format import (
+from keeper_middleware.integrations.proxy.conversation.form import (
     WIRE_KEY,
     digest_of,
     message_from_openai,

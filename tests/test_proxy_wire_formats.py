@@ -20,8 +20,6 @@ from keeper_middleware.integrations.proxy.conversation.params import translate_p
 from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, native_items
 from keeper_middleware.integrations.proxy.doors.routes import (
     front_session,
-    parse_response_id,
-    response_id,
 )
 from keeper_middleware.integrations.proxy.messages.requests import (
     chat_from_message,
@@ -335,17 +333,6 @@ def test_a_session_is_named_by_the_clients_own_conversation_first():
     assert named(plain).startswith("auto-") and named(plain) == named(plain)
     with pytest.raises(SessionIdError, match="serves several users per key"):
         named(plain, require=True)
-
-
-def test_a_response_id_names_its_session_and_reply_and_refuses_what_cannot_continue():
-    answer, reply = response_id("codex-1", stored=True)
-    assert parse_response_id(answer) == ("codex-1", reply)
-    unstored, _ = response_id("codex-1", stored=False)
-    with pytest.raises(RequestError, match="store=false"):
-        parse_response_id(unstored)
-    for forged in ("resp_abc", "resp_kzz.1", "chatcmpl-1", "resp_k" + b"a:b".hex() + ".1"):
-        with pytest.raises(RequestError, match="not known to this proxy"):
-            parse_response_id(forged)
 
 
 def test_the_chat_door_is_unchanged_by_the_internal_model():

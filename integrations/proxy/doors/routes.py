@@ -12,19 +12,19 @@ client's own conversation header (Codex's ``session-id``, Claude Code's
 ``X-Claude-Code-Session-Id``); Responses' ``prompt_cache_key``; the session id Claude Code puts in
 ``metadata.user_id``; else a hash of the end user, the system prompt and the first user message
 (:func:`~.tenants.fallback_session`). Responses' ``previous_response_id`` names the session
-that gave that response; the proxy's response ids say which (they hold no secret: the session
-is looked up in the caller's own tenant only).
+that gave that response: the proxy's response ids are opaque, and the archive keeps what each
+stands for (:mod:`.response_ids`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -39,10 +39,10 @@ from keeper_middleware.integrations.proxy.doors.answers import (
     stream_answer,
 )
 from keeper_middleware.integrations.proxy.doors.errors import Failure, failure_of, json_response
+from keeper_middleware.integrations.proxy.doors.response_ids import ResponseIds
 from keeper_middleware.integrations.proxy.messages.requests import parse_messages_request
 from keeper_middleware.integrations.proxy.responses.requests import parse_responses_request
 from keeper_middleware.integrations.proxy.sessions.engine import KeeperProxy
-from keeper_middleware.integrations.proxy.sessions.history import unknown_response
 from keeper_middleware.integrations.proxy.sessions.tenants import (
     SESSION_HEADER,
     Caller,
@@ -54,7 +54,7 @@ from keeper_middleware.integrations.proxy.sessions.tenants import (
 )
 from keeper_middleware.integrations.proxy.upstream.client import RetryPolicy
 
-__all__ = ["FrontDoors", "front_session", "parse_response_id", "response_id"]
+__all__ = ["FrontDoors", "front_session"]
 
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -101,36 +101,6 @@ def front_session(
     return fallback_session(request.system_prompt, request.messages, user)
 
 
-def response_id(session: str, *, stored: bool) -> tuple[str, str]:
-    """A new Responses answer's id, and the id its reply gets in the session. The response id
-    says which session (within the caller's tenant), which reply, and whether it may be
-    continued (``store``)."""
-    nonce = f"{random.getrandbits(64):016x}"
-    flag = "k" if stored else "x"
-    return f"resp_{flag}{session.encode().hex()}.{nonce}", f"r-{nonce}"
-
-
-def parse_response_id(value: str) -> tuple[str, str]:
-    """(session, the reply's id in it) of a :func:`response_id` that may be continued."""
-    refused = unknown_response()
-    head, _, nonce = value.partition(".")
-    if not head.startswith("resp_") or len(head) < 7 or not nonce.isalnum():
-        raise refused
-    try:
-        session = bytes.fromhex(head[6:]).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise refused from None
-    if not _NAME.fullmatch(session) or head[5] not in "kx":
-        raise refused
-    if head[5] == "x":
-        raise RequestError(
-            f"Response {value[:80]!r} was created with store=false, so it cannot be continued; "
-            "send the whole conversation in 'input', or leave store on.",
-            param="previous_response_id",
-        )
-    return session, f"r-{nonce}"
-
-
 def _compacted(headers: Mapping[str, str]) -> bool:
     """Whether Codex says this request follows one of its own compactions (its window number,
     the part after the colon of ``x-codex-window-id``, is past 0)."""
@@ -151,6 +121,10 @@ class FrontDoors:
     retry: RetryPolicy
     read_json: Callable[[Request], Awaitable[object]]
     require_session: bool = False
+    ids: ResponseIds = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ids = ResponseIds(self.proxy.keeper.archive)
 
     def routes(self) -> list[Route]:
         return [
@@ -190,28 +164,33 @@ class FrontDoors:
         if isinstance(caller, Failure):
             return caller.openai()
         assert caller.tenant is not None
+        tenant = caller.tenant
         try:
             parsed = parse_responses_request(await self.read_json(request))
-            session, parsed = self._responses_session(request, parsed)
+            session, parsed = await self._responses_session(request, tenant, parsed)
             if parsed.continues is None and _compacted(request.headers):
                 parsed = replace(parsed, keep_dropped=True)
-        except (RequestError, SessionIdError) as exc:
+            stored = parsed.params.get("store") is not False
+            answer_id, reply_id = await asyncio.to_thread(
+                self.ids.issue, tenant, session, stored=stored
+            )
+        except Exception as exc:  # an archive failure too, told as the chat door tells it
             return failure_of(exc, "", self.retry).openai()
-        name = stored_name(caller.tenant, session)
+        name = stored_name(tenant, session)
         auth = request.headers.get("authorization")
-        stored = parsed.params.get("store") is not False
-        answer_id, reply_id = response_id(session, stored=stored)
         parsed = replace(parsed, reply_id=reply_id)
         door = ResponsesDoor(parsed, answer_id, stored, int(time.time()))
         return await self._answer(name, session, parsed, auth, door)
 
-    def _responses_session(self, request: Request, parsed: ChatRequest) -> tuple[str, ChatRequest]:
+    async def _responses_session(
+        self, request: Request, tenant: str, parsed: ChatRequest
+    ) -> tuple[str, ChatRequest]:
         """The session, and the request marked as a continuation when it names a previous
-        response (then it is that response's session, in the caller's tenant)."""
+        response (then it is that response's session, which must be the caller's tenant's)."""
         given = parsed.params.get("previous_response_id")
         if not given:
             return front_session(request.headers, parsed, require=self.require_session), parsed
-        session, reply = parse_response_id(str(given))
+        session, reply = await asyncio.to_thread(self.ids.resolve, tenant, str(given))
         named = request.headers.get(SESSION_HEADER)
         if named is not None and named != session:
             raise RequestError(

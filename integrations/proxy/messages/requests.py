@@ -28,11 +28,20 @@ from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.conversation.form import (
     ChatRequest,
     RequestError,
-    digest_of,
     message_from_openai,
 )
+from keeper_middleware.integrations.proxy.conversation.native import (
+    assistant_message,
+    assistant_parts,
+    chat_call,
+    chat_function,
+    completion_of,
+    image_source,
+    native_request,
+    own_items,
+    tool_result,
+)
 from keeper_middleware.integrations.proxy.conversation.wire import (
-    WIRE_KEY,
     WireContext,
     attach,
     content_as_text,
@@ -91,10 +100,7 @@ def tools_from_messages(raw: object) -> tuple[dict[str, Any], ...]:
     chat = []
     for tool in raw:
         if isinstance(tool.get("name"), str) and isinstance(tool.get("input_schema"), Mapping):
-            function: dict[str, Any] = {"name": tool["name"], "parameters": tool["input_schema"]}
-            if tool.get("description"):
-                function["description"] = str(tool["description"])
-            chat.append({"type": "function", "function": function})
+            chat.append(chat_function(tool["name"], tool["input_schema"], tool.get("description")))
     return tuple(chat)
 
 
@@ -152,26 +158,19 @@ def parse_messages_request(body: object) -> ChatRequest:
             )
     if not messages:
         raise RequestError("'messages' holds no user message.", param="messages")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError("'stream' must be true or false.", param="stream")
     tools = body.get("tools") or []
     context = WireContext(
         api="messages",
         system_items=tuple(system_blocks),
         tools=tuple(without_cache_marks(t) for t in tools if isinstance(t, Mapping)),
     )
-    texts = [content_as_text([b]) for b in system_blocks]
-    return ChatRequest(
-        system_prompt="\n\n".join(t for t in texts if t) or None,
+    return native_request(
+        body,
+        context=context,
+        system_texts=[content_as_text([b]) for b in system_blocks],
         messages=messages,
         tools=tools_from_messages(body.get("tools")),
-        stream=stream,
-        include_usage=True,
-        params={k: v for k, v in body.items() if k not in OWN_FIELDS},
-        api="messages",
-        context=context,
-        given_digests=tuple(digest_of(m) for m in messages),
+        own_fields=OWN_FIELDS,
     )
 
 
@@ -195,10 +194,8 @@ def _user(blocks: Sequence[Any], index: int) -> list[BaseMessage]:
                     f"messages[{index}] has a tool_result without a 'tool_use_id'.",
                     param=f"messages[{index}].content",
                 )
-            inner = block.get("content")
-            text = inner if isinstance(inner, str) else content_as_text(inner or [])
-            chat = {"role": "tool", "tool_call_id": call_id, "content": text}
-            out.append(attach(message_from_openai(chat, index), "messages", [block], role="user"))
+            result = tool_result(call_id, block.get("content"), index)
+            out.append(attach(result, "messages", [block], role="user"))
         else:
             pending.append(block)
     flush()
@@ -217,19 +214,10 @@ def _assistant(blocks: Sequence[Any], index: int) -> BaseMessage:
             texts.append(str(block.get("text") or ""))
         elif kind == "tool_use":
             arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
-            function = {"name": str(block.get("name") or ""), "arguments": arguments}
-            calls.append(
-                {"id": str(block.get("id") or ""), "type": "function", "function": function}
-            )
+            calls.append(chat_call(block.get("id"), str(block.get("name") or ""), arguments))
         elif kind == "thinking":
             thinking.append(str(block.get("thinking") or ""))
-    chat: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-    if calls:
-        chat["tool_calls"] = calls
-    message = message_from_openai(chat, index)
-    if any(thinking):
-        kwargs = {**message.additional_kwargs, "reasoning_content": "\n".join(thinking)}
-        message = message.model_copy(update={"additional_kwargs": kwargs})
+    message = assistant_message(texts, calls, thinking, index)
     return attach(message, "messages", blocks, role="assistant")
 
 
@@ -246,7 +234,7 @@ def render_messages(message: BaseMessage) -> dict[str, Any]:
         role = "system"
     if blocks is not None:
         return {"role": role, "content": blocks}
-    template = _own_blocks(message)
+    template = own_items(message, "messages")
     text = text_of(message)
     if isinstance(message, ToolMessage):
         base = next((b for b in template if b.get("type") == "tool_result"), {})
@@ -258,32 +246,26 @@ def render_messages(message: BaseMessage) -> dict[str, Any]:
         }
         return {"role": "user", "content": [block]}
     if isinstance(message, AIMessage):
-        kept = [b for b in template if b.get("type") in ("thinking", "redacted_thinking")]
-        if text:
-            kept.append({"type": "text", "text": text})
-        by_id = {b.get("id"): b for b in template if b.get("type") == "tool_use"}
-        for call in message.tool_calls:
-            block = {
-                "type": "tool_use",
-                "id": call["id"],
-                "name": call["name"],
-                "input": call["args"],
-            }
-            kept.append(by_id.get(call["id"]) or block)
-        for bad in message.invalid_tool_calls:
-            block = {"type": "tool_use", "id": bad["id"], "name": bad["name"], "input": {}}
-            kept.append(by_id.get(bad["id"]) or block)
-        return {"role": "assistant", "content": kept}
+        return {"role": "assistant", "content": _assistant_blocks(message, template)}
     if role == "system":
         return {"role": "system", "content": text}
     return {"role": "user", "content": _user_blocks(message, text)}
 
 
-def _own_blocks(message: BaseMessage) -> list[Mapping[str, Any]]:
-    wire = message.additional_kwargs.get(WIRE_KEY)
-    if isinstance(wire, Mapping) and wire.get("api") == "messages":
-        return [b for b in wire.get("items") or [] if isinstance(b, Mapping)]
-    return []
+def _assistant_blocks(message: AIMessage, template: list[Mapping[str, Any]]) -> list[Any]:
+    def call(call_id: str | None, name: str | None, args: dict[str, Any] | str) -> dict[str, Any]:
+        given = args if isinstance(args, dict) else {}  # a call that did not parse: no input
+        return {"type": "tool_use", "id": call_id, "name": name, "input": given}
+
+    return assistant_parts(
+        message,
+        template,
+        kept=("thinking", "redacted_thinking"),
+        calls=("tool_use",),
+        id_key="id",
+        text=lambda said: {"type": "text", "text": said},
+        call=call,
+    )
 
 
 def _user_blocks(message: BaseMessage, text: str) -> list[dict[str, Any]]:
@@ -298,22 +280,11 @@ def _user_blocks(message: BaseMessage, text: str) -> list[dict[str, Any]]:
                     continue
                 if part.get("type") in ("input_text", "text"):
                     blocks.append({"type": "text", "text": str(part.get("text") or "")})
-                elif part.get("type") == "input_image" and (image := _image_block(part)):
-                    blocks.append(image)
+                elif part.get("type") == "input_image" and isinstance(part.get("image_url"), str):
+                    blocks.append(image_source(part["image_url"]))
         if blocks:
             return [b for b in blocks if b.get("type") != "text" or b["text"]]
     return [{"type": "text", "text": text}] if text else []
-
-
-def _image_block(part: Mapping[str, Any]) -> dict[str, Any] | None:
-    url = part.get("image_url")
-    if not isinstance(url, str):
-        return None
-    if url.startswith("data:"):
-        head, _, data = url.partition(",")
-        media = head[5:].split(";")[0] or "image/png"
-        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
-    return {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def merged(rendered: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -342,42 +313,30 @@ def chat_from_message(reply: Mapping[str, Any]) -> dict[str, Any]:
         raise MalformedDataError("the upstream's message has no content list")
     message = _assistant(content, 0)
     assert isinstance(message, AIMessage)
-    chat: dict[str, Any] = {"role": "assistant", "content": text_of(message) or None}
-    calls = [
-        {
-            "id": c["id"],
-            "type": "function",
-            "function": {"name": c["name"], "arguments": json.dumps(c["args"], ensure_ascii=False)},
-        }
-        for c in message.tool_calls
-    ]
-    if calls:
-        chat["tool_calls"] = calls
-    if message.additional_kwargs.get("reasoning_content"):
-        chat["reasoning_content"] = message.additional_kwargs["reasoning_content"]
     envelope = {k: reply.get(k) for k in ("id", "model", "stop_reason", "stop_sequence", "usage")}
-    chat[WIRE_KEY] = {"api": "messages", "items": list(content), "reply": envelope}
-    reason = _FINISH.get(str(reply.get("stop_reason")), "tool_calls" if calls else "stop")
-    completion: dict[str, Any] = {
-        "id": reply.get("id") or "msg-upstream",
-        "object": "chat.completion",
-        "created": 0,
-        "model": reply.get("model") or "",
-        "choices": [{"index": 0, "message": chat, "finish_reason": reason, "logprobs": None}],
-    }
     usage = reply.get("usage")
+    chat_usage = None
     if isinstance(usage, Mapping):
         read = int(usage.get("cache_read_input_tokens") or 0)
         prompt = int(usage.get("input_tokens") or 0) + read
         prompt += int(usage.get("cache_creation_input_tokens") or 0)
         output = int(usage.get("output_tokens") or 0)
-        completion["usage"] = {
+        chat_usage = {
             "prompt_tokens": prompt,
             "completion_tokens": output,
             "total_tokens": prompt + output,
             "prompt_tokens_details": {"cached_tokens": read},
         }
-    return completion
+    stop = str(reply.get("stop_reason"))
+    return completion_of(
+        message,
+        api="messages",
+        items=list(content),
+        reply=envelope,
+        reason=lambda calls: _FINISH.get(stop, "tool_calls" if calls else "stop"),
+        usage=chat_usage,
+        defaults=("msg-upstream", 0),
+    )
 
 
 def messages_usage(

@@ -14,14 +14,12 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from keeper_middleware.errors import MalformedDataError
-from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY
+from keeper_middleware.integrations.proxy.conversation.native import completion_of
 from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, item_id
 from keeper_middleware.integrations.proxy.responses.requests import (
     MODEL_SIDE,
     assistant_from_items,
-    chat_call,
 )
-from keeper_middleware.messages.facts import text_of
 
 __all__ = ["chat_from_response", "output_message", "response_output", "responses_usage"]
 
@@ -33,51 +31,42 @@ def chat_from_response(response: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(response.get("output"), list):
         raise MalformedDataError("the upstream's response has no output list")
     message = assistant_from_items(output, 0) if output else AIMessage(content="")
-    chat: dict[str, Any] = {"role": "assistant", "content": text_of(message) or None}
     assert isinstance(message, AIMessage)
-    calls = [
-        chat_call(c["id"], c["name"], json.dumps(c["args"], ensure_ascii=False))
-        for c in message.tool_calls
-    ] + [
-        chat_call(c["id"], c["name"] or "", c["args"] if isinstance(c["args"], str) else "")
-        for c in message.invalid_tool_calls
-    ]
-    if calls:
-        chat["tool_calls"] = calls
-    reasoning = message.additional_kwargs.get("reasoning_content")
-    if reasoning:
-        chat["reasoning_content"] = reasoning
+    status = response.get("status")
+    details = response.get("incomplete_details") or {}
+    if status not in (None, "completed", "incomplete"):
+        raise MalformedDataError(f"the upstream's response has status {status!r}")
+
+    def reason(calls: bool) -> str:
+        if status == "incomplete":
+            return "content_filter" if details.get("reason") == "content_filter" else "length"
+        return "tool_calls" if calls else "stop"
+
     envelope = {
         k: response.get(k) for k in ("id", "model", "status", "usage", "incomplete_details")
     }
-    chat[WIRE_KEY] = {"api": "responses", "items": output, "reply": envelope}
-    status = response.get("status")
-    details = response.get("incomplete_details") or {}
-    if status == "incomplete":
-        reason = "content_filter" if details.get("reason") == "content_filter" else "length"
-    elif status in (None, "completed"):
-        reason = "tool_calls" if calls else "stop"
-    else:
-        raise MalformedDataError(f"the upstream's response has status {status!r}")
-    completion: dict[str, Any] = {
-        "id": response.get("id") or "resp-upstream",
-        "object": "chat.completion",
-        "created": int(response.get("created_at") or time.time()),
-        "model": response.get("model") or "",
-        "choices": [{"index": 0, "message": chat, "finish_reason": reason, "logprobs": None}],
-    }
     usage = response.get("usage")
+    chat_usage = None
     if isinstance(usage, Mapping):
         details_in = usage.get("input_tokens_details") or {}
         prompt = int(usage.get("input_tokens") or 0)
         output_tokens = int(usage.get("output_tokens") or 0)
-        completion["usage"] = {
+        chat_usage = {
             "prompt_tokens": prompt,
             "completion_tokens": output_tokens,
             "total_tokens": int(usage.get("total_tokens") or prompt + output_tokens),
             "prompt_tokens_details": {"cached_tokens": int(details_in.get("cached_tokens") or 0)},
         }
-    return completion
+    created = int(response.get("created_at") or time.time())
+    return completion_of(
+        message,
+        api="responses",
+        items=output,
+        reply=envelope,
+        reason=reason,
+        usage=chat_usage,
+        defaults=("resp-upstream", created),
+    )
 
 
 def responses_usage(usage: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -28,11 +28,19 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from keeper_middleware.integrations.proxy.conversation.form import (
     ChatRequest,
     RequestError,
-    digest_of,
     message_from_openai,
 )
+from keeper_middleware.integrations.proxy.conversation.native import (
+    assistant_message,
+    assistant_parts,
+    chat_call,
+    chat_function,
+    image_url,
+    native_request,
+    own_items,
+    tool_result,
+)
 from keeper_middleware.integrations.proxy.conversation.wire import (
-    WIRE_KEY,
     ToolNames,
     WireContext,
     attach,
@@ -50,7 +58,6 @@ from keeper_middleware.search.schema import (
 __all__ = [
     "RESPONSES_SEARCH_TOOL",
     "assistant_from_items",
-    "chat_call",
     "parse_responses_request",
     "read_items",
     "render_responses",
@@ -131,10 +138,7 @@ def tools_from_responses(raw: object) -> tuple[tuple[dict[str, Any], ...], ToolN
             }
         else:
             parameters = tool.get("parameters") or {"type": "object", "properties": {}}
-        function = {"name": flat, "parameters": parameters}
-        if tool.get("description"):
-            function["description"] = str(tool["description"])
-        chat.append({"type": "function", "function": function})
+        chat.append(chat_function(flat, parameters, tool.get("description")))
 
     for tool in raw:
         if tool.get("type") in ("function", "custom"):
@@ -198,30 +202,23 @@ def parse_responses_request(body: object) -> ChatRequest:
             "'input' holds only system and developer messages; add the user's message.",
             param="input",
         )
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError("'stream' must be true or false.", param="stream")
-    tools = body.get("tools") or []
+    previous = body.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):
+        raise RequestError("'previous_response_id' must be a string.", param="previous_response_id")
     context = WireContext(
         api="responses",
         instructions=instructions,
         system_items=tuple(dict(i) for i in raw[:lead]),
-        tools=tuple(dict(t) for t in tools),
+        tools=tuple(dict(t) for t in body.get("tools") or []),
         names=names,
     )
-    previous = body.get("previous_response_id")
-    if previous is not None and not isinstance(previous, str):
-        raise RequestError("'previous_response_id' must be a string.", param="previous_response_id")
-    return ChatRequest(
-        system_prompt="\n\n".join(system_texts) if system_texts else None,
+    return native_request(
+        body,
+        context=context,
+        system_texts=system_texts,
         messages=messages,
         tools=chat_tools,
-        stream=stream,
-        include_usage=True,
-        params={k: v for k, v in body.items() if k not in OWN_FIELDS},
-        api="responses",
-        context=context,
-        given_digests=tuple(digest_of(m) for m in messages),
+        own_fields=OWN_FIELDS,
     )
 
 
@@ -270,10 +267,8 @@ def read_items(
                     f"input[{index}] is a tool output without a 'call_id'.",
                     param=f"input[{index}].call_id",
                 )
-            output = item.get("output")
-            text = output if isinstance(output, str) else content_as_text(output or [])
-            chat = {"role": "tool", "tool_call_id": call_id, "content": text}
-            messages.append(attach(message_from_openai(chat, index), "responses", [item]))
+            result = tool_result(call_id, item.get("output"), index)
+            messages.append(attach(result, "responses", [item]))
         elif kind == "message" and role in ("user", *_SYSTEM_ROLES):
             flush()
             text = content_as_text(_parts(item, index))
@@ -316,23 +311,7 @@ def assistant_from_items(items: Sequence[Mapping[str, Any]], index: int) -> Base
             calls.append(chat_call(item.get("call_id"), str(item.get("name") or ""), arguments))
         elif kind == "reasoning":
             reasoning.append(_summary_text(item))
-    chat: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-    if calls:
-        chat["tool_calls"] = calls
-    message = message_from_openai(chat, index)
-    if any(reasoning):
-        kwargs = {**message.additional_kwargs, "reasoning_content": "\n".join(reasoning)}
-        message = message.model_copy(update={"additional_kwargs": kwargs})
-    return attach(message, "responses", items)
-
-
-def chat_call(call_id: object, name: str, arguments: object) -> dict[str, Any]:
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
-    return {
-        "id": str(call_id or ""),
-        "type": "function",
-        "function": {"name": name, "arguments": text},
-    }
+    return attach(assistant_message(texts, calls, reasoning, index), "responses", items)
 
 
 def _output_text(content: object) -> str:
@@ -362,7 +341,7 @@ def render_responses(message: BaseMessage) -> dict[str, Any]:
     items = native_items(message, "responses")
     if items is not None:
         return {"items": items}
-    template = _own_items(message)
+    template = own_items(message, "responses")
     text = text_of(message)
     if isinstance(message, ToolMessage):
         base = next((i for i in template if i.get("type") in _OUTPUTS), None)
@@ -374,35 +353,21 @@ def render_responses(message: BaseMessage) -> dict[str, Any]:
     return {"items": [{"type": "message", "role": role, "content": _input_parts(message, text)}]}
 
 
-def _own_items(message: BaseMessage) -> list[Mapping[str, Any]]:
-    wire = message.additional_kwargs.get(WIRE_KEY)
-    if isinstance(wire, Mapping) and wire.get("api") == "responses":
-        return [i for i in wire.get("items") or [] if isinstance(i, Mapping)]
-    return []
-
-
 def _assistant_items(message: AIMessage, template: list[Mapping[str, Any]]) -> list[Any]:
-    kept = [i for i in template if i.get("type") == "reasoning"]
-    text = text_of(message)
-    if text:
-        kept.append({"type": "message", "role": "assistant", "content": text})
-    by_id = {i.get("call_id"): i for i in template if i.get("type") in MODEL_SIDE[1:]}
-    for call in message.tool_calls:
-        arguments = json.dumps(call["args"], ensure_ascii=False)
-        kept.append(by_id.get(call["id"]) or _function_call(call["id"], call["name"], arguments))
-    for bad in message.invalid_tool_calls:
-        raw = bad["args"] if isinstance(bad["args"], str) else ""
-        kept.append(by_id.get(bad["id"]) or _function_call(bad["id"], bad["name"], raw))
-    return kept
+    def call(call_id: str | None, name: str | None, args: dict[str, Any] | str) -> dict[str, Any]:
+        arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        return {"type": "function_call", "call_id": call_id or "", "name": name or "",
+                "arguments": arguments}  # fmt: skip
 
-
-def _function_call(call_id: str | None, name: str | None, arguments: str) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "call_id": call_id or "",
-        "name": name or "",
-        "arguments": arguments,
-    }
+    return assistant_parts(
+        message,
+        template,
+        kept=("reasoning",),
+        calls=MODEL_SIDE[1:],
+        id_key="call_id",
+        text=lambda said: {"type": "message", "role": "assistant", "content": said},
+        call=call,
+    )
 
 
 def _input_parts(message: BaseMessage, text: str) -> list[dict[str, Any]]:
@@ -415,18 +380,8 @@ def _input_parts(message: BaseMessage, text: str) -> list[dict[str, Any]]:
                 continue
             if block.get("type") == "text":
                 parts.append({"type": "input_text", "text": str(block.get("text") or "")})
-            elif block.get("type") == "image" and (url := _image_url(block)):
+            elif block.get("type") == "image" and (url := image_url(block)):
                 parts.append({"type": "input_image", "image_url": url, "detail": "auto"})
         if parts:
             return parts
     return [{"type": "input_text", "text": text}]
-
-
-def _image_url(block: Mapping[str, Any]) -> str | None:
-    source = block.get("source")
-    if not isinstance(source, Mapping):
-        return None
-    if source.get("type") == "base64":
-        return f"data:{source.get('media_type') or 'image/png'};base64,{source.get('data') or ''}"
-    url = source.get("url")
-    return url if isinstance(url, str) else None

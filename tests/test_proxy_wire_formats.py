@@ -21,8 +21,8 @@ from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, na
 from keeper_middleware.integrations.proxy.doors.routes import (
     front_session,
 )
+from keeper_middleware.integrations.proxy.messages.replies import chat_from_message
 from keeper_middleware.integrations.proxy.messages.requests import (
-    chat_from_message,
     parse_messages_request,
     render_messages,
 )

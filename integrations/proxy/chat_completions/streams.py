@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from keeper_middleware.integrations.proxy.conversation.pieces import StreamPiece
 
 __all__ = [
     "ENVELOPE_FIELDS",
@@ -29,23 +30,6 @@ __all__ = [
 _TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 ENVELOPE_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
 """What a chunk carries about the whole stream; the first chunk's values hold for all of it."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamPiece:
-    """What one upstream chunk gives the agent at once."""
-
-    delta: dict[str, str]
-    """Text per field (``content``, ``reasoning_content``, ``reasoning``)."""
-    logprobs: Any
-    """The chunk's ``logprobs`` as the upstream sent it (None when it sent none)."""
-    envelope: Mapping[str, Any]
-    """The stream's envelope, from its first chunk."""
-    item: str | None = None
-    """The upstream's id of the output item the text belongs to (Responses), when it has one."""
-    call: int = 0
-    """Which upstream work call of the request it came from (set for the Responses and
-    Messages front doors, which keep each call's text in items of its own)."""
 
 
 class StreamAssembler:

@@ -28,14 +28,20 @@ from keeper_middleware.integrations.proxy.conversation.wire import (
 )
 from keeper_middleware.messages.facts import text_of
 
+Render = Callable[[BaseMessage], dict[str, Any]]
+"""One window message as an upstream's API reads it (converted once per message)."""
+
 __all__ = [
+    "Render",
     "assistant_message",
     "assistant_parts",
     "chat_call",
     "chat_function",
+    "client_tools",
     "completion_of",
     "image_source",
     "image_url",
+    "merge_call_kwargs",
     "native_request",
     "own_items",
     "tool_result",
@@ -209,3 +215,25 @@ def image_source(url: str) -> dict[str, Any]:
         media = head[5:].split(";")[0] or "image/png"
         return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
     return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def merge_call_kwargs(body: dict[str, Any], call_kwargs: Mapping[str, Any]) -> None:
+    """The keeper's call kwargs (thinking, sampling) in the shape a ``ChatOpenAI`` call takes
+    them: ``extra_body`` merged at the top level."""
+    for key, value in call_kwargs.items():
+        if key == "extra_body" and isinstance(value, Mapping):
+            body.update(value)
+        else:
+            body[key] = value
+
+
+def client_tools(
+    request: ChatRequest,
+    api: str,
+    from_chat: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]],
+) -> tuple[dict[str, Any], ...]:
+    """The client's tools for an upstream of ``api``: as the client sent them when it speaks
+    that API (built-in tools included), else its chat functions in that API's format."""
+    if request.api == api and request.context is not None:
+        return tuple(dict(t) for t in request.context.tools)
+    return tuple(from_chat(request.tools))

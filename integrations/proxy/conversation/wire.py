@@ -14,7 +14,7 @@ LangChain never sends ``additional_kwargs`` it does not know to a model, and the
 only the neutral part, so an image is archived as a one-line placeholder and never as its bytes.
 
 Chat Completions is the neutral spelling: every front door reads its API into chat-shaped
-messages first (:func:`~.openai_format.message_from_openai` makes the LangChain message), and every
+messages first (:func:`~.form.message_from_openai` makes the LangChain message), and every
 upstream reply is read into a chat completion, so fingerprints agree whichever API a message
 came through.
 """

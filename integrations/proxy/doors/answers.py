@@ -1,5 +1,5 @@
 """An answer going back through the Responses or Messages front door: one JSON body in the
-API's shape, or the API's server-sent events (written by :mod:`.front_streams`) while the
+API's shape, or the API's server-sent events (written by ``responses.client_events`` and ``messages.client_events``) while the
 upstream streams. An error before the first byte is an ordinary error response; one after it,
 the API's error event.
 """
@@ -16,12 +16,13 @@ from keeper_middleware.integrations.proxy.chat_completions.streams import Stream
 from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY, ChatRequest
 from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, item_id
 from keeper_middleware.integrations.proxy.doors.errors import Failure, failure_of
-from keeper_middleware.integrations.proxy.doors.streams import MessagesWriter, ResponsesWriter
-from keeper_middleware.integrations.proxy.messages.requests import (
+from keeper_middleware.integrations.proxy.messages.client_events import MessagesWriter
+from keeper_middleware.integrations.proxy.messages.replies import (
     message_blocks,
     messages_usage,
     stop_reason,
 )
+from keeper_middleware.integrations.proxy.responses.client_events import ResponsesWriter
 from keeper_middleware.integrations.proxy.responses.replies import (
     response_output,
     responses_usage,

@@ -2,9 +2,9 @@
 
 Both lead to the same keeper, tenants, sessions, quotas, metrics and archive as
 ``/v1/chat/completions``: the request is read into the internal model
-(:mod:`.responses_format`, :mod:`.messages_format`), the engine answers it, and the answer goes
-back as the API's own JSON or server-sent events (:mod:`.front_streams`), with errors in the API's
-own shape (:mod:`.front_answers`, :mod:`.api_errors`). Keys are read from
+(``responses.requests``, ``messages.requests``), the engine answers it, and the answer goes
+back as the API's own JSON or server-sent events (``responses.client_events``, ``messages.client_events``), with errors in the API's
+own shape (:mod:`.answers`, :mod:`.errors`). Keys are read from
 ``Authorization: Bearer`` and, for Messages, ``x-api-key``.
 
 A session is named, within the caller's tenant, by the first of: ``X-Keeper-Session``; the

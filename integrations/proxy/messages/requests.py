@@ -13,7 +13,7 @@ A request is read leniently (plain mappings: Claude Code sends beta fields and a
 - the client's ``cache_control`` marks are dropped on the way in (Claude Code moves its mark to
   the newest block on every request; the proxy places its own breakpoints upstream).
 
-Each message carries its blocks (:mod:`.wire`), so a Messages upstream gets them as they came.
+Each message carries its blocks (``conversation.wire``), so a Messages upstream gets them as they came.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.conversation.form import (
     ChatRequest,
     RequestError,
@@ -35,7 +34,6 @@ from keeper_middleware.integrations.proxy.conversation.native import (
     assistant_parts,
     chat_call,
     chat_function,
-    completion_of,
     image_source,
     native_request,
     own_items,
@@ -57,13 +55,13 @@ from keeper_middleware.search.schema import (
 
 __all__ = [
     "MESSAGES_SEARCH_TOOL",
-    "chat_from_message",
-    "message_blocks",
+    "assistant_from_blocks",
+    "merged",
     "messages_tools",
-    "messages_usage",
     "parse_messages_request",
     "render_messages",
     "tools_from_messages",
+    "without_cache_marks",
 ]
 
 MESSAGES_SEARCH_TOOL: dict[str, Any] = {
@@ -72,9 +70,6 @@ MESSAGES_SEARCH_TOOL: dict[str, Any] = {
     "input_schema": SEARCH_TOOL_PARAMETERS,
 }
 OWN_FIELDS = ("messages", "system", "tools", "stream")
-STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
-_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
-           "max_tokens": "length", "refusal": "content_filter", "pause_turn": "stop"}  # fmt: skip
 
 
 def without_cache_marks(block: Any) -> Any:
@@ -150,7 +145,7 @@ def parse_messages_request(body: object) -> ChatRequest:
         elif role == "user":
             messages += _user(blocks, index)
         elif role == "assistant":
-            messages.append(_assistant(blocks, index))
+            messages.append(assistant_from_blocks(blocks, index))
         else:
             raise RequestError(
                 f"messages[{index}].role must be user, assistant or system.",
@@ -202,7 +197,7 @@ def _user(blocks: Sequence[Any], index: int) -> list[BaseMessage]:
     return out
 
 
-def _assistant(blocks: Sequence[Any], index: int) -> BaseMessage:
+def assistant_from_blocks(blocks: Sequence[Any], index: int) -> BaseMessage:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     thinking: list[str] = []
@@ -301,104 +296,3 @@ def merged(rendered: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "content": list(content) if role != "system" else content})
     return out
-
-
-# ---------------------------------------------------------------------------- replies
-
-
-def chat_from_message(reply: Mapping[str, Any]) -> dict[str, Any]:
-    """A Messages reply as the chat completion the keeper reads; its blocks ride along."""
-    content = reply.get("content")
-    if not isinstance(content, list):
-        raise MalformedDataError("the upstream's message has no content list")
-    message = _assistant(content, 0)
-    assert isinstance(message, AIMessage)
-    envelope = {k: reply.get(k) for k in ("id", "model", "stop_reason", "stop_sequence", "usage")}
-    usage = reply.get("usage")
-    chat_usage = None
-    if isinstance(usage, Mapping):
-        read = int(usage.get("cache_read_input_tokens") or 0)
-        prompt = int(usage.get("input_tokens") or 0) + read
-        prompt += int(usage.get("cache_creation_input_tokens") or 0)
-        output = int(usage.get("output_tokens") or 0)
-        chat_usage = {
-            "prompt_tokens": prompt,
-            "completion_tokens": output,
-            "total_tokens": prompt + output,
-            "prompt_tokens_details": {"cached_tokens": read},
-        }
-    stop = str(reply.get("stop_reason"))
-    return completion_of(
-        message,
-        api="messages",
-        items=list(content),
-        reply=envelope,
-        reason=lambda calls: _FINISH.get(stop, "tool_calls" if calls else "stop"),
-        usage=chat_usage,
-        defaults=("msg-upstream", 0),
-    )
-
-
-def messages_usage(
-    usage: Mapping[str, Any] | None, wire: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """A Messages client's usage: the upstream's own when it speaks Messages, else the chat
-    usage split into uncached input and cache reads."""
-    if wire is not None and wire.get("api") == "messages":
-        native = (wire.get("reply") or {}).get("usage")
-        if isinstance(native, Mapping):
-            return dict(native)
-    usage = usage or {}
-    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-    return {
-        "input_tokens": max(0, int(usage.get("prompt_tokens") or 0) - cached),
-        "output_tokens": int(usage.get("completion_tokens") or 0),
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": cached,
-    }
-
-
-def message_blocks(
-    message: Mapping[str, Any], wire: Mapping[str, Any] | None
-) -> list[dict[str, Any]]:
-    """The content blocks a Messages client gets for the agent's ``message`` (without the
-    proxy's hidden calls): the upstream's blocks when it speaks Messages, else blocks made from
-    the message (reasoning from another API is not shown: it has no signature)."""
-    visible = {c.get("id") for c in message.get("tool_calls") or []}
-    if wire is not None and wire.get("api") == "messages":
-        return [
-            dict(b)
-            for b in wire.get("items") or []
-            if b.get("type") != "tool_use" or b.get("id") in visible
-        ]
-    blocks: list[dict[str, Any]] = []
-    text = message.get("content")
-    if isinstance(text, str) and text:
-        blocks.append({"type": "text", "text": text})
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        raw = function.get("arguments") or "{}"
-        try:
-            given = json.loads(raw)
-        except ValueError:
-            given = None
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": call.get("id"),
-                "name": function.get("name"),
-                "input": given if isinstance(given, dict) else {"arguments": raw},
-            }
-        )
-    return blocks
-
-
-def stop_reason(reason: str, wire: Mapping[str, Any] | None) -> str:
-    """The Messages stop reason for a chat finish reason (the upstream's own when it agrees)."""
-    mapped = STOP_REASONS.get(reason, "end_turn")
-    if reason == "content_filter":
-        mapped = "refusal"
-    native = (wire or {}).get("reply", {}).get("stop_reason") if wire else None
-    if isinstance(native, str) and _FINISH.get(native) == reason:
-        return native
-    return mapped

@@ -2,7 +2,7 @@
 
 A request's ``input`` items are read leniently (plain mappings: real clients send what the SDK's
 param types reject, such as Codex's ``content: null`` on an echoed reasoning item) into
-chat-shaped messages, then LangChain messages carrying their items (:mod:`.wire`):
+chat-shaped messages, then LangChain messages carrying their items (``conversation.wire``):
 
 - leading ``developer``/``system`` messages and ``instructions`` are the system prompt (Codex puts
   its whole prompt in two developer messages);
@@ -14,7 +14,7 @@ chat-shaped messages, then LangChain messages carrying their items (:mod:`.wire`
   of one string, ``input`` (:class:`~.wire.ToolNames`).
 
 Replies (a Responses upstream's, read; the client's output, written) are in
-:mod:`.responses_replies`.
+:mod:`.replies`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A llama.cpp server has a few slots, each holding one conversation's KV cache. With more sessions
 than slots, a switch evicts a cache and the next request of that session re-reads its whole
 window. Parking saves the evicted cache to disk (``POST /slots/{id}?action=save``) and restores it
-(``action=restore``) before that session's next request. The I/O lives in :mod:`.slots`; what it
+(``action=restore``) before that session's next request. The I/O lives in :mod:`.parking`; what it
 decides lives here, so each rule can be tested on its own:
 
 - **Names.** A parked file is named by a hash of the tenant and the stored session name, never by

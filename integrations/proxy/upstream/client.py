@@ -39,7 +39,8 @@ from keeper_middleware.integrations.proxy.chat_completions.streams import (
     StreamAssembler,
     StreamPiece,
 )
-from keeper_middleware.integrations.proxy.upstream.apis import ChatApi, UpstreamApi
+from keeper_middleware.integrations.proxy.chat_completions.upstream import ChatApi
+from keeper_middleware.integrations.proxy.upstream.apis import UpstreamApi
 from keeper_middleware.integrations.proxy.upstream.http_clients import (
     HttpClient,
     HttpReply,

@@ -5,7 +5,7 @@ paid on every call on the event loop. aiohttp (C parser, a plain connection pool
 tenth of httpx's per request with 32 agents at once, so it is the default when installed; httpx
 serves where a transport is injected (tests pass ``httpx.MockTransport``) or aiohttp is missing.
 Both speak the same small :class:`HttpClient` protocol and report every network failure as a
-:class:`TransportError`, so the retry logic above them (:mod:`.upstream`) is one.
+:class:`TransportError`, so the retry logic above them (:mod:`.client`) is one.
 
 Timeouts mean the same in both: ``timeout`` seconds to connect (including the wait for a free
 connection) and ``timeout`` seconds between two reads, not a limit on the whole reply, so a long

@@ -1,20 +1,13 @@
-"""Server-sent events to a Responses or a Messages client, in that API's own event format (pure).
-
-A writer turns what the engine passes on while the upstream streams (text and reasoning, per
-upstream call) and the answer once it is known into the event sequence the API's clients read:
-
-- Responses: ``response.created``, ``response.in_progress``, per output item
-  ``output_item.added``, its deltas, ``output_item.done``, then ``response.completed`` with the
-  whole output. Codex CLI builds its items from ``output_item.done`` and ends the turn on
-  ``response.completed``; the Agents SDK reads ``response.completed`` only.
-- Messages: ``message_start``, per content block ``content_block_start``, its deltas,
-  ``content_block_stop``, then ``message_delta`` (stop reason, usage) and ``message_stop``.
-  Claude Code needs the start and stop of every block.
+"""Server-sent events to a Responses client (pure): ``response.created``,
+``response.in_progress``, per output item ``output_item.added``, its deltas,
+``output_item.done``, then ``response.completed`` with the whole output. Codex CLI builds its
+items from ``output_item.done`` and ends the turn on ``response.completed``; the Agents SDK reads
+``response.completed`` only.
 
 One client response can span several upstream calls (the proxy's archive searches run between
-them): items and blocks are numbered across all of them (``output_index``, ``index``,
-``sequence_number``), text one call passed on stays in the item it opened, and the answer's
-own items follow, so the client sees one coherent response.
+them): items are numbered across all of them (``output_index``, ``sequence_number``), text one
+call passed on stays in the item it opened, and the answer's own items follow, so the client sees
+one coherent response.
 """
 
 from __future__ import annotations
@@ -23,65 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
+from keeper_middleware.integrations.proxy.conversation.native_events import Live, Writer, sse
+from keeper_middleware.integrations.proxy.conversation.pieces import StreamPiece
 from keeper_middleware.integrations.proxy.conversation.wire import item_id
 from keeper_middleware.integrations.proxy.responses.replies import output_message
 
-__all__ = ["MessagesWriter", "ResponsesWriter"]
-
-
-def _sse(kind: str, payload: Mapping[str, Any]) -> bytes:
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
-@dataclass(slots=True)
-class _Live:
-    """An item or block opened while the upstream streamed."""
-
-    kind: str
-    """``content`` (text) or ``reasoning_content``."""
-    id: str
-    call: object
-    """The upstream call it came from (its envelope id)."""
-    index: int
-    text: str = ""
+__all__ = ["ResponsesWriter"]
 
 
 @dataclass
-class _Writer:
-    live: list[_Live] = field(default_factory=list)
-    count: int = 0
-
-    def _live_for(self, piece: StreamPiece, kind: str, prefix: str) -> tuple[_Live, bool]:
-        """The item this piece's text goes to, and whether it is new."""
-        call = piece.call
-        if self.live:
-            last = self.live[-1]
-            if last.kind == kind and last.call == call and (piece.item in (None, last.id)):
-                return last, False
-        opened = _Live(kind, piece.item or item_id(prefix), call, self.count)
-        self.count += 1
-        self.live.append(opened)
-        return opened, True
-
-    def _match(
-        self, final_call: object, kind: str, taken: set[int], item: str | None
-    ) -> _Live | None:
-        """The live item a final item of ``kind`` continues: the same id, or else the next one
-        of its kind that the final upstream call opened."""
-        for live in self.live:
-            if live.index in taken or live.kind != kind:
-                continue
-            if (item is not None and live.id == item) or live.call == final_call:
-                taken.add(live.index)
-                return live
-        return None
-
-
-@dataclass
-class ResponsesWriter(_Writer):
+class ResponsesWriter(Writer):
     """One streamed Responses answer."""
 
     skeleton: dict[str, Any] = field(default_factory=dict)
@@ -92,7 +36,7 @@ class ResponsesWriter(_Writer):
     def _event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
         self.sequence += 1
-        return _sse(kind, payload)
+        return sse(kind, payload)
 
     def start(self) -> bytes:
         response = {**self.skeleton, "status": "in_progress", "output": [], "usage": None}
@@ -119,7 +63,7 @@ class ResponsesWriter(_Writer):
                 )
         return out
 
-    def _open(self, live: _Live) -> bytes:
+    def _open(self, live: Live) -> bytes:
         where = {"item_id": live.id, "output_index": live.index}
         if live.kind == "content":
             item = {"id": live.id, "type": "message", "role": "assistant",
@@ -164,7 +108,7 @@ class ResponsesWriter(_Writer):
         output = [*(matched.get(live.index) or _closed(live) for live in self.live), *rest]
         return out, output
 
-    def _close(self, live: _Live, item: Mapping[str, Any]) -> bytes:
+    def _close(self, live: Live, item: Mapping[str, Any]) -> bytes:
         where = {"item_id": live.id, "output_index": live.index}
         out = b""
         if live.kind == "content":
@@ -245,7 +189,7 @@ def _message_text(item: Mapping[str, Any]) -> str:
     )
 
 
-def _closed(live: _Live) -> dict[str, Any]:
+def _closed(live: Live) -> dict[str, Any]:
     if live.kind == "content":
         return output_message(live.id, live.text)
     return {
@@ -253,106 +197,3 @@ def _closed(live: _Live) -> dict[str, Any]:
         "type": "reasoning",
         "summary": [{"type": "summary_text", "text": live.text}],
     }
-
-
-@dataclass
-class MessagesWriter(_Writer):
-    """One streamed Messages answer. Reasoning is shown only as the upstream's own thinking
-    blocks (they carry a signature); another API's reasoning is not passed on."""
-
-    start_message: dict[str, Any] = field(default_factory=dict)
-    show_thinking: bool = False
-
-    def start(self) -> bytes:
-        message = {**self.start_message, "content": [], "stop_reason": None, "stop_sequence": None}
-        return _sse("message_start", {"type": "message_start", "message": message}) + _sse(
-            "ping", {"type": "ping"}
-        )
-
-    def piece(self, piece: StreamPiece) -> bytes:
-        out = b""
-        for field_name, text in piece.delta.items():
-            kind = "content" if field_name == "content" else "reasoning_content"
-            if kind != "content" and not self.show_thinking:
-                continue
-            live, new = self._live_for(piece, kind, "blk")
-            if new:
-                opening = {"type": "text", "text": ""} if kind == "content" else {
-                    "type": "thinking", "thinking": "", "signature": ""}  # fmt: skip
-                out += _sse(
-                    "content_block_start",
-                    {"type": "content_block_start", "index": live.index, "content_block": opening},
-                )
-            live.text += text
-            delta = {"type": "text_delta", "text": text} if kind == "content" else {
-                "type": "thinking_delta", "thinking": text}  # fmt: skip
-            out += _block_event("content_block_delta", live.index, delta=delta)
-        return out
-
-    def finish(
-        self,
-        blocks: Sequence[Mapping[str, Any]],
-        final_call: object,
-        stop: str,
-        usage: Mapping[str, Any],
-    ) -> bytes:
-        out = b""
-        taken: set[int] = set()
-        matched: dict[int, Mapping[str, Any]] = {}
-        rest: list[Mapping[str, Any]] = []
-        for block in blocks:
-            kind = {"text": "content", "thinking": "reasoning_content"}.get(str(block.get("type")))
-            live = None if kind is None else self._match(final_call, kind, taken, None)
-            if live is None:
-                rest.append(block)
-            else:
-                matched[live.index] = block
-        for live in self.live:
-            final = matched.get(live.index)
-            if final is not None and live.kind == "content":
-                text = str(final.get("text") or "")
-                if text.startswith(live.text) and len(text) > len(live.text):
-                    more = {"type": "text_delta", "text": text[len(live.text) :]}
-                    out += _block_event("content_block_delta", live.index, delta=more)
-            elif final is not None and final.get("signature"):
-                signed = {"type": "signature_delta", "signature": final["signature"]}
-                out += _block_event("content_block_delta", live.index, delta=signed)
-            out += _block_event("content_block_stop", live.index)
-        for block in rest:
-            out += self._whole(dict(block))
-        ending = {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                  "usage": dict(usage)}  # fmt: skip
-        return out + _sse("message_delta", ending) + _sse("message_stop", {"type": "message_stop"})
-
-    def _whole(self, block: dict[str, Any]) -> bytes:
-        index = self.count
-        self.count += 1
-        kind = block.get("type")
-        if kind == "text":
-            opening: dict[str, Any] = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": block.get("text") or ""}]
-        elif kind == "thinking":
-            opening = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [{"type": "thinking_delta", "thinking": block.get("thinking") or ""},
-                      {"type": "signature_delta", "signature": block.get("signature") or ""}]  # fmt: skip
-        elif kind == "tool_use":
-            opening = {**block, "input": {}}
-            raw = orjson.dumps(block.get("input") or {}).decode()
-            deltas = [{"type": "input_json_delta", "partial_json": raw}]
-        else:  # redacted thinking, server tool blocks: whole in the start event
-            opening, deltas = block, []
-        out = _sse(
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": opening},
-        )
-        for delta in deltas:
-            out += _block_event("content_block_delta", index, delta=delta)
-        return out + _block_event("content_block_stop", index)
-
-    @staticmethod
-    def failed(error: Mapping[str, Any]) -> bytes:
-        return _sse("error", {"type": "error", "error": dict(error)})
-
-
-def _block_event(kind: str, index: int, **fields: Any) -> bytes:
-    return _sse(kind, {"type": kind, "index": index, **fields})

@@ -29,8 +29,8 @@ moved entries and the search guards are those of that branch (docs/branches.md).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+import operator
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
@@ -80,6 +80,7 @@ from keeper_middleware.sessions.branches import (
 )
 from keeper_middleware.sessions.copies import ThreadCopies
 from keeper_middleware.sessions.counters import Counters
+from keeper_middleware.sessions.json_copy import json_copy
 from keeper_middleware.sessions.locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions.starts import StartWarnings
 from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionState
@@ -108,6 +109,8 @@ __all__ = [
     "Tool",
     "archive_namespace",
 ]
+
+_ID = operator.attrgetter("id")
 
 log = logging.getLogger(__name__)
 """One record per decision: a cut (INFO), a NOTES version (INFO), a re-ask (INFO), a refused
@@ -437,14 +440,14 @@ class Keeper:
         state: Mapping[str, Any] | None,
         setup: ModelSetup,
     ) -> Pending:
-        kstate: dict[str, Any] = json.loads(json.dumps(dict(state or {})))
+        kstate: dict[str, Any] = json_copy(dict(state or {}))
         fresh = not kstate
         kstate[ARCHIVE_SESSION_KEY] = session  # a copy of this state carries it to its thread
         if not fresh:
             self._check_archive_holds(session, kstate)
         self._check_index(session)  # before passages are shown beside a question
         self.indexing.schedule_once(session)  # turns a crash left unindexed
-        messages = [_with_id(m) for m in given]
+        messages = list(given) if all(map(_ID, given)) else [_with_id(m) for m in given]
         # where messages enter: a forged keeper tag is ordinary content from here on, and a
         # tool call left without its result (a recursion limit, a crash) is closed
         messages, forged = verified(messages, lambda: self.sessions.secret(session))
@@ -561,14 +564,16 @@ class Keeper:
         budget = self.config.budget
         shrunk = replaced
         due = backlog is not None
-        plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
+        plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due, entries=entries)
         if plan is None and request_tokens > budget:
             # what was kept in view as already noted may leave with the next cut instead
             messages, unkept = unkeep(entries)
             if unkept:
                 shrunk = True
                 entries = window.classify(messages, entries)
-                plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
+                plan, request_tokens = window.plan(
+                    messages, kstate, setup, notes, due=due, entries=entries
+                )
         for _ in range(8):
             if plan is not None or request_tokens <= budget:
                 break
@@ -577,7 +582,9 @@ class Keeper:
                 break
             shrunk = True
             entries = window.classify(messages, entries)
-            plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
+            plan, request_tokens = window.plan(
+                messages, kstate, setup, notes, due=due, entries=entries
+            )
         if plan is None and request_tokens > budget:
             # the last resort: excerpt the biggest messages in view, wherever they are
             layout = window.layout(messages)
@@ -589,7 +596,9 @@ class Keeper:
             )
             shrunk = True
             entries = window.classify(messages, entries)
-            plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due)
+            plan, request_tokens = window.plan(
+                messages, kstate, setup, notes, due=due, entries=entries
+            )
         if backlog is not None:
             if plan is None:
                 # nothing in this part could be cut: the rest is decided as one window
@@ -650,8 +659,8 @@ class Keeper:
                 state = {**state, "seen": [*state["seen"], str(block.id)]}
                 self.counters(pending.session).rules_injected += 1
         self.sessions.save_counters(pending.session)
-        given_ids = [m.id for m in given]
-        ids = [m.id for m in messages]
+        given_ids = list(map(_ID, given))
+        ids = list(map(_ID, messages))
         changed = ids != given_ids or pending.replaced
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(messages, state, changed, rewritten, cut=cuts > 0)

@@ -7,8 +7,10 @@ never has to sniff their text.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -31,6 +33,37 @@ def keeper_kind(message: BaseMessage) -> str | None:
     """The kind of a keeper-authored message ("notes", "rules", ...), or None for anyone else's."""
     kind = message.additional_kwargs.get(KEEPER_KEY)
     return kind if isinstance(kind, str) else None
+
+
+_EXTRA = operator.attrgetter("additional_kwargs")
+
+
+def kind_positions(messages: Sequence[BaseMessage], kind: str, start: int = 0) -> list[int]:
+    """The indices (from ``start``) of the messages whose :func:`keeper_kind` is ``kind``.
+
+    A step asks where the NOTES are several times over a window of thousands of messages:
+    the tags are read and searched at C speed (``list.index``), not one Python call per
+    message; the answer is the one :func:`keeper_kind` gives message by message."""
+    try:
+        tags = list(map(dict.get, map(_EXTRA, messages[start:]), repeat(KEEPER_KEY)))
+    except TypeError:  # ``additional_kwargs`` that is not a plain dict
+        tags = [m.additional_kwargs.get(KEEPER_KEY) for m in messages[start:]]
+    found: list[int] = []
+    at = 0
+    while True:
+        try:
+            at = tags.index(kind, at)
+        except ValueError:
+            return found
+        if isinstance(tags[at], str):
+            found.append(start + at)
+        at += 1
+
+
+def first_of_kind(messages: Sequence[BaseMessage], kind: str) -> int | None:
+    """The index of the first message whose :func:`keeper_kind` is ``kind``, or None."""
+    found = kind_positions(messages, kind)
+    return found[0] if found else None
 
 
 def is_keeper_message(message: BaseMessage) -> bool:

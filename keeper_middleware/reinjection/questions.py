@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from keeper_middleware.messages.facts import is_final_answer, is_input, text_of
 
@@ -54,7 +54,10 @@ def open_question_index(
     was still searching cost seven answers in a measured run.
     """
     open_at: int | None = None
-    for index in range(start, len(messages)):
+    deciding: Sequence[int] = range(start, len(messages))
+    if type(detector) is PatternQuestionDetector:  # its questions are user messages
+        deciding = _users_and_answers(messages, start)
+    for index in deciding:
         message = messages[index]
         if detector.is_question(message):
             if open_at is None:
@@ -62,3 +65,18 @@ def open_question_index(
         elif is_final_answer(message):
             open_at = None
     return open_at
+
+
+def _users_and_answers(messages: Sequence[BaseMessage], start: int) -> list[int]:
+    """The indices from ``start`` of the messages that can open a question for the pattern
+    detector (user messages) or close one (AI messages without tool calls): the others change
+    nothing, and a tool loop's window is mostly calls and results, skipped here unread."""
+    types = list(map(type, messages[start:]))
+    kinds = set(types)
+    users = {t for t in kinds if issubclass(t, HumanMessage)}
+    replies = {t for t in kinds if issubclass(t, AIMessage)}
+    return [
+        start + i
+        for i, t in enumerate(types)
+        if t in users or (t in replies and not getattr(messages[start + i], "tool_calls", None))
+    ]

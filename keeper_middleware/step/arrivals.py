@@ -30,7 +30,7 @@ from keeper_middleware.retrievers.base import Retriever, search_within
 from keeper_middleware.search.guards import after_new_input, input_budget
 from keeper_middleware.sessions.branches import Branches, state_head
 from keeper_middleware.sessions.state import SessionState
-from keeper_middleware.step.entries import Entry
+from keeper_middleware.step.entries import Entry, first_fresh, ids_of, messages_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering, items_since_notes
 from keeper_middleware.step.window import WindowPolicy
 from keeper_middleware.tokens.counting import TokenCounter
@@ -96,7 +96,12 @@ class Arrivals:
         result: list[BaseMessage] = []
         new_input = shrunk = False
         newest_input: BaseMessage | None = None
-        for entry in entries:
+        # what was taken in before is passed over whole (the loop below would only note its ids
+        # as seen, one by one); adding ids only makes later messages less fresh, never more
+        first = first_fresh(entries, seen)
+        seen.update(ids_of(messages_of(entries[:first])))
+        result.extend(messages_of(entries[:first]))
+        for entry in entries[first:]:
             message, msg_id = entry.message, entry.id
             if msg_id in skip:
                 continue
@@ -149,9 +154,13 @@ class Arrivals:
                 )
                 guard = after_new_input(self.sessions.guard(session), budget=budget)
                 self.sessions.set_guard(session, guard)
-        live_ids = {str(m.id) for m in result}
-        kstate["seen"] = [i for i in seen if i in live_ids]
-        kstate["items"] = {k: v for k, v in items.items() if k in live_ids}
+        live_ids = set(ids_of(result))
+        kstate["seen"] = list(seen) if seen <= live_ids else [i for i in seen if i in live_ids]
+        kstate["items"] = (
+            dict(items)
+            if items.keys() <= live_ids
+            else {k: v for k, v in items.items() if k in live_ids}
+        )
         kstate["last_item"] = last_item
         kstate["numbered"] = numbered
         kstate[ITEMS_SINCE_NOTES] = since_notes

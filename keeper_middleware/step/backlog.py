@@ -16,6 +16,7 @@ it (the RULES repeated for it).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,9 @@ def with_part(
     return state
 
 
+_TOKENS = operator.attrgetter("tokens")
+
+
 def part_end(
     entries: Sequence[Entry], start: int, room: int, stop: int | None = None
 ) -> int | None:
@@ -87,6 +91,10 @@ def part_end(
     between a question and the keeper's messages placed beside it ends before that question.
     Walks only as far as the part reaches.
     """
+    if stop is None:  # the usual case, everything fits: summed at once, not unit by unit
+        sizes = list(map(_TOKENS, entries[start:]))
+        if min(sizes, default=0) >= 0 and sum(sizes) <= room:
+            return None
     used = 0
     index = start
     while index < len(entries):

@@ -14,15 +14,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.messages.facts import is_input, keeper_kind, safe_boundary, text_of
+from keeper_middleware.messages.facts import (
+    first_of_kind,
+    is_input,
+    keeper_kind,
+    safe_boundary,
+    text_of,
+)
 from keeper_middleware.notes.block import parse_notes, render_notes
 
+_ID = operator.attrgetter("id")
 KEPT_KEY = "kept"
 """Where the keeper state lists the ids of the messages a cut kept in view as already noted."""
 
@@ -46,16 +54,22 @@ class Layout:
         return self.notes_index + 1 + self.kept
 
 
-def find_layout(messages: Sequence[BaseMessage], *, pinned_head: int, kept: int) -> Layout:
-    """Locate the head and the NOTES message (``kept`` comes from the NOTES' own last line)."""
+def find_layout(
+    messages: Sequence[BaseMessage],
+    *,
+    pinned_head: int,
+    kept: int,
+    notes_index: int | Literal["find"] | None = "find",
+) -> Layout:
+    """Locate the head and the NOTES message (``kept`` comes from the NOTES' own last line;
+    ``notes_index``: where the first NOTES message is, when the caller has found it already)."""
     index = 1 if messages and isinstance(messages[0], SystemMessage) else 0
     pinned = 0
     while index < len(messages) and pinned < pinned_head and is_input(messages[index]):
         index += 1
         pinned += 1
-    notes_index = next(
-        (i for i in range(len(messages)) if keeper_kind(messages[i]) == "notes"), None
-    )
+    if notes_index == "find":
+        notes_index = first_of_kind(messages, "notes")
     head_end = min(index, notes_index) if notes_index is not None else index
     return Layout(
         head_end=head_end, notes_index=notes_index, kept=kept if notes_index is not None else 0
@@ -189,7 +203,7 @@ def recount_kept(
     result = list(messages)
     if not kept_ids:
         return result, None, False
-    at = next((i for i, m in enumerate(result) if keeper_kind(m) == "notes"), None)
+    at = first_of_kind(result, "notes")
     if at is None:
         return result, None, False
     following = [str(m.id) for m in result[at + 1 : at + 1 + len(kept_ids)]]
@@ -251,7 +265,9 @@ def uncount_removed(
     items: dict[str, int] = kstate.get("items", {})
     if count is None or not items:
         return
-    live = {str(m.id) for m in messages}
+    live = set(map(str, map(_ID, messages)))
+    if items.keys() <= live:  # nothing removed (each step's usual case)
+        return
     kept = set(kstate.get(KEPT_KEY) or ())
     removed = {n for i, n in items.items() if i not in live and i not in kept}
     removed -= {n for i, n in items.items() if i in live}

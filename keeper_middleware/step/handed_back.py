@@ -20,7 +20,7 @@ from collections.abc import Collection, Sequence
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.messages.facts import keeper_kind, text_of
+from keeper_middleware.messages.facts import keeper_kind, kind_positions, text_of
 from keeper_middleware.step.cut import find_layout
 from keeper_middleware.step.excerpts import EXCERPT_TAG
 
@@ -73,7 +73,7 @@ def as_left(messages: Sequence[BaseMessage], *, pinned_head: int) -> bool:
         messages: the history as given.
         pinned_head: how many leading inputs stay in view for ever (the task).
     """
-    notes_at = [i for i, m in enumerate(messages) if keeper_kind(m) == "notes"]
+    notes_at = kind_positions(messages, "notes")
     if not notes_at:
         return True
     return notes_at == [find_layout(messages, pinned_head=pinned_head, kept=0).head_end]

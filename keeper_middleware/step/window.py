@@ -8,7 +8,8 @@ the archiving these decisions call for.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,7 +17,13 @@ from langchain_core.messages import BaseMessage, SystemMessage
 
 from keeper_middleware.config import KeeperConfig
 from keeper_middleware.errors import WindowTooSmallError
-from keeper_middleware.messages.facts import keeper_kind, keeper_message, safe_boundary, text_of
+from keeper_middleware.messages.facts import (
+    first_of_kind,
+    keeper_message,
+    kind_positions,
+    safe_boundary,
+    text_of,
+)
 from keeper_middleware.messages.memo import SameMessageMemo
 from keeper_middleware.model.setup import ModelSetup
 from keeper_middleware.notes.block import Notes, parse_notes, render_notes
@@ -33,7 +40,7 @@ from keeper_middleware.step.cut import (
     plan_cut,
     work_start,
 )
-from keeper_middleware.step.entries import Entry, classify, messages_of
+from keeper_middleware.step.entries import Entry, classify, first_fresh, messages_of
 from keeper_middleware.step.excerpts import (
     MIN_EXCERPT_TOKENS,
     excerpt_ref,
@@ -43,7 +50,9 @@ from keeper_middleware.step.excerpts import (
 from keeper_middleware.step.fold import foldable, folded_pair, reply_stub, round_ref
 from keeper_middleware.step.items import items_since_notes
 from keeper_middleware.step.room import units, water_level, water_level_above
-from keeper_middleware.tokens.counting import TokenCounter
+from keeper_middleware.tokens.counting import ADDITIVE_COUNTERS, TokenCounter
+
+_TOKENS = operator.attrgetter("tokens")
 
 NOTES_FRAME_TOKENS = 64
 """What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
@@ -76,14 +85,29 @@ class WindowPolicy:
         """The request's size as the model receives it (system prompt and tools included)."""
         return self.tokens.count_messages(setup.render(messages), setup.tool_schemas)
 
+    def count_of(
+        self,
+        setup: ModelSetup,
+        messages: Sequence[BaseMessage],
+        entries: Sequence[Entry] | None,
+    ) -> int:
+        """:meth:`count` of ``messages``; from their entries' sizes (each message's counted once,
+        no pass through the counter) when ``entries`` are theirs and the counter's count of a
+        request is the sum of its messages' counts, so the two are the same number."""
+        if (
+            entries is not None
+            and type(self.tokens) in ADDITIVE_COUNTERS
+            and len(entries) == len(messages)
+            and all(map(operator.is_, messages_of(entries), messages))
+        ):
+            return self.size_of(setup, entries)
+        return self.count(setup, messages)
+
     def layout(self, messages: Sequence[BaseMessage]) -> Layout:
         """Where the head, the NOTES and the already-noted messages are."""
-        kept = 0
-        for message in messages:
-            if keeper_kind(message) == "notes":
-                kept = _kept_of(text_of(message))
-                break
-        return find_layout(messages, pinned_head=self.config.pinned_head, kept=kept)
+        at = first_of_kind(messages, "notes")
+        kept = 0 if at is None else _kept_of(text_of(messages[at]))
+        return find_layout(messages, pinned_head=self.config.pinned_head, kept=kept, notes_index=at)
 
     def notes_due(
         self,
@@ -129,11 +153,13 @@ class WindowPolicy:
         notes: Notes,
         *,
         due: bool = False,
+        entries: Sequence[Entry] | None = None,
     ) -> tuple[CutPlan | None, int]:
         """The cut to make now (None: none), and the request's size as it stands (``due``:
-        cut whatever the size and the cadence say, as a part of a backlog is)."""
+        cut whatever the size and the cadence say, as a part of a backlog is; ``entries``:
+        the step's entries of ``messages``, whose sizes it adds up when the counter allows)."""
         layout = self.layout(messages)
-        request_tokens = self.count(setup, messages)
+        request_tokens = self.count_of(setup, messages, entries)
         plan = None
         open_at = open_question_index(messages, self.detector, start=layout.head_end)
         if due or self.notes_due(kstate, request_tokens, layout, messages, asking=open_at):
@@ -239,7 +265,7 @@ class WindowPolicy:
             # and as a later cut may grow them, up to their budget
             "NOTES": max(
                 self.config.notes_tokens + NOTES_FRAME_TOKENS,
-                sum(e.tokens for e in entries if e.kind == "notes"),
+                sum(entries[i].tokens for i in kind_positions(messages_of(entries), "notes")),
             ),
             "note request": self.request_cost(),
         }
@@ -264,7 +290,8 @@ class WindowPolicy:
             if stored_system
             else self.count(setup, [])
         )
-        return extra + sum(e.tokens for e in entries)
+        sizes: Iterable[int] = map(_TOKENS, entries)
+        return extra + sum(sizes)
 
     def beside_cost(self, notes: Notes) -> int:
         """What the keeper places beside a new question: the RULES and retrieved sentences."""
@@ -534,7 +561,7 @@ def _listed(parts: Mapping[str, int]) -> str:
 def _first_unit_with_fresh(entries: Sequence[Entry], seen: set[str]) -> int:
     """Where the unit holding the first message not taken in yet starts (the end when there is
     none): the units before it need no cap, so a step sizes only what is new."""
-    first = next((i for i, e in enumerate(entries) if e.fresh(seen)), len(entries))
+    first = first_fresh(entries, seen)
     while 0 < first < len(entries) and entries[first].is_tool_result:
         first -= 1
     return first

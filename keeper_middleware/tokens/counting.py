@@ -484,6 +484,13 @@ class ServerTokenCounter(_TextCountingCounter):
         return f"ServerTokenCounter({self.url!r}, flavor={self.flavor!r})"
 
 
+ADDITIVE_COUNTERS: frozenset[type] = frozenset(
+    {ApproximateTokenCounter, HuggingFaceTokenCounter, ServerTokenCounter}
+)
+"""Counters whose count of messages is the sum of each message's count alone (plus the tools'):
+a request's size can be added up from the sizes of its messages already counted."""
+
+
 def resolve_token_counter(spec: TokenCounterSpec) -> TokenCounter:
     """Turn a setting into a counter.
 

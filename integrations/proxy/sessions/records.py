@@ -258,8 +258,9 @@ class MessageMemo:
         return known[1]
 
     def keep(self, messages: Sequence[BaseMessage]) -> None:
-        live = {id(m) for m in messages}
-        self._known = {k: v for k, v in self._known.items() if k in live}
+        live = set(map(id, messages))
+        if not self._known.keys() <= live:
+            self._known = {k: v for k, v in self._known.items() if k in live}
 
 
 class ArchiveSessionStore:

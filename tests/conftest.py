@@ -70,6 +70,7 @@ PROXY_SUITES = (
     "tests.test_proxy_history",
     "tests.test_proxy_socket",
     "tests.test_proxy_fidelity",
+    "tests.test_proxy_response_ids",
 )
 
 

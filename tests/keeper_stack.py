@@ -17,7 +17,7 @@ from typing import Any
 
 from keeper_middleware.integrations.proxy import create_proxy_app
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
-from keeper_middleware.integrations.proxy.engine import KeeperProxy
+from keeper_middleware.integrations.proxy.sessions.engine import KeeperProxy
 from keeper_middleware.messages.facts import text_of
 from tests.agent_upstream import API_READERS, AgentUpstream
 from tests.coding_session import (

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from keeper_middleware.integrations.proxy.tenants import Tenants
+from keeper_middleware.integrations.proxy.sessions.tenants import Tenants
 from tests.coding_session import CodingSession
 from tests.keeper_stack import (
     RULE,

@@ -17,6 +17,7 @@ from tests.fake_model import ScriptedChatModel
 from tests.story_model import StoryModel, batch
 
 pytestmark = pytest.mark.postgres
+HANDLE = "resp_" + "a" * 32
 CONFIG = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=4)
 
 
@@ -54,6 +55,7 @@ def proxy_folder(tmp_path):
     run_items(keeper, saver, "alpha", range(1, 19))
     run_items(keeper, saver, "beta", range(1, 9))
     keeper.archive.put_value("alpha", "zürich ✓", {"text": "a\x00b"})
+    keeper.archive.put_handle("alpha", HANDLE, {"reply": "r-1", "note": "a\x00b"})
     # entries moved out of the NOTES, one forgotten (moved, nothing to recall)
     keeper.archive.update_moved(
         "alpha", MovedUpdate(add=(("c90", "3"), ("Łódź kasa", "a\x00b"), ("gone", None)))
@@ -86,6 +88,7 @@ def test_migrate_copies_every_session_exactly_and_can_run_again(
             assert len(snapshot(target, session)[1]) >= 2, "several cuts were migrated"
         assert target.moved_named("alpha", {"łódź"}) == [("Łódź kasa", "a\x00b")]
         assert target.get_value("alpha", "zürich ✓") == {"text": "a\x00b"}
+        assert target.find_handle(HANDLE) == source.find_handle(HANDLE) is not None
     assert main(args) == 0  # again: nothing is copied twice
     with (
         PostgresArchive(postgres_url, schema=pg_schema) as target,

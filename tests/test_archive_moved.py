@@ -12,6 +12,7 @@ import pytest
 from keeper_middleware.archive.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS, words_of
 from keeper_middleware.archive.records import MovedUpdate
 from keeper_middleware.archive.sqlite import SQLiteArchive
+from keeper_middleware.archive.store import SCHEMA_VERSION
 from tests.archive_stores import (
     make_turns,
     notes_for,
@@ -160,4 +161,4 @@ def test_a_file_of_the_first_layout_opens_and_keeps_its_moved_entries(tmp_path):
         assert list(archive.moved_rows("s")) == [("c1", "3")]
         assert archive.turn_count("s") == 3
     with sqlite3.connect(path) as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchone() == (3,)
+        assert raw.execute("SELECT version FROM schema_version").fetchone() == (SCHEMA_VERSION,)

@@ -247,3 +247,53 @@ def test_the_bottom_rooms_import_nothing_above_them():
             continue
         outside = {_room(t) for t in targets} - BOTTOM_ROOMS
         assert not outside, (module, outside)
+
+
+PROXY = "keeper_middleware.integrations.proxy"
+PROXY_TOP = {"__init__", "__main__", "app", "cli", "demo", "serving"}
+"""The proxy's server, at the top of its package: the app, the command, the socket, the demo."""
+PROXY_ROOMS = {
+    "conversation": set(),
+    "chat_completions": {"conversation"},
+    "responses": {"conversation"},
+    "messages": {"conversation"},
+    "upstream": {"conversation", "chat_completions", "responses", "messages"},
+    "slots": set(),
+    "sessions": {"conversation", "chat_completions", "upstream", "slots"},
+    "doors": {
+        "conversation",
+        "chat_completions",
+        "responses",
+        "messages",
+        "upstream",
+        "sessions",
+    },
+}
+"""Which of the proxy's rooms each may import (docs/architecture.md, the proxy's map): the one
+conversation form at the bottom; each API's room on it alone, never another API's; the upstream
+side over the APIs; the session engine over the upstream, knowing no API but the form and Chat
+Completions; the Responses and Messages doors over the engine; the server above them all."""
+
+
+def _proxy_room(module: str) -> str:
+    """The room of a proxy module (``(top)`` for the server's modules)."""
+    rest = module.removeprefix(PROXY + ".").split(".")
+    return rest[0] if len(rest) > 1 or MODULES[module].name == "__init__.py" else "(top)"
+
+
+def test_the_proxy_keeps_each_concern_in_its_room_and_only_the_server_at_the_top():
+    proxy = [m for m in MODULES if m.startswith(PROXY + ".")]
+    assert {m.removeprefix(PROXY + ".") for m in proxy if _proxy_room(m) == "(top)"} == (
+        PROXY_TOP - {"__init__"}
+    )
+    assert {_proxy_room(m) for m in proxy} - {"(top)"} == PROXY_ROOMS.keys()
+
+
+def test_the_proxys_rooms_import_only_the_rooms_below_them():
+    for module, targets in GRAPH.items():
+        if not module.startswith(PROXY + ".") or _proxy_room(module) == "(top)":
+            continue
+        room = _proxy_room(module)
+        used = {_proxy_room(t) for t in targets if t.startswith(PROXY + ".")} - {room}
+        assert used <= PROXY_ROOMS[room], (module, used - PROXY_ROOMS[room])
+        assert PROXY not in targets, (module, "imports the package's lazy names")

@@ -22,10 +22,10 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keeper_middleware.integrations.proxy.history import take_in
-from keeper_middleware.integrations.proxy.openai_format import parse_chat_request
-from keeper_middleware.integrations.proxy.resent import Resent
-from keeper_middleware.integrations.proxy.sessions import SessionRecord
+from keeper_middleware.integrations.proxy.conversation.form import parse_chat_request
+from keeper_middleware.integrations.proxy.conversation.resent import Resent
+from keeper_middleware.integrations.proxy.sessions.history import take_in
+from keeper_middleware.integrations.proxy.sessions.records import SessionRecord
 from tests.proxy_upstream import (
     AGENT_TOOL,
     SYSTEM,

@@ -10,17 +10,17 @@ import json
 
 import pytest
 
-from keeper_middleware.integrations.proxy.completions import agent_reply
-from keeper_middleware.integrations.proxy.history import align, take_in, withdraw
-from keeper_middleware.integrations.proxy.openai_format import (
+from keeper_middleware.integrations.proxy.chat_completions.replies import agent_reply
+from keeper_middleware.integrations.proxy.conversation.form import (
     ChatRequest,
     RequestError,
     digest_of,
     message_from_openai,
     parse_chat_request,
 )
-from keeper_middleware.integrations.proxy.sessions import SessionRecord
-from keeper_middleware.integrations.proxy.tenants import fallback_session
+from keeper_middleware.integrations.proxy.sessions.history import align, take_in, withdraw
+from keeper_middleware.integrations.proxy.sessions.records import SessionRecord
+from keeper_middleware.integrations.proxy.sessions.tenants import fallback_session
 from keeper_middleware.keeper import ModelSetup
 from keeper_middleware.messages.facts import keeper_message
 from keeper_middleware.notes.block import Notes, parse_notes, render_notes

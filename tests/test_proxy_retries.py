@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from keeper_middleware.integrations.proxy import upstream as upstream_module
-from keeper_middleware.integrations.proxy.upstream import (
+from keeper_middleware.integrations.proxy.upstream import client as upstream_module
+from keeper_middleware.integrations.proxy.upstream.client import (
     CallTally,
     RetryPolicy,
     Upstream,

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, message_to_dict
 
-from keeper_middleware.integrations.proxy.sessions import (
+from keeper_middleware.integrations.proxy.sessions.records import (
     MessageMemo,
     SessionRecord,
     StoredRecord,

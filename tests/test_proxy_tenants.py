@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from keeper_middleware.integrations.proxy.searching import search_arguments
-from keeper_middleware.integrations.proxy.tenants import Tenants, parse_keys
+from keeper_middleware.integrations.proxy.sessions.searching import search_arguments
+from keeper_middleware.integrations.proxy.sessions.tenants import Tenants, parse_keys
 from tests.proxy_upstream import (
     ScriptedUpstream,
     chat,

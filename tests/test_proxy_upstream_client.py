@@ -21,19 +21,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
 from keeper_middleware.integrations.proxy.cli import serve_in_thread
-from keeper_middleware.integrations.proxy.http_clients import (
-    AiohttpClient,
-    HttpxClient,
-    env_proxy,
-    split_lines,
-)
-from keeper_middleware.integrations.proxy.streaming import StreamPiece
-from keeper_middleware.integrations.proxy.upstream import (
+from keeper_middleware.integrations.proxy.upstream.client import (
     CallTally,
     RetryPolicy,
     Upstream,
     UpstreamError,
+)
+from keeper_middleware.integrations.proxy.upstream.http_clients import (
+    AiohttpClient,
+    HttpxClient,
+    env_proxy,
+    split_lines,
 )
 
 pytestmark = pytest.mark.anyio

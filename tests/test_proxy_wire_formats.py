@@ -11,34 +11,32 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from starlette.datastructures import Headers
 
-from keeper_middleware.integrations.proxy.api_params import translate_params
-from keeper_middleware.integrations.proxy.front_doors import (
-    front_session,
-    parse_response_id,
-    response_id,
-)
-from keeper_middleware.integrations.proxy.messages_format import (
-    chat_from_message,
-    parse_messages_request,
-    render_messages,
-)
-from keeper_middleware.integrations.proxy.openai_format import (
+from keeper_middleware.integrations.proxy.conversation.form import (
     RequestError,
     digest_of,
     parse_chat_request,
 )
-from keeper_middleware.integrations.proxy.responses_format import (
-    parse_responses_request,
-    render_responses,
+from keeper_middleware.integrations.proxy.conversation.params import translate_params
+from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, native_items
+from keeper_middleware.integrations.proxy.doors.routes import (
+    front_session,
 )
-from keeper_middleware.integrations.proxy.responses_replies import (
+from keeper_middleware.integrations.proxy.messages.replies import chat_from_message
+from keeper_middleware.integrations.proxy.messages.requests import (
+    parse_messages_request,
+    render_messages,
+)
+from keeper_middleware.integrations.proxy.responses.replies import (
     chat_from_response,
     response_output,
 )
-from keeper_middleware.integrations.proxy.tenants import SessionIdError
-from keeper_middleware.integrations.proxy.turns import shape_turn
-from keeper_middleware.integrations.proxy.upstream_apis import ChatApi, upstream_api
-from keeper_middleware.integrations.proxy.wire import ToolNames, native_items
+from keeper_middleware.integrations.proxy.responses.requests import (
+    parse_responses_request,
+    render_responses,
+)
+from keeper_middleware.integrations.proxy.sessions.tenants import SessionIdError
+from keeper_middleware.integrations.proxy.sessions.turns import shape_turn
+from keeper_middleware.integrations.proxy.upstream.apis import ChatApi, upstream_api
 from keeper_middleware.step.turns import archived_turn
 from tests.client_requests import (
     CLAUDE_SESSION,
@@ -117,8 +115,8 @@ def test_a_resent_step_has_the_fingerprint_of_the_reply_it_echoes():
         ],
     }  # fmt: skip
     completion = chat_from_response(reply)
-    from keeper_middleware.integrations.proxy.completions import agent_reply
-    from keeper_middleware.integrations.proxy.openai_format import message_from_openai
+    from keeper_middleware.integrations.proxy.chat_completions.replies import agent_reply
+    from keeper_middleware.integrations.proxy.conversation.form import message_from_openai
 
     sent, _ = agent_reply(completion, None)
     echoed = parse_responses_request(codex_body(user_item("x"), *codex_step(1, "ls", "a")))
@@ -197,7 +195,7 @@ def test_a_tool_result_and_text_in_one_user_message_are_a_result_then_a_user_mes
     assert isinstance(result, ToolMessage) and result.content == "a.txt"
     assert isinstance(text, HumanMessage) and text.content == "Now count them."
     rendered = [render_messages(m) for m in request.messages[-3:]]
-    from keeper_middleware.integrations.proxy.messages_format import merged
+    from keeper_middleware.integrations.proxy.messages.requests import merged
 
     assert merged(rendered)[-1] == {"role": "user", "content": blocks}  # merged back, is_error kept
 
@@ -335,17 +333,6 @@ def test_a_session_is_named_by_the_clients_own_conversation_first():
     assert named(plain).startswith("auto-") and named(plain) == named(plain)
     with pytest.raises(SessionIdError, match="serves several users per key"):
         named(plain, require=True)
-
-
-def test_a_response_id_names_its_session_and_reply_and_refuses_what_cannot_continue():
-    answer, reply = response_id("codex-1", stored=True)
-    assert parse_response_id(answer) == ("codex-1", reply)
-    unstored, _ = response_id("codex-1", stored=False)
-    with pytest.raises(RequestError, match="store=false"):
-        parse_response_id(unstored)
-    for forged in ("resp_abc", "resp_kzz.1", "chatcmpl-1", "resp_k" + b"a:b".hex() + ".1"):
-        with pytest.raises(RequestError, match="not known to this proxy"):
-            parse_response_id(forged)
 
 
 def test_the_chat_door_is_unchanged_by_the_internal_model():

@@ -40,13 +40,13 @@ if _MISSING:
 import httpx  # noqa: E402
 
 from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app  # noqa: E402
-from keeper_middleware.integrations.proxy.slot_rules import (  # noqa: E402
-    parked_name,
-    read_cached_tokens,
-)
-from keeper_middleware.integrations.proxy.slots import (  # noqa: E402
+from keeper_middleware.integrations.proxy.slots.parking import (  # noqa: E402
     SlotParking,
     SlotParkingConfig,
+)
+from keeper_middleware.integrations.proxy.slots.rules import (  # noqa: E402
+    parked_name,
+    read_cached_tokens,
 )
 
 TIMEOUT = 300.0

@@ -22,8 +22,8 @@ import pytest
 
 from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app
 from keeper_middleware.integrations.proxy.cli import build_parser, byte_size, slot_parking_config
-from keeper_middleware.integrations.proxy.slot_rules import parked_name
-from keeper_middleware.integrations.proxy.slots import SlotParkingConfig
+from keeper_middleware.integrations.proxy.slots.parking import SlotParkingConfig
+from keeper_middleware.integrations.proxy.slots.rules import parked_name
 
 pytestmark = pytest.mark.anyio
 

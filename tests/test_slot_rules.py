@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keeper_middleware.integrations.proxy.slot_rules import (
+from keeper_middleware.integrations.proxy.slots.rules import (
     ParkedFile,
     ServerIdentity,
     common_prefix,

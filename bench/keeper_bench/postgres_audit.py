@@ -20,8 +20,8 @@ def audit(database: str, tags: list[str], turns: int) -> dict[str, Any]:
     from langchain_core.messages import message_to_dict
 
     from keeper_middleware.archive.postgres import PostgresArchive
-    from keeper_middleware.integrations.proxy.sessions import RECORD_KEY, StoredRecord
-    from keeper_middleware.integrations.proxy.tenants import DEFAULT_TENANT
+    from keeper_middleware.integrations.proxy.sessions.records import RECORD_KEY, StoredRecord
+    from keeper_middleware.integrations.proxy.sessions.tenants import DEFAULT_TENANT
 
     problems: list[str] = []
     cuts = versions_total = archived_tokens = 0

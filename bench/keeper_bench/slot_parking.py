@@ -40,8 +40,8 @@ from keeper_middleware.integrations.llama_server import (
     LocalLlamaServer,
     find_llama_server_binary,
 )
-from keeper_middleware.integrations.proxy.slot_rules import parked_name
-from keeper_middleware.integrations.proxy.slots import SlotParking, SlotParkingConfig
+from keeper_middleware.integrations.proxy.slots.parking import SlotParking, SlotParkingConfig
+from keeper_middleware.integrations.proxy.slots.rules import parked_name
 
 SYSTEM = "You are a terse assistant. Answer in one short sentence."
 FIRST_QUESTION = "Which hall holds the most lamps? Answer briefly."

@@ -4,10 +4,13 @@ An agent that sends its whole history on every call and manages nothing points i
 For each ``POST /v1/chat/completions`` the proxy aligns the agent's messages with its session by
 content (:mod:`.history`), runs the keeper step before every upstream call, sends the upstream at
 most the live window, answers the model's archive searches itself, and returns (or streams) the
-reply. The engine is the same ``Keeper`` the LangGraph node drives; this package converts
-formats (:mod:`.openai_format`, :mod:`.completions`, :mod:`.streaming`), identifies callers (:mod:`.tenants`), keeps
-session records (:mod:`.sessions`), calls the upstream (:mod:`.upstream`) and serves it all
-(:mod:`.app`, :mod:`.cli`).
+reply. The engine is the same ``Keeper`` the LangGraph node drives. One package per concern
+(docs/architecture.md has the map): ``conversation`` (the one internal form every API is read
+into), ``chat_completions``, ``responses`` and ``messages`` (each API's requests, replies and
+stream events, front and upstream side), ``upstream`` (the HTTP client and the upstream's API),
+``sessions`` (tenants, session records, the engine), ``slots`` (llama.cpp slot parking),
+``doors`` (the Responses and Messages routes); the server (:mod:`.app`, :mod:`.cli`,
+:mod:`.serving`) is at the top.
 
     keeper-proxy --upstream http://127.0.0.1:8000/v1 --window 32768
 """
@@ -22,9 +25,13 @@ if TYPE_CHECKING:
         create_proxy_app,
         session_report,
     )
-    from keeper_middleware.integrations.proxy.engine import KeeperProxy
-    from keeper_middleware.integrations.proxy.tenants import Tenants
-    from keeper_middleware.integrations.proxy.upstream import RetryPolicy, Upstream, UpstreamError
+    from keeper_middleware.integrations.proxy.sessions.engine import KeeperProxy
+    from keeper_middleware.integrations.proxy.sessions.tenants import Tenants
+    from keeper_middleware.integrations.proxy.upstream.client import (
+        RetryPolicy,
+        Upstream,
+        UpstreamError,
+    )
 
 __all__ = [
     "ARCHIVE_FILE",
@@ -41,11 +48,11 @@ _HOMES = {
     "ARCHIVE_FILE": "app",
     "create_proxy_app": "app",
     "session_report": "app",
-    "KeeperProxy": "engine",
-    "Tenants": "tenants",
-    "RetryPolicy": "upstream",
-    "Upstream": "upstream",
-    "UpstreamError": "upstream",
+    "KeeperProxy": "sessions.engine",
+    "Tenants": "sessions.tenants",
+    "RetryPolicy": "upstream.client",
+    "Upstream": "upstream.client",
+    "UpstreamError": "upstream.client",
 }
 
 

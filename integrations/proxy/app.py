@@ -1,13 +1,13 @@
 """The keeper proxy as a Starlette app: routes, keys, errors, and streaming to the agent.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/messages`` (the
-agent's calls, in the API it speaks: :mod:`.front_doors`), ``GET /v1/models`` (passed through),
+agent's calls, in the API it speaks: :mod:`.doors.routes`), ``GET /v1/models`` (passed through),
 ``GET /keeper/sessions`` (the caller's sessions), ``GET`` and ``DELETE /keeper/sessions/{id}``
 (one session's notes and counters; forgetting it), ``GET /metrics`` (Prometheus). Every route
-serves only the caller's tenant (see :mod:`.tenants`); an admin key names another tenant's
+serves only the caller's tenant (see :mod:`.sessions.tenants`); an admin key names another tenant's
 session as ``<tenant>:<id>``.
 
-A streaming request gets the upstream's text as it arrives (:mod:`.streaming`); an error before
+A streaming request gets the upstream's text as it arrives (:mod:`.chat_completions.streams`); an error before
 the first byte is an ordinary JSON error with its status, one after it an error event.
 """
 
@@ -31,18 +31,11 @@ from starlette.routing import Route
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
 from keeper_middleware.errors import ConfigurationError, WindowTooSmallError
-from keeper_middleware.integrations.proxy.completions import completion_body, logprobs_after
-from keeper_middleware.integrations.proxy.engine import Answer, KeeperProxy, QuotaError
-from keeper_middleware.integrations.proxy.front_doors import FrontDoors
-from keeper_middleware.integrations.proxy.metrics import SessionCounters, metrics_registry
-from keeper_middleware.integrations.proxy.openai_format import (
-    RequestError,
-    error_body,
-    parse_chat_request,
+from keeper_middleware.integrations.proxy.chat_completions.replies import (
+    completion_body,
+    logprobs_after,
 )
-from keeper_middleware.integrations.proxy.sessions import SessionStore
-from keeper_middleware.integrations.proxy.slots import SlotParking, SlotParkingConfig
-from keeper_middleware.integrations.proxy.streaming import (
+from keeper_middleware.integrations.proxy.chat_completions.streams import (
     StreamPiece,
     chunk_envelope,
     sse_delta,
@@ -50,7 +43,16 @@ from keeper_middleware.integrations.proxy.streaming import (
     sse_finish,
     sse_start,
 )
-from keeper_middleware.integrations.proxy.tenants import (
+from keeper_middleware.integrations.proxy.conversation.form import (
+    RequestError,
+    error_body,
+    parse_chat_request,
+)
+from keeper_middleware.integrations.proxy.doors.routes import FrontDoors
+from keeper_middleware.integrations.proxy.sessions.engine import Answer, KeeperProxy, QuotaError
+from keeper_middleware.integrations.proxy.sessions.metrics import SessionCounters, metrics_registry
+from keeper_middleware.integrations.proxy.sessions.records import SessionStore
+from keeper_middleware.integrations.proxy.sessions.tenants import (
     SESSION_HEADER,
     Caller,
     SessionIdError,
@@ -60,13 +62,14 @@ from keeper_middleware.integrations.proxy.tenants import (
     split_stored,
     stored_name,
 )
-from keeper_middleware.integrations.proxy.upstream import (
+from keeper_middleware.integrations.proxy.slots.parking import SlotParking, SlotParkingConfig
+from keeper_middleware.integrations.proxy.upstream.apis import upstream_api as make_upstream_api
+from keeper_middleware.integrations.proxy.upstream.client import (
     RetryPolicy,
     Upstream,
     UpstreamError,
     retry_after_header,
 )
-from keeper_middleware.integrations.proxy.upstream_apis import upstream_api as make_upstream_api
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.notes.block import render_notes
 from keeper_middleware.retrievers.base import Retriever
@@ -170,9 +173,9 @@ def create_proxy_app(
     or with ``archive_url`` (``postgresql://…``) in that database, where any number of replicas
     can serve any session: requests of one session take turns across replicas.
     ``slot_parking`` manages a llama.cpp upstream's slots: sessions are pinned to slots and the
-    caches of evicted ones parked on disk (:mod:`.slots`). ``upstream_api`` is the API the
+    caches of evicted ones parked on disk (:mod:`.slots.parking`). ``upstream_api`` is the API the
     upstream speaks (``chat``, ``responses`` or ``messages``): clients of that API get it passed
-    through, the others are translated (:mod:`.upstream_apis`); every front door
+    through, the others are translated (:mod:`.upstream.apis`); every front door
     (``/v1/chat/completions``, ``/v1/responses``, ``/v1/messages``) serves either way.
     """
     if max_body_bytes < 1:

@@ -231,7 +231,7 @@ def slot_parking_config(args: argparse.Namespace) -> Any:
         return None
     if args.llama_slots is None or args.slot_dir is None:
         raise ConfigurationError("slot parking needs both --llama-slots N and --slot-dir PATH")
-    from keeper_middleware.integrations.proxy.slots import SlotParkingConfig
+    from keeper_middleware.integrations.proxy.slots.parking import SlotParkingConfig
 
     return SlotParkingConfig(
         slots=args.llama_slots,
@@ -253,8 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import uvicorn
 
         from keeper_middleware.integrations.proxy.app import create_proxy_app
-        from keeper_middleware.integrations.proxy.tenants import Tenants
-        from keeper_middleware.integrations.proxy.upstream import RetryPolicy
+        from keeper_middleware.integrations.proxy.sessions.tenants import Tenants
+        from keeper_middleware.integrations.proxy.upstream.client import RetryPolicy
     except ImportError as exc:  # the web server is an extra
         print(
             f"keeper-proxy needs the proxy extra ({exc.name} is missing): "

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 __all__ = ["SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """SQLite archive layout: 2 keeps moved STATE entries one row each (``moved_rows``); 3 names
 records by id and digest, chains cuts to their parents and logs moved entries per cut
-(docs/branches.md)."""
+(docs/branches.md); 4 adds the handles table (``archive.handles``: the proxy's
+response ids)."""

@@ -9,7 +9,8 @@ not at all. A process killed at any point leaves either the whole cut or none of
 rolls back a transaction whose connection is gone), and committing the same ``cut_key`` again
 returns the first record.
 
-Beyond the contract it implements ``SessionLockBackend`` with the server's advisory locks
+Beyond the contract it implements ``HandleStore`` (``archive.handles``) and
+``SessionLockBackend`` with the server's advisory locks
 (``locks``). Branches (docs/branches.md) are kept as in SQLite: a session that never forked is
 one line of cuts at no extra cost; a forked one reads a branch's chain with one recursive query.
 """
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from keeper_middleware.archive.postgres import branches as pg_branches
+from keeper_middleware.archive.postgres import handles as pg_handles
 from keeper_middleware.archive.postgres import moved as pg_moved
 from keeper_middleware.archive.postgres.connect import (
     check_schema_name,
@@ -346,6 +348,28 @@ class PostgresArchive:
                     "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
                     rows,
                 )
+
+    def put_handle(self, session: str, handle: str, value: Any) -> None:
+        """Record a handle for ``session`` (``archive.handles.HandleStore``)."""
+        _require_session(session)
+        for text in (session, handle):
+            refuse_nul(text, "handle")
+        try:
+            value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ArgumentTypeError(f"a handle's value must be JSON-able: {exc}") from exc
+        with (
+            self._errors("saving a handle"),
+            self._live_pool().connection() as conn,
+            conn.transaction(),
+        ):
+            pg_handles.put(conn, self.schema, session, handle, value_json)
+
+    def find_handle(self, handle: str) -> tuple[str, Any] | None:
+        if "\x00" in handle:
+            return None
+        with self._errors("reading"), self._live_pool().connection() as conn:
+            return pg_handles.find(conn, self.schema, handle)
 
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         _require_session(session)

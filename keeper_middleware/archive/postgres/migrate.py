@@ -5,8 +5,8 @@ original time, after the same parent, through the same one-transaction commit as
 ``seq``, notes versions and the tree of branches come out as they were (a record a cut took up
 from another branch is linked again, not copied), and a migration stopped at any point is
 finished by running it again (a cut already copied is recognised by its key and skipped). Per-session values (counters, search
-guards, the proxy's session records) and the entries moved out of the NOTES are copied after
-the cuts, and the keyword index is rebuilt
+guards, the proxy's session records), handles (the proxy's response ids) and the entries moved
+out of the NOTES are copied after the cuts, and the keyword index is rebuilt
 in the database from the archived turns, so the new deployment needs none of the old files. The
 source is only read.
 """
@@ -175,6 +175,17 @@ def _notes_of(raw: sqlite3.Connection, session: str, key: str) -> NotesDraft | N
     return NotesDraft(first_item=row[0], last_item=row[1], text=row[2], data_json=row[3])
 
 
+def _copy_handles(raw: sqlite3.Connection, target: PostgresArchive, session: str) -> None:
+    """The session's handles (the proxy's response ids), those not copied yet: a file before
+    layout 4 has none."""
+    if raw.execute("SELECT 1 FROM sqlite_master WHERE name = 'handles'").fetchone() is None:
+        return
+    rows = raw.execute("SELECT handle, value_json FROM handles WHERE session = ?", (session,))
+    for handle, value_json in rows.fetchall():
+        if target.find_handle(handle) is None:
+            target.put_handle(session, handle, json.loads(value_json))
+
+
 def _moved_of(raw: sqlite3.Connection, session: str) -> tuple[tuple[str, str | None], ...]:
     """The session's moved entries in order (none in a file of the first layout: those are
     values, copied as such and moved to rows by the target on first use)."""
@@ -223,6 +234,7 @@ def migrate_session(
         if key not in (INDEXED_SEQ, NEXT_POSITION):  # the index is rebuilt below
             target.put_value(session, key, json.loads(value_json))
             values += 1
+    _copy_handles(raw, target, session)
     moved = _moved_of(raw, session)
     if moved and not _branched(raw):
         target.update_moved(session, MovedUpdate(add=moved))

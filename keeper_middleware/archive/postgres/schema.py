@@ -165,6 +165,13 @@ MIGRATIONS: tuple[str, ...] = (
     """INSERT INTO {schema}.moved_log (session, id, ordinal, key, value, gone, place, folded, word)
     SELECT m.session, m.seq + 1, s.cuts, m.key, m.value, false, m.seq, m.folded, m.word
     FROM {schema}.moved AS m JOIN {schema}.sessions AS s ON s.session = m.session""",
+    # handles (``archive.handles``): opaque names standing for a session, erased with it
+    """CREATE TABLE {schema}.handles (
+        handle TEXT PRIMARY KEY,
+        session TEXT NOT NULL REFERENCES {schema}.sessions (session) ON DELETE CASCADE,
+        value_json TEXT NOT NULL,
+        created DOUBLE PRECISION NOT NULL
+    )""",
 )
 """Append only: a released statement is never edited, a change is a new statement."""
 

@@ -40,6 +40,7 @@ from keeper_middleware.archive.rows import (
     require_cut_key,
 )
 from keeper_middleware.archive.sqlite import branches as sqlite_branches
+from keeper_middleware.archive.sqlite import handles as sqlite_handles
 from keeper_middleware.archive.sqlite import moved as sqlite_moved
 from keeper_middleware.archive.sqlite.open import open_archive_file
 from keeper_middleware.errors import (
@@ -576,6 +577,25 @@ class SQLiteArchive:
             for row in page:
                 yield row[0], row[1]
             last = page[-1][2]
+
+    def put_handle(self, session: str, handle: str, value: Any) -> None:
+        """Record a handle for ``session`` (``archive.handles.HandleStore``)."""
+        _require_session(session)
+        ((_, _, value_json),) = _value_rows(session, {handle: value})
+        with self._lock:
+            conn = self._live()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                sqlite_handles.put(conn, session, handle, value_json)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def find_handle(self, handle: str) -> tuple[str, Any] | None:
+        with self._lock:
+            return sqlite_handles.find(self._live(), handle)
 
     def sessions(self) -> list[str]:
         return [row[0] for row in self._query("SELECT session FROM sessions ORDER BY session", ())]

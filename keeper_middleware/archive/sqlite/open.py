@@ -3,8 +3,9 @@ the file proven writable, and every failure explained with the fix.
 
 Kept apart from ``archive`` so the backend's transactions read without the file's setup;
 the moved entries' log is ``moved``'s. Version 3 (branches, docs/branches.md) names records by
-message id and digest, chains cuts to their parents and keeps moved entries as a log; a file of
-version 1 or 2 is brought forward when opened, in one transaction.
+message id and digest, chains cuts to their parents and keeps moved entries as a log; version 4
+adds the handles table (``archive.handles``). A file of an earlier version is brought forward
+when opened, in one transaction.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Literal
 
 from keeper_middleware.archive.records import turn_digest
 from keeper_middleware.archive.schema_version import SCHEMA_VERSION
+from keeper_middleware.archive.sqlite import handles as sqlite_handles
 from keeper_middleware.archive.sqlite import moved as sqlite_moved
 from keeper_middleware.errors import ArchiveError, ArchiveSchemaError
 from keeper_middleware.errors.sqlite import FileConnection, describe
@@ -208,14 +210,17 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
         found = row[0]
         if found is None:
-            _run(conn, _SCHEMA + sqlite_moved.CURRENT + ";" + sqlite_moved.SCHEMA)
+            schema = _SCHEMA + sqlite_moved.CURRENT + ";" + sqlite_moved.SCHEMA
+            _run(conn, schema + ";" + sqlite_handles.SCHEMA)
             conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-        elif found in (1, 2):
+        elif found in (1, 2, 3):
             if found == 1:  # moved entries were two JSON values: adopted per session on use
                 _run(conn, sqlite_moved.CURRENT)
-            _run(conn, _TO_V3)
-            _chain_cuts(conn)
-            _run(conn, sqlite_moved.SCHEMA + ";" + sqlite_moved.FROM_ROWS)
+            if found < 3:
+                _run(conn, _TO_V3)
+                _chain_cuts(conn)
+                _run(conn, sqlite_moved.SCHEMA + ";" + sqlite_moved.FROM_ROWS)
+            _run(conn, sqlite_handles.SCHEMA)  # version 3 to 4
             conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
         elif found > SCHEMA_VERSION:
             raise ArchiveSchemaError(

@@ -1,0 +1,80 @@
+"""Errors at the Responses and Messages front doors, in each API's own shape (pure).
+
+A failed request is told what the chat door would say (the same statuses and codes), written as
+OpenAI's ``{"error": {...}}`` or Anthropic's ``{"type": "error", "error": {...}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from keeper_middleware.errors import WindowTooSmallError
+from keeper_middleware.integrations.proxy.conversation.form import RequestError
+from keeper_middleware.integrations.proxy.sessions.engine import QuotaError
+from keeper_middleware.integrations.proxy.sessions.tenants import SessionIdError
+from keeper_middleware.integrations.proxy.upstream.client import (
+    RetryPolicy,
+    UpstreamError,
+    retry_after_header,
+)
+
+__all__ = ["Failure", "failure_of", "json_response"]
+
+_log = logging.getLogger(__name__)
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    status: int
+    message: str
+    kind: str
+    code: str | None = None
+    param: str | None = None
+    headers: Mapping[str, str] | None = None
+
+    def openai(self) -> Response:
+        body = {"error": {"message": self.message, "type": self.kind, "code": self.code,
+                          "param": self.param}}  # fmt: skip
+        return json_response(body, self.status, self.headers)
+
+    def anthropic_error(self) -> dict[str, Any]:
+        kind = _ANTHROPIC_TYPES.get(self.status, "api_error")
+        return {"type": kind, "message": self.message}
+
+    def anthropic(self) -> Response:
+        return json_response(
+            {"type": "error", "error": self.anthropic_error()}, self.status, self.headers
+        )
+
+
+def json_response(
+    body: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(orjson.dumps(body), status, dict(headers or {}), media_type="application/json")
+
+
+def failure_of(exc: BaseException, session: str, retry: RetryPolicy) -> Failure:
+    """What the client is told of a request that failed (the chat door's statuses)."""
+    if isinstance(exc, UpstreamError):
+        return Failure(exc.status, exc.message, "upstream_error", exc.code,
+                       headers=retry_after_header(exc, retry))  # fmt: skip
+    if isinstance(exc, RequestError):
+        code = "previous_response_not_found" if exc.param == "previous_response_id" else None
+        return Failure(exc.status, exc.message, "invalid_request_error", code, exc.param)
+    if isinstance(exc, SessionIdError):
+        return Failure(400, str(exc), "invalid_request_error", "invalid_session")
+    if isinstance(exc, WindowTooSmallError):
+        return Failure(400, str(exc), "invalid_request_error", "context_length_exceeded")
+    if isinstance(exc, QuotaError):
+        return Failure(413, str(exc), "invalid_request_error", "quota_exceeded")
+    _log.exception("keeper proxy failed on session %s", session, exc_info=exc)
+    return Failure(500, f"The keeper proxy failed: {exc!r}", "server_error")

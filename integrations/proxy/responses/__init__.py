@@ -1,0 +1,3 @@
+"""OpenAI Responses (``POST /v1/responses``): its requests read into the conversation form, its
+replies written from it (pure).
+"""

@@ -1,0 +1,534 @@
+"""Drives the keeper engine for every session of the proxy (the ASGI app is a thin layer over it).
+
+For each chat request the agent's messages are aligned with the session by content
+(:mod:`.history`), the keeper step runs before every upstream call (notes asked in place,
+rendered exactly like a main call), the upstream gets at most the live window, the model's
+archive searches are answered here, and the final reply goes back to the agent. When a reply
+mixes searches with the agent's own tool calls, the searches are answered (their results wait in
+the window) and the agent gets its own calls.
+
+Everything that touches SQLite or walks the whole history runs in worker threads, so the event
+loop only moves bytes; two requests of one session never run at once (the second waits), also
+across replicas on one PostgreSQL archive: the session is held in the database for the whole
+request (:meth:`Keeper.asession`), and what this process remembers of it is read again first, so
+any replica can serve any request of any session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
+from functools import partial
+from typing import Any, ParamSpec, TypeVar
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from keeper_middleware.errors import (
+    ConfigurationError,
+    InvalidStateError,
+    KeeperError,
+    WindowTooSmallError,
+)
+from keeper_middleware.integrations.proxy.chat_completions.replies import (
+    agent_reply,
+    ai_from_completion,
+)
+from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
+from keeper_middleware.integrations.proxy.conversation.form import (
+    ChatRequest,
+    RequestError,
+    digest_of,
+    message_from_openai,
+)
+from keeper_middleware.integrations.proxy.conversation.resent import Resent
+from keeper_middleware.integrations.proxy.sessions.history import continued, take_in
+from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
+from keeper_middleware.integrations.proxy.sessions.records import (
+    ArchiveSessionStore,
+    MessageMemo,
+    SessionRecord,
+    SessionStore,
+)
+from keeper_middleware.integrations.proxy.sessions.searching import answer_searches
+from keeper_middleware.integrations.proxy.sessions.tenants import split_stored
+from keeper_middleware.integrations.proxy.sessions.turns import Answer, Turn, new_id, shape_turn
+from keeper_middleware.integrations.proxy.slots.parking import SlotParking
+from keeper_middleware.integrations.proxy.upstream.client import Forward, Upstream, UpstreamError
+from keeper_middleware.keeper import Keeper
+from keeper_middleware.messages.facts import text_of
+from keeper_middleware.search.schema import SEARCH_TOOL_NAME
+
+__all__ = ["Answer", "KeeperProxy", "QuotaError"]
+
+RESENT_SESSIONS = 4096
+"""Sessions whose last request is kept to read the next one incrementally."""
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class QuotaError(KeeperError):
+    """Storing a request would take its tenant past its disk quota."""
+
+
+class KeeperProxy:
+    """Drives the keeper engine for every session."""
+
+    def __init__(
+        self,
+        keeper: Keeper,
+        upstream: Upstream,
+        *,
+        max_upstream_calls: int,
+        store: SessionStore | None = None,
+        tenant_quota_bytes: int | None = None,
+        workers: int = 32,
+        slots: SlotParking | None = None,
+    ) -> None:
+        if max_upstream_calls < 1:
+            raise ConfigurationError("max_upstream_calls must be at least 1")
+        if tenant_quota_bytes is not None and tenant_quota_bytes <= 0:
+            raise ConfigurationError(
+                "tenant_quota_bytes must be a positive number of bytes, or None"
+            )
+        self.keeper = keeper
+        self.upstream = upstream
+        self.max_upstream_calls = max_upstream_calls
+        self.store: SessionStore = store or ArchiveSessionStore(
+            keeper.archive,
+            also=keeper.sessions.unsaved_values,
+            saved_also=keeper.sessions.values_saved,
+        )
+        self.tenant_quota_bytes = tenant_quota_bytes
+        self.slots = slots
+        self._resent: OrderedDict[str, Resent] = OrderedDict()
+        self._resent_lock = threading.Lock()
+        """The last request of the sessions served most recently (at most ``RESENT_SESSIONS``:
+        each holds its request's parsed JSON; a session past them is matched whole once)."""
+        self.incremental = True
+        """False: every request is read and matched whole, as if the session's last request
+        were not known (the reference the incremental path is tested against)."""
+        self._rendered: dict[str, MessageMemo] = {}
+        self._tenant_bytes: dict[str, int] = {}
+        self._pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keeper-proxy")
+            if workers
+            else None
+        )
+
+    async def _off_loop(self, func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run blocking work (SQLite, whole-history passes) in a worker thread (``workers=0``:
+        on the loop, for profiling). The thread runs in a copy of this task's context, so it
+        counts as holding the sessions the request holds."""
+        if self._pool is None:
+            return func(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        return await loop.run_in_executor(
+            self._pool, partial(context.run, partial(func, *args, **kwargs))
+        )
+
+    @asynccontextmanager
+    async def _holding(self, session: str) -> AsyncIterator[None]:
+        """Hold the session (in this process and, on a shared archive, in the database) and
+        read again what another replica may have changed since this one last served it."""
+        async with self.keeper.asession(session):
+            await self._off_loop(self.store.refresh, session)
+            yield
+
+    # ---------------------------------------------------------------- per-session state
+
+    def record(self, session: str) -> SessionRecord:
+        return self.store.load(session)
+
+    def resent(self, session: str) -> Resent | None:
+        """The session's last chat request as this process saw it (content only: any replica's
+        later requests leave it right), or None."""
+        return self._resent.get(session) if self.incremental else None
+
+    def stats(self, session: str) -> ProxyStats:
+        return self.store.stats(session)
+
+    def sessions(self) -> list[str]:
+        return self.keeper.archive.sessions()
+
+    def tenant_bytes(self, tenant: str) -> int:
+        """Bytes the tenant's sessions stored (computed once, then kept up to date)."""
+        if tenant not in self._tenant_bytes:
+            self._tenant_bytes[tenant] = sum(
+                self.stats(s).stored_bytes for s in self.sessions() if split_stored(s)[0] == tenant
+            )
+        return self._tenant_bytes[tenant]
+
+    async def forget(self, session: str) -> bool:
+        """Erase a session: its archive, NOTES, index and record. False if there was none."""
+        async with self._holding(session):
+            if self.slots is not None:
+                await self.slots.forget(session)
+            return await self._off_loop(self._forget, session)
+
+    def _forget(self, session: str) -> bool:
+        if session not in self.sessions():
+            self.keeper.sessions.drop(session)  # what a refused request read: nothing to write
+            return False
+        tenant = split_stored(session)[0]
+        if tenant in self._tenant_bytes:
+            self._tenant_bytes[tenant] -= self.stats(session).stored_bytes
+        self.keeper.forget(session)
+        self.store.forget(session)
+        with self._resent_lock:
+            self._resent.pop(session, None)
+        self._rendered.pop(session, None)
+        return True
+
+    # ---------------------------------------------------------------- one request
+
+    async def chat(
+        self,
+        session: str,
+        request: ChatRequest,
+        auth: str | None,
+        forward: Forward | None = None,
+    ) -> Answer:
+        """Answer one chat request; with ``forward``, plain text is streamed to it as it comes.
+        What another replica may have changed is read again in the first worker-thread step
+        (:meth:`_before_call`), not in a thread hop of its own."""
+        async with self.keeper.asession(session), AsyncExitStack() as held:
+            if isinstance(self.store, ArchiveSessionStore) and self.store.also is not None:
+                # the keeper's counters go with the request's own save: one transaction
+                held.enter_context(self.keeper.sessions.saving_later(session))
+            turn = shape_turn(
+                session,
+                request,
+                auth,
+                forward,
+                reserve=self.keeper.config.reserve,
+                api=self.upstream.api,
+            )
+            turn.reply_id = request.reply_id
+            if self.slots is not None:
+                turn.lease = await held.enter_async_context(self.slots.lease(session))
+            try:
+                return await self._answer(turn, request)
+            except (WindowTooSmallError, RequestError):
+                if not turn.existed:  # a refused request stores nothing
+                    await self._off_loop(self._forget, session)
+                raise
+            except UpstreamError as error:
+                if error.rejected and not turn.existed:  # refused upstream: as if refused here
+                    await self._off_loop(self._forget, session)
+                    raise
+                self.stats(session).failed_requests += 1
+                await self._off_loop(self._account, turn)
+                raise
+            except QuotaError:
+                raise
+            except BaseException:
+                await self._off_loop(self._account, turn)
+                raise
+
+    def _account(self, turn: Turn) -> None:
+        """Add the request's upstream calls and time to the session's counters and save them
+        (with the record taken in, if it was not saved yet: a failed request keeps it)."""
+        if turn.unsaved is not None:
+            self.store.save_all(turn.session, turn.unsaved, self._counted(turn))
+            turn.unsaved = None
+        else:
+            self.store.save_stats(turn.session, self._counted(turn))
+
+    def _counted(self, turn: Turn) -> ProxyStats:
+        """The session's counters with the request's upstream calls and time added."""
+        stats = self.stats(turn.session)
+        if turn.counted:  # a save that failed after counting is not counted twice
+            return stats
+        turn.counted = True
+        tally, elapsed = turn.tally, time.perf_counter() - turn.started
+        stats.requests += 1
+        stats.upstream_calls += tally.calls
+        stats.upstream_retries += tally.retries
+        stats.upstream_failures += tally.failures
+        stats.upstream_seconds += tally.seconds
+        stats.backoff_seconds += tally.waited
+        stats.added_seconds += max(0.0, elapsed - tally.seconds - tally.waited)
+        return stats
+
+    def _as_openai(self, session: str) -> MessageMemo:
+        """What the upstream reads of each window message, converted once per message."""
+        return self._rendered.setdefault(session, MessageMemo(self.upstream.api.render))
+
+    def _body(
+        self,
+        turn: Turn,
+        messages: list[BaseMessage],
+        tools: tuple[dict[str, Any], ...],
+        params: Mapping[str, Any],
+        kwargs: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """One upstream request in the upstream's API."""
+        memo = self._as_openai(turn.session)
+        return self.upstream.api.body(messages, tools, params, kwargs, memo, turn.context)
+
+    def _work_body(
+        self, turn: Turn, messages: list[BaseMessage], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A work call's request: the archive search left out once the session's searches have
+        passed the stop line (then, with no tool left, no tool choice either)."""
+        tools = turn.tools
+        withheld = turn.search_tool is not None and not self.keeper.search_offered(turn.session)
+        if withheld:
+            tools = tuple(t for t in turn.tools if t is not turn.search_tool)
+        body = self._body(turn, messages, tools, turn.params, kwargs)
+        if withheld and not tools:  # no tool left to choose among
+            body.pop("tool_choice", None)
+            body.pop("parallel_tool_calls", None)
+        return body
+
+    def _intake(self, session: str, request: ChatRequest) -> SessionRecord:
+        """The record after taking in the request (not saved until the keeper step has
+        accepted it: a refused request stores nothing)."""
+        known = self._resent.get(session)
+        pairs = request.digests_reusing(known.pairs if known is not None else ())
+        messages: Sequence[BaseMessage] = request.messages
+        record = self.record(session)
+        if request.continues is not None:  # only what follows the session's latest response
+            pairs, messages = continued(record, request, pairs)
+        digests = [digest for _, digest in pairs]
+        archive = self.keeper.archive
+        intake = take_in(
+            record,
+            messages,
+            digests,
+            new_id,
+            lambda ids: archive.archived_ids(session, ids),
+            keep_dropped=request.keep_dropped,
+            incremental=self.incremental,
+        )
+        self._charge(session, intake.added_chars)
+        stats = self.stats(session)
+        stats.withdrawn_messages += intake.withdrawn
+        stats.returned_messages += intake.returned
+        with self._resent_lock:  # worker threads of different sessions
+            self._resent[session] = Resent(request.raw, pairs)
+            self._resent.move_to_end(session)
+            while len(self._resent) > RESENT_SESSIONS:
+                self._resent.popitem(last=False)
+        return intake.record
+
+    def _charge(self, session: str, size: int, *, check: bool = True) -> None:
+        """Count ``size`` bytes against the session's tenant; over its quota, refuse."""
+        tenant = split_stored(session)[0]
+        if check and self.tenant_quota_bytes is not None and size:
+            used = self.tenant_bytes(tenant)
+            if used + size > self.tenant_quota_bytes:
+                raise QuotaError(
+                    f"tenant {tenant!r} has stored {used:,} bytes; this request would take it "
+                    f"past its quota of {self.tenant_quota_bytes:,} bytes. Delete sessions it "
+                    "no longer needs (DELETE /keeper/sessions/<id>) or ask for a larger quota."
+                )
+        if tenant in self._tenant_bytes:
+            self._tenant_bytes[tenant] += size
+        self.stats(session).stored_bytes += size
+
+    async def _answer(self, turn: Turn, request: ChatRequest) -> Answer:
+        loop = asyncio.get_running_loop()
+
+        async def note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+            body = self._body(turn, messages, turn.tools, turn.note_params, kwargs)
+            return ai_from_completion(await self._call(turn, body))
+
+        def sync_note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+            if self._pool is None:
+                raise InvalidStateError("note calls need worker threads (workers >= 1)")
+            return asyncio.run_coroutine_threadsafe(note_call(messages, kwargs), loop).result()
+
+        given: SessionRecord | None = None
+        for number in range(1, self.max_upstream_calls + 1):
+            record, kwargs, messages, body = await self._off_loop(
+                self._before_call, turn, given, request, sync_note_call
+            )
+            data, reply = await self._main_call(turn, kwargs, messages, body)
+            outcome = await self._off_loop(self._after_call, turn, record, data, reply, number)
+            if isinstance(outcome, Answer):
+                return outcome
+            given = outcome
+        raise AssertionError("unreachable: the last call always finishes")
+
+    def _before_call(
+        self,
+        turn: Turn,
+        record: SessionRecord | None,
+        request: ChatRequest,
+        note_call: Callable[[list[BaseMessage], Mapping[str, Any]], AIMessage],
+    ) -> tuple[SessionRecord, dict[str, Any], list[BaseMessage], dict[str, Any]]:
+        """In a worker thread: take the request in (first call), run the keeper step, and render
+        the work call (its messages and its upstream body).
+
+        The record is saved here only after a cut (the archive changed, so the record must
+        follow it before anything else can fail); otherwise it is saved once, with the reply."""
+        if record is None:
+            self.store.refresh(turn.session)
+            turn.existed = bool(self.store.load(turn.session).taken)
+            record = self._intake(turn.session, request)
+        step = self.keeper.step(
+            turn.session, list(record.window), record.keeper_state, turn.setup, note_call
+        )
+        record = replace(record, window=tuple(step.messages), keeper_state=step.state)
+        if step.cut:
+            self.store.save_all(turn.session, record, self.stats(turn.session))
+            turn.unsaved = None
+        else:
+            turn.unsaved = record
+        kwargs = self.keeper.work_kwargs(turn.session, record.window)
+        messages = turn.setup.render(record.window)
+        body = self._work_body(turn, messages, kwargs)
+        self._as_openai(turn.session).keep(messages)
+        return record, kwargs, messages, body
+
+    def _after_call(
+        self,
+        turn: Turn,
+        record: SessionRecord,
+        data: dict[str, Any],
+        reply: AIMessage,
+        number: int,
+    ) -> SessionRecord | Answer:
+        """In a worker thread: keep the reply (``data`` as a message); answer its searches (then
+        the record to call again with) or finish (the answer)."""
+        session = turn.session
+        searching = turn.search_tool is not None
+        if searching and not self.keeper.search_offered(session):
+            searching = False  # withheld from this call: its search calls are not answered
+            reply = self.keeper.answer_only(session, reply)
+        reply = self.keeper.record_reply(session, reply)
+        reply = reply.model_copy(update={"id": new_id()})
+        searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
+        broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
+        own_calls = len(reply.tool_calls) + len(reply.invalid_tool_calls) > len(searches) + len(
+            broken
+        )
+        if searching and (searches or broken) and number < self.max_upstream_calls:
+            results = answer_searches(self.keeper, session, reply)
+            self.stats(session).search_rounds += 1
+            if own_calls:  # the agent's calls go back to it; the results wait in view
+                record = record.appended([reply, *results[1:]])
+                return self._finish(turn, record, data, reply, True)
+            record = record.appended(results)
+            self.store.save_all(session, record, self.stats(session))
+            turn.unsaved = None
+            return record
+        if searching and (searches or broken):
+            self.stats(session).loop_limit_hits += 1
+        return self._finish(turn, record, data, reply, False)
+
+    async def _main_call(
+        self,
+        turn: Turn,
+        kwargs: dict[str, Any],
+        messages: list[BaseMessage],
+        body: dict[str, Any],
+    ) -> tuple[dict[str, Any], AIMessage]:
+        """A work call: the completion and its message. A reply that thought to its limit is
+        asked again without thinking."""
+        turn.carried += turn.streamed.get("content", "")
+        turn.streamed, turn.streamed_logprobs = {}, {}
+        turn.main_calls += 1
+        data = await self._call(turn, body, True)
+        reply = ai_from_completion(data)
+        retry = self.keeper.retry_kwargs(turn.session, kwargs, reply)
+        if retry is not None:
+            turn.carried += turn.streamed.get("content", "")
+            turn.streamed, turn.streamed_logprobs = {}, {}
+            turn.main_calls += 1
+            body = self._work_body(turn, messages, retry)
+            data = await self._call(turn, body, True)
+            reply = ai_from_completion(data)
+        return data, reply
+
+    async def _call(self, turn: Turn, body: dict[str, Any], main: bool = False) -> dict[str, Any]:
+        forward: Callable[[StreamPiece], Awaitable[None]] | None = None
+        if main and turn.forward is not None:
+            sink = turn.forward
+
+            async def forward_piece(piece: StreamPiece) -> None:
+                for key, text in piece.delta.items():
+                    turn.streamed[key] = turn.streamed.get(key, "") + text
+                if isinstance(piece.logprobs, dict):
+                    for name, entries in piece.logprobs.items():
+                        if isinstance(entries, list):
+                            sent = turn.streamed_logprobs.get(name, 0)
+                            turn.streamed_logprobs[name] = sent + len(entries)
+                if turn.context is not None:  # a Responses or Messages writer keeps calls apart
+                    piece = replace(piece, call=turn.main_calls)
+                await sink(piece)
+
+            forward = forward_piece
+
+        if turn.lease is not None:
+            body = await turn.lease.prepare(body)
+        headers = turn.context.headers if turn.context is not None else None
+        data = await self.upstream.chat(
+            body, auth=turn.auth, tally=turn.tally, forward=forward, headers=headers
+        )
+        if turn.lease is not None:
+            turn.lease.observe(data)
+        turn.add_usage(data)
+        return data
+
+    def _finish(
+        self,
+        turn: Turn,
+        record: SessionRecord,
+        data: dict[str, Any],
+        reply: AIMessage,
+        answered: bool,
+    ) -> Answer:
+        """Keep the final reply and give the agent exactly what it may see. ``answered``: the
+        reply's searches were answered and their results follow it in ``record``'s window."""
+        hide = SEARCH_TOOL_NAME if turn.search_tool is not None else None
+        message, reason = agent_reply(data, hide)
+        if turn.reply_id is not None and turn.reply_id != reply.id:  # the front door named it
+            named = reply.model_copy(update={"id": turn.reply_id})
+            if answered:  # already in the window, ahead of its search results
+                window = tuple(named if m is reply else m for m in record.window)
+                record = replace(record, window=window)
+            reply = named
+        visible = reply.model_copy(
+            update={
+                "tool_calls": [c for c in reply.tool_calls if c["name"] != hide],
+                "invalid_tool_calls": [c for c in reply.invalid_tool_calls if c["name"] != hide],
+            }
+        )
+        received = message_from_openai(message)
+        if turn.carried:  # a streaming agent got earlier calls' text before this reply's
+            received = received.model_copy(update={"content": turn.carried + text_of(received)})
+        digest = digest_of(received)
+        window = record.window if answered else (*record.window, visible)
+        self._charge(turn.session, len(text_of(reply)), check=False)
+        record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
+        self.store.save_all(turn.session, record, self._counted(turn))
+        turn.unsaved = None
+        return Answer(
+            data,
+            message,
+            reason,
+            turn.summed_usage(),
+            dict(turn.streamed),
+            dict(turn.streamed_logprobs),
+            call=turn.main_calls,
+        )
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+        if self.slots is not None:
+            await self.slots.aclose()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        # closing waits for the background indexer to drain and closes the archive's files:
+        # blocking work, so it runs in a thread and the loop keeps serving whoever is still on it
+        await asyncio.to_thread(self.keeper.close)

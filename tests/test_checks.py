@@ -21,6 +21,7 @@ from keeper_middleware.notes.checks import (
     ValueShowsWorking,
     WorkingArithmetic,
     WorkingError,
+    WorkingFollowsText,
     default_checks,
     evaluate_working,
     run_checks,
@@ -203,6 +204,7 @@ def test_default_checks_add_the_domain_checks_only_when_names_are_given():
         "amounts_in_text",
         "signs_agree",
         "value_shows_working",
+        "working_follows_text",
         "rules_quoted",
         "keys_grounded",
         "names_mentioned",
@@ -223,6 +225,7 @@ def test_generic_checks_are_instances_of_the_named_classes():
         AmountsInText,
         SignsAgree,
         ValueShowsWorking,
+        WorkingFollowsText,
         RulesQuoted,
         KeysGrounded,
     ]

@@ -73,7 +73,9 @@ def tiny(tmp_path_factory) -> Path:
 def test_deep_agents_as_an_arm_summarises_and_its_summaries_are_audited(tiny, tmp_path):
     versions = {}
     for arm in ("peer_deepagents", "peer_deepagents_tuned"):
-        options = RunOptions.create(arm=arm, stream=tiny, window=4096)
+        # 6,144 as the demo: at 4,096 Deep Agents' own prompt and tools leave no room for the
+        # history file it offers to read back, and it raises ContextOverflowError
+        options = RunOptions.create(arm=arm, stream=tiny, window=6144)
         result = run_arm(options, tmp_path / arm, progress=False)
         saved = (tmp_path / arm / "summaries.jsonl").read_text().splitlines()
         versions[arm] = [json.loads(line) for line in saved]

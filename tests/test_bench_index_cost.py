@@ -91,3 +91,20 @@ def test_index_cost_builds_no_fts5_index_for_tantivy_alone_in_the_commits_asked(
     index = TantivyKeywordRetriever(keep / "archive.index" / "tantivy")
     assert index.count("big") == 200
     index.close()
+
+
+def test_a_tantivy_build_tells_the_archive_so_a_keeper_does_not_index_it_again(tmp_path):
+    from keeper_bench.index_builds import build_tantivy, write_archive
+    from keeper_middleware.archive.store import open_archive
+    from keeper_middleware.search.indexing import INDEXED_SEQ, NEXT_POSITION
+
+    path = tmp_path / "archive.sqlite3"
+    write_archive(path, 150, "chat", say=print)
+    build_tantivy(path, say=print, batch=64)
+    archive = open_archive(path)
+    turns = list(archive.turns("big", after_seq=-1))
+    assert archive.get_value("big", NEXT_POSITION) == 150
+    assert archive.get_value("big", INDEXED_SEQ) == turns[-1].seq
+    first, last = turns[0].seq, turns[-1].seq
+    assert archive.positions("big", [first, last]) == {first: 0, last: 149}
+    archive.close()

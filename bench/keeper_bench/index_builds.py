@@ -15,7 +15,7 @@ from pathlib import Path
 
 from keeper_bench.chat_lines import chat_message
 from keeper_middleware.archive.records import ArchivedTurn
-from keeper_middleware.archive.store import open_archive
+from keeper_middleware.archive.store import open_archive, put_values
 from keeper_middleware.retrievers.base import Passage
 
 SESSION = "big"
@@ -54,10 +54,12 @@ def write_archive(
 def build_tantivy(path: Path, *, say: Callable[[str], None], batch: int = 2_000) -> Path:
     """The archive's tantivy keyword index, built once beside its FTS5 one from the archive's
     turns, ``batch`` passages a commit (2,000: the batches a catch-up hands over); says the
-    time and both indexes' size."""
+    time and both indexes' size. The archive is told what was indexed, as a catch-up tells it
+    (each record's first position, then the progress once written): a keeper opened on it
+    searches at once rather than indexing the whole archive again."""
     from keeper_middleware.retrievers.factory import KEYWORD_FILE, TANTIVY_FOLDER
     from keeper_middleware.retrievers.tantivy_keyword import TantivyKeywordRetriever
-    from keeper_middleware.search.indexing import turn_passages
+    from keeper_middleware.search.indexing import INDEXED_SEQ, NEXT_POSITION, turn_passages
 
     index = path.with_suffix(".index")
     folder, done = index / TANTIVY_FOLDER, path.parent / "built-tantivy"
@@ -67,16 +69,22 @@ def build_tantivy(path: Path, *, say: Callable[[str], None], batch: int = 2_000)
     archive, retriever = open_archive(path), TantivyKeywordRetriever(folder)
     started, cpu = time.perf_counter(), time.process_time()
     passages_batch: list[Passage] = []
-    position = 0
+    positions: list[tuple[int, int]] = []
+    position, seen = 0, -1
     for turn in archive.turns(SESSION, after_seq=-1):
+        positions.append((turn.seq, position))
         passages = turn_passages(turn, "messages", position)
         position += len(passages)
         passages_batch.extend(passages)
+        seen = turn.seq
         if len(passages_batch) >= batch:
             retriever.add(passages_batch)
-            passages_batch = []
+            archive.set_positions(SESSION, positions)
+            passages_batch, positions = [], []
     retriever.add(passages_batch)
+    archive.set_positions(SESSION, positions)
     retriever.close()
+    put_values(archive, SESSION, {INDEXED_SEQ: seen, NEXT_POSITION: position})
     archive.close()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     done.write_text("ok")

@@ -20,8 +20,9 @@ tantivy's IDF is ``ln(1 + (N - n + 0.5) / (n + 0.5))``: a word in most passages 
 rather than nothing.
 
 A word a field holds in more than half the passages is not ranked by in that field (unless
-nothing else is left): its newest matches only fill up a list still short, scored 0
-(``retrievers/tantivy_terms.py``).
+nothing else is left): its newest matches only fill up a list still short, scored 0; a word in
+more than 100,000 passages is ranked only among its newest matches, about 20,000 of them, unless
+they are too few (``retrievers/tantivy_terms.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,20 @@ from keeper_middleware.retrievers.keyword import query_terms
 from keeper_middleware.retrievers.named_context import POOL, fuse_pool, may_name
 from keeper_middleware.retrievers.noise import useless_hit
 from keeper_middleware.retrievers.passages import STOPWORDS, mark_hits
-from keeper_middleware.retrievers.tantivy_terms import Terms, ranked_terms
+from keeper_middleware.retrievers.tantivy_queries import (
+    any_of,
+    filtered,
+    following_texts,
+    key,
+    newest_first_ranking,
+    session_filters,
+)
+from keeper_middleware.retrievers.tantivy_terms import (
+    COMMON_PASSAGES,
+    NEWEST_MATCHES,
+    Terms,
+    ranked_terms,
+)
 
 _STEMMED, _PLAIN = "keeper_stemmed", "keeper_plain"
 _HEAP_BYTES = 50_000_000
@@ -98,10 +112,6 @@ def _stamp(searcher: Any, generation: int) -> _Stamp:
     return (generation, int(searcher.num_docs), int(searcher.num_segments))
 
 
-def _key(session: str, position: int) -> str:
-    return f"{session}\x1f{position}"
-
-
 def _best(found: list[tuple[float, Any]], count: int) -> list[tuple[float, Any]]:
     """The first ``count`` hits, and every hit that ties with the last of them."""
     if len(found) <= count:
@@ -134,6 +144,11 @@ class TantivyKeywordRetriever:
         path: The index's folder (made when missing); None keeps the index in memory.
         stemming: Stem words (so "recorded" finds "record"); fixed when an index is made.
         stopwords: Words left out of a query unless nothing else is left.
+        named_context: Rank higher the passages of the speakers, months and years a question
+            names, as the FTS5 engine does (``retrievers/named_context.py``).
+        common_passages: A word in more passages than this is ranked among its newest matches
+            only (``retrievers/tantivy_terms.py``).
+        newest_matches: About how many of its matches those newest passages hold.
 
     Raises:
         MissingDependencyError: tantivy is not installed.
@@ -151,15 +166,16 @@ class TantivyKeywordRetriever:
         stemming: bool = True,
         stopwords: frozenset[str] = STOPWORDS,
         named_context: bool = True,
+        common_passages: int = COMMON_PASSAGES,
+        newest_matches: int = NEWEST_MATCHES,
     ) -> None:
-        """``named_context``: rank higher the passages of the speakers, months and years a
-        question names, as the FTS5 engine does (``retrievers/named_context.py``)."""
         tantivy = _tantivy()
         self._tantivy = tantivy
         self._path = None if path is None else Path(path)
         self._lock = threading.Lock()
         self._stopwords = stopwords
         self._named_context = named_context
+        self._common = (common_passages, newest_matches)
         tokenizer = _STEMMED if stemming else _PLAIN
         self._schema = _schema(tantivy, tokenizer)
         try:
@@ -181,6 +197,7 @@ class TantivyKeywordRetriever:
         self._generation = 0
         self._alone: dict[str, tuple[_Stamp, bool]] = {}
         self._dead: tuple[_Stamp, int] | None = None
+        self._tops: dict[str, tuple[tuple[int, int], int]] = {}
         self._closed = False
 
     def add(self, passages: Sequence[Passage]) -> None:
@@ -192,10 +209,10 @@ class TantivyKeywordRetriever:
             writer = self._open_writer()
             try:
                 for passage in passages:
-                    writer.delete_documents_by_term("key", _key(passage.session, passage.position))
+                    writer.delete_documents_by_term("key", key(passage.session, passage.position))
                     writer.add_document(
                         tantivy.Document(
-                            key=_key(passage.session, passage.position),
+                            key=key(passage.session, passage.position),
                             session=passage.session,
                             item=passage.item,
                             position=passage.position,
@@ -209,6 +226,7 @@ class TantivyKeywordRetriever:
                 raise
             self._index.reload()
             self._generation += 1
+            self._tops_added(passages)
 
     def search(
         self,
@@ -264,37 +282,55 @@ class TantivyKeywordRetriever:
             filters = (
                 []
                 if unfiltered and self._holds_only(searcher, session)
-                else self._filters(session, from_item, to_item, within)
+                else session_filters(
+                    self._tantivy, self._schema, session, from_item, to_item, within
+                )
             )
-            terms = ranked_terms(searcher, words)
+            common, newest = self._common
+            terms = ranked_terms(searcher, words, common_passages=common, newest_matches=newest)
             collected = wanted + _TIE_MARGIN
-            found = self._found(searcher, terms, filters, collected)
+            found = self._found(searcher, session, terms, filters, collected)
             documents = self._useful_documents(searcher, found, query, wanted)
             if len(documents) < wanted and collected == len(found) < limit:
                 collected = limit  # the noise left it short: read deeper
-                found = self._found(searcher, terms, filters, collected)
+                found = self._found(searcher, session, terms, filters, collected)
                 documents = self._useful_documents(searcher, found, query, wanted)
-            count = self._count(searcher, terms, filters, (found, collected), limit)
-            following = self._following_texts(searcher, session, documents, within)
+            count = self._count(searcher, session, terms, filters, (found, collected), limit)
+            following = following_texts(
+                self._tantivy, self._schema, searcher, (session, documents), within
+            )
             hits = [_hit(session, score, document, following) for score, document in documents]
         if deep:
             hits = fuse_pool(query, hits, k=k)
         return mark_hits(hits, query), count
 
-    def _found(self, searcher: Any, terms: Terms, filters: list[Any], limit: int) -> _Found:
-        """The best ``limit`` matches of the ranked terms, then the newest of the held-back
-        ones, scored 0, while fewer than ``limit`` are found."""
-        ranked, filler = terms
-        found: _Found = searcher.search(
-            self._matching(ranked, filters), limit=limit, count=False
-        ).hits
-        if filler and len(found) < limit:
-            found += self._newest(searcher, self._matching(filler, filters), found, limit)
+    def _found(
+        self, searcher: Any, session: str, terms: Terms, filters: list[Any], limit: int
+    ) -> _Found:
+        """The best ``limit`` matches of the ranked terms (the common ones ranked in the
+        session's newest passages, everywhere when those hold fewer than ``limit`` matches),
+        then the newest of the held-back ones, scored 0, while fewer than ``limit`` are
+        found."""
+        tantivy, schema = self._tantivy, self._schema
+        found: _Found = []
+        newest_from = self._top(searcher, session) + 1 - terms.window if terms.common else 0
+        if newest_from > 0:
+            newest = newest_first_ranking(tantivy, schema, terms.ranked, terms.common, newest_from)
+            found = searcher.search(
+                filtered(tantivy, newest, filters), limit=limit, count=False
+            ).hits
+        if len(found) < limit:
+            everywhere = filtered(tantivy, any_of(tantivy, schema, terms.ranked), filters)
+            found = searcher.search(everywhere, limit=limit, count=False).hits
+        if terms.filler and len(found) < limit:
+            filler = filtered(tantivy, any_of(tantivy, schema, terms.filler), filters)
+            found += self._newest(searcher, filler, found, limit)
         return found
 
     def _count(
         self,
         searcher: Any,
+        session: str,
         terms: Terms,
         filters: list[Any],
         collected: tuple[_Found, int],
@@ -310,11 +346,10 @@ class TantivyKeywordRetriever:
         if len(found) < asked:
             return len(found)
         if not filters:
-            ranked, filler = terms
-            frequency = max(int(searcher.doc_freq(*term)) for term in ranked + filler)
+            frequency = max(int(searcher.doc_freq(*term)) for term in terms.ranked + terms.filler)
             if frequency - self._deleted(searcher) >= limit:
                 return limit
-        return min(len(self._found(searcher, terms, filters, limit)), limit)
+        return min(len(self._found(searcher, session, terms, filters, limit)), limit)
 
     def _useful_documents(
         self, searcher: Any, found: list[tuple[float, Any]], query: str, wanted: int
@@ -330,19 +365,6 @@ class TantivyKeywordRetriever:
             batch.sort(key=lambda pair: (-pair[0], -pair[1]["position"][0]))
             documents += [d for d in batch if not useless_hit(str(d[1]["text"][0]), query)]
         return documents[:wanted]
-
-    def _matching(self, terms: list[tuple[str, str]], filters: list[Any]) -> Any:
-        """Passages with any of the (field, word) terms, BM25-ranked, within the filters (a
-        filter adds nothing to the score)."""
-        Query, Occur = self._tantivy.Query, self._tantivy.Occur  # noqa: N806
-        words = Query.boolean_query(
-            [(Occur.Should, Query.term_query(self._schema, f, w)) for f, w in terms]
-        )
-        if not filters:
-            return words
-        return Query.boolean_query(
-            [(Occur.Must, words)] + [(Occur.Must, Query.const_score_query(f, 0.0)) for f in filters]
-        )
 
     def _newest(
         self, searcher: Any, query: Any, found: list[tuple[float, Any]], needed: int
@@ -395,53 +417,6 @@ class TantivyKeywordRetriever:
                 words.setdefault(token, None)
         return list(words)
 
-    def _filters(
-        self, session: str, from_item: int | None, to_item: int | None, within: Spans | None
-    ) -> list[Any]:
-        tantivy = self._tantivy
-        Query, Integer = tantivy.Query, tantivy.FieldType.Integer  # noqa: N806
-        filters = [Query.term_query(self._schema, "session", session)]
-        if from_item is not None or to_item is not None:
-            low = -(2**63) if from_item is None else from_item
-            high = 2**63 - 1 if to_item is None else to_item
-            filters.append(Query.range_query(self._schema, "item", Integer, low, high))
-        if within is not None:
-            spans = [
-                (
-                    tantivy.Occur.Should,
-                    Query.range_query(self._schema, "position", Integer, a, b - 1),
-                )
-                for a, b in within.ranges
-            ]
-            filters.append(Query.boolean_query(spans))
-        return filters
-
-    def _following_texts(
-        self,
-        searcher: Any,
-        session: str,
-        documents: list[tuple[float, dict[str, list[Any]]]],
-        within: Spans | None,
-    ) -> dict[int, str]:
-        """The text that follows each document, by the document's position, read in one
-        search (the next position, or the next one within the spans)."""
-        wanted: dict[int, int] = {}
-        for _, document in documents:
-            position = int(document["position"][0])
-            following = position + 1 if within is None else within.following(position)
-            if following is not None:
-                wanted[following] = position
-        if not wanted:
-            return {}
-        query = self._tantivy.Query.term_set_query(
-            self._schema, "key", [_key(session, following) for following in wanted]
-        )
-        texts: dict[int, str] = {}
-        for _, address in searcher.search(query, limit=len(wanted), count=False).hits:
-            found = searcher.doc(address).to_dict()
-            texts[wanted[int(found["position"][0])]] = str(found["text"][0])
-        return texts
-
     def _deleted(self, searcher: Any) -> int:
         """How many deleted passages the index's segments still count in their document
         frequencies (every passage has one session term), counted once a change."""
@@ -450,6 +425,31 @@ class TantivyKeywordRetriever:
             held = sum(int(n) for _, n in searcher.terms_with_prefix("session", ""))
             self._dead = (stamp, held - int(searcher.num_docs))
         return self._dead[1]
+
+    def _top(self, searcher: Any, session: str) -> int:
+        """The session's newest position (-1: none), read from the index once and kept up to
+        date by this retriever's adds; read again when the index's size changed otherwise
+        (another process wrote, or a session was deleted)."""
+        known = self._tops.get(session)
+        size = (self._generation, int(searcher.num_docs))
+        if known is not None and known[0] == size:
+            return known[1]
+        query = self._tantivy.Query.term_query(self._schema, "session", session)
+        newest = searcher.search(query, limit=1, count=False, order_by_field="position").hits
+        top = int(searcher.doc(newest[0][1]).to_dict()["position"][0]) if newest else -1
+        self._tops[session] = (size, top)
+        return top
+
+    def _tops_added(self, passages: Sequence[Passage]) -> None:
+        """Keep the known newest positions up to date with passages just committed."""
+        if not self._tops:
+            return
+        size = (self._generation, int(self._index.searcher().num_docs))
+        added: dict[str, int] = {}
+        for passage in passages:
+            added[passage.session] = max(added.get(passage.session, -1), passage.position)
+        for session, (_, top) in list(self._tops.items()):
+            self._tops[session] = (size, max(top, added.get(session, -1)))
 
     def _holds_only(self, searcher: Any, session: str) -> bool:
         """Whether every passage in the index is the session's (counted again after a commit

@@ -86,3 +86,60 @@ def test_the_tools_search_shows_what_a_search_for_that_few_returns(retriever):
     assert count == 50
     searched = retriever.search("lantern wick", session="s", k=10)
     assert [h.passage.position for h in shown] == [h.passage.position for h in searched]
+
+
+@pytest.fixture
+def scaled(tmp_path):
+    """An index where a word in more than 5 passages counts as common (100,000 by default),
+    ranked among the newest passages holding about 6 of its matches."""
+    made = TantivyKeywordRetriever(tmp_path / "scaled", common_passages=5, newest_matches=6)
+    yield made
+    made.close()
+
+
+def _kites(retriever: TantivyKeywordRetriever, start: int = 0, count: int = 40) -> None:
+    """Every fourth line flies a kite (the first three times); the second has a lantern."""
+    lines = {0: "kite kite kite over the hill", 1: "a kite and a lantern by the hill"}
+    kite_or_rain = [f"a kite by the hill {n}" if n % 4 == 0 else f"rain {n}" for n in range(80)]
+    retriever.add(
+        [_passage(n, lines.get(n - start, kite_or_rain[n])) for n in range(start, start + count)]
+    )
+
+
+def test_a_common_word_is_ranked_among_its_newest_matches_only(scaled, retriever):
+    _kites(scaled)
+    _kites(retriever)
+
+    hits = scaled.search("kite", session="s", k=2)
+
+    assert [h.passage.position for h in retriever.search("kite", session="s", k=1)] == [0]
+    assert all(h.passage.position >= 18 for h in hits) and len(hits) == 2  # the 22 newest
+
+
+def test_a_passage_with_a_rarer_word_is_ranked_by_every_word_wherever_it_is(scaled, retriever):
+    _kites(scaled)
+    _kites(retriever)
+
+    best = scaled.search("kite lantern", session="s", k=3)
+    everywhere = retriever.search("kite lantern", session="s", k=1)
+
+    assert best[0].passage.position == 1 == everywhere[0].passage.position
+    assert best[0].score == pytest.approx(everywhere[0].score)
+    assert all(h.passage.position >= 18 for h in best[1:])
+
+
+def test_every_match_is_ranked_when_the_newest_hold_too_few(scaled):
+    _kites(scaled)
+
+    assert len(scaled.search("kite", session="s", k=20)) == 11
+    within = scaled.search("kite", session="s", k=3, within=Spans.of([(0, 10)]))
+    assert [h.passage.position for h in within] == [0, 8, 4]
+
+
+def test_the_newest_passages_move_with_what_is_added(scaled):
+    _kites(scaled)
+    assert scaled.search("kite", session="s", k=1)[0].passage.position >= 18
+
+    _kites(scaled, start=40, count=4)  # a line with the kite three times, among the newest
+
+    assert [h.passage.position for h in scaled.search("kite", session="s", k=1)] == [40]

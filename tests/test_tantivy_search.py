@@ -97,12 +97,17 @@ def scaled(tmp_path):
     made.close()
 
 
-def _kites(retriever: TantivyKeywordRetriever, start: int = 0, count: int = 40) -> None:
+def _kites(
+    retriever: TantivyKeywordRetriever, start: int = 0, count: int = 40, session: str = "s"
+) -> None:
     """Every fourth line flies a kite (the first three times); the second has a lantern."""
     lines = {0: "kite kite kite over the hill", 1: "a kite and a lantern by the hill"}
     kite_or_rain = [f"a kite by the hill {n}" if n % 4 == 0 else f"rain {n}" for n in range(80)]
     retriever.add(
-        [_passage(n, lines.get(n - start, kite_or_rain[n])) for n in range(start, start + count)]
+        [
+            _passage(n, lines.get(n - start, kite_or_rain[n]), session)
+            for n in range(start, start + count)
+        ]
     )
 
 
@@ -143,3 +148,16 @@ def test_the_newest_passages_move_with_what_is_added(scaled):
     _kites(scaled, start=40, count=4)  # a line with the kite three times, among the newest
 
     assert [h.passage.position for h in scaled.search("kite", session="s", k=1)] == [40]
+
+
+def test_the_newest_passages_are_the_sessions_own_in_a_shared_index(scaled):
+    _kites(scaled, session="a")
+    _kites(scaled, session="b")
+    _kites(scaled, start=40, count=4, session="a")  # "a" goes on; "b" does not
+
+    newest_a = scaled.search("kite", session="a", k=1)
+    newest_b = scaled.search("kite", session="b", k=2)
+
+    assert [(h.passage.session, h.passage.position) for h in newest_a] == [("a", 40)]
+    assert {h.passage.session for h in newest_b} == {"b"}
+    assert all(18 <= h.passage.position < 40 for h in newest_b)

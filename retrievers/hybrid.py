@@ -9,7 +9,7 @@ first (``bench/results/locomo_recall.md``, tenth round: any@5 0.64 at depth 2, 0
 
 The fused ranking then goes through the reply window (``retrievers/reply_window.py``): a
 passage also counts the fused scores of the two passages before it, so the reply that holds an
-answer rises with the turn that matched the question (LoCoMo any@5 0.705 → 0.743, a gain on each
+answer rises with the turn that matched the question (LoCoMo any@5 0.704 → 0.740, a gain on each
 of five conversations); ``replies=None`` turns it off.
 
 The keyword side writes as passages are added; the embedding side embeds them in the

@@ -11,7 +11,7 @@ fused scores of the ``window`` passages before it in the same item, and the pass
 fused hit join as candidates (a reply neither side found can enter only as the reply to one that
 did). The first ``keep`` fused hits keep their places: what both sides agree on is not pushed
 out. Measured on five LoCoMo conversations (``bench/results/locomo_recall_round14.md``): the
-hybrid's any@5 0.705 → 0.743, a gain on each of the five.
+hybrid's any@5 0.704 → 0.740, a gain on each of the five.
 """
 
 from __future__ import annotations

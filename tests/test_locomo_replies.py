@@ -14,7 +14,8 @@ from keeper_middleware.retrievers.embedders import HashingEmbedder
 from keeper_middleware.retrievers.embedding import EmbeddingRetriever
 from keeper_middleware.retrievers.hybrid import HybridRetriever
 from keeper_middleware.retrievers.keyword import KeywordRetriever
-from keeper_middleware.retrievers.reply_window import ReplyWindow, reply_ranking
+from keeper_middleware.retrievers.postgres_keyword import PostgresKeywordRetriever
+from keeper_middleware.retrievers.reply_window import PassageLookup, ReplyWindow, reply_ranking
 
 
 def passage(position: int, item: int = 1, text: str = "") -> Passage:
@@ -68,10 +69,20 @@ def test_the_hybrid_returns_the_reply_that_holds_the_answer_by_default():
     assert found == {True: [0, 1], False: [0]}
 
 
-def test_the_keyword_index_returns_stored_passages_by_position():
-    keyword = KeywordRetriever()
+def lookups(name, request):
+    if name == "sqlite":
+        return KeywordRetriever()
+    url = request.getfixturevalue("postgres_url")
+    return PostgresKeywordRetriever(url, schema=request.getfixturevalue("pg_schema"))
+
+
+@pytest.mark.parametrize("name", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_keyword_index_returns_stored_passages_by_position(name, request):
+    keyword = lookups(name, request)
+    assert isinstance(keyword, PassageLookup)
     keyword.add([passage(p, item=p // 2) for p in range(4)])
-    assert [(p.position, p.item) for p in keyword.passages_at("s", [3, 1, 9])] == [(1, 0), (3, 1)]
+    found = keyword.passages_at("s", [3, 1, 9])
+    assert [(p.position, p.item, p.text) for p in found] == [(1, 0, "turn 1"), (3, 1, "turn 3")]
     assert keyword.passages_at("other", [1]) == []
     keyword.close()
 

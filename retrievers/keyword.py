@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from os import PathLike
 from pathlib import Path
 
@@ -294,6 +294,25 @@ class KeywordRetriever:
             bound = {**params, "k": k - len(rows)}
             rows += self._run(more, bound, exclude=found, within=clause, scored=scored)
         return rows
+
+    def passages_at(self, session: str, positions: Iterable[int]) -> list[Passage]:
+        """The session's stored passages at these positions (those it holds), in order: the
+        hybrid's reply window reads the passages after its hits here."""
+        wanted = sorted({int(p) for p in positions})
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            self._check_open()
+            rows = self._db.execute(
+                "SELECT item, position, text, context FROM kw_passages "
+                f"WHERE session = ? AND position IN ({marks}) ORDER BY position",
+                (session, *wanted),
+            ).fetchall()
+        return [
+            Passage(session=session, item=item, position=position, text=text, context=context)
+            for item, position, text, context in rows
+        ]
 
     def count(self, session: str) -> int:
         with self._lock:

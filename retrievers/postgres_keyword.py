@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, LiteralString, cast
 
 from keeper_middleware.errors import ConfigurationError, InvalidStateError
@@ -351,6 +351,29 @@ class PostgresKeywordRetriever:
                 self._term_counts.clear()
             self._term_counts[(session, lexemes)] = (count, total)
         return count
+
+    def passages_at(self, session: str, positions: Iterable[int]) -> list[Passage]:
+        """The session's stored passages at these positions (those it holds), in order: the
+        hybrid's reply window reads the passages after its hits here (the table keeps no
+        context, so they come without one)."""
+        wanted = sorted({int(p) for p in positions})
+        if not wanted:
+            return []
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT item, position, text FROM {self.schema}.passages "
+                "WHERE session = %s AND position = ANY(%s) ORDER BY position",
+                (session, wanted),
+            ).fetchall()
+        return [
+            Passage(
+                session=session,
+                item=int(item),
+                position=int(position),
+                text=bytes(text).decode("utf-8", "surrogatepass"),
+            )
+            for item, position, text in rows
+        ]
 
     def count(self, session: str) -> int:
         with self._connection() as conn:

@@ -24,7 +24,9 @@ vector covers consecutive sentences of at least N words; 1: one per sentence), `
 (embedding: sentence vectors without the passage's context), ``prf`` or ``prf=D/T`` (keyword and
 the hybrid's keyword side: pseudo-relevance feedback, T words of the top D hits added and the
 expanded ranking fused with the original; 5/5 by default), ``prfonly`` / ``prfonly=D/T`` (the
-expanded ranking alone).
+expanded ranking alone), ``noreplies`` / ``replies=W/L/N`` (hybrid: no reply window / a passage
+also scores L × the fused scores of the W passages before it, the first N fused hits keeping
+their places; ``retrievers/reply_window.py``).
 """
 
 from __future__ import annotations
@@ -173,6 +175,9 @@ class MethodSpec:
     message_weight: float | None = None
     """Embedding: a message scored as its best sentence + this × its own vector (``msum``)."""
     """What the embedding side is asked (``bench/keeper_bench/locomo/query_forms.py``)."""
+    replies: str | None = None
+    """Hybrid: the reply window (``noreplies``, ``replies`` or ``replies=W/L/N``); None: the
+    product's default."""
 
     @classmethod
     def parse(cls, text: str) -> MethodSpec:
@@ -216,6 +221,8 @@ class MethodSpec:
                 given["embedding_speakers"] = True
             elif option == "msum" or option.startswith("msum="):
                 given["message_weight"] = float(option[5:]) if "=" in option else 1.0
+            elif option in ("replies", "noreplies") or option.startswith("replies="):
+                given["replies"] = option
             elif option.startswith("fuse="):
                 given["fusion"] = option[5:]
             elif option in QUERY_FORMS:
@@ -287,6 +294,10 @@ def configuration(spec: MethodSpec) -> str:
         parts.append(f"fusion: {fused}, keyword weight {spec.keyword_weight:g}, depth {spec.depth}")
     if spec.embedding_speakers:
         parts.append("the embedding side's named speakers' candidates fused in")
+    if spec.backend == "hybrid":
+        from keeper_bench.locomo.replies import describe_replies
+
+        parts.append(describe_replies(spec.replies))
     if spec.message_weight is not None:
         parts.append(f"a message scored as its best sentence + {spec.message_weight:g} × itself")
     if spec.backend in ("embedding", "hybrid"):
@@ -589,6 +600,9 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
         embedding = SpeakerRetriever(embedding, rewrite=False, boost=True)
     if spec.backend == "embedding":
         return embedding
+    from keeper_bench.locomo.replies import parse_replies
+    from keeper_middleware.retrievers.reply_window import DEFAULT_REPLY_WINDOW
+
     return HybridRetriever(
         keyword(),
         embedding,
@@ -596,6 +610,7 @@ def _backend(spec: MethodSpec, embedders: dict[str, Embedder]) -> Retriever:
         keyword_weight=spec.keyword_weight,
         depth=spec.depth,
         fusion=spec.fusion,
+        replies=DEFAULT_REPLY_WINDOW if spec.replies is None else parse_replies(spec.replies),
     )
 
 

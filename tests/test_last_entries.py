@@ -17,11 +17,17 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    messages_to_dict,
+)
 
 from keeper_middleware import Keeper, KeeperConfig, ModelSetup
 from keeper_middleware.messages.facts import keeper_kind
-from keeper_middleware.step import window as window_module
+from keeper_middleware.step import entries
 from keeper_middleware.step.entries import Entry
 from keeper_middleware.step.result import StepResult
 
@@ -31,8 +37,10 @@ ROOMY = KeeperConfig(window=32_768)
 """Nothing is cut: every step appends to the window the last one ended with."""
 SETUP = ModelSetup(system_prompt="Keep a tally of the counters.")
 WORDS = ("alpha", "bravo", "harbour", "ledger", "parcel", "overdrawn", "clerk")
-KINDS = ("input", "input", "question", "tool", "tool", "reply", "edit", "regenerate")
-KINDS += ("truncate", "mutate", "resend")
+KINDS = (
+    *("input", "input", "question", "tool", "tool", "reply"),
+    *("edit", "regenerate", "truncate", "mutate", "resend"),
+)
 
 
 def _note_call(messages: list[BaseMessage], kwargs: Any) -> AIMessage:
@@ -99,15 +107,14 @@ def _mutate(arms: Sequence[Arm], text: str, number: int) -> None:
             theirs[number % len(theirs)].content = f"Changed: {text}."
 
 
-def _outcome(arm: Arm, result: StepResult) -> tuple[Any, ...]:
-    return (
-        [m.model_dump(exclude={"response_metadata", "usage_metadata"}) for m in result.messages],
-        result.state,
-        result.changed,
-        result.rewritten,
-        result.cut,
-        asdict(arm.keeper.counters("s")),
-    )
+def _outcome(arm: Arm, result: StepResult) -> dict[str, Any]:
+    """What a step decided: the window (as stored), the state, its flags and the counters."""
+    return {
+        "window": messages_to_dict(result.messages),
+        "state": result.state,
+        "flags": (result.changed, result.rewritten, result.cut),
+        "counters": asdict(arm.keeper.counters("s")),
+    }
 
 
 @pytest.fixture
@@ -139,7 +146,7 @@ def test_the_fast_path_decides_as_the_full_path(
 def _classified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many messages each classification without entries to reuse was given."""
     counts: list[int] = []
-    classify = window_module.classify
+    classify = entries.classify
 
     def counting(
         messages: Sequence[BaseMessage],
@@ -152,15 +159,21 @@ def _classified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             counts.append(len(messages))
         return classify(messages, counter, detector, known, memo)
 
-    monkeypatch.setattr(window_module, "classify", counting)
+    monkeypatch.setattr("keeper_middleware.step.window.classify", counting)
     return counts
 
 
-def test_an_append_classifies_only_the_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+def _window_of(kind: str, count: int) -> Arm:
+    """A session whose step took in ``count`` rounds of ``kind`` and cut nothing."""
     arm = Arm(full_path=False, config=ROOMY)
-    for number in range(6):
-        arm.apply("tool", f"line {number}", number)
+    for number in range(count):
+        arm.apply(kind, f"alpha {number}", number)
     arm.step()
+    return arm
+
+
+def test_an_append_classifies_only_the_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    arm = _window_of("tool", 6)
     counts = _classified(monkeypatch)
     arm.apply("tool", "one more line", 99)
     arm.step()
@@ -168,10 +181,7 @@ def test_an_append_classifies_only_the_new_messages(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_message_changed_in_place_is_classified_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    arm = Arm(full_path=False, config=ROOMY)
-    for number in range(4):
-        arm.apply("input", f"alpha {number}", number)
-    arm.step()
+    arm = _window_of("input", 4)
     counts = _classified(monkeypatch)
     arm.history[2].content = "Changed in place: alpha is 7."
     arm.apply("input", "bravo", 50)

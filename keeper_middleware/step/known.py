@@ -34,8 +34,9 @@ from keeper_middleware.step.entries import Entry, messages_of
 
 __all__ = ["KnownEntries", "LastEntries"]
 
-_MOST_SESSIONS = 1024
-"""Sessions whose last entries are kept at once (the least recently stepped leave first)."""
+_MOST_SESSIONS = 256
+"""Sessions whose last entries are kept at once (the least recently stepped leave first; each
+keeps a copy of its messages' fields, about half a kilobyte a message besides the strings)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,17 @@ Two keepers run the same random sequence of appends (inputs, questions, tool rou
 edits (a message replaced under its id), regenerates (the last reply dropped and answered anew),
 truncations, changes made in place to a message object and resends of an earlier window. One
 keeps each session's last entries (the fast path); the other forgets them before every step (the
-full path). Their windows, keeper states, decisions and counters must be equal at every step.
+full path). Their windows, keeper states, decisions and counters must be equal at every step;
+through keeper-proxy, the session records and the upstream's requests must be the same bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +33,9 @@ from keeper_middleware import Keeper, KeeperConfig, ModelSetup
 from keeper_middleware.messages.facts import keeper_kind
 from keeper_middleware.step import entries
 from keeper_middleware.step.entries import Entry
+from keeper_middleware.step.known import LastEntries
 from keeper_middleware.step.result import StepResult
+from tests import test_proxy_incremental as incremental
 
 CONFIG = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=4)
 """Cuts every few items or when the window fills, so a sequence makes several cuts."""
@@ -188,3 +194,36 @@ def test_a_message_changed_in_place_is_classified_again(monkeypatch: pytest.Monk
     arm.step()
     assert counts == [len(arm.history)]  # the whole window: a kept message changed
     assert arm.history[2].content == "Changed in place: alpha is 7."
+
+
+def _always_whole(
+    self: LastEntries,
+    session: str,
+    messages: Sequence[BaseMessage],
+    classify: Callable[[Sequence[BaseMessage]], list[Entry]],
+) -> list[Entry]:
+    """The full path: nothing kept is reused."""
+    self.forget(session)
+    return classify(messages)
+
+
+async def _through_the_proxy(ops: list[tuple[Any, ...]], folder: Path) -> None:
+    fast = await incremental._run(ops, folder / "fast", incremental=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LastEntries, "classify", _always_whole)
+        full = await incremental._run(ops, folder / "full", incremental=True)
+    assert fast == full  # the answers, the session record after each request, the bytes sent
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(incremental.operation, min_size=1, max_size=12))
+def test_through_the_proxy_the_fast_path_sends_the_same_bytes(ops: list[tuple[Any, ...]]) -> None:
+    """Appends, tool rounds, edits, regenerates, truncations, trims, resends and another
+    prefix, through keeper-proxy: the same session records and upstream requests, byte for
+    byte, whether the keeper step reuses its last entries or classifies every window whole."""
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(_through_the_proxy(ops, Path(folder)))

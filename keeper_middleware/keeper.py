@@ -91,6 +91,7 @@ from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
 from keeper_middleware.step.entries import Entry, messages_of
 from keeper_middleware.step.handed_back import as_left, window_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
+from keeper_middleware.step.known import LastEntries
 from keeper_middleware.step.oversized import OversizedMessages
 from keeper_middleware.step.result import Pending, StepResult
 from keeper_middleware.step.room import unkeep, without_passages
@@ -266,6 +267,8 @@ class Keeper:
             index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
+        self.last_entries = LastEntries()
+        """Each session's entries as its last step ended, so a step classifies only what is new."""
         self.copies = ThreadCopies(self.archive, self.sessions.secret)
         """Threads copied from another thread's state, by the archive session they go on in."""
         self._indexes_checked: set[str] = set()
@@ -471,7 +474,7 @@ class Keeper:
             kstate[KEPT_KEY] = still_kept
         # each message is classified once per step (kind, text, size, question), here where
         # it enters; a message replaced on the way (an excerpt) is classified anew
-        entries = self.window.classify(messages)
+        entries = self.last_entries.classify(session, messages, self.window.classify)
         messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
         entries = self.window.classify(messages, entries)
         backlog = self._split_backlog(entries, setup)
@@ -672,6 +675,7 @@ class Keeper:
                 state = {**state, "seen": [*state["seen"], str(block.id)]}
                 self.counters(pending.session).rules_injected += 1
         self.sessions.save_counters(pending.session)
+        self.last_entries.keep(pending.session, pending.entries, messages)
         given_ids = list(map(_ID, given))
         ids = list(map(_ID, messages))
         changed = ids != given_ids or pending.replaced
@@ -884,6 +888,7 @@ class Keeper:
             if self.passages_retriever is not self.retriever:
                 self.passages_retriever.delete_session(session)
             self.sessions.drop(session)
+            self.last_entries.forget(session)
             self.branches.forget(session)
             self._indexes_checked.discard(session)
             self._states_checked.discard(session)

@@ -67,6 +67,13 @@ def _copy(value: Any) -> Any:
     return value
 
 
+def copy_fields(message: BaseMessage) -> dict[str, Any]:
+    """A copy of all of a message's fields, deep enough that changing one in place shows when
+    it is compared with the message's ``vars`` again (at C speed, the strings shared)."""
+    copied: dict[str, Any] = _copy(vars(message))
+    return copied
+
+
 def _getter(kind: type[BaseMessage]) -> _Getter:
     """Reads the fields an answer may depend on straight from a model's ``__dict__`` (one C
     call, as every read compares them)."""

@@ -88,7 +88,8 @@ class Arrivals:
         """Number new inputs, fit each new message to the room it needs, and place the RULES
         (and retrieved sentences) after new questions. True when a message was excerpted.
         ``notes`` are the NOTES in effect on the branch ``kstate`` names."""
-        seen = set(kstate.get("seen", []))
+        before: list[str] = kstate.get("seen", [])
+        seen = set(before)
         items: dict[str, int] = dict(kstate.get("items", {}))
         counting = Counting.load(kstate)
         since_notes = items_since_notes(kstate)
@@ -158,8 +159,9 @@ class Arrivals:
                 )
                 guard = after_new_input(self.sessions.guard(session), budget=budget)
                 self.sessions.set_guard(session, guard)
-        live_ids = set(ids_of(result))
-        kstate["seen"] = list(seen) if seen <= live_ids else [i for i in seen if i in live_ids]
+        result_ids = ids_of(result)
+        live_ids = set(result_ids)
+        kstate["seen"] = ordered_seen(before, seen, result_ids, live_ids)
         kstate["items"] = (
             dict(items)
             if items.keys() <= live_ids
@@ -225,3 +227,15 @@ class Arrivals:
                 size,
                 self.config.budget,
             )
+
+
+def ordered_seen(
+    before: Sequence[str], seen: set[str], result_ids: Sequence[str], live: set[str]
+) -> list[str]:
+    """The ids taken in, for the keeper state: those it held (``before``) in their order, then
+    the ones added, in the order of the messages in view (the ids no longer in view left out
+    when any is). A stable order lets a store save only what was appended to it."""
+    held = dict.fromkeys(before)
+    added = seen.difference(held)
+    ordered = [*held, *dict.fromkeys(filter(added.__contains__, result_ids))]
+    return ordered if seen <= live else [i for i in ordered if i in live]

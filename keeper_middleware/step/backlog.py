@@ -16,12 +16,11 @@ it (the RULES repeated for it).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from keeper_middleware.step.entries import Entry
+from keeper_middleware.step.entries import Entry, sizes_of
 
 
 @dataclass(slots=True)
@@ -77,9 +76,6 @@ def with_part(
     return state
 
 
-_TOKENS = operator.attrgetter("tokens")
-
-
 def part_end(
     entries: Sequence[Entry], start: int, room: int, stop: int | None = None
 ) -> int | None:
@@ -92,7 +88,7 @@ def part_end(
     Walks only as far as the part reaches.
     """
     if stop is None:  # the usual case, everything fits: summed at once, not unit by unit
-        sizes = list(map(_TOKENS, entries[start:]))
+        sizes = sizes_of(entries[start:])
         if min(sizes, default=0) >= 0 and sum(sizes) <= room:
             return None
     used = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,7 +40,7 @@ from keeper_middleware.step.cut import (
     plan_cut,
     work_start,
 )
-from keeper_middleware.step.entries import Entry, classify, first_fresh, messages_of
+from keeper_middleware.step.entries import Entry, classify, first_fresh, messages_of, sizes_of
 from keeper_middleware.step.excerpts import (
     MIN_EXCERPT_TOKENS,
     excerpt_ref,
@@ -51,8 +51,6 @@ from keeper_middleware.step.fold import foldable, folded_pair, reply_stub, round
 from keeper_middleware.step.items import items_since_notes
 from keeper_middleware.step.room import units, water_level, water_level_above
 from keeper_middleware.tokens.counting import ADDITIVE_COUNTERS, TokenCounter
-
-_TOKENS = operator.attrgetter("tokens")
 
 NOTES_FRAME_TOKENS = 64
 """What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
@@ -290,8 +288,7 @@ class WindowPolicy:
             if stored_system
             else self.count(setup, [])
         )
-        sizes: Iterable[int] = map(_TOKENS, entries)
-        return extra + sum(sizes)
+        return extra + sum(sizes_of(entries))
 
     def beside_cost(self, notes: Notes) -> int:
         """What the keeper places beside a new question: the RULES and retrieved sentences."""

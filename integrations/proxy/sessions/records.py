@@ -38,11 +38,16 @@ __all__ = [
 
 RECORD_KEY = "proxy_session"
 STATS_KEY = "proxy_counters"
-_RECORD_VERSION = 2
+_RECORD_VERSION = 3
 TAKEN_CHUNK = 128
 """Fingerprints per stored chunk: a save rewrites only the chunks that changed."""
 WINDOW_CHUNK = 16
 """Window messages per stored chunk: a save rewrites only the chunks that changed."""
+STATE_CHUNK = 256
+"""Entries per stored chunk of the keeper state's per-message parts (``seen``, ``items``)."""
+_STATE_PARTS = ("seen", "items")
+"""The keeper state's parts that hold one entry per message in view (the ids taken in, in the
+order they were taken in, and each one's item number): stored in chunks, not in the head."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +98,10 @@ class StoredRecord:
     and the names of the chunks), the window in chunks of ``WINDOW_CHUNK`` messages and the
     fingerprints in chunks of ``TAKEN_CHUNK``, each chunk under a key of its own.
 
-    Both lists only grow between cuts, so a save writes the head and only the chunks that
+    The keeper state's per-message parts (``seen`` and ``items``) are stored in chunks of
+    ``STATE_CHUNK`` the same way, the head keeping only their place in the state.
+
+    These lists only grow between cuts, so a save writes the head and only the chunks that
     changed (usually the last of each): what a request costs to save stays the same however
     long the window and the conversation are. Changed chunks get new keys (a new
     ``generation``) and the head, written last, names the chunks it uses: a save cut short
@@ -104,6 +112,10 @@ class StoredRecord:
     chunk_keys: tuple[str, ...] = ()
     generation: int = 0
     window_keys: tuple[str, ...] = ()
+    state_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The chunks of each of the keeper state's per-message parts, by part."""
+    state_lists: Mapping[str, list[Any]] = field(default_factory=dict)
+    """Those parts as the chunks hold them, so the next save compares with them as they are."""
 
     @classmethod
     def load(cls, head: object, read: Callable[[str], object]) -> StoredRecord:
@@ -121,7 +133,16 @@ class StoredRecord:
             window_keys = tuple(str(k) for k in head["window_chunks"])
             dicts = [m for key in window_keys for m in _chunk(read, key)]
             record = replace(record, window=tuple(messages_from_dict(dicts)))
-        return cls(record, keys, int(head["generation"]), window_keys)
+        state_keys: dict[str, tuple[str, ...]] = {}
+        chunked = head.get("state_chunks")
+        if isinstance(chunked, dict):
+            state = dict(record.keeper_state)
+            for name, names in chunked.items():
+                state_keys[name] = tuple(str(k) for k in names)
+                values = [v for key in state_keys[name] for v in _chunk(read, key)]
+                state[name] = dict(values) if name == "items" else values
+            record = replace(record, keeper_state=state)
+        return cls(record, keys, int(head["generation"]), window_keys, state_keys)
 
     def saved(
         self,
@@ -155,18 +176,67 @@ class StoredRecord:
             # messages are never changed in place: the same objects are the same messages
             lambda old, new: len(old) == len(new) and all(map(operator.is_, old, new)),
         )
+        state, state_keys, lists = self._state_chunks(record.keeper_state, generation, writes)
         head = {
-            **replace(record, taken=(), window=()).to_json(as_dict),
+            **replace(record, taken=(), window=(), keeper_state=state).to_json(as_dict),
             "version": _RECORD_VERSION,
             "taken_chunks": keys,
             "taken_count": len(record.taken),
             "window_chunks": window_keys,
+            "state_chunks": state_keys,
             "generation": generation,
         }
         writes[RECORD_KEY] = head
-        used = {*keys, *window_keys}
-        stale = [k for k in (*self.chunk_keys, *self.window_keys) if k not in used]
-        return StoredRecord(record, tuple(keys), generation, tuple(window_keys)), writes, stale
+        used = {*keys, *window_keys, *(k for part in state_keys.values() for k in part)}
+        before = (
+            *self.chunk_keys,
+            *self.window_keys,
+            *(k for p in self.state_keys.values() for k in p),
+        )
+        stale = [k for k in before if k not in used]
+        kept = {name: tuple(part) for name, part in state_keys.items()}
+        saved = StoredRecord(record, tuple(keys), generation, tuple(window_keys), kept, lists)
+        return saved, writes, stale
+
+    def _state_chunks(
+        self, keeper_state: Mapping[str, Any], generation: int, writes: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, list[str]], dict[str, list[Any]]]:
+        """The keeper state as the head holds it (each per-message part's value left as None,
+        keeping its place) and the keys of each part's chunks (changed chunks added to
+        ``writes``), and each part as a list. A part of another shape than the keeper's stays in
+        the head whole."""
+        state = dict(keeper_state)
+        keys: dict[str, list[str]] = {}
+        lists: dict[str, list[Any]] = {}
+        for name in _STATE_PARTS:
+            after = _entries_of(name, state.get(name))
+            if after is None:
+                continue
+            before = self.state_lists.get(name)
+            if before is None:
+                before = _entries_of(name, self.record.keeper_state.get(name)) or []
+            lists[name] = after
+            keys[name] = _chunked(
+                before,
+                self.state_keys.get(name, ()),
+                after,
+                STATE_CHUNK,
+                f"{RECORD_KEY}.{name}",
+                generation,
+                writes,
+                list if name == "seen" else lambda part: [list(pair) for pair in part],
+                operator.eq,
+            )
+            state[name] = None
+        return state, keys, lists
+
+
+def _entries_of(name: str, value: object) -> list[Any] | None:
+    """A per-message part of the keeper state as a list to store in chunks: the ids taken in,
+    or the (id, item) pairs; None when it has another shape."""
+    if name == "items":
+        return list(value.items()) if isinstance(value, dict) else None
+    return value if isinstance(value, list) else None
 
 
 def _chunk(read: Callable[[str], object], key: str) -> list[Any]:
@@ -258,6 +328,11 @@ class MessageMemo:
         return known[1]
 
     def keep(self, messages: Sequence[BaseMessage]) -> None:
+        """Drop the conversions of messages no longer in ``messages`` once the memo holds more
+        than there are (so what it holds stays within the window's size, and a window that only
+        grows is not walked on every save)."""
+        if len(self._known) <= len(messages):
+            return
         live = set(map(id, messages))
         if not self._known.keys() <= live:
             self._known = {k: v for k, v in self._known.items() if k in live}

@@ -1,0 +1,121 @@
+"""The entries a session's last step ended with, so that the next step classifies only what is new.
+
+An adapter that keeps its messages between calls (the proxy's window, a LangChain agent's state)
+hands the next step the very same message objects, with new ones after them. Classifying them
+again through the message memo costs a check per message (about a microsecond each: thousands a
+step in a long window) although none of them changed. The step's entries are kept per session
+instead, and the next step reuses them for the messages that start its window, making entries only
+for the messages after them.
+
+They are reused only when that gives exactly what classifying afresh gives:
+
+- the window starts with the very same objects, in the same order (one comparison at C speed);
+- none of them changed in place since (each message's fields are compared with a copy taken when
+  it was kept, at C speed: a change anywhere, even in a field no answer depends on, is treated
+  as a change);
+
+anything else (an edit, a regenerate, a truncation, another prefix, a cut) classifies the whole
+window as before. The entries' answers are the same dicts the memo holds for those objects, so a
+reused entry answers what a fresh one would.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from keeper_middleware.messages.memo import copy_fields
+from keeper_middleware.step.entries import Entry, messages_of
+
+__all__ = ["KnownEntries", "LastEntries"]
+
+_MOST_SESSIONS = 256
+"""Sessions whose last entries are kept at once (the least recently stepped leave first; each
+keeps a copy of its messages' fields, about half a kilobyte a message besides the strings)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KnownEntries:
+    """One session's last entries, their messages and a copy of each message's fields."""
+
+    entries: list[Entry]
+    messages: list[BaseMessage]
+    fields: list[dict[str, Any]]
+
+    def reusable(self, messages: Sequence[BaseMessage]) -> int:
+        """How many of ``messages`` (from the start) these entries stand for: all of them when
+        ``messages`` start with the very same, unchanged objects, else none."""
+        count = len(self.messages)
+        if count == 0 or count > len(messages):
+            return 0
+        start = messages[:count]
+        if not all(map(operator.is_, self.messages, start)):
+            return 0
+        if list(map(vars, start)) != self.fields:
+            return 0
+        return count
+
+
+class LastEntries:
+    """Per session, the entries its last step ended with (bounded; safe between threads)."""
+
+    def __init__(self, most: int = _MOST_SESSIONS) -> None:
+        self._most = most
+        self._known: dict[str, KnownEntries] = {}
+        self._lock = threading.Lock()
+
+    def classify(
+        self,
+        session: str,
+        messages: Sequence[BaseMessage],
+        classify: Callable[[Sequence[BaseMessage]], list[Entry]],
+    ) -> list[Entry]:
+        """The entries of ``messages``: the kept ones for the messages they stand for, and
+        ``classify`` of the rest (of all of them when none stand)."""
+        known = self._known.get(session)
+        count = 0 if known is None else known.reusable(messages)
+        if known is None or count == 0:
+            self.forget(session)  # what is kept no longer holds: the step's end copies anew
+            return classify(messages)
+        if count == len(messages):
+            return list(known.entries)
+        return [*known.entries, *classify(messages[count:])]
+
+    def keep(self, session: str, entries: list[Entry], messages: Sequence[BaseMessage]) -> None:
+        """Keep the entries a step ended with, when they are the entries of ``messages`` (the
+        step's result); otherwise forget the session's (its next step classifies afresh)."""
+        ended = messages_of(entries)
+        if len(ended) != len(messages) or not all(map(operator.is_, ended, messages)):
+            self.forget(session)
+            return
+        known = self._known.get(session)
+        count = 0 if known is None else _prefix(known.messages, ended)
+        fields = [
+            *(known.fields[:count] if known is not None else ()),
+            *map(copy_fields, ended[count:]),
+        ]
+        with self._lock:
+            self._known.pop(session, None)
+            if len(self._known) >= self._most:
+                del self._known[next(iter(self._known))]
+            self._known[session] = KnownEntries(list(entries), ended, fields)
+
+    def forget(self, session: str) -> None:
+        """Drop what is kept of ``session``."""
+        with self._lock:
+            self._known.pop(session, None)
+
+
+def _prefix(before: list[BaseMessage], after: list[BaseMessage]) -> int:
+    """``len(before)`` when ``after`` starts with the very same objects, else 0 (the kept copies
+    of their fields still hold: a step that started from them checked them, and a step does not
+    change its messages in place)."""
+    count = len(before)
+    if count <= len(after) and all(map(operator.is_, before, after[:count])):
+        return count
+    return 0

@@ -131,6 +131,7 @@ class _Pool:
                     self.threads -= 1
                 return
             _run(job)
+            del job  # an idle thread keeps nothing of its last request alive
 
     def close(self) -> None:
         with self.lock:

@@ -8,7 +8,8 @@ serves only the caller's tenant (see :mod:`.sessions.tenants`); an admin key nam
 session as ``<tenant>:<id>``.
 
 A streaming request gets the upstream's text as it arrives (:mod:`.chat_completions.streams`); an error before
-the first byte is an ordinary JSON error with its status, one after it an error event.
+the first byte is an ordinary JSON error with its status, one after it an error event. The
+agents' three ``POST`` routes skip Starlette's layers (:mod:`.doors.dispatch`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from keeper_middleware.integrations.proxy.conversation.form import (
     error_body,
     parse_chat_request,
 )
+from keeper_middleware.integrations.proxy.doors.dispatch import ProxyApp, read_json
 from keeper_middleware.integrations.proxy.doors.routes import FrontDoors
 from keeper_middleware.integrations.proxy.sessions.engine import Answer, KeeperProxy, QuotaError
 from keeper_middleware.integrations.proxy.sessions.metrics import SessionCounters, metrics_registry
@@ -102,23 +104,6 @@ def _error(
     headers: dict[str, str] | None = None,
 ) -> Response:
     return _json(error_body(message, kind=kind, code=code, param=param), status, headers)
-
-
-async def _read_json(request: Request, limit: int) -> object:
-    declared = request.headers.get("content-length", "")
-    too_big = f"The request is larger than {limit} bytes (the proxy's --max-body-mb)."
-    if declared.isdigit() and int(declared) > limit:
-        raise RequestError(too_big, status=413)
-    size, chunks = 0, []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(too_big, status=413)
-        chunks.append(chunk)
-    try:
-        return orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError as exc:
-        raise RequestError(f"The request body is not valid JSON: {exc}.") from exc
 
 
 def _keeper_config(
@@ -257,7 +242,7 @@ def create_proxy_app(
         try:
             caller = caller_of(request)
             tenant = tenant_of(caller)
-            body = await _read_json(request, max_body_bytes)
+            body = await read_json(request, max_body_bytes)
             header = request.headers.get(SESSION_HEADER)
             resent = None
             if header is not None:  # the session is known before the body is read
@@ -316,7 +301,9 @@ def create_proxy_app(
             name = session_named(request, caller_of(request))
         except _RefusedError as refusal:
             return refusal.response
-        report = await asyncio.to_thread(_report_if_any, proxy, name)
+        report = await asyncio.to_thread(
+            lambda: session_report(proxy, name) if name in proxy.sessions() else None
+        )
         if report is None:
             return _not_found(request.path_params["session"])
         return _json(report)
@@ -380,10 +367,15 @@ def create_proxy_app(
         proxy,
         callers,
         retry,
-        lambda request: _read_json(request, max_body_bytes),
+        lambda request: read_json(request, max_body_bytes),
         require_session=require_session,
     )
-    app = Starlette(
+    app = ProxyApp(
+        hot={
+            "/v1/chat/completions": chat_completions,
+            "/v1/responses": doors.responses,
+            "/v1/messages": doors.messages,
+        },
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             *doors.routes(),
@@ -487,12 +479,6 @@ async def _stream(
     return StreamingResponse(
         events(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
     )
-
-
-def _report_if_any(proxy: KeeperProxy, name: str) -> dict[str, Any] | None:
-    if name not in proxy.sessions():
-        return None
-    return session_report(proxy, name)
 
 
 def session_report(proxy: KeeperProxy, session: str) -> dict[str, Any]:

@@ -17,12 +17,10 @@ any replica can serve any request of any session.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from functools import partial
@@ -59,16 +57,22 @@ from keeper_middleware.integrations.proxy.sessions.records import (
 from keeper_middleware.integrations.proxy.sessions.searching import answer_searches
 from keeper_middleware.integrations.proxy.sessions.tenants import split_stored
 from keeper_middleware.integrations.proxy.sessions.turns import Answer, Turn, new_id, shape_turn
+from keeper_middleware.integrations.proxy.sessions.workers import Workers
 from keeper_middleware.integrations.proxy.slots.parking import SlotParking
 from keeper_middleware.integrations.proxy.upstream.client import Forward, Upstream, UpstreamError
 from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
-__all__ = ["Answer", "KeeperProxy", "QuotaError"]
+__all__ = ["RUNNING", "WORKERS", "Answer", "KeeperProxy", "QuotaError"]
 
 RESENT_SESSIONS = 4096
 """Sessions whose last request is kept to read the next one incrementally."""
+WORKERS = 32
+"""Worker threads at most (those waiting for a note call included)."""
+RUNNING = 2
+"""Worker threads that take jobs at once (:mod:`.workers`): more would only take turns at the
+interpreter's lock, each hand-off costing CPU. A thread waiting for a note call makes room."""
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -88,7 +92,8 @@ class KeeperProxy:
         max_upstream_calls: int,
         store: SessionStore | None = None,
         tenant_quota_bytes: int | None = None,
-        workers: int = 32,
+        workers: int = WORKERS,
+        running: int | None = None,
         slots: SlotParking | None = None,
     ) -> None:
         if max_upstream_calls < 1:
@@ -117,10 +122,17 @@ class KeeperProxy:
         self._rendered: dict[str, MessageMemo] = {}
         self._tenant_bytes: dict[str, int] = {}
         self._pool = (
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keeper-proxy")
+            Workers(min(self._running(running), workers), workers, "keeper-proxy")
             if workers
             else None
         )
+
+    def _running(self, running: int | None) -> int:
+        """Threads that take jobs at once: ``RUNNING``, or on an archive shared between
+        replicas (PostgreSQL), where a thread mostly waits for the database, as many as asked."""
+        if running is not None:
+            return running
+        return WORKERS if self.keeper.sessions.shared else RUNNING
 
     async def _off_loop(self, func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run blocking work (SQLite, whole-history passes) in a worker thread (``workers=0``:
@@ -128,11 +140,7 @@ class KeeperProxy:
         counts as holding the sessions the request holds."""
         if self._pool is None:
             return func(*args, **kwargs)
-        loop = asyncio.get_running_loop()
-        context = contextvars.copy_context()
-        return await loop.run_in_executor(
-            self._pool, partial(context.run, partial(func, *args, **kwargs))
-        )
+        return await self._pool.run(partial(func, *args, **kwargs))
 
     @asynccontextmanager
     async def _holding(self, session: str) -> AsyncIterator[None]:
@@ -345,7 +353,9 @@ class KeeperProxy:
         def sync_note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
             if self._pool is None:
                 raise InvalidStateError("note calls need worker threads (workers >= 1)")
-            return asyncio.run_coroutine_threadsafe(note_call(messages, kwargs), loop).result()
+            called = asyncio.run_coroutine_threadsafe(note_call(messages, kwargs), loop)
+            with self._pool.waiting():  # another thread takes jobs while this one waits
+                return called.result()
 
         given: SessionRecord | None = None
         for number in range(1, self.max_upstream_calls + 1):
@@ -528,7 +538,7 @@ class KeeperProxy:
         if self.slots is not None:
             await self.slots.aclose()
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.close()
         # closing waits for the background indexer to drain and closes the archive's files:
         # blocking work, so it runs in a thread and the loop keeps serving whoever is still on it
         await asyncio.to_thread(self.keeper.close)

@@ -236,6 +236,29 @@ class Upstream:
         else:
             content = orjson.dumps(_streaming(body) if chat else {**body, "stream": True})
 
+        async def once() -> dict[str, Any]:
+            tally.calls += 1
+            started = time.perf_counter()
+            try:
+                if forward is None:
+                    return await self._chat_once(content, auth, headers)
+                if not chat:
+                    return await self._stream_native(content, auth, forward, headers)
+                return await self._stream_once(content, auth, forward)
+            except UpstreamError:
+                tally.failures += 1
+                raise
+            finally:
+                tally.seconds += time.perf_counter() - started
+
+        began = time.monotonic()  # as tenacity counts its budget
+        try:  # the first try needs none of tenacity's machinery unless it fails
+            return await once()
+        except UpstreamError as error:
+            if not self._retryable(error):
+                raise
+            first = error
+
         async def pause(seconds: float) -> None:
             slept = time.perf_counter()
             await asyncio.sleep(seconds)
@@ -250,20 +273,11 @@ class Upstream:
         )
         async for attempt in tries:
             with attempt:
-                tally.retries += attempt.retry_state.attempt_number > 1
-                tally.calls += 1
-                started = time.perf_counter()
-                try:
-                    if forward is None:
-                        return await self._chat_once(content, auth, headers)
-                    if not chat:
-                        return await self._stream_native(content, auth, forward, headers)
-                    return await self._stream_once(content, auth, forward)
-                except UpstreamError:
-                    tally.failures += 1
-                    raise
-                finally:
-                    tally.seconds += time.perf_counter() - started
+                if attempt.retry_state.attempt_number == 1:  # the first try, as it went
+                    attempt.retry_state.start_time = began
+                    raise first
+                tally.retries += 1
+                return await once()
         raise AssertionError("unreachable: the last try returns or raises")
 
     async def _chat_once(

@@ -4,6 +4,7 @@ that few would rank them, and the count costs no deep fused search."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -149,18 +150,10 @@ class CountingList(RankedList):
         self.counted: list[tuple[int, int]] = []
 
     def search_counted(
-        self,
-        query: str,
-        *,
-        session: str,
-        k: int,
-        limit: int,
-        from_item: int | None = None,
-        to_item: int | None = None,
-        within: Spans | None = None,
+        self, query: str, *, session: str, k: int, limit: int, **span: Any
     ) -> tuple[list[Hit], int]:
         self.counted.append((k, limit))
-        hits = self.search(query, session=session, k=k, within=within)
+        hits = self.search(query, session=session, k=k, within=span.get("within"))
         return hits, min(len(self.positions), limit)
 
 

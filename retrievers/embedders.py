@@ -74,14 +74,19 @@ class HashingEmbedder:
         features += [(f"{a} {b}", self.bigram_weight) for a, b in itertools.pairwise(words)]
         vector = [0.0] * self.dim
         for feature, weight in features:
-            digest = int.from_bytes(
-                hashlib.blake2b(feature.encode(), digest_size=8).digest(), "big"
-            )
+            digest = _feature_digest(feature)
             vector[digest % self.dim] += weight if (digest >> 40) & 1 else -weight
         norm = math.sqrt(sum(v * v for v in vector))
         if norm == 0.0:  # no words: a fixed unit vector keeps cosine distance defined
             return [1.0 / math.sqrt(self.dim)] * self.dim
         return [v / norm for v in vector]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _feature_digest(feature: str) -> int:
+    """A word's or bigram's hash, kept: a text repeats its words, and hashing them was half the
+    CPU of indexing a million chat lines with hashing vectors (bench/results/index_cost.md)."""
+    return int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "big")
 
 
 class MiniLMEmbedder:

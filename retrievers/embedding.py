@@ -471,15 +471,20 @@ class EmbeddingRetriever:
 
     def _drop_old_sentences(self, passages: list[Passage]) -> None:
         """A passage added again at a position it holds may have fewer sentences than before:
-        its old sentence vectors go first (only re-adds pay for this look-up's result)."""
+        its old sentence vectors go first (only re-adds pay for this look-up's result), one
+        delete a session: a metadata filter reads every row's metadata, so at hundreds of
+        thousands of vectors a delete a passage made a stopped build's next slice crawl."""
         ids = [_passage_id(p.session, p.position) for p in passages]
         held = self._collection.get(ids=ids, include=["metadatas"])
+        positions: dict[str, list[int]] = {}
         for meta in held["metadatas"] or []:
+            positions.setdefault(str(meta["session"]), []).append(int(meta["position"]))
+        for session, held_positions in positions.items():
             self._collection.delete(
                 where={
                     "$and": [
-                        {"session": str(meta["session"])},
-                        {"position": int(meta["position"])},
+                        {"session": session},
+                        {"position": {"$in": held_positions}},
                         {"sentence": {"$gte": 0}},
                     ]
                 }

@@ -26,11 +26,13 @@ from dataclasses import dataclass, replace
 
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import (
+    CountingRetriever,
     Hit,
     Passage,
     Retriever,
     Spans,
     check_search_arguments,
+    search_and_count,
     search_within,
     stored_count,
 )
@@ -237,10 +239,29 @@ class HybridRetriever:
         Only the keyword side is asked for ``limit`` hits; the embedding side, where every
         passage is near to some degree, is asked for what the fusion ranks. So a search that
         shows ten hits costs about what ``search(k=10)`` does, not a fusion of 400-deep lists.
+        A keyword side that counts on its own (a :class:`CountingRetriever`, tantivy's) is asked
+        for the hits the fusion ranks and the count: when ``limit`` passages match, that is the
+        count, and the hits are those ``search`` fuses, without ranking and reading ``limit``
+        keyword hits (measured at 1M passages: bench/results/index_cost.md, "Round six");
+        fewer, and the matches are searched for as above, to count them with the embedding's.
         """
         check_search_arguments(k, from_item, to_item)
         span = _Span(session, from_item, to_item, within)
         depth = self._depth * k
+        if isinstance(self._keyword, CountingRetriever) and depth <= limit:
+            shown, matches = search_and_count(
+                self._keyword,
+                query,
+                session=session,
+                k=depth,
+                limit=limit,
+                from_item=from_item,
+                to_item=to_item,
+                within=within,
+            )
+            if matches >= limit:
+                embedded = span.search(self._embedding, query, k=depth, run=self._embedded())
+                return self._fuse([shown, embedded], k=k), limit
         keyword = span.search(self._keyword, query, k=max(depth, limit))
         embedded = span.search(self._embedding, query, k=depth, run=self._embedded())
         hits = self._ranked([keyword[:depth], embedded], span, k=k)

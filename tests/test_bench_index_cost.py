@@ -108,3 +108,29 @@ def test_a_tantivy_build_tells_the_archive_so_a_keeper_does_not_index_it_again(t
     first, last = turns[0].seq, turns[-1].seq
     assert archive.positions("big", [first, last]) == {first: 0, last: 149}
     archive.close()
+
+
+def test_index_cost_builds_the_hybrids_vectors_in_slices_beside_tantivy_alone(
+    tmp_path, capsys, monkeypatch
+):
+    from keeper_bench import index_cost
+
+    monkeypatch.setattr(index_cost, "BULK_SLICE", 64)
+    keep = tmp_path / "keep"
+    argv = ["index-cost", "--messages", "200", "--searches", "2", "--engines", "tantivy"]
+    argv += ["--retrievers", "hybrid", "--skip", "steps,sessions", "--embedder", "hashing"]
+    argv += ["--k", "10,tool", "--keep", str(keep)]
+    assert main(argv) == 0
+    said = capsys.readouterr().out
+    slices = [line for line in said.splitlines() if line.startswith("  indexed ")]
+    assert [line.split(" passages")[0].split()[-1] for line in slices] == [
+        "64",
+        "128",
+        "192",
+        "200",
+    ]
+    assert "indexed (vectors made by hashing) in" in said
+    assert "| hybrid (tantivy) |" in said and "process CPU p50 / p95 (ms)" in said
+    assert not (keep / "archive.index" / "keyword.sqlite3").exists()
+    assert main(argv) == 0  # built once: the second run only searches
+    assert "indexed" not in capsys.readouterr().out

@@ -266,6 +266,26 @@ def test_a_message_re_added_with_fewer_sentences_leaves_no_old_sentence_behind(
     retriever.close()
 
 
+def test_messages_re_added_together_lose_their_old_sentences_and_no_other_passage_does(tmp_path):
+    retriever = EmbeddingRetriever(tmp_path, embedder=HASHING)
+    long = "Harbour lamp glows. Orchard ladder leans. The vault held tamo12 once."
+    retriever.add(
+        [Passage(session=s, item=1, position=n, text=long) for s in ("a", "b") for n in range(3)]
+    )
+    retriever.flush()
+    retriever.add(
+        [
+            Passage(session=s, item=1, position=n, text="River pepper violin.")
+            for s, n in (("a", 0), ("a", 2), ("b", 1))
+        ]
+    )
+    retriever.flush()
+    ids = set(retriever._collection.get(include=[])["ids"])
+    kept = {"a:1", "b:0", "b:2"}  # not re-added: their sentences stay
+    assert ids == {"a:0", "a:2", "b:1"} | kept | {f"{p}#{i}" for p in kept for i in range(3)}
+    retriever.close()
+
+
 def test_one_vector_per_passage_when_asked(tmp_path):
     retriever = EmbeddingRetriever(tmp_path, embedder=HASHING, sentence_vectors=False)
     retriever.add([Passage(session="s", item=1, position=0, text="One. Two. Three.")])

@@ -4,6 +4,7 @@ that few would rank them, and the count costs no deep fused search."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -139,6 +140,54 @@ def test_the_hybrid_count_stops_at_the_limit():
     hybrid = HybridRetriever(RankedList(range(500)), RankedList(range(1000, 1500)))
     hits, total = search_and_count(hybrid, "q", session="s", k=10, limit=200)
     assert len(hits) == 10 and total == 200
+
+
+class CountingList(RankedList):
+    """A :class:`RankedList` that counts its matches itself, as tantivy's index does."""
+
+    def __init__(self, positions: Sequence[int]) -> None:
+        super().__init__(positions)
+        self.counted: list[tuple[int, int]] = []
+
+    def search_counted(
+        self, query: str, *, session: str, k: int, limit: int, **span: Any
+    ) -> tuple[list[Hit], int]:
+        self.counted.append((k, limit))
+        hits = self.search(query, session=session, k=k, within=span.get("within"))
+        return hits, min(len(self.positions), limit)
+
+
+def test_a_keyword_side_that_counts_is_never_asked_for_the_limit_when_that_many_match():
+    keyword = CountingList(range(500))
+    hybrid = HybridRetriever(keyword, RankedList([1000, 3, 1001]))
+    hits, total = search_and_count(hybrid, "q", session="s", k=10, limit=200)
+    assert total == 200
+    assert positions(hits) == positions(hybrid.search("q", session="s", k=10))
+    assert keyword.counted == [(10, 200)] and 200 not in keyword.asked
+
+
+def test_a_keyword_side_that_counts_fewer_than_the_limit_is_counted_with_the_embeddings():
+    keyword = CountingList([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])
+    embedding = RankedList([20, 21, 22, 23, 24, 25, 7])
+    hybrid = HybridRetriever(keyword, embedding)
+    hits, total = search_and_count(hybrid, "q", session="s", k=2, limit=200)
+    assert positions(hits) == positions(hybrid.search("q", session="s", k=2)) == [20, 1]
+    assert total == len({*keyword.positions, 20, 21})
+
+
+def test_the_tantivy_hybrid_shows_what_its_search_fuses_and_counts_to_the_limit():
+    hybrid = HybridRetriever(
+        TantivyKeywordRetriever(), EmbeddingRetriever(embedder=HashingEmbedder())
+    )
+    try:
+        texts = [f"domo86 changed in round {n} of the {n % 3}th game." for n in range(30)]
+        hybrid.add([Passage(session="s", item=n, position=n, text=t) for n, t in enumerate(texts)])
+        for question in ("domo86 round", "what changed in the game?"):
+            hits, total = search_and_count(hybrid, question, session="s", k=3, limit=10)
+            assert total == 10
+            assert positions(hits) == positions(hybrid.search(question, session="s", k=3))
+    finally:
+        hybrid.close()
 
 
 def test_a_backend_that_cannot_count_is_searched_for_the_limit():

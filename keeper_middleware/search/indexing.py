@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 from keeper_middleware.archive.records import ArchivedTurn
 from keeper_middleware.archive.store import ArchiveStore, put_values
+from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.background import BackgroundWorker, background_worker
 from keeper_middleware.retrievers.base import Passage, Retriever, stored_count
 from keeper_middleware.retrievers.passages import passages_of
@@ -61,15 +62,22 @@ def catch_up(
     retrievers: tuple[Retriever, ...],
     *,
     unit: str = "messages",
+    most: int | None = None,
 ) -> int:
     """Index the session's turns the retrievers have not seen yet, cut into passages as
-    ``unit`` says (``KeeperConfig.passages``); returns passages added.
+    ``unit`` says (``KeeperConfig.passages``); returns passages added. ``most``: index at most
+    that many turns and save the progress (call again to go on), so a build of millions of
+    turns can be watched, and a crash loses one slice rather than all of it.
 
     Safe after a crash at any point: the progress is saved only once the retrievers have
     written the passages (``flush``), and re-adding a passage at a position it already holds
     replaces it.
     """
-    return catch_up_sessions(archive, [session], retrievers, unit=unit)
+    if most is not None and most < 1:
+        raise ConfigurationError(f"most must be a positive int or None, got {most}.")
+    added, progress = hand_over(archive, [session], retrievers, unit=unit, most=most)
+    settle(archive, progress, retrievers)
+    return added
 
 
 def catch_up_sessions(
@@ -97,10 +105,12 @@ def hand_over(
     *,
     unit: str,
     start: Marks | None = None,
+    most: int | None = None,
 ) -> tuple[int, Marks]:
     """Give the retrievers the passages of the sessions' turns after their saved progress (or
-    after ``start``, what this process has handed over already); returns the passages added
-    and how far each session got. Nothing is saved: a retriever may still be writing them."""
+    after ``start``, what this process has handed over already), at most ``most`` turns a
+    session; returns the passages added and how far each session got. Nothing is saved: a
+    retriever may still be writing them."""
     added = 0
     batch: list[Passage] = []
     progress: Marks = {}
@@ -112,6 +122,8 @@ def hand_over(
         seen = done
         positions: list[tuple[int, int]] = []
         for turn in archive.turns(session, after_seq=done):
+            if most is not None and len(positions) >= most:
+                break
             positions.append((turn.seq, position))
             passages = turn_passages(turn, unit, position)
             position += len(passages)

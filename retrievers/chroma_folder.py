@@ -15,7 +15,9 @@ Two signs are checked before the folder is opened, both without reading more tha
   folder is first opened in a process means a write was cut short;
 * the HNSW segment's files against its ``header.bin`` (hnswlib's persisted layout): a file too
   short for the elements the header counts, or a ``link_lists.bin`` longer than those elements'
-  links can be at the header's highest level, means the files do not belong together.
+  links can be at the header's highest level, means the files do not belong together; so does
+  an empty ``index_metadata.pickle`` (chroma truncates it to rewrite it: a process SIGKILLed in
+  a 200K-passage build left one, and every later query failed "deserializing pickle file").
 """
 
 from __future__ import annotations
@@ -94,7 +96,10 @@ def damage(folder: Path) -> str | None:
 
 def segment_damage(segment: Path) -> str | None:
     """Why one HNSW segment's files do not match its header, or None when they do."""
-    raw = (segment / "header.bin").read_bytes()
+    try:
+        raw = (segment / "header.bin").read_bytes()
+    except FileNotFoundError:  # deleted since it was listed
+        return None
     if len(raw) < _HEADER.size:
         return f"header.bin holds {len(raw)} bytes, fewer than the {_HEADER.size} of a header"
     fields = _HEADER.unpack_from(raw)
@@ -109,6 +114,9 @@ def segment_damage(segment: Path) -> str | None:
         return f"data_level0.bin holds {sizes['data_level0.bin']} bytes for {count} elements"
     if sizes["length.bin"] < count * 4:
         return f"length.bin holds {sizes['length.bin']} bytes for {count} elements"
+    pickle = segment / "index_metadata.pickle"
+    if pickle.exists() and pickle.stat().st_size == 0:  # rewritten whole: emptied, never filled
+        return "index_metadata.pickle is empty"
     most_links = count * max(max_level, 0) * (max_m * 4 + 4)  # -1: no element yet
     if sizes["link_lists.bin"] > most_links:
         return (

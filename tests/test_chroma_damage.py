@@ -68,7 +68,26 @@ def test_a_write_that_raises_keeps_its_marker_for_the_next_process(tmp_path):
     chroma_folder.forget_opened()
 
 
-def test_a_segment_whose_links_outgrow_its_header_is_set_aside_without_opening_it(tmp_path):
+def outgrown_links(segment: Path) -> None:
+    """The damage measured on a stopped 1M build: link_lists.bin claiming terabytes (sparse)."""
+    os.truncate(segment / "link_lists.bin", 2_660_294_941_776)
+
+
+def emptied_pickle(segment: Path) -> None:
+    """The damage a SIGKILL in a 200K build left: the segment's pickle truncated to rewrite."""
+    os.truncate(segment / "index_metadata.pickle", 0)
+
+
+@pytest.mark.parametrize(
+    ("damaged", "reason"),
+    [
+        (outgrown_links, "link_lists.bin claims 2660294941776 bytes"),
+        (emptied_pickle, "index_metadata.pickle is empty"),
+    ],
+)
+def test_a_segment_whose_files_do_not_match_is_set_aside_without_opening_it(
+    tmp_path, damaged, reason
+):
     folder = tmp_path / "chroma"
     passages = [
         Passage(session=SESSION, item=n, position=n, text=f"Passage {n} names zephyr{n}.")
@@ -82,13 +101,11 @@ def test_a_segment_whose_links_outgrow_its_header_is_set_aside_without_opening_i
     header = (segment / "header.bin").read_bytes()
     (elements,) = struct.unpack_from("<Q", header, 20)  # hnswlib's cur_element_count
     assert elements > 0 and damage(folder) is None  # a persisted segment, found healthy
-    # the damage measured on a stopped 1M build: link_lists.bin claiming terabytes (sparse)
-    os.truncate(segment / "link_lists.bin", 2_660_294_941_776)
+    damaged(segment)
 
-    assert "link_lists.bin claims 2660294941776 bytes" in str(damage(folder))
+    assert reason in str(damage(folder))
     reopened = EmbeddingRetriever(folder, embedder=HashingEmbedder(), sentence_vectors=False)
     assert reopened.count(SESSION) == 0  # an empty index for the archive to fill, no crash
     reopened.close()
-    aside = Path(f"{folder}.damaged") / segment.name / "link_lists.bin"
-    assert aside.stat().st_size == 2_660_294_941_776
+    assert Path(f"{folder}.damaged", segment.name, "header.bin").exists()  # moved, not opened
     forget_open_chroma_clients()  # as a restart would

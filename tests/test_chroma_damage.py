@@ -58,6 +58,13 @@ def test_a_write_cut_short_leaves_its_marker_and_the_next_search_rebuilds_the_in
     assert not (chroma / MARKER).exists()  # the rebuilt folder's writes all returned
 
 
+def test_a_marker_of_a_writer_still_running_is_not_taken_for_a_cut_write(tmp_path):
+    (tmp_path / MARKER).write_text(str(os.getppid()))  # a running process, not this one
+    assert damage(tmp_path) is None
+    (tmp_path / MARKER).write_text("2147483646")  # no such process: it was stopped
+    assert "write to it was cut short" in str(damage(tmp_path))
+
+
 def test_a_write_that_raises_keeps_its_marker_for_the_next_process(tmp_path):
     with writing(tmp_path):
         assert (tmp_path / MARKER).exists()

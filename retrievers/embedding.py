@@ -47,6 +47,7 @@ from keeper_middleware.retrievers.base import (
     Spans,
     check_search_arguments,
 )
+from keeper_middleware.retrievers.chroma_folder import set_aside_if_damaged, writing
 from keeper_middleware.retrievers.embedders import (
     Embedder,
     MiniLMEmbedder,
@@ -182,6 +183,8 @@ class EmbeddingRetriever:
         self._batch_size = batch_size
         self._ephemeral = path is None and server is None
         self._where = f"server {server}" if server else (str(path) if path else "memory")
+        self._folder = Path(path).resolve() if path is not None and server is None else None
+        """The local folder, whose writes stand a marker (``retrievers/chroma_folder.py``)."""
         self._client = _make_client(path, server)
         collection_name = _collection_name(collection, ephemeral=self._ephemeral)
         self._collection = self._client.get_or_create_collection(
@@ -331,7 +334,8 @@ class EmbeddingRetriever:
 
     def delete_session(self, session: str) -> None:
         self._wait(session)
-        self._collection.delete(where={"session": session})
+        with self._writing():
+            self._collection.delete(where={"session": session})
 
     def flush(self) -> None:
         self._wait(None)
@@ -418,12 +422,18 @@ class EmbeddingRetriever:
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]
             self._worker.yield_to_foreground()
-            self._collection.upsert(
-                ids=[vector_id for vector_id, _, _, _ in part],
-                embeddings=vectors[start : start + chunk],  # type: ignore[arg-type]
-                documents=[document for _, _, document, _ in part],
-                metadatas=[meta for _, _, _, meta in part],  # type: ignore[misc]
-            )
+            with self._writing():
+                self._collection.upsert(
+                    ids=[vector_id for vector_id, _, _, _ in part],
+                    embeddings=vectors[start : start + chunk],  # type: ignore[arg-type]
+                    documents=[document for _, _, document, _ in part],
+                    metadatas=[meta for _, _, _, meta in part],  # type: ignore[misc]
+                )
+
+    def _writing(self) -> contextlib.AbstractContextManager[None]:
+        """The write marker of a local folder around one chroma write (a batch), so a process
+        stopped in it leaves a sign the next one sees before chromadb reads the segment."""
+        return contextlib.nullcontext() if self._folder is None else writing(self._folder)
 
     def _embed_rows(self, texts: list[str]) -> list[list[float]]:
         """The texts' vectors, embedded shortest first: a batch is padded to its longest text,
@@ -480,15 +490,16 @@ class EmbeddingRetriever:
         for meta in held["metadatas"] or []:
             positions.setdefault(str(meta["session"]), []).append(int(meta["position"]))
         for session, held_positions in positions.items():
-            self._collection.delete(
-                where={
-                    "$and": [
-                        {"session": session},
-                        {"position": {"$in": held_positions}},
-                        {"sentence": {"$gte": 0}},
-                    ]
-                }
-            )
+            with self._writing():
+                self._collection.delete(
+                    where={
+                        "$and": [
+                            {"session": session},
+                            {"position": {"$in": held_positions}},
+                            {"sentence": {"$gte": 0}},
+                        ]
+                    }
+                )
 
     def _nearest(
         self,
@@ -663,6 +674,7 @@ def _make_client(path: str | PathLike[str] | None, server: str | None) -> Any:
     if server is None:
         if path is None:
             return chromadb.EphemeralClient(settings=settings)
+        set_aside_if_damaged(Path(path))  # chromadb's native code would crash reading it
         Path(path).mkdir(parents=True, exist_ok=True)
         return chromadb.PersistentClient(path=str(path), settings=settings)
     parts = urlsplit(server)

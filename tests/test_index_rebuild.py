@@ -16,7 +16,7 @@ import pytest
 
 from keeper_middleware import Keeper, KeeperConfig
 from keeper_middleware.archive.records import ArchivedTurn
-from keeper_middleware.retrievers import factory
+from keeper_middleware.retrievers import chroma_folder, factory
 from keeper_middleware.retrievers.base import stored_count
 from keeper_middleware.retrievers.embedders import HashingEmbedder
 from keeper_middleware.retrievers.factory import make_retriever
@@ -42,9 +42,11 @@ def open_keeper(archive: Path, backend: str, engine: str) -> Keeper:
 
 
 def forget_open_chroma_clients() -> None:
+    """Forget the chroma folders this process opened, as a new process would."""
     from chromadb.api.client import SharedSystemClient
 
     SharedSystemClient.clear_system_cache()
+    chroma_folder.forget_opened()
 
 
 def archive_turns(keeper: Keeper) -> None:
@@ -116,17 +118,24 @@ def test_auto_moves_a_grown_fts5_folder_to_tantivy_and_builds_it_from_the_archiv
     again.close()
 
 
-def test_an_index_the_archive_never_filled_is_not_rebuilt_on_every_open(tmp_path, caplog):
+@pytest.mark.parametrize(
+    ("backend", "engine"), [("keyword", "tantivy"), ("hybrid", "fts5")], ids=["tantivy", "hybrid"]
+)
+def test_an_index_the_archive_never_filled_is_not_rebuilt_on_every_open(
+    tmp_path, caplog, backend, engine
+):
     archive = tmp_path / "agent.sqlite3"
-    keeper = open_keeper(archive, "keyword", "tantivy")
+    keeper = open_keeper(archive, backend, engine)
     archive_turns(keeper)
     keeper.search(SESSION, "zephyr1")
     keeper.close()
+    forget_open_chroma_clients()
     with caplog.at_level("WARNING"):
-        reopened = open_keeper(archive, "keyword", "tantivy")
+        reopened = open_keeper(archive, backend, engine)
         assert "recorded zephyr1 at 7" in reopened.search(SESSION, "the clerk's zephyr1")
         reopened.close()
     assert "index rebuilt" not in caplog.text
+    assert "index set aside" not in caplog.text  # a healthy chroma folder is opened as it is
 
 
 def test_an_unknown_keyword_engine_lists_the_choices(tmp_path):

@@ -318,6 +318,20 @@ def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path
     assert "A live window of many small messages" in table and "fair floor's CPU" in table
 
 
+def test_the_two_keeper_proxies_trade_places_from_pass_to_pass() -> None:
+    """Whichever process runs later in a pass reads lower, so this checkout and the baseline
+    alternate; the relay and the floor keep their places, and without a baseline nothing moves."""
+    from keeper_bench.proxy.growth import pass_order
+
+    paths = ["relay", "floor", "keeper-proxy", "baseline"]
+    orders = [pass_order(paths, number) for number in range(4)]
+    assert orders[0] == orders[2] == paths
+    assert orders[1] == orders[3] == ["relay", "floor", "baseline", "keeper-proxy"]
+    late = [order.index("keeper-proxy") > order.index("baseline") for order in orders]
+    assert late.count(True) == late.count(False)
+    assert pass_order(paths[:3], 1) == paths[:3]
+
+
 @pytest.mark.parametrize("floor", [False, True], ids=["bare", "fair floor"])
 def test_the_bare_relay_passes_bodies_statuses_and_streams_through(
     floor: bool, tmp_path: Path

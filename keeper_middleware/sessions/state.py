@@ -28,6 +28,9 @@ from keeper_middleware.search.guards import GuardState
 from keeper_middleware.sessions.counters import Counters
 from keeper_middleware.sessions.locks import SessionLocks
 
+GUARD_KEY = "search_guard"
+"""Per-session value: the search guard's state (:class:`~keeper_middleware.search.guards.GuardState`)."""
+
 MOVED_KEYS = LEGACY_KEYS
 """Per-session value of archives written before moved entries were rows: the moved STATE keys
 (read once and moved to rows on first use)."""
@@ -53,6 +56,9 @@ class SessionState:
         self._rooms: dict[str, int] = {}
         self._later: set[str] = set()
         """Sessions whose counter writes wait for their host's own save (:meth:`saving_later`)."""
+        self._guards: dict[str, tuple[GuardState, bool]] = {}
+        """The search guard of each session in :meth:`saving_later`, as read or set there, and
+        whether it is still to be written."""
 
     @contextmanager
     def hold(self, session: str) -> Iterator[None]:
@@ -86,6 +92,7 @@ class SessionState:
             self._saved_counters.pop(session, None)
             self._secrets.pop(session, None)
             self._rooms.pop(session, None)
+            self._guards.pop(session, None)
 
     def known(self, session: str) -> bool:
         """Whether a step ever ran for ``session`` here or its archive holds anything of it
@@ -117,29 +124,44 @@ class SessionState:
 
     @contextmanager
     def saving_later(self, session: str) -> Iterator[None]:
-        """While held, the session's counters are written with its host's own save
-        (:meth:`unsaved_values`, then :meth:`values_saved`), in the host's transaction, instead
-        of in one of their own at each change: a proxy saves once a request. Whatever is still
-        unsaved at the end is written then."""
+        """While held, the session's counters and search guard are written with its host's own
+        save (:meth:`unsaved_values`, then :meth:`values_saved`), in the host's transaction,
+        instead of in one of their own at each change: a proxy saves once a request. The guard
+        is read once in that time, not at every use (the host holds the session, so nothing
+        else changes it meanwhile). Whatever is still unsaved at the end is written then."""
         self._later.add(session)
         try:
             yield
         finally:
-            self._later.discard(session)
             with self.lock:
+                self._later.discard(session)
+                guard = self._guards.pop(session, None)
                 known = session in self._counters  # not when the session was erased meanwhile
+            if guard is not None and guard[1]:
+                self.archive.put_value(session, GUARD_KEY, guard[0].to_json())
             if known:
                 self.save_counters(session)
 
     def unsaved_values(self, session: str) -> dict[str, Any]:
         """The per-session values changed since they were last written (key → value)."""
         data = self.counters(session).to_json()
-        return {} if self._saved_counters.get(session) == data else {"counters": data}
+        values: dict[str, Any] = {}
+        if self._saved_counters.get(session) != data:
+            values["counters"] = data
+        with self.lock:
+            guard = self._guards.get(session)
+        if guard is not None and guard[1]:
+            values[GUARD_KEY] = guard[0].to_json()
+        return values
 
     def values_saved(self, session: str, values: Mapping[str, Any]) -> None:
         """Record that the host wrote ``values`` (from :meth:`unsaved_values`)."""
         if "counters" in values:
             self._saved_counters[session] = values["counters"]
+        with self.lock:
+            guard = self._guards.get(session)
+            if guard is not None and guard[0].to_json() == values.get(GUARD_KEY):
+                self._guards[session] = (guard[0], False)
 
     def notes(self, session: str, head: Head = TIP) -> Notes:
         """The NOTES in effect at the cut ``head`` (empty before a branch's first cut)."""
@@ -166,11 +188,25 @@ class SessionState:
 
     def guard(self, session: str) -> GuardState:
         """The search guard's state (searches since the last new input, repeats). Read at every
-        use: arms that manage their own memory reset it in the archive directly."""
-        return GuardState.from_json(self.archive.get_value(session, "search_guard"))
+        use (arms that manage their own memory reset it in the archive directly), except while
+        the session is :meth:`saving_later`: then once."""
+        with self.lock:
+            kept = self._guards.get(session) if session in self._later else None
+        if kept is not None:
+            return kept[0]
+        guard = GuardState.from_json(self.archive.get_value(session, GUARD_KEY))
+        with self.lock:
+            if session in self._later:
+                self._guards.setdefault(session, (guard, False))
+        return guard
 
     def set_guard(self, session: str, guard: GuardState) -> None:
-        self.archive.put_value(session, "search_guard", guard.to_json())
+        """Write the search guard's state (with the host's save while :meth:`saving_later`)."""
+        with self.lock:
+            if session in self._later:
+                self._guards[session] = (guard, True)
+                return
+        self.archive.put_value(session, GUARD_KEY, guard.to_json())
 
     def room(self, session: str, default: int) -> int:
         """The room one message has in view, as the last step measured it."""

@@ -34,10 +34,25 @@ __all__ = [
     "growth_header",
     "growth_markdown",
     "measure_growth",
+    "pass_order",
     "starting_history",
 ]
 
 GROWTH_PATHS = ("relay", "floor", "keeper-proxy", "baseline")
+
+
+def pass_order(paths: Sequence[str], number: int) -> list[str]:
+    """The order of the paths in pass ``number``: as given, but the two keeper-proxies (this
+    checkout's and the baseline's) trade places every other pass. Whichever process runs later
+    in a pass reads lower on a machine whose load drifts within the pass, so a fixed order would
+    favour one checkout in every row; alternating it splits that bias between the two."""
+    order = list(paths)
+    if number % 2 and "keeper-proxy" in order and "baseline" in order:
+        first, second = order.index("keeper-proxy"), order.index("baseline")
+        order[first], order[second] = order[second], order[first]
+    return order
+
+
 TARGET_RATIO = 2.0
 """keeper-proxy's CPU a request at most this many times the fair floor's, at every size."""
 TARGET_SLOPE = 1.5
@@ -208,7 +223,9 @@ def measure_growth(
             row = GrowthRow(length, sessions, load_before=os.getloadavg()[0])
             start = starting_history(inputs, length)
             for number in range(repeat):
-                for path in middles:
+                # counted across rows, so an odd --repeat is balanced over the table
+                order = pass_order(list(middles), len(rows) * repeat + number)
+                for path in order:
                     tag = f"grow-{path}-{length}-{number}"
                     spent, times = asyncio.run(
                         _grow(middles[path].url, start, texts, sessions, tag, middles[path])

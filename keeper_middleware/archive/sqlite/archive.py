@@ -54,6 +54,8 @@ from keeper_middleware.messages.facts import storable_text
 
 _T = TypeVar("_T")
 _NOTES_KEPT = 256
+_UNKNOWN: Any = object()
+"""Not remembered (a session's latest NOTES may be remembered as None: none yet)."""
 _TURN_PAGE = 256
 _NOTES_PAGE = 8
 _ID_CHUNK = 500
@@ -423,7 +425,13 @@ class SQLiteArchive:
     def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
         """Every step reads the NOTES at its head: a cut's never change once it is committed,
         and the session's latest changes only with a cut, which runs in one process at a time,
-        so both are remembered as last read or written here."""
+        so both are remembered as last read or written here. The latest is looked up before
+        taking the archive's lock, which other sessions' saves hold while they commit: a cut of
+        this session drops it under that lock first, so what is found was current when found."""
+        if head is TIP:
+            latest = self._latest.get(session, _UNKNOWN)
+            if latest is not _UNKNOWN:
+                return latest  # type: ignore[no-any-return]
         with self._lock:
             key = (session, head)
             if head is TIP and session in self._latest:

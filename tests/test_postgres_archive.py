@@ -270,3 +270,14 @@ def test_two_workers_stepping_one_session_at_once_cut_it_once(postgres_url, pg_s
         assert counters["notes_calls"] == 1, "the second worker asked for notes again"
         ids = [t.msg_id for t in archive.turns("s")]
         assert len(ids) == len(set(ids)) > 0
+
+
+@postgres
+def test_a_value_of_none_deletes_its_key(postgres_url, pg_schema):
+    with PostgresArchive(postgres_url, schema=pg_schema) as archive:
+        archive.put_values("s", {"kept": 1, "retired": [1, 2]})
+        archive.put_values("s", {"kept": 2, "retired": None})
+        assert archive.get_value("s", "retired") is None
+        assert archive.get_value("s", "kept") == 2
+        archive.put_values("s", {"retired": None})  # only deletes: still one transaction
+        assert archive.get_value("s", "kept") == 2

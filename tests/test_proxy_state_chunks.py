@@ -121,3 +121,29 @@ def test_a_save_cut_short_at_any_write_leaves_one_whole_record(tmp_path, count: 
         outcomes.append(reopened == after)
         archive.close()
     assert outcomes[0] is False and outcomes[-1] is True  # cut before any write, and after all
+
+
+def test_a_long_session_leaves_no_rows_of_retired_chunks(tmp_path) -> None:
+    archive = SQLiteArchive(str(tmp_path / "a.db"))
+    store = ArchiveSessionStore(archive)
+    for count in range(2, 3 * STATE_CHUNK + 4, 2):
+        store.save("s", _record(count))
+    rows = archive._query("SELECT key, value_json FROM kv WHERE session = ?", ("s",))
+    assert all(value != "null" for _, value in rows)
+    head = archive.get_value("s", RECORD_KEY)
+    named = {*head["taken_chunks"], *head["window_chunks"]}
+    named |= {k for part in head["state_chunks"].values() for k in part}
+    assert {k for k, _ in rows if k.startswith(f"{RECORD_KEY}.")} == named
+    assert ArchiveSessionStore(archive).load("s") == _record(3 * STATE_CHUNK + 2)
+    archive.close()
+
+
+def test_a_value_of_none_deletes_its_key(tmp_path) -> None:
+    archive = SQLiteArchive(str(tmp_path / "a.db"))
+    archive.put_values("s", {"kept": 1, "retired": [1, 2]})
+    archive.put_values("s", {"kept": 2, "retired": None})
+    assert archive.get_value("s", "retired") is None
+    assert [tuple(r) for r in archive._query("SELECT key FROM kv WHERE session = ?", ("s",))] == [
+        ("kept",)
+    ]
+    archive.close()

@@ -316,12 +316,17 @@ class PostgresArchive:
         self.put_values(session, {key: value})
 
     def put_values(self, session: str, values: Mapping[str, Any]) -> None:
-        """Upsert several values in one transaction (in the mapping's order): all or none."""
+        """Upsert several values in one transaction (in the mapping's order): all or none. A
+        value of None deletes its key, as in the SQLite archive."""
         _require_session(session)
         refuse_nul(session, "session")
         rows = []
+        gone = []
         for key, value in values.items():
             refuse_nul(key, "key")
+            if value is None:
+                gone.append((session, key))
+                continue
             try:
                 value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -330,7 +335,7 @@ class PostgresArchive:
                     f"{exc}"
                 ) from exc
             rows.append((session, key, value_json))
-        if not rows:
+        if not rows and not gone:
             return
         s = self.schema
         with (
@@ -343,11 +348,14 @@ class PostgresArchive:
                 (session,),
             )
             with conn.cursor() as cursor:
-                cursor.executemany(
-                    f"INSERT INTO {s}.kv (session, key, value_json) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
-                    rows,
-                )
+                if rows:
+                    cursor.executemany(
+                        f"INSERT INTO {s}.kv (session, key, value_json) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json",
+                        rows,
+                    )
+                if gone:
+                    cursor.executemany(f"DELETE FROM {s}.kv WHERE session = %s AND key = %s", gone)
 
     def put_handle(self, session: str, handle: str, value: Any) -> None:
         """Record a handle for ``session`` (``archive.handles.HandleStore``)."""

@@ -469,10 +469,13 @@ class SQLiteArchive:
     def put_values(self, session: str, values: Mapping[str, Any]) -> None:
         """Upsert several values in one transaction (in the mapping's order): all or none.
 
-        One commit instead of one per value is most of what saving a session costs."""
+        One commit instead of one per value is most of what saving a session costs. A value of
+        None deletes its key (reading it gives None either way), so a store that retires keys,
+        as the proxy's session record retires its old chunks, leaves no rows behind."""
         _require_session(session)
-        rows = _value_rows(session, values)
-        if not rows:
+        gone = [(session, key) for key, value in values.items() if value is None]
+        rows = _value_rows(session, {k: v for k, v in values.items() if v is not None})
+        if not rows and not gone:
             return
         with self._lock:
             conn = self._live()
@@ -480,6 +483,7 @@ class SQLiteArchive:
             try:
                 conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
                 conn.executemany(_UPSERT_VALUE, rows)
+                conn.executemany("DELETE FROM kv WHERE session = ? AND key = ?", gone)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

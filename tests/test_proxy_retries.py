@@ -61,7 +61,7 @@ async def call(policy: RetryPolicy, *answers: httpx.Response) -> tuple[Any, Call
     )
     tally = CallTally()
     try:
-        return await upstream.chat(BODY, auth=None, tally=tally), tally, seen
+        return (await upstream.complete(BODY, auth=None, tally=tally)).data, tally, seen
     except UpstreamError as error:
         return error, tally, seen
     finally:

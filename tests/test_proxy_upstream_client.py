@@ -158,7 +158,7 @@ async def test_failures_are_tried_again_and_every_try_counted(client_kind):
     with serving(server) as url:
         upstream = upstream_at(url, client_kind)
         tally = CallTally()
-        data = await upstream.chat(BODY, auth=None, tally=tally)
+        data = (await upstream.complete(BODY, auth=None, tally=tally)).data
         await upstream.aclose()
     assert data["choices"][0]["message"]["content"] == "finally"
     assert (tally.calls, tally.failures, tally.retries) == (4, 3, 3)
@@ -172,7 +172,7 @@ async def test_the_last_failure_reaches_the_agent_when_tries_run_out(client_kind
         upstream = upstream_at(url, client_kind, RetryPolicy(attempts=3, first_wait=0, max_wait=0))
         tally = CallTally()
         with pytest.raises(UpstreamError) as failed:
-            await upstream.chat(BODY, auth=None, tally=tally)
+            await upstream.complete(BODY, auth=None, tally=tally)
         await upstream.aclose()
     assert (failed.value.status, failed.value.code) == (502, "upstream_error")
     assert "kaput" in failed.value.message
@@ -188,7 +188,7 @@ async def test_a_retry_after_past_the_budget_ends_the_tries_and_is_passed_on(cli
     with serving(server) as url:
         upstream = upstream_at(url, client_kind, policy)
         with pytest.raises(UpstreamError) as failed:
-            await upstream.chat(BODY, auth=None, tally=CallTally())
+            await upstream.complete(BODY, auth=None, tally=CallTally())
         await upstream.aclose()
     assert (failed.value.status, failed.value.code) == (429, "upstream_overloaded")
     assert failed.value.retry_after is not None and failed.value.retry_after > 3000
@@ -202,7 +202,7 @@ async def test_a_hung_upstream_is_a_504_after_the_timeout(client_kind):
         upstream = upstream_at(url, client_kind, policy)
         tally = CallTally()
         with pytest.raises(UpstreamError) as failed:
-            await upstream.chat(BODY, auth=None, tally=tally)
+            await upstream.complete(BODY, auth=None, tally=tally)
         await upstream.aclose()
     assert (failed.value.status, failed.value.code) == (504, "upstream_timeout")
     assert (tally.calls, tally.failures) == (2, 2)
@@ -214,7 +214,7 @@ async def test_an_unreachable_upstream_is_a_502(client_kind):
     upstream = upstream_at(url, client_kind, RetryPolicy(attempts=2, first_wait=0, max_wait=0))
     tally = CallTally()
     with pytest.raises(UpstreamError) as failed:
-        await upstream.chat(BODY, auth=None, tally=tally)
+        await upstream.complete(BODY, auth=None, tally=tally)
     await upstream.aclose()
     assert (failed.value.status, failed.value.code) == (502, "upstream_unavailable")
     assert url.split("//")[1].split("/")[0] in failed.value.message
@@ -227,7 +227,7 @@ async def test_a_rejection_is_passed_on_once_with_its_message(client_kind):
         upstream = upstream_at(url, client_kind)
         tally = CallTally()
         with pytest.raises(UpstreamError) as failed:
-            await upstream.chat(BODY, auth=None, tally=tally)
+            await upstream.complete(BODY, auth=None, tally=tally)
         await upstream.aclose()
     assert (failed.value.status, failed.value.code) == (400, "upstream_rejected")
     assert "tool schema invalid" in failed.value.message
@@ -245,7 +245,7 @@ async def streamed_through(
 
     with serving(server) as url:
         upstream = upstream_at(url, kind)
-        data = await upstream.chat(BODY, auth=None, tally=CallTally(), forward=forward)
+        data = (await upstream.complete(BODY, auth=None, tally=CallTally(), forward=forward)).data
         await upstream.aclose()
     return forwarded, data
 
@@ -293,7 +293,7 @@ async def test_a_stream_cut_off_after_text_is_not_tried_again(client_kind):
         upstream = upstream_at(url, client_kind)
         tally = CallTally()
         with pytest.raises(UpstreamError) as failed:
-            await upstream.chat(BODY, auth=None, tally=tally, forward=forward)
+            await upstream.complete(BODY, auth=None, tally=tally, forward=forward)
         await upstream.aclose()
     assert failed.value.status == 502 and not failed.value.retry
     assert forwarded  # the agent already has text: a second try would repeat it
@@ -309,8 +309,8 @@ async def test_the_upstream_cannot_plant_cookies_shared_by_every_tenant():
     server = ScriptedServer(with_cookie, answer("second"))
     with serving(server) as url:
         upstream = upstream_at(url, "aiohttp")
-        await upstream.chat(BODY, auth=None, tally=CallTally())
-        await upstream.chat(BODY, auth=None, tally=CallTally())
+        await upstream.complete(BODY, auth=None, tally=CallTally())
+        await upstream.complete(BODY, auth=None, tally=CallTally())
         await upstream.aclose()
     assert "cookie" not in server.requests[1]
 
@@ -319,10 +319,10 @@ async def test_one_client_serves_calls_from_a_new_event_loop():
     server = ScriptedServer(answer("ok"))
     with serving(server) as url:
         upstream = upstream_at(url, "aiohttp")
-        first = await upstream.chat(BODY, auth=None, tally=CallTally())
+        first = (await upstream.complete(BODY, auth=None, tally=CallTally())).data
 
         def in_another_loop() -> dict[str, Any]:
-            return asyncio.run(upstream.chat(BODY, auth=None, tally=CallTally()))
+            return asyncio.run(upstream.complete(BODY, auth=None, tally=CallTally())).data
 
         second = await asyncio.to_thread(in_another_loop)
         await upstream.aclose()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.conversation.form import (
@@ -20,12 +21,44 @@ from keeper_middleware.integrations.proxy.conversation.form import (
     message_from_openai,
 )
 
-__all__ = ["agent_reply", "ai_from_completion", "completion_body", "logprobs_after"]
+__all__ = [
+    "Completion",
+    "agent_reply",
+    "ai_from_completion",
+    "as_received",
+    "completion_body",
+    "logprobs_after",
+    "read_completion",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """An upstream completion read once: checked when it arrives (a reply that cannot be read is
+    retried like a failed call), then used as it was read."""
+
+    data: dict[str, Any]
+    """The completion's JSON, as the upstream sent it (read into a chat completion)."""
+    reply: AIMessage
+    """What :func:`ai_from_completion` gives: the keeper's form of it."""
+    said: AIMessage
+    """The completion's message alone, as :func:`~.form.message_from_openai` reads it: what an
+    agent's copy of it reads as when no call of it was hidden."""
 
 
 def ai_from_completion(data: Mapping[str, Any]) -> AIMessage:
     """An upstream completion as an AIMessage: usage, finish reason and reasoning where the keeper
     looks for them (``usage_metadata``, ``response_metadata``, ``additional_kwargs``)."""
+    return read_completion(data if isinstance(data, dict) else dict(data)).reply
+
+
+def read_completion(data: dict[str, Any]) -> Completion:
+    """An upstream completion read once (:class:`Completion`).
+
+    Raises:
+        MalformedDataError: the completion holds no message.
+        RequestError: its message cannot be read (a malformed tool call).
+    """
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise MalformedDataError("the upstream's reply has no choices")
@@ -53,7 +86,7 @@ def ai_from_completion(data: Mapping[str, Any]) -> AIMessage:
             "total_tokens": int(usage.get("total_tokens") or prompt + completion),
             "input_token_details": {"cache_read": int(details.get("cached_tokens") or 0)},
         }
-    return message.model_copy(update=update)
+    return Completion(data, message.model_copy(update=update), message)
 
 
 def agent_reply(data: Mapping[str, Any], hidden_tool: str | None) -> tuple[dict[str, Any], str]:
@@ -79,6 +112,16 @@ def agent_reply(data: Mapping[str, Any], hidden_tool: str | None) -> tuple[dict[
     elif reason == "tool_calls":
         reason = "stop"
     return message, reason
+
+
+def as_received(done: Completion, message: Mapping[str, Any]) -> BaseMessage:
+    """The agent's ``message`` (:func:`agent_reply` of ``done``) read as a LangChain message:
+    the completion's own reading when no call of it was hidden from the agent (the same
+    message, read once), else read anew."""
+    calls = done.data["choices"][0]["message"].get("tool_calls") or []
+    if (message.get("tool_calls") or []) == calls:
+        return done.said
+    return message_from_openai(message)
 
 
 def completion_body(

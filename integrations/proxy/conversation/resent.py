@@ -35,6 +35,14 @@ class Resent:
     pairs: Fingerprints = ()
     """(key, fingerprint) of each message after the leading system messages."""
 
+    def answered(self, message: dict[str, Any], pair: tuple[int | None, str]) -> Resent:
+        """This request followed by the reply its agent got (``message``, with its key and
+        fingerprint): an agent that sends the reply back exactly as it came has it confirmed
+        with the rest. Nothing to confirm stays nothing."""
+        if not self.raw:
+            return self
+        return Resent([*self.raw, message], (*self.pairs, pair))  # a list, as ``raw`` comes
+
     def confirmed(self, raw: Sequence[Any]) -> int:
         """How many messages at the start of ``raw`` are this request's: all of them (when
         ``raw`` starts with exactly these messages and they hold an agent message), else 0."""

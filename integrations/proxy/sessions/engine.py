@@ -35,15 +35,16 @@ from keeper_middleware.errors import (
     WindowTooSmallError,
 )
 from keeper_middleware.integrations.proxy.chat_completions.replies import (
+    Completion,
     agent_reply,
-    ai_from_completion,
+    as_received,
 )
 from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
 from keeper_middleware.integrations.proxy.conversation.form import (
     ChatRequest,
     RequestError,
     digest_of,
-    message_from_openai,
+    message_key,
 )
 from keeper_middleware.integrations.proxy.conversation.resent import Resent
 from keeper_middleware.integrations.proxy.sessions.history import continued, take_in
@@ -297,9 +298,10 @@ class KeeperProxy:
             body.pop("parallel_tool_calls", None)
         return body
 
-    def _intake(self, session: str, request: ChatRequest) -> SessionRecord:
+    def _intake(self, turn: Turn, request: ChatRequest) -> SessionRecord:
         """The record after taking in the request (not saved until the keeper step has
         accepted it: a refused request stores nothing)."""
+        session = turn.session
         known = self._resent.get(session)
         pairs = request.digests_reusing(known.pairs if known is not None else ())
         messages: Sequence[BaseMessage] = request.messages
@@ -322,7 +324,7 @@ class KeeperProxy:
         stats.withdrawn_messages += intake.withdrawn
         stats.returned_messages += intake.returned
         with self._resent_lock:  # worker threads of different sessions
-            self._resent[session] = Resent(request.raw, pairs)
+            self._resent[session] = turn.resent = Resent(request.raw, pairs)
             self._resent.move_to_end(session)
             while len(self._resent) > RESENT_SESSIONS:
                 self._resent.popitem(last=False)
@@ -348,7 +350,7 @@ class KeeperProxy:
 
         async def note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
             body = self._body(turn, messages, turn.tools, turn.note_params, kwargs)
-            return ai_from_completion(await self._call(turn, body))
+            return (await self._call(turn, body)).reply
 
         def sync_note_call(messages: list[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
             if self._pool is None:
@@ -362,8 +364,8 @@ class KeeperProxy:
             record, kwargs, messages, body = await self._off_loop(
                 self._before_call, turn, given, request, sync_note_call
             )
-            data, reply = await self._main_call(turn, kwargs, messages, body)
-            outcome = await self._off_loop(self._after_call, turn, record, data, reply, number)
+            done = await self._main_call(turn, kwargs, messages, body)
+            outcome = await self._off_loop(self._after_call, turn, record, done, number)
             if isinstance(outcome, Answer):
                 return outcome
             given = outcome
@@ -384,7 +386,7 @@ class KeeperProxy:
         if record is None:
             self.store.refresh(turn.session)
             turn.existed = bool(self.store.load(turn.session).taken)
-            record = self._intake(turn.session, request)
+            record = self._intake(turn, request)
         step = self.keeper.step(
             turn.session, list(record.window), record.keeper_state, turn.setup, note_call
         )
@@ -404,37 +406,39 @@ class KeeperProxy:
         self,
         turn: Turn,
         record: SessionRecord,
-        data: dict[str, Any],
-        reply: AIMessage,
+        done: Completion,
         number: int,
     ) -> SessionRecord | Answer:
-        """In a worker thread: keep the reply (``data`` as a message); answer its searches (then
-        the record to call again with) or finish (the answer)."""
-        session = turn.session
+        """In a worker thread: keep the reply; answer its searches (then the record to call
+        again with) or finish (the answer)."""
+        session, reply = turn.session, done.reply
         searching = turn.search_tool is not None
         if searching and not self.keeper.search_offered(session):
             searching = False  # withheld from this call: its search calls are not answered
             reply = self.keeper.answer_only(session, reply)
         reply = self.keeper.record_reply(session, reply)
-        reply = reply.model_copy(update={"id": new_id()})
         searches = [c for c in reply.tool_calls if c["name"] == SEARCH_TOOL_NAME]
         broken = [c for c in reply.invalid_tool_calls if c["name"] == SEARCH_TOOL_NAME]
         own_calls = len(reply.tool_calls) + len(reply.invalid_tool_calls) > len(searches) + len(
             broken
         )
-        if searching and (searches or broken) and number < self.max_upstream_calls:
+        answering = searching and bool(searches or broken) and number < self.max_upstream_calls
+        final = own_calls or not answering  # the front door may have named the final reply
+        named = turn.reply_id if final and turn.reply_id is not None else new_id()
+        reply = reply.model_copy(update={"id": named})
+        if answering:
             results = answer_searches(self.keeper, session, reply)
             self.stats(session).search_rounds += 1
             if own_calls:  # the agent's calls go back to it; the results wait in view
                 record = record.appended([reply, *results[1:]])
-                return self._finish(turn, record, data, reply, True)
+                return self._finish(turn, record, done, reply, True)
             record = record.appended(results)
             self.store.save_all(session, record, self.stats(session))
             turn.unsaved = None
             return record
         if searching and (searches or broken):
             self.stats(session).loop_limit_hits += 1
-        return self._finish(turn, record, data, reply, False)
+        return self._finish(turn, record, done, reply, False)
 
     async def _main_call(
         self,
@@ -442,25 +446,23 @@ class KeeperProxy:
         kwargs: dict[str, Any],
         messages: list[BaseMessage],
         body: dict[str, Any],
-    ) -> tuple[dict[str, Any], AIMessage]:
-        """A work call: the completion and its message. A reply that thought to its limit is
-        asked again without thinking."""
+    ) -> Completion:
+        """A work call's completion. A reply that thought to its limit is asked again without
+        thinking."""
         turn.carried += turn.streamed.get("content", "")
         turn.streamed, turn.streamed_logprobs = {}, {}
         turn.main_calls += 1
-        data = await self._call(turn, body, True)
-        reply = ai_from_completion(data)
-        retry = self.keeper.retry_kwargs(turn.session, kwargs, reply)
+        done = await self._call(turn, body, True)
+        retry = self.keeper.retry_kwargs(turn.session, kwargs, done.reply)
         if retry is not None:
             turn.carried += turn.streamed.get("content", "")
             turn.streamed, turn.streamed_logprobs = {}, {}
             turn.main_calls += 1
             body = self._work_body(turn, messages, retry)
-            data = await self._call(turn, body, True)
-            reply = ai_from_completion(data)
-        return data, reply
+            done = await self._call(turn, body, True)
+        return done
 
-    async def _call(self, turn: Turn, body: dict[str, Any], main: bool = False) -> dict[str, Any]:
+    async def _call(self, turn: Turn, body: dict[str, Any], main: bool = False) -> Completion:
         forward: Callable[[StreamPiece], Awaitable[None]] | None = None
         if main and turn.forward is not None:
             sink = turn.forward
@@ -482,39 +484,40 @@ class KeeperProxy:
         if turn.lease is not None:
             body = await turn.lease.prepare(body)
         headers = turn.context.headers if turn.context is not None else None
-        data = await self.upstream.chat(
+        done = await self.upstream.complete(
             body, auth=turn.auth, tally=turn.tally, forward=forward, headers=headers
         )
         if turn.lease is not None:
-            turn.lease.observe(data)
-        turn.add_usage(data)
-        return data
+            turn.lease.observe(done.data)
+        turn.add_usage(done.data)
+        return done
 
     def _finish(
         self,
         turn: Turn,
         record: SessionRecord,
-        data: dict[str, Any],
+        done: Completion,
         reply: AIMessage,
         answered: bool,
     ) -> Answer:
         """Keep the final reply and give the agent exactly what it may see. ``answered``: the
         reply's searches were answered and their results follow it in ``record``'s window."""
         hide = SEARCH_TOOL_NAME if turn.search_tool is not None else None
+        data = done.data
         message, reason = agent_reply(data, hide)
-        if turn.reply_id is not None and turn.reply_id != reply.id:  # the front door named it
-            named = reply.model_copy(update={"id": turn.reply_id})
-            if answered:  # already in the window, ahead of its search results
-                window = tuple(named if m is reply else m for m in record.window)
-                record = replace(record, window=window)
-            reply = named
-        visible = reply.model_copy(
-            update={
-                "tool_calls": [c for c in reply.tool_calls if c["name"] != hide],
-                "invalid_tool_calls": [c for c in reply.invalid_tool_calls if c["name"] != hide],
-            }
-        )
-        received = message_from_openai(message)
+        visible = reply
+        if hide is not None and any(
+            c["name"] == hide for c in (*reply.tool_calls, *reply.invalid_tool_calls)
+        ):
+            visible = reply.model_copy(
+                update={
+                    "tool_calls": [c for c in reply.tool_calls if c["name"] != hide],
+                    "invalid_tool_calls": [
+                        c for c in reply.invalid_tool_calls if c["name"] != hide
+                    ],
+                }
+            )
+        received = as_received(done, message)
         if turn.carried:  # a streaming agent got earlier calls' text before this reply's
             received = received.model_copy(update={"content": turn.carried + text_of(received)})
         digest = digest_of(received)
@@ -523,6 +526,8 @@ class KeeperProxy:
         record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
         self.store.save_all(turn.session, record, self._counted(turn))
         turn.unsaved = None
+        if not turn.carried:
+            self._answered(turn, message, digest)
         return Answer(
             data,
             message,
@@ -532,6 +537,16 @@ class KeeperProxy:
             dict(turn.streamed_logprobs),
             call=turn.main_calls,
         )
+
+    def _answered(self, turn: Turn, message: dict[str, Any], digest: str) -> None:
+        """Keep the reply the agent got with the request it answers (:meth:`.Resent.answered`),
+        unless a later request of the session came in between."""
+        known = turn.resent
+        if known is None or not known.raw:
+            return
+        with self._resent_lock:
+            if self._resent.get(turn.session) is known:
+                self._resent[turn.session] = known.answered(message, (message_key(message), digest))
 
     async def aclose(self) -> None:
         await self.upstream.aclose()

@@ -16,6 +16,7 @@ from typing import Any
 
 from keeper_middleware.integrations.proxy.conversation.form import SEARCH_TOOL_SCHEMA, ChatRequest
 from keeper_middleware.integrations.proxy.conversation.params import translate_params
+from keeper_middleware.integrations.proxy.conversation.resent import Resent
 from keeper_middleware.integrations.proxy.conversation.wire import WireContext
 from keeper_middleware.integrations.proxy.sessions.records import SessionRecord
 from keeper_middleware.integrations.proxy.slots.parking import SlotLease
@@ -107,6 +108,9 @@ class Turn:
     carried: str = ""
     """Text passed on to a streaming agent by earlier upstream calls of this request (before a
     search round): the agent's reply begins with it."""
+    resent: Resent | None = None
+    """What the session keeps of this request to read the next one (:mod:`.resent`), once it
+    is taken in: the reply joins it."""
 
     def add_usage(self, data: Mapping[str, Any]) -> None:
         """Add one upstream call's usage (and its cached prompt tokens) to the turn's."""

@@ -34,7 +34,10 @@ from tenacity import (
 )
 
 from keeper_middleware.errors import ConfigurationError, KeeperError, MalformedDataError
-from keeper_middleware.integrations.proxy.chat_completions.replies import ai_from_completion
+from keeper_middleware.integrations.proxy.chat_completions.replies import (
+    Completion,
+    read_completion,
+)
 from keeper_middleware.integrations.proxy.chat_completions.streams import (
     StreamAssembler,
     StreamPiece,
@@ -210,7 +213,7 @@ class Upstream:
             return False
         return (error.retry_after or 0.0) <= self.retry.max_retry_after
 
-    async def chat(
+    async def complete(
         self,
         body: Mapping[str, Any],
         *,
@@ -218,8 +221,9 @@ class Upstream:
         tally: CallTally,
         forward: Forward | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """The upstream's completion (a chat completion, whatever API the upstream speaks).
+    ) -> Completion:
+        """The upstream's completion (a chat completion, whatever API the upstream speaks), read
+        once into the keeper's form.
         With ``forward``, the upstream is asked for a stream and its text deltas are passed to
         ``forward`` until a tool call begins; a try that already passed text on is not
         repeated. ``headers`` are added to the request's own.
@@ -236,7 +240,7 @@ class Upstream:
         else:
             content = orjson.dumps(_streaming(body) if chat else {**body, "stream": True})
 
-        async def once() -> dict[str, Any]:
+        async def once() -> Completion:
             tally.calls += 1
             started = time.perf_counter()
             try:
@@ -282,7 +286,7 @@ class Upstream:
 
     async def _chat_once(
         self, content: bytes, auth: str | None, headers: Mapping[str, str] | None = None
-    ) -> dict[str, Any]:
+    ) -> Completion:
         try:
             reply = await self.client.post(self.url, content, self._headers(auth, headers))
         except TransportError as exc:
@@ -292,17 +296,15 @@ class Upstream:
             return _completion(reply.body)
         return self._native(reply.body)
 
-    def _native(self, content: bytes) -> dict[str, Any]:
+    def _native(self, content: bytes) -> Completion:
         """A Responses or Messages reply read into a chat completion."""
         try:
             data = orjson.loads(content)
             if not isinstance(data, dict):
                 raise MalformedDataError("the reply is not a JSON object")
-            completion = self.api.read(data)
-            ai_from_completion(completion)
+            return read_completion(self.api.read(data))
         except ValueError as exc:
             raise _bad_reply(str(exc), retry=True) from exc
-        return completion
 
     async def _stream_native(
         self,
@@ -310,7 +312,7 @@ class Upstream:
         auth: str | None,
         forward: Forward,
         headers: Mapping[str, str] | None,
-    ) -> dict[str, Any]:
+    ) -> Completion:
         """A Responses or Messages stream: events read by the API's assembler."""
         assembler = self.api.assembler()
         try:
@@ -350,15 +352,11 @@ class Upstream:
                 retry=not assembler.forwarded,
             )
         try:
-            data = assembler.completion()
-            ai_from_completion(data)
+            return read_completion(assembler.completion())
         except ValueError as exc:
             raise _bad_reply(str(exc), retry=not assembler.forwarded) from exc
-        return data
 
-    async def _stream_once(
-        self, content: bytes, auth: str | None, forward: Forward
-    ) -> dict[str, Any]:
+    async def _stream_once(self, content: bytes, auth: str | None, forward: Forward) -> Completion:
         url = self.url
         assembler = StreamAssembler()
         try:
@@ -399,10 +397,9 @@ class Upstream:
             )
         data = assembler.completion()
         try:
-            ai_from_completion(data)
+            return read_completion(data)
         except ValueError as exc:
             raise _bad_reply(str(exc), retry=not assembler.forwarded) from exc
-        return data
 
     def _transport_error(self, exc: TransportError) -> UpstreamError:
         if exc.timed_out:
@@ -445,15 +442,14 @@ def _bad_reply(detail: str, *, retry: bool) -> UpstreamError:
     )
 
 
-def _completion(content: bytes) -> dict[str, Any]:
+def _completion(content: bytes) -> Completion:
     try:
         data = orjson.loads(content)
         if not isinstance(data, dict):
             raise MalformedDataError("the reply is not a JSON object")
-        ai_from_completion(data)
+        return read_completion(data)
     except ValueError as exc:
         raise _bad_reply(str(exc), retry=True) from exc
-    return data
 
 
 def _raise_for_status(response: HttpReply) -> None:

@@ -17,11 +17,9 @@ from keeper_bench.proxy.stream_run import (
     run_through_proxy,
 )
 from keeper_bench.run_options import resolve_stream
-from keeper_middleware.integrations.proxy.conversation.form import (
-    message_from_openai,
-    message_key,
-    parse_chat_request,
-)
+from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
+from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
+from keeper_middleware.integrations.proxy.conversation.digests import message_key
 from keeper_middleware.integrations.proxy.sessions.records import (
     RECORD_KEY,
     TAKEN_CHUNK,

@@ -22,7 +22,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keeper_middleware.integrations.proxy.conversation.form import parse_chat_request
+from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
 from keeper_middleware.integrations.proxy.conversation.resent import Resent
 from keeper_middleware.integrations.proxy.sessions.history import take_in
 from keeper_middleware.integrations.proxy.sessions.records import SessionRecord

@@ -11,13 +11,10 @@ import json
 import pytest
 
 from keeper_middleware.integrations.proxy.chat_completions.replies import agent_reply
-from keeper_middleware.integrations.proxy.conversation.form import (
-    ChatRequest,
-    RequestError,
-    digest_of,
-    message_from_openai,
-    parse_chat_request,
-)
+from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
+from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
+from keeper_middleware.integrations.proxy.conversation.digests import digest_of
+from keeper_middleware.integrations.proxy.conversation.form import ChatRequest, RequestError
 from keeper_middleware.integrations.proxy.sessions.history import align, take_in, withdraw
 from keeper_middleware.integrations.proxy.sessions.records import SessionRecord
 from keeper_middleware.integrations.proxy.sessions.tenants import fallback_session

@@ -18,11 +18,9 @@ from keeper_middleware.integrations.proxy.chat_completions.replies import (
     as_received,
     read_completion,
 )
-from keeper_middleware.integrations.proxy.conversation.form import (
-    digest_of,
-    message_from_openai,
-    parse_chat_request,
-)
+from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
+from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
+from keeper_middleware.integrations.proxy.conversation.digests import digest_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from tests.proxy_upstream import (
     AGENT_TOOL,

@@ -11,11 +11,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from starlette.datastructures import Headers
 
-from keeper_middleware.integrations.proxy.conversation.form import (
-    RequestError,
-    digest_of,
-    parse_chat_request,
-)
+from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
+from keeper_middleware.integrations.proxy.conversation.digests import digest_of
+from keeper_middleware.integrations.proxy.conversation.form import RequestError
 from keeper_middleware.integrations.proxy.conversation.params import translate_params
 from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, native_items
 from keeper_middleware.integrations.proxy.doors.routes import (
@@ -116,7 +114,7 @@ def test_a_resent_step_has_the_fingerprint_of_the_reply_it_echoes():
     }  # fmt: skip
     completion = chat_from_response(reply)
     from keeper_middleware.integrations.proxy.chat_completions.replies import agent_reply
-    from keeper_middleware.integrations.proxy.conversation.form import message_from_openai
+    from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
 
     sent, _ = agent_reply(completion, None)
     echoed = parse_responses_request(codex_body(user_item("x"), *codex_step(1, "ls", "a")))

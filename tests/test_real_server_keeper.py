@@ -35,7 +35,7 @@ from keeper_middleware.config import KeeperConfig  # noqa: E402
 from keeper_middleware.integrations.proxy import RetryPolicy, create_proxy_app  # noqa: E402
 from keeper_middleware.integrations.proxy.chat_completions.streams import StreamAssembler  # noqa: E402
 from keeper_middleware.integrations.proxy.cli import serve_in_thread  # noqa: E402
-from keeper_middleware.integrations.proxy.conversation.form import message_from_openai  # noqa: E402
+from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai  # noqa: E402
 from keeper_middleware.integrations.proxy.sessions.tenants import (  # noqa: E402
     DEFAULT_TENANT,
     SESSION_HEADER,

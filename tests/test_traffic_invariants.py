@@ -69,7 +69,7 @@ from keeper_middleware.integrations.langchain import (
     keeper_pre_model_hook,
 )
 from keeper_middleware.integrations.proxy import create_proxy_app
-from keeper_middleware.integrations.proxy.conversation.form import (
+from keeper_middleware.integrations.proxy.conversation.chat_messages import (
     message_from_openai,
     message_to_openai,
 )

@@ -44,15 +44,13 @@ from keeper_middleware.integrations.proxy.chat_completions.streams import (
     sse_finish,
     sse_start,
 )
-from keeper_middleware.integrations.proxy.conversation.form import (
-    RequestError,
-    error_body,
-    parse_chat_request,
-)
+from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
+from keeper_middleware.integrations.proxy.conversation.form import RequestError, error_body
 from keeper_middleware.integrations.proxy.doors.dispatch import ProxyApp, read_json
 from keeper_middleware.integrations.proxy.doors.routes import FrontDoors
-from keeper_middleware.integrations.proxy.sessions.engine import Answer, KeeperProxy, QuotaError
+from keeper_middleware.integrations.proxy.sessions.engine import Answer, KeeperProxy
 from keeper_middleware.integrations.proxy.sessions.metrics import SessionCounters, metrics_registry
+from keeper_middleware.integrations.proxy.sessions.quota import QuotaError
 from keeper_middleware.integrations.proxy.sessions.records import SessionStore
 from keeper_middleware.integrations.proxy.sessions.tenants import (
     SESSION_HEADER,

@@ -15,11 +15,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.errors import MalformedDataError
-from keeper_middleware.integrations.proxy.conversation.form import (
-    WIRE_KEY,
-    digest_of,
-    message_from_openai,
-)
+from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
+from keeper_middleware.integrations.proxy.conversation.digests import digest_of
+from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY
 
 __all__ = [
     "Completion",
@@ -42,7 +40,7 @@ class Completion:
     reply: AIMessage
     """What :func:`ai_from_completion` gives: the keeper's form of it."""
     said: AIMessage
-    """The completion's message alone, as :func:`~.form.message_from_openai` reads it: what an
+    """The completion's message alone, as :func:`~..conversation.chat_messages.message_from_openai` reads it: what an
     agent's copy of it reads as when no call of it was hidden."""
 
 

@@ -9,12 +9,11 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.integrations.proxy.conversation.form import (
-    SEARCH_TOOL_SCHEMA,
-    ChatRequest,
+from keeper_middleware.integrations.proxy.conversation.chat_messages import (
     message_to_openai,
     upstream_body,
 )
+from keeper_middleware.integrations.proxy.conversation.form import SEARCH_TOOL_SCHEMA, ChatRequest
 from keeper_middleware.integrations.proxy.conversation.native import Render, image_url
 from keeper_middleware.integrations.proxy.conversation.native_events import NativeAssembler
 from keeper_middleware.integrations.proxy.conversation.wire import WireContext, foreign_items

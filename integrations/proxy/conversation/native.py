@@ -15,12 +15,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from keeper_middleware.integrations.proxy.conversation.form import (
-    ChatRequest,
-    RequestError,
-    digest_of,
-    message_from_openai,
-)
+from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
+from keeper_middleware.integrations.proxy.conversation.digests import digest_of
+from keeper_middleware.integrations.proxy.conversation.form import ChatRequest, RequestError
 from keeper_middleware.integrations.proxy.conversation.wire import (
     WIRE_KEY,
     WireContext,

@@ -14,7 +14,7 @@ LangChain never sends ``additional_kwargs`` it does not know to a model, and the
 only the neutral part, so an image is archived as a one-line placeholder and never as its bytes.
 
 Chat Completions is the neutral spelling: every front door reads its API into chat-shaped
-messages first (:func:`~.form.message_from_openai` makes the LangChain message), and every
+messages first (:func:`~.chat_messages.message_from_openai` makes the LangChain message), and every
 upstream reply is read into a chat completion, so fingerprints agree whichever API a message
 came through.
 """
@@ -29,7 +29,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY, digest_of
+from keeper_middleware.integrations.proxy.conversation.digests import digest_of
+from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY
 
 __all__ = [
     "API_NAMES",

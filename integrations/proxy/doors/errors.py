@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from keeper_middleware.errors import WindowTooSmallError
 from keeper_middleware.integrations.proxy.conversation.form import RequestError
-from keeper_middleware.integrations.proxy.sessions.engine import QuotaError
+from keeper_middleware.integrations.proxy.sessions.quota import QuotaError
 from keeper_middleware.integrations.proxy.sessions.tenants import SessionIdError
 from keeper_middleware.integrations.proxy.upstream.client import (
     RetryPolicy,

@@ -25,11 +25,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from keeper_middleware.integrations.proxy.conversation.form import (
-    ChatRequest,
-    RequestError,
-    message_from_openai,
-)
+from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
+from keeper_middleware.integrations.proxy.conversation.form import ChatRequest, RequestError
 from keeper_middleware.integrations.proxy.conversation.native import (
     assistant_message,
     assistant_parts,

@@ -17,9 +17,6 @@ any replica can serve any request of any session.
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -28,27 +25,20 @@ from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from keeper_middleware.errors import (
-    ConfigurationError,
-    InvalidStateError,
-    KeeperError,
-    WindowTooSmallError,
-)
+from keeper_middleware.errors import ConfigurationError, InvalidStateError, WindowTooSmallError
 from keeper_middleware.integrations.proxy.chat_completions.replies import (
     Completion,
     agent_reply,
     as_received,
 )
 from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
-from keeper_middleware.integrations.proxy.conversation.form import (
-    ChatRequest,
-    RequestError,
-    digest_of,
-    message_key,
-)
+from keeper_middleware.integrations.proxy.conversation.digests import digest_of, message_key
+from keeper_middleware.integrations.proxy.conversation.form import ChatRequest, RequestError
 from keeper_middleware.integrations.proxy.conversation.resent import Resent
 from keeper_middleware.integrations.proxy.sessions.history import continued, take_in
+from keeper_middleware.integrations.proxy.sessions.last_requests import LastRequests
 from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
+from keeper_middleware.integrations.proxy.sessions.quota import QuotaError, TenantQuota
 from keeper_middleware.integrations.proxy.sessions.records import (
     ArchiveSessionStore,
     MessageMemo,
@@ -56,7 +46,6 @@ from keeper_middleware.integrations.proxy.sessions.records import (
     SessionStore,
 )
 from keeper_middleware.integrations.proxy.sessions.searching import answer_searches
-from keeper_middleware.integrations.proxy.sessions.tenants import split_stored
 from keeper_middleware.integrations.proxy.sessions.turns import Answer, Turn, new_id, shape_turn
 from keeper_middleware.integrations.proxy.sessions.workers import Workers
 from keeper_middleware.integrations.proxy.slots.parking import SlotParking
@@ -65,10 +54,8 @@ from keeper_middleware.keeper import Keeper
 from keeper_middleware.messages.facts import text_of
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 
-__all__ = ["RUNNING", "WORKERS", "Answer", "KeeperProxy", "QuotaError"]
+__all__ = ["RUNNING", "WORKERS", "Answer", "KeeperProxy"]
 
-RESENT_SESSIONS = 4096
-"""Sessions whose last request is kept to read the next one incrementally."""
 WORKERS = 32
 """Worker threads at most (those waiting for a note call included)."""
 RUNNING = 2
@@ -76,10 +63,6 @@ RUNNING = 2
 interpreter's lock, each hand-off costing CPU. A thread waiting for a note call makes room."""
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class QuotaError(KeeperError):
-    """Storing a request would take its tenant past its disk quota."""
 
 
 class KeeperProxy:
@@ -99,10 +82,7 @@ class KeeperProxy:
     ) -> None:
         if max_upstream_calls < 1:
             raise ConfigurationError("max_upstream_calls must be at least 1")
-        if tenant_quota_bytes is not None and tenant_quota_bytes <= 0:
-            raise ConfigurationError(
-                "tenant_quota_bytes must be a positive number of bytes, or None"
-            )
+        self.quota = TenantQuota(tenant_quota_bytes, self.stats, self.sessions)
         self.keeper = keeper
         self.upstream = upstream
         self.max_upstream_calls = max_upstream_calls
@@ -111,17 +91,12 @@ class KeeperProxy:
             also=keeper.sessions.unsaved_values,
             saved_also=keeper.sessions.values_saved,
         )
-        self.tenant_quota_bytes = tenant_quota_bytes
         self.slots = slots
-        self._resent: OrderedDict[str, Resent] = OrderedDict()
-        self._resent_lock = threading.Lock()
-        """The last request of the sessions served most recently (at most ``RESENT_SESSIONS``:
-        each holds its request's parsed JSON; a session past them is matched whole once)."""
+        self._resent = LastRequests()
         self.incremental = True
         """False: every request is read and matched whole, as if the session's last request
         were not known (the reference the incremental path is tested against)."""
         self._rendered: dict[str, MessageMemo] = {}
-        self._tenant_bytes: dict[str, int] = {}
         self._pool = (
             Workers(min(self._running(running), workers), workers, "keeper-proxy")
             if workers
@@ -167,14 +142,6 @@ class KeeperProxy:
     def sessions(self) -> list[str]:
         return self.keeper.archive.sessions()
 
-    def tenant_bytes(self, tenant: str) -> int:
-        """Bytes the tenant's sessions stored (computed once, then kept up to date)."""
-        if tenant not in self._tenant_bytes:
-            self._tenant_bytes[tenant] = sum(
-                self.stats(s).stored_bytes for s in self.sessions() if split_stored(s)[0] == tenant
-            )
-        return self._tenant_bytes[tenant]
-
     async def forget(self, session: str) -> bool:
         """Erase a session: its archive, NOTES, index and record. False if there was none."""
         async with self._holding(session):
@@ -186,13 +153,10 @@ class KeeperProxy:
         if session not in self.sessions():
             self.keeper.sessions.drop(session)  # what a refused request read: nothing to write
             return False
-        tenant = split_stored(session)[0]
-        if tenant in self._tenant_bytes:
-            self._tenant_bytes[tenant] -= self.stats(session).stored_bytes
+        self.quota.erased(session)
         self.keeper.forget(session)
         self.store.forget(session)
-        with self._resent_lock:
-            self._resent.pop(session, None)
+        self._resent.forget(session)
         self._rendered.pop(session, None)
         return True
 
@@ -246,26 +210,12 @@ class KeeperProxy:
         """Add the request's upstream calls and time to the session's counters and save them
         (with the record taken in, if it was not saved yet: a failed request keeps it)."""
         if turn.unsaved is not None:
-            self.store.save_all(turn.session, turn.unsaved, self._counted(turn))
+            self.store.save_all(
+                turn.session, turn.unsaved, turn.count_into(self.stats(turn.session))
+            )
             turn.unsaved = None
         else:
-            self.store.save_stats(turn.session, self._counted(turn))
-
-    def _counted(self, turn: Turn) -> ProxyStats:
-        """The session's counters with the request's upstream calls and time added."""
-        stats = self.stats(turn.session)
-        if turn.counted:  # a save that failed after counting is not counted twice
-            return stats
-        turn.counted = True
-        tally, elapsed = turn.tally, time.perf_counter() - turn.started
-        stats.requests += 1
-        stats.upstream_calls += tally.calls
-        stats.upstream_retries += tally.retries
-        stats.upstream_failures += tally.failures
-        stats.upstream_seconds += tally.seconds
-        stats.backoff_seconds += tally.waited
-        stats.added_seconds += max(0.0, elapsed - tally.seconds - tally.waited)
-        return stats
+            self.store.save_stats(turn.session, turn.count_into(self.stats(turn.session)))
 
     def _as_openai(self, session: str) -> MessageMemo:
         """What the upstream reads of each window message, converted once per message."""
@@ -319,31 +269,12 @@ class KeeperProxy:
             keep_dropped=request.keep_dropped,
             incremental=self.incremental,
         )
-        self._charge(session, intake.added_chars)
+        self.quota.charge(session, intake.added_chars)
         stats = self.stats(session)
         stats.withdrawn_messages += intake.withdrawn
         stats.returned_messages += intake.returned
-        with self._resent_lock:  # worker threads of different sessions
-            self._resent[session] = turn.resent = Resent(request.raw, pairs)
-            self._resent.move_to_end(session)
-            while len(self._resent) > RESENT_SESSIONS:
-                self._resent.popitem(last=False)
+        turn.resent = self._resent.keep(session, Resent(request.raw, pairs))
         return intake.record
-
-    def _charge(self, session: str, size: int, *, check: bool = True) -> None:
-        """Count ``size`` bytes against the session's tenant; over its quota, refuse."""
-        tenant = split_stored(session)[0]
-        if check and self.tenant_quota_bytes is not None and size:
-            used = self.tenant_bytes(tenant)
-            if used + size > self.tenant_quota_bytes:
-                raise QuotaError(
-                    f"tenant {tenant!r} has stored {used:,} bytes; this request would take it "
-                    f"past its quota of {self.tenant_quota_bytes:,} bytes. Delete sessions it "
-                    "no longer needs (DELETE /keeper/sessions/<id>) or ask for a larger quota."
-                )
-        if tenant in self._tenant_bytes:
-            self._tenant_bytes[tenant] += size
-        self.stats(session).stored_bytes += size
 
     async def _answer(self, turn: Turn, request: ChatRequest) -> Answer:
         loop = asyncio.get_running_loop()
@@ -522,12 +453,14 @@ class KeeperProxy:
             received = received.model_copy(update={"content": turn.carried + text_of(received)})
         digest = digest_of(received)
         window = record.window if answered else (*record.window, visible)
-        self._charge(turn.session, len(text_of(reply)), check=False)
+        self.quota.charge(turn.session, len(text_of(reply)), check=False)
         record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
-        self.store.save_all(turn.session, record, self._counted(turn))
+        self.store.save_all(turn.session, record, turn.count_into(self.stats(turn.session)))
         turn.unsaved = None
-        if not turn.carried:
-            self._answered(turn, message, digest)
+        if not turn.carried and turn.resent is not None:  # the agent may send it back as is
+            self._resent.answered(
+                turn.session, turn.resent, message, (message_key(message), digest)
+            )
         return Answer(
             data,
             message,
@@ -537,16 +470,6 @@ class KeeperProxy:
             dict(turn.streamed_logprobs),
             call=turn.main_calls,
         )
-
-    def _answered(self, turn: Turn, message: dict[str, Any], digest: str) -> None:
-        """Keep the reply the agent got with the request it answers (:meth:`.Resent.answered`),
-        unless a later request of the session came in between."""
-        known = turn.resent
-        if known is None or not known.raw:
-            return
-        with self._resent_lock:
-            if self._resent.get(turn.session) is known:
-                self._resent[turn.session] = known.answered(message, (message_key(message), digest))
 
     async def aclose(self) -> None:
         await self.upstream.aclose()

@@ -18,6 +18,7 @@ from keeper_middleware.integrations.proxy.conversation.form import SEARCH_TOOL_S
 from keeper_middleware.integrations.proxy.conversation.params import translate_params
 from keeper_middleware.integrations.proxy.conversation.resent import Resent
 from keeper_middleware.integrations.proxy.conversation.wire import WireContext
+from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
 from keeper_middleware.integrations.proxy.sessions.records import SessionRecord
 from keeper_middleware.integrations.proxy.slots.parking import SlotLease
 from keeper_middleware.integrations.proxy.upstream.apis import UpstreamApi
@@ -125,6 +126,22 @@ class Turn:
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         if isinstance(cached, int):
             self.usage["cached_tokens"] = self.usage.get("cached_tokens", 0) + cached
+
+    def count_into(self, stats: ProxyStats) -> ProxyStats:
+        """``stats`` (the session's counters) with the request's upstream calls and time added,
+        once: a save that failed after counting is not counted twice."""
+        if self.counted:
+            return stats
+        self.counted = True
+        tally, elapsed = self.tally, time.perf_counter() - self.started
+        stats.requests += 1
+        stats.upstream_calls += tally.calls
+        stats.upstream_retries += tally.retries
+        stats.upstream_failures += tally.failures
+        stats.upstream_seconds += tally.seconds
+        stats.backoff_seconds += tally.waited
+        stats.added_seconds += max(0.0, elapsed - tally.seconds - tally.waited)
+        return stats
 
     def summed_usage(self) -> dict[str, Any] | None:
         """The turn's usage in OpenAI's shape, or None when no call reported any."""

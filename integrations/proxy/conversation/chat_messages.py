@@ -1,0 +1,195 @@
+"""One OpenAI chat message ⇄ one LangChain message, and the upstream's request (pure).
+
+The proxy reads an agent's messages into LangChain messages (what the keeper engine works on)
+and renders the keeper's window back into an upstream request. Rendering is deterministic: the
+same messages always give the same JSON, so consecutive upstream requests (main calls and note
+calls alike) share their prefix and the server's prefix cache serves it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    InvalidToolCall,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    convert_to_openai_messages,
+)
+
+from keeper_middleware.errors import MalformedDataError
+from keeper_middleware.integrations.proxy.conversation.form import OWN_FIELDS, RequestError
+
+__all__ = [
+    "SYSTEM_ROLES",
+    "content_of",
+    "message_from_openai",
+    "message_to_openai",
+    "upstream_body",
+]
+
+SYSTEM_ROLES = ("system", "developer")
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def content_of(raw: Mapping[str, Any], position: int) -> str | list[dict[str, Any]]:
+    content = raw.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return [dict(p) for p in content]
+    raise RequestError(
+        f"messages[{position}].content must be a string, a list of content parts or null.",
+        param=f"messages[{position}].content",
+    )
+
+
+def message_from_openai(raw: object, position: int = 0) -> BaseMessage:
+    """One OpenAI chat message as a LangChain message; reasoning the agent sends back is dropped."""
+    if not isinstance(raw, dict) or raw.get("role") not in _ROLES:
+        raise RequestError(
+            f"messages[{position}] must be an object with a 'role' among {list(_ROLES)}.",
+            param=f"messages[{position}].role",
+        )
+    role, content = raw["role"], content_of(raw, position)
+    name = raw.get("name") if isinstance(raw.get("name"), str) else None
+    if role in SYSTEM_ROLES:
+        return SystemMessage(content=content)  # type: ignore[arg-type]
+    if role == "user":
+        return HumanMessage(content=content, name=name)  # type: ignore[arg-type]
+    if role == "tool":
+        call_id = raw.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise RequestError(
+                f"messages[{position}] is a tool result without a 'tool_call_id'.",
+                param=f"messages[{position}].tool_call_id",
+            )
+        return ToolMessage(content=content, tool_call_id=call_id, name=name)  # type: ignore[arg-type]
+    calls, invalid = _tool_calls(raw.get("tool_calls"), position)
+    return AIMessage(
+        content=content,  # type: ignore[arg-type]
+        name=name,
+        tool_calls=calls,
+        invalid_tool_calls=invalid,
+    )
+
+
+def _tool_calls(raw: object, position: int) -> tuple[list[ToolCall], list[InvalidToolCall]]:
+    if raw is None:
+        return [], []
+    if not isinstance(raw, list):
+        raise RequestError(
+            f"messages[{position}].tool_calls must be a list of tool calls or null, not "
+            f"{type(raw).__name__}.",
+            param=f"messages[{position}].tool_calls",
+        )
+    calls: list[ToolCall] = []
+    invalid: list[InvalidToolCall] = []
+    for index, call in enumerate(raw):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise RequestError(
+                f"messages[{position}].tool_calls[{index}] needs function.name and "
+                "function.arguments.",
+                param=f"messages[{position}].tool_calls",
+            )
+        call_id = str(call.get("id") or "")
+        arguments = function.get("arguments")
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        try:
+            args = (
+                json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+                if text.strip()
+                else {}
+            )
+        except (ValueError, RecursionError):
+            args = None
+        if isinstance(args, dict):
+            calls.append(ToolCall(name=function["name"], args=args, id=call_id, type="tool_call"))
+        else:
+            invalid.append(
+                InvalidToolCall(
+                    name=function["name"],
+                    args=text,
+                    id=call_id,
+                    error="not a JSON object",
+                    type="invalid_tool_call",
+                )
+            )
+    return calls, invalid
+
+
+def _finite(text: str) -> float:
+    """JSON numbers only: ``1e400`` would become infinity, which no JSON store can hold."""
+    value = float(text)
+    if math.isinf(value):
+        raise MalformedDataError(f"the number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise MalformedDataError(f"{name} is not a JSON number")
+
+
+def message_to_openai(message: BaseMessage) -> dict[str, Any]:
+    """A LangChain message as the upstream reads it (reasoning never included).
+
+    ``convert_to_openai_messages`` does the work; what it lacks is added here: a tool call the
+    model sent with arguments that were not JSON is sent back as it came (LangChain drops it,
+    which would leave its result without a call), and reasoning is never included."""
+    rendered = convert_to_openai_messages(message, text_format="string")
+    assert isinstance(rendered, dict)
+    if isinstance(message, AIMessage):
+        rendered.pop("reasoning_content", None)
+        calls = list(rendered.get("tool_calls") or [])
+        calls += [
+            _call_json(c["id"], c["name"], c["args"] if isinstance(c["args"], str) else "")
+            for c in message.invalid_tool_calls
+        ]
+        if calls:
+            rendered["tool_calls"] = calls
+            rendered["content"] = rendered.get("content") or None
+    return rendered
+
+
+def _call_json(call_id: str | None, name: str | None, arguments: str) -> dict[str, Any]:
+    return {
+        "id": call_id or "",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def upstream_body(
+    messages: Sequence[BaseMessage],
+    tools: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    call_kwargs: Mapping[str, Any],
+    as_openai: Callable[[BaseMessage], dict[str, Any]] = message_to_openai,
+) -> dict[str, Any]:
+    """One non-streaming upstream request (``as_openai``: :func:`message_to_openai` or a memo
+    of it).
+
+    ``call_kwargs`` are the keeper's (``reasoning_effort``, thinking on/off): in the shape a
+    ``ChatOpenAI`` call takes them, so ``extra_body`` is merged at the top level as it would be.
+    """
+    body: dict[str, Any] = {k: v for k, v in params.items() if k not in OWN_FIELDS}
+    for key, value in call_kwargs.items():
+        if key == "extra_body" and isinstance(value, Mapping):
+            body.update(value)
+        else:
+            body[key] = value
+    body["messages"] = [as_openai(m) for m in messages]
+    if tools:
+        body["tools"] = [dict(t) for t in tools]
+    body["stream"] = False
+    return body

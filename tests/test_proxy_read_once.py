@@ -1,7 +1,8 @@
 """The proxy reads each upstream completion once and each reply it returns once: what it keeps
 from that one reading is exactly what reading again would give (the same LangChain message,
 the same fingerprint), and a reply the agent sends back as it came is confirmed with the rest of
-its resent history instead of being read again."""
+its resent history instead of being read again. A session's model setup and system message are
+made once while its prompt and tools stay the same, and render as the setup's own."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from keeper_middleware.integrations.proxy.chat_completions.replies import (
     agent_reply,
@@ -21,6 +23,8 @@ from keeper_middleware.integrations.proxy.chat_completions.replies import (
 from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
 from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
 from keeper_middleware.integrations.proxy.conversation.digests import digest_of
+from keeper_middleware.integrations.proxy.sessions.setups import SessionSetups
+from keeper_middleware.keeper import ModelSetup
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from tests.proxy_upstream import (
     AGENT_TOOL,
@@ -115,3 +119,20 @@ def test_a_reply_sent_back_changed_is_read_again(tmp_path):
     history, kept = asyncio.run(_two_requests(tmp_path, reply))
     changed = [*history[:2], {**history[2], "content": "looking!"}, history[3]]
     assert parse_chat_request({"messages": changed}, kept[0]).resent_pairs == ()
+
+
+def test_a_sessions_setup_and_system_message_are_made_once_and_render_as_the_setups_own():
+    setups = SessionSetups()
+    tools = ({"type": "function", "function": {"name": "read_file", "parameters": {}}},)
+    first = setups.setup("s", "be brief", tools)
+    again = setups.setup("s", "be brief", tuple(dict(t) for t in tools))
+    assert again is first  # the same prompt and tools: the same setup
+    window = [HumanMessage("hi", id="m1"), AIMessage("hello", id="m2")]
+    rendered = setups.render("s", first, window)
+    assert rendered == first.render(window)
+    assert setups.render("s", first, window)[0] is rendered[0]  # one system message object
+    led = [SystemMessage("own"), *window]
+    assert setups.render("s", first, led) == first.render(led)
+    changed = setups.setup("s", "be thorough", tools)
+    assert changed is not first and setups.render("s", changed, window) == changed.render(window)
+    assert setups.setup("t", None, ()).render(window) == setups.render("t", ModelSetup(), window)

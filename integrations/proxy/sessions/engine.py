@@ -46,6 +46,7 @@ from keeper_middleware.integrations.proxy.sessions.records import (
     SessionStore,
 )
 from keeper_middleware.integrations.proxy.sessions.searching import answer_searches
+from keeper_middleware.integrations.proxy.sessions.setups import SessionSetups
 from keeper_middleware.integrations.proxy.sessions.turns import Answer, Turn, new_id, shape_turn
 from keeper_middleware.integrations.proxy.sessions.workers import Workers
 from keeper_middleware.integrations.proxy.slots.parking import SlotParking
@@ -97,6 +98,7 @@ class KeeperProxy:
         """False: every request is read and matched whole, as if the session's last request
         were not known (the reference the incremental path is tested against)."""
         self._rendered: dict[str, MessageMemo] = {}
+        self._setups = SessionSetups()
         self._pool = (
             Workers(min(self._running(running), workers), workers, "keeper-proxy")
             if workers
@@ -158,6 +160,7 @@ class KeeperProxy:
         self.store.forget(session)
         self._resent.forget(session)
         self._rendered.pop(session, None)
+        self._setups.forget(session)
         return True
 
     # ---------------------------------------------------------------- one request
@@ -183,6 +186,7 @@ class KeeperProxy:
                 forward,
                 reserve=self.keeper.config.reserve,
                 api=self.upstream.api,
+                setup=partial(self._setups.setup, session),
             )
             turn.reply_id = request.reply_id
             if self.slots is not None:
@@ -328,7 +332,7 @@ class KeeperProxy:
         else:
             turn.unsaved = record
         kwargs = self.keeper.work_kwargs(turn.session, record.window)
-        messages = turn.setup.render(record.window)
+        messages = self._setups.render(turn.session, turn.setup, record.window)
         body = self._work_body(turn, messages, kwargs)
         self._as_openai(turn.session).keep(messages)
         return record, kwargs, messages, body

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,11 +161,13 @@ def shape_turn(
     *,
     reserve: int,
     api: UpstreamApi | None = None,
+    setup: Callable[[str | None, tuple[dict[str, Any], ...]], ModelSetup] | None = None,
 ) -> Turn:
     """The request as every upstream call of it is sent: the search tool added to the agent's
     tools, and reply limits no larger than ``reserve`` (the room the window leaves). ``api``
     is the upstream's (default: Chat Completions); the keeper counts the tools in their chat
-    form whatever API carries them."""
+    form whatever API carries them. ``setup`` makes the keeper's setup of a system prompt and
+    tools (:meth:`.SessionSetups.setup`; default: a new one)."""
     own = [t["function"]["name"] for t in request.tools]
     offered = SEARCH_TOOL_NAME not in own
     neutral = (*request.tools, SEARCH_TOOL_SCHEMA) if offered else tuple(request.tools)
@@ -185,7 +187,7 @@ def shape_turn(
     note_params[_limit_field(params, api.name if api is not None else "chat")] = reserve
     return Turn(
         session=session,
-        setup=ModelSetup(system_prompt=request.system_prompt, tools=neutral),
+        setup=(setup or _new_setup)(request.system_prompt, neutral),
         tools=tuple(tools),
         params=params,
         note_params=note_params,
@@ -194,3 +196,7 @@ def shape_turn(
         search_tool=search,
         context=request.context,
     )
+
+
+def _new_setup(system_prompt: str | None, tools: tuple[dict[str, Any], ...]) -> ModelSetup:
+    return ModelSetup(system_prompt=system_prompt, tools=tools)

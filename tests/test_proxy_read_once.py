@@ -20,10 +20,14 @@ from keeper_middleware.integrations.proxy.chat_completions.replies import (
     as_received,
     read_completion,
 )
-from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
+from keeper_middleware.integrations.proxy.conversation.chat_messages import (
+    message_from_openai,
+    message_to_openai,
+)
 from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
 from keeper_middleware.integrations.proxy.conversation.digests import digest_of
 from keeper_middleware.integrations.proxy.sessions.setups import SessionSetups
+from keeper_middleware.integrations.proxy.sessions.window_forms import WindowForms
 from keeper_middleware.keeper import ModelSetup
 from keeper_middleware.search.schema import SEARCH_TOOL_NAME
 from tests.proxy_upstream import (
@@ -136,3 +140,20 @@ def test_a_sessions_setup_and_system_message_are_made_once_and_render_as_the_set
     changed = setups.setup("s", "be thorough", tools)
     assert changed is not first and setups.render("s", changed, window) == changed.render(window)
     assert setups.setup("t", None, ()).render(window) == setups.render("t", ModelSetup(), window)
+
+
+def test_a_windows_forms_listed_at_once_are_the_forms_one_by_one():
+    forms = WindowForms(message_to_openai)
+    window = [HumanMessage(f"m{i}", id=f"m{i}") for i in range(4)]
+    first = forms.many(window)
+    assert first == [message_to_openai(m) for m in window]
+    grown = [*window, AIMessage("reply", id="r")]
+    listed = forms.many(grown)
+    assert listed == [message_to_openai(m) for m in grown]
+    assert all(a is b for a, b in zip(listed, first, strict=False))  # converted once
+    listed.append({"role": "user", "content": "a caller's own change"})
+    more = [*grown, HumanMessage("next", id="n")]
+    assert forms.many(more) == [message_to_openai(m) for m in more]  # the kept list unchanged
+    cut = [window[0], HumanMessage("edited", id="e"), *grown[2:]]  # not the same objects
+    assert forms.many(cut) == [message_to_openai(m) for m in cut]
+    assert forms.many(grown[:2]) == [message_to_openai(m) for m in grown[:2]]

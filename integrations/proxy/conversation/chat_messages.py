@@ -177,7 +177,7 @@ def upstream_body(
     as_openai: Callable[[BaseMessage], dict[str, Any]] = message_to_openai,
 ) -> dict[str, Any]:
     """One non-streaming upstream request (``as_openai``: :func:`message_to_openai` or a memo
-    of it).
+    of it; a memo with a ``many`` method lists the messages' forms in one call).
 
     ``call_kwargs`` are the keeper's (``reasoning_effort``, thinking on/off): in the shape a
     ``ChatOpenAI`` call takes them, so ``extra_body`` is merged at the top level as it would be.
@@ -188,7 +188,8 @@ def upstream_body(
             body.update(value)
         else:
             body[key] = value
-    body["messages"] = [as_openai(m) for m in messages]
+    many = getattr(as_openai, "many", None)  # a memo listing a whole window at once
+    body["messages"] = many(messages) if many is not None else [as_openai(m) for m in messages]
     if tools:
         body["tools"] = [dict(t) for t in tools]
     body["stream"] = False

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import replace
 from functools import partial
+from operator import itemgetter
 from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -41,13 +42,13 @@ from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
 from keeper_middleware.integrations.proxy.sessions.quota import QuotaError, TenantQuota
 from keeper_middleware.integrations.proxy.sessions.records import (
     ArchiveSessionStore,
-    MessageMemo,
     SessionRecord,
     SessionStore,
 )
 from keeper_middleware.integrations.proxy.sessions.searching import answer_searches
 from keeper_middleware.integrations.proxy.sessions.setups import SessionSetups
 from keeper_middleware.integrations.proxy.sessions.turns import Answer, Turn, new_id, shape_turn
+from keeper_middleware.integrations.proxy.sessions.window_forms import WindowForms
 from keeper_middleware.integrations.proxy.sessions.workers import Workers
 from keeper_middleware.integrations.proxy.slots.parking import SlotParking
 from keeper_middleware.integrations.proxy.upstream.client import Forward, Upstream, UpstreamError
@@ -97,7 +98,7 @@ class KeeperProxy:
         self.incremental = True
         """False: every request is read and matched whole, as if the session's last request
         were not known (the reference the incremental path is tested against)."""
-        self._rendered: dict[str, MessageMemo] = {}
+        self._rendered: dict[str, WindowForms] = {}
         self._setups = SessionSetups()
         self._pool = (
             Workers(min(self._running(running), workers), workers, "keeper-proxy")
@@ -175,40 +176,50 @@ class KeeperProxy:
         """Answer one chat request; with ``forward``, plain text is streamed to it as it comes.
         What another replica may have changed is read again in the first worker-thread step
         (:meth:`_before_call`), not in a thread hop of its own."""
-        async with self.keeper.asession(session), AsyncExitStack() as held:
-            if isinstance(self.store, ArchiveSessionStore) and self.store.also is not None:
-                # the keeper's counters go with the request's own save: one transaction
-                held.enter_context(self.keeper.sessions.saving_later(session))
-            turn = shape_turn(
-                session,
-                request,
-                auth,
-                forward,
-                reserve=self.keeper.config.reserve,
-                api=self.upstream.api,
-                setup=partial(self._setups.setup, session),
-            )
-            turn.reply_id = request.reply_id
-            if self.slots is not None:
-                turn.lease = await held.enter_async_context(self.slots.lease(session))
-            try:
-                return await self._answer(turn, request)
-            except (WindowTooSmallError, RequestError):
-                if not turn.existed:  # a refused request stores nothing
-                    await self._off_loop(self._forget, session)
+        saving: AbstractContextManager[None] = nullcontext()
+        if isinstance(self.store, ArchiveSessionStore) and self.store.also is not None:
+            # the keeper's counters go with the request's own save: one transaction
+            saving = self.keeper.sessions.saving_later(session)
+        async with self.keeper.asession(session):
+            with saving:
+                turn = shape_turn(
+                    session,
+                    request,
+                    auth,
+                    forward,
+                    reserve=self.keeper.config.reserve,
+                    api=self.upstream.api,
+                    setup=partial(self._setups.setup, session),
+                )
+                turn.reply_id = request.reply_id
+                if self.slots is None:
+                    return await self._served(turn, request)
+                async with self.slots.lease(session) as lease:
+                    turn.lease = lease
+                    return await self._served(turn, request)
+
+    async def _served(self, turn: Turn, request: ChatRequest) -> Answer:
+        """The request answered; a failure leaves the session as a refused request would (a
+        new session refused stores nothing) or counts the request's calls and time."""
+        session = turn.session
+        try:
+            return await self._answer(turn, request)
+        except (WindowTooSmallError, RequestError):
+            if not turn.existed:  # a refused request stores nothing
+                await self._off_loop(self._forget, session)
+            raise
+        except UpstreamError as error:
+            if error.rejected and not turn.existed:  # refused upstream: as if refused here
+                await self._off_loop(self._forget, session)
                 raise
-            except UpstreamError as error:
-                if error.rejected and not turn.existed:  # refused upstream: as if refused here
-                    await self._off_loop(self._forget, session)
-                    raise
-                self.stats(session).failed_requests += 1
-                await self._off_loop(self._account, turn)
-                raise
-            except QuotaError:
-                raise
-            except BaseException:
-                await self._off_loop(self._account, turn)
-                raise
+            self.stats(session).failed_requests += 1
+            await self._off_loop(self._account, turn)
+            raise
+        except QuotaError:
+            raise
+        except BaseException:
+            await self._off_loop(self._account, turn)
+            raise
 
     def _account(self, turn: Turn) -> None:
         """Add the request's upstream calls and time to the session's counters and save them
@@ -221,9 +232,9 @@ class KeeperProxy:
         else:
             self.store.save_stats(turn.session, turn.count_into(self.stats(turn.session)))
 
-    def _as_openai(self, session: str) -> MessageMemo:
+    def _as_openai(self, session: str) -> WindowForms:
         """What the upstream reads of each window message, converted once per message."""
-        return self._rendered.setdefault(session, MessageMemo(self.upstream.api.render))
+        return self._rendered.setdefault(session, WindowForms(self.upstream.api.render))
 
     def _body(
         self,
@@ -244,6 +255,7 @@ class KeeperProxy:
         passed the stop line (then, with no tool left, no tool choice either)."""
         tools = turn.tools
         withheld = turn.search_tool is not None and not self.keeper.search_offered(turn.session)
+        turn.withheld = withheld
         if withheld:
             tools = tuple(t for t in turn.tools if t is not turn.search_tool)
         body = self._body(turn, messages, tools, turn.params, kwargs)
@@ -262,7 +274,7 @@ class KeeperProxy:
         record = self.record(session)
         if request.continues is not None:  # only what follows the session's latest response
             pairs, messages = continued(record, request, pairs)
-        digests = [digest for _, digest in pairs]
+        digests = list(map(itemgetter(1), pairs))
         archive = self.keeper.archive
         intake = take_in(
             record,
@@ -348,7 +360,7 @@ class KeeperProxy:
         again with) or finish (the answer)."""
         session, reply = turn.session, done.reply
         searching = turn.search_tool is not None
-        if searching and not self.keeper.search_offered(session):
+        if searching and turn.withheld:
             searching = False  # withheld from this call: its search calls are not answered
             reply = self.keeper.answer_only(session, reply)
         reply = self.keeper.record_reply(session, reply)

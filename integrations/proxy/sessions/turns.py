@@ -109,6 +109,9 @@ class Turn:
     carried: str = ""
     """Text passed on to a streaming agent by earlier upstream calls of this request (before a
     search round): the agent's reply begins with it."""
+    withheld: bool = False
+    """Whether the archive search was left out of the last work call (past the session's
+    stop line): its search calls, if any, are not answered."""
     resent: Resent | None = None
     """What the session keeps of this request to read the next one (:mod:`.resent`), once it
     is taken in: the reply joins it."""

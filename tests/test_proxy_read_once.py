@@ -16,7 +16,6 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from keeper_middleware.integrations.proxy.chat_completions.replies import (
     agent_reply,
-    ai_from_completion,
     as_received,
     read_completion,
 )
@@ -71,7 +70,12 @@ def test_a_completion_read_once_gives_what_reading_it_again_gives(raw, hidden, u
     done = read_completion(data)
     assert done.data is data
     assert done.said == message_from_openai({**raw, "role": "assistant"})
-    assert done.reply == ai_from_completion(data)
+    reply = done.reply  # the keeper's form: the same message, with what the keeper reads
+    assert reply.model_copy(
+        update={"additional_kwargs": {}, "response_metadata": {}, "usage_metadata": None}
+    ) == message_from_openai({**raw, "role": "assistant"})
+    assert reply.response_metadata == {"finish_reason": "stop", "model_name": "upstream-model"}
+    assert (reply.usage_metadata is not None) == usage
     sent, _ = agent_reply(data, hidden)
     received = as_received(done, sent)
     assert received == message_from_openai(sent)

@@ -427,7 +427,11 @@ class SQLiteArchive:
         and the session's latest changes only with a cut, which runs in one process at a time,
         so both are remembered as last read or written here. The latest is looked up before
         taking the archive's lock, which other sessions' saves hold while they commit: a cut of
-        this session drops it under that lock first, so what is found was current when found."""
+        this session drops it under that lock first, so what is found was current when found.
+        A head of None (no cut yet on the branch) has no NOTES, which needs no lock nor read."""
+        if head is None:
+            self._live()  # a closed archive still says so
+            return None
         if head is TIP:
             latest = self._latest.get(session, _UNKNOWN)
             if latest is not _UNKNOWN:

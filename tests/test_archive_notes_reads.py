@@ -1,19 +1,33 @@
-"""Reading the NOTES a step starts from never waits behind another session's save: a branch with
-no cut yet is answered without the archive's lock, and the latest NOTES stay right while cuts
-commit in another thread."""
+"""Reading what a request starts from never waits behind another session's save: a branch with
+no cut yet is answered without the archive's lock, a session's values (the search guard, the
+counters, a proxy's record) are read on a connection of their own, and the answers stay right
+while cuts and saves commit in another thread."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+
+import pytest
 
 from keeper_middleware.archive.records import TIP, NotesDraft
 from keeper_middleware.archive.sqlite.archive import SQLiteArchive
 
 
-def test_a_branch_with_no_cut_is_answered_while_another_thread_holds_the_archive(
-    tmp_path,
+@pytest.mark.parametrize(
+    ("read", "expected"),
+    [
+        (lambda archive: archive.notes_at("s", None), None),
+        (lambda archive: archive.get_value("s", "search_guard"), {"repeats": 2}),
+    ],
+    ids=["no cut yet", "a value"],
+)
+def test_reads_are_answered_while_another_thread_holds_the_archive(
+    tmp_path, read: Callable[[SQLiteArchive], object], expected: object
 ) -> None:
     archive = SQLiteArchive(str(tmp_path / "a.db"))
+    archive.put_value("s", "search_guard", {"repeats": 1})
+    archive.put_value("s", "search_guard", {"repeats": 2})
     holding, release = threading.Event(), threading.Event()
 
     def save_in_progress() -> None:
@@ -25,7 +39,7 @@ def test_a_branch_with_no_cut_is_answered_while_another_thread_holds_the_archive
     saver.start()
     holding.wait(30)
     answers: list[object] = []
-    reader = threading.Thread(target=lambda: answers.append(archive.notes_at("s", None)))
+    reader = threading.Thread(target=lambda: answers.append(read(archive)))
     reader.start()
     reader.join(30)
     still_waiting = reader.is_alive()
@@ -33,7 +47,7 @@ def test_a_branch_with_no_cut_is_answered_while_another_thread_holds_the_archive
     saver.join()
     reader.join()
     archive.close()
-    assert not still_waiting and answers == [None]
+    assert not still_waiting and answers == [expected]
 
 
 def test_the_latest_notes_follow_cuts_committed_in_another_thread(tmp_path) -> None:
@@ -58,3 +72,26 @@ def test_the_latest_notes_follow_cuts_committed_in_another_thread(tmp_path) -> N
     archive.close()
     assert seen == sorted(seen)  # never an older version after a newer one
     assert final is not None and final.version == 30 and final.text == "notes 30"
+
+
+def test_a_value_read_while_saves_commit_in_another_thread_is_never_older_than_the_last_save(
+    tmp_path,
+) -> None:
+    archive = SQLiteArchive(str(tmp_path / "a.db"))
+    done = threading.Event()
+
+    def saves() -> None:
+        for n in range(1, 201):
+            archive.put_values("other", {"record": list(range(n))})
+        done.set()
+
+    writer = threading.Thread(target=saves)
+    writer.start()
+    n = 0
+    while not done.is_set():
+        n += 1
+        archive.put_value("s", "counters", {"steps": n})
+        assert archive.get_value("s", "counters") == {"steps": n}  # its own write, at once
+    writer.join()
+    assert archive.get_value("other", "record") == list(range(200))
+    archive.close()

@@ -179,7 +179,7 @@ def test_a_save_after_new_messages_writes_only_them() -> None:
     values.update(writes)
     assert list(writes)[-1] == RECORD_KEY
     new = [[f"d{i}", f"m-{i}"] for i in range(2 * TAKEN_CHUNK + 5, 2 * TAKEN_CHUNK + 9)]
-    assert list(writes.values())[:-1] == [new]  # one piece, then the head
+    assert list(writes.values())[:-1] == [{"taken": new}]  # one piece, then the head
     assert stale == []
     assert _load(values).record == _record(2 * TAKEN_CHUNK + 9)
 
@@ -187,11 +187,11 @@ def test_a_save_after_new_messages_writes_only_them() -> None:
 def test_new_window_messages_join_the_smaller_piece_before_them() -> None:
     first, writes, _ = StoredRecord(SessionRecord()).saved(_record(5, 3 * WINDOW_CHUNK + 1))
     values: dict[str, object] = dict(writes)
-    _, writes, stale = first.saved(_record(5, 3 * WINDOW_CHUNK + 4))
+    second, writes, stale = first.saved(_record(5, 3 * WINDOW_CHUNK + 4))
     values.update(writes)
-    (piece,) = (k for k in writes if k.startswith(f"{RECORD_KEY}.window"))
-    assert len(writes[piece]) == 4  # the piece of one joined by the three new messages
-    assert stale == first.lists["window"].keys("window", first_full=3)
+    assert len(writes[f"{RECORD_KEY}.pieces.2"]["window"]) == 4  # one, joined by three new
+    assert second.lists["window"].pieces == ((4, 2),)
+    assert stale == []  # the first save's pieces value still holds the fingerprints' piece
     assert _load(values).record == _record(5, 3 * WINDOW_CHUNK + 4)
 
 

@@ -55,10 +55,10 @@ def test_a_save_after_an_append_writes_only_the_new_entries() -> None:
     _, writes, stale = first.saved(_record(2 * STATE_CHUNK + 12))
     values.update(writes)
     grown = range(2 * STATE_CHUNK + 10, 2 * STATE_CHUNK + 12)
-    seen_writes = [v for k, v in writes.items() if k.startswith(f"{RECORD_KEY}.seen")]
-    items_writes = [v for k, v in writes.items() if k.startswith(f"{RECORD_KEY}.items")]
-    assert seen_writes == [[f"m{n}" for n in grown]]
-    assert items_writes == [[[f"m{n}", n // 2] for n in grown]]
+    assert list(writes) == [f"{RECORD_KEY}.pieces.2", RECORD_KEY]  # one value of pieces, the head
+    pieces = writes[f"{RECORD_KEY}.pieces.2"]
+    assert pieces["seen"] == [f"m{n}" for n in grown]
+    assert pieces["items"] == [[f"m{n}", n // 2] for n in grown]
     assert stale == []
     assert "m3" not in str(writes[RECORD_KEY])  # the head holds no per-message part
     loaded = _load(values)

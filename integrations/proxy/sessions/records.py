@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
@@ -97,9 +98,11 @@ class StoredList:
     Full chunks of ``size`` entries come first, then a few smaller pieces. A save writes what
     is new as a piece, joined with the last pieces when they are not larger (so there are
     never more than a few, and an entry is written again only a few times), and once the
-    pieces fill a chunk they are written as full chunks. A chunk's key holds its place and the
-    generation that wrote it; full chunks written one after another share one (the run's), so
-    the head names them in a few numbers however long the list grows."""
+    pieces fill a chunk they are written as full chunks. A full chunk's key holds its place and
+    the generation that wrote it; full chunks written one after another share one (the run's),
+    so the head names them in a few numbers however long the list grows. The pieces one save
+    writes, of every list, are one value (:func:`_pieces_key`): a request's save writes that,
+    the head and the counters, three rows."""
 
     size: int = 0
     runs: tuple[tuple[int, int], ...] = ()
@@ -117,18 +120,15 @@ class StoredList:
     def length(self) -> int:
         return self.size * self.full + sum(count for count, _ in self.pieces)
 
-    def keys(self, name: str, first_full: int = 0, first_piece: int = 0) -> list[str]:
-        """The keys of the full chunks from ``first_full`` and of the pieces from
-        ``first_piece``, in order."""
+    def keys(self, name: str, first_full: int = 0) -> list[str]:
+        """The keys of the full chunks from ``first_full``, then of the values holding the
+        pieces, in order."""
         keys: list[str] = []
         place = 0
         for made, alike in self.runs:
             keys += (_key(name, n, made) for n in range(max(place, first_full), place + alike))
             place += alike
-        pieces = self.pieces[first_piece:]
-        place += first_piece
-        keys += (_key(name, n, made, "piece") for n, (_, made) in enumerate(pieces, place))
-        return keys
+        return keys + [_pieces_key(made) for _, made in self.pieces]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -152,8 +152,13 @@ _SIZES = {"taken": TAKEN_CHUNK, "window": WINDOW_CHUNK, "seen": STATE_CHUNK, "it
 """The lists stored in chunks, and the entries in each one's full chunks."""
 
 
-def _key(name: str, place: int, generation: int, kind: str = "") -> str:
-    return f"{RECORD_KEY}.{name}.{place}.{generation}" + (f".{kind}" if kind else "")
+def _key(name: str, place: int, generation: int) -> str:
+    return f"{RECORD_KEY}.{name}.{place}.{generation}"
+
+
+def _pieces_key(generation: int) -> str:
+    """The key of the pieces a save wrote: {list's name: its piece's entries}."""
+    return f"{RECORD_KEY}.pieces.{generation}"
 
 
 def _common(before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]], length: int) -> int:
@@ -182,9 +187,10 @@ def _store_list(
     writes: dict[str, Any],
     stored: Callable[[int, int], list[Any]],
 ) -> tuple[StoredList, list[str]]:
-    """(``after`` stored, the keys of ``before`` it no longer uses): what it shares with
-    ``before`` kept, the rest added to ``writes`` (``stored(start, end)`` gives the stored form
-    of those entries)."""
+    """(``after`` stored, the keys of ``before``'s full chunks it no longer uses): what it
+    shares with ``before`` kept, the rest added to ``writes``, full chunks under their keys and
+    the piece under the name of the list in ``writes``'s pieces value (``stored(start, end)``
+    gives the stored form of those entries)."""
     size = before.size if before.runs else _SIZES[name]
     common = _common(before.columns, after, before.length)
     full = min(common // size, before.full)
@@ -213,7 +219,7 @@ def _store_list(
             full += 1
             start += size
         if total > start:
-            writes[_key(name, full + len(pieces), generation, "piece")] = stored(start, total)
+            writes.setdefault(_pieces_key(generation), {})[name] = stored(start, total)
             pieces.append((total - start, generation))
     saved = StoredList(size, tuple(runs), tuple(pieces), after)
     return saved, _retired(name, before, saved)
@@ -238,8 +244,8 @@ def _grown(runs: list[tuple[int, int]], made: int) -> list[tuple[int, int]]:
 
 
 def _retired(name: str, before: StoredList, after: StoredList) -> list[str]:
-    """The keys of ``before``'s chunks that ``after`` no longer uses: it keeps a leading part
-    of them and writes the rest anew."""
+    """The keys of ``before``'s full chunks that ``after`` no longer uses: it keeps a leading
+    part of them and writes the rest anew."""
     full = before.full
     if after.runs != before.runs:
         old = [made for made, alike in before.runs for _ in range(alike)]
@@ -248,13 +254,7 @@ def _retired(name: str, before: StoredList, after: StoredList) -> list[str]:
             (n for n, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
             min(full, len(new)),
         )
-    pieces = 0
-    if full == before.full:
-        while pieces < min(len(before.pieces), len(after.pieces)) and (
-            before.pieces[pieces] == after.pieces[pieces]
-        ):
-            pieces += 1
-    return before.keys(name, full, pieces)
+    return before.keys(name, full)[: before.full - full]
 
 
 def _columns(name: str, record: SessionRecord) -> tuple[Sequence[Any], ...] | None:
@@ -346,12 +346,17 @@ class StoredRecord:
         cls, record: SessionRecord, head: dict[str, Any], read: Callable[[str], object]
     ) -> StoredRecord:
         lists: dict[str, StoredList] = {}
+        pieces: dict[int, object] = {}
         state = dict(record.keeper_state)
         for name, chunks in head["lists"].items():
             if name not in _SIZES:
                 raise MalformedDataError(f"this session's record names an unknown list {name!r}")
             saved = StoredList.from_json(chunks)
-            entries = [v for key in saved.keys(name) for v in _chunk(read, key)]
+            entries = [v for key in saved.keys(name)[: saved.full] for v in _chunk(read, key)]
+            for _, made in saved.pieces:
+                if made not in pieces:
+                    pieces[made] = read(_pieces_key(made))
+                entries += _chunk(partial(_piece, pieces[made], name), _pieces_key(made))
             if len(entries) != saved.length:
                 raise MalformedDataError(
                     f"this session's record holds {len(entries)} entries of {name!r} where its "
@@ -395,7 +400,15 @@ class StoredRecord:
             stale += retired
             if name in state:
                 state[name] = None  # keeps its place in the state
-        stale += (k for n, saved in self.lists.items() if n not in lists for k in saved.keys(n))
+        stale += (
+            k
+            for n, saved in self.lists.items()
+            if n not in lists
+            for k in saved.keys(n)[: saved.full]
+        )
+        used = {made for saved in lists.values() for _, made in saved.pieces}
+        held = {made for saved in self.lists.values() for _, made in saved.pieces}
+        stale += (_pieces_key(made) for made in sorted(held - used))
         head = {
             **replace(record, taken=(), window=(), keeper_state=state).to_json(as_dict),
             "lists": {name: saved.to_json() for name, saved in lists.items()},
@@ -404,6 +417,11 @@ class StoredRecord:
             return replace(self, record=record, lists=lists), {}, []
         writes[RECORD_KEY] = {**head, "generation": generation}
         return StoredRecord(record, generation, lists, head), writes, stale
+
+
+def _piece(pieces: object, name: str, key: str) -> object:
+    """A list's piece in the value holding a save's pieces."""
+    return pieces.get(name) if isinstance(pieces, dict) else None
 
 
 def _chunk(read: Callable[[str], object], key: str) -> list[Any]:

@@ -15,7 +15,7 @@ from keeper_middleware.integrations.proxy.sessions.records import (
     RECORD_KEY,
     ArchiveSessionStore,
     SessionRecord,
-    StoredList,
+    record_keys,
 )
 
 
@@ -66,7 +66,7 @@ def test_every_kind_of_change_loads_back_exactly_and_leaves_no_stray_chunk(tmp_p
         store.save("s", record)
         assert ArchiveSessionStore(archive).load("s") == record, f"after step {step}"
         head = archive.get_value("s", RECORD_KEY)
-        named = {k for n, v in head["lists"].items() for k in StoredList.from_json(v).keys(n)}
+        named = record_keys(head)
         rows = archive._query("SELECT key FROM kv WHERE session = ?", ("s",))
         assert {r[0] for r in rows if r[0].startswith(f"{RECORD_KEY}.")} == named
     archive.close()

@@ -18,8 +18,8 @@ from keeper_middleware.integrations.proxy.sessions.records import (
     STATE_CHUNK,
     ArchiveSessionStore,
     SessionRecord,
-    StoredList,
     StoredRecord,
+    record_keys,
 )
 
 _MESSAGES: tuple[BaseMessage, ...] = tuple(
@@ -171,7 +171,7 @@ def test_a_long_session_leaves_no_rows_of_retired_chunks(tmp_path) -> None:
     rows = archive._query("SELECT key, value_json FROM kv WHERE session = ?", ("s",))
     assert all(value != "null" for _, value in rows)
     head = archive.get_value("s", RECORD_KEY)
-    named = {k for n, v in head["lists"].items() for k in StoredList.from_json(v).keys(n)}
+    named = record_keys(head)
     assert {k for k, _ in rows if k.startswith(f"{RECORD_KEY}.")} == named
     assert ArchiveSessionStore(archive).load("s") == _record(3 * STATE_CHUNK + 2)
     archive.close()

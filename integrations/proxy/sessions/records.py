@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
+from keeper_middleware.archive.chunked_lists import StoredList, store_list
 from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
@@ -35,6 +36,7 @@ __all__ = [
     "SessionStore",
     "StoredList",
     "StoredRecord",
+    "record_keys",
 ]
 
 RECORD_KEY = "proxy_session"
@@ -91,170 +93,23 @@ class SessionRecord:
         return replace(self, window=(*self.window, *messages))
 
 
-@dataclass(frozen=True, slots=True)
-class StoredList:
-    """One of a record's lists as the archive holds it: in chunks, each a value of its own.
-
-    Full chunks of ``size`` entries come first, then a few smaller pieces. A save writes what
-    is new as a piece, joined with the last pieces when they are not larger (so there are
-    never more than a few, and an entry is written again only a few times), and once the
-    pieces fill a chunk they are written as full chunks. A full chunk's key holds its place and
-    the generation that wrote it; full chunks written one after another share one (the run's),
-    so the head names them in a few numbers however long the list grows. The pieces one save
-    writes, of every list, are one value (:func:`_pieces_key`): a request's save writes that,
-    the head and the counters, three rows."""
-
-    size: int = 0
-    runs: tuple[tuple[int, int], ...] = ()
-    """The full chunks: (generation, how many in a row) in order."""
-    pieces: tuple[tuple[int, int], ...] = ()
-    """The pieces after them: (entries, generation) in order."""
-    columns: tuple[Sequence[Any], ...] = ()
-    """The entries as last saved (one sequence per column), compared with the next save's."""
-
-    @property
-    def full(self) -> int:
-        return sum(alike for _, alike in self.runs)
-
-    @property
-    def length(self) -> int:
-        return self.size * self.full + sum(count for count, _ in self.pieces)
-
-    def keys(self, name: str, first_full: int = 0) -> list[str]:
-        """The keys of the full chunks from ``first_full``, then of the values holding the
-        pieces, in order."""
-        keys: list[str] = []
-        place = 0
-        for made, alike in self.runs:
-            keys += (_key(name, n, made) for n in range(max(place, first_full), place + alike))
-            place += alike
-        return keys + [_pieces_key(made) for _, made in self.pieces]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "size": self.size,
-            "runs": [list(run) for run in self.runs],
-            "pieces": [list(piece) for piece in self.pieces],
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> StoredList:
-        if not isinstance(data, dict):
-            raise MalformedDataError(f"this session's record has {data!r} where a list belongs")
-        return cls(
-            int(data["size"]),
-            tuple((int(made), int(alike)) for made, alike in data["runs"]),
-            tuple((int(count), int(made)) for count, made in data["pieces"]),
-        )
-
-
 _SIZES = {"taken": TAKEN_CHUNK, "window": WINDOW_CHUNK, "seen": STATE_CHUNK, "items": STATE_CHUNK}
 """The lists stored in chunks, and the entries in each one's full chunks."""
 
 
-def _key(name: str, place: int, generation: int) -> str:
-    return f"{RECORD_KEY}.{name}.{place}.{generation}"
-
-
 def _pieces_key(generation: int) -> str:
-    """The key of the pieces a save wrote: {list's name: its piece's entries}."""
+    """The key of the pieces a save wrote, of every list: {list's name: its piece's entries}
+    (one value, so a request's save writes three rows: that, the head and the counters)."""
     return f"{RECORD_KEY}.pieces.{generation}"
 
 
-def _common(before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]], length: int) -> int:
-    """How many leading entries ``after`` shares with the ``length`` saved in ``before``: one
-    comparison of whole sequences when entries were only appended (the same objects compare
-    by identity), entry by entry otherwise (after a cut or an edit)."""
-    if not before:
-        return 0
-    if len(after[0]) >= length and all(
-        (b if len(b) == length else b[:length]) == a[:length]
-        for b, a in zip(before, after, strict=True)
-    ):
-        return length
-    shared = min(length, len(after[0]))
-    for n in range(shared):
-        if any(b[n] != a[n] for b, a in zip(before, after, strict=True)):
-            return n
-    return shared
-
-
-def _store_list(
-    name: str,
-    before: StoredList,
-    after: tuple[Sequence[Any], ...],
-    generation: int,
-    writes: dict[str, Any],
-    stored: Callable[[int, int], list[Any]],
-) -> tuple[StoredList, list[str]]:
-    """(``after`` stored, the keys of ``before``'s full chunks it no longer uses): what it
-    shares with ``before`` kept, the rest added to ``writes``, full chunks under their keys and
-    the piece under the name of the list in ``writes``'s pieces value (``stored(start, end)``
-    gives the stored form of those entries)."""
-    size = before.size if before.runs else _SIZES[name]
-    common = _common(before.columns, after, before.length)
-    full = min(common // size, before.full)
-    pieces: list[tuple[int, int]] = []
-    end = full * size
-    if full == before.full:
-        for count, made in before.pieces:
-            if end + count > common:
-                break
-            pieces.append((count, made))
-            end += count
-    runs = _first_runs(before.runs, full)
-    total = len(after[0])
-    if total > end:
-        start = end
-        if total - full * size >= size:  # the pieces and the new entries fill a chunk
-            start, pieces = full * size, []
-        else:  # joined with the pieces before them that are not larger
-            while pieces and pieces[-1][0] <= total - start:
-                start -= pieces.pop()[0]
-        # full chunks go on with the last run's generation when none of it was dropped
-        made = runs[-1][0] if runs and full == before.full else generation
-        while total - start >= size:
-            writes[_key(name, full, made)] = stored(start, start + size)
-            runs = _grown(runs, made)
-            full += 1
-            start += size
-        if total > start:
-            writes.setdefault(_pieces_key(generation), {})[name] = stored(start, total)
-            pieces.append((total - start, generation))
-    saved = StoredList(size, tuple(runs), tuple(pieces), after)
-    return saved, _retired(name, before, saved)
-
-
-def _first_runs(runs: Sequence[tuple[int, int]], full: int) -> list[tuple[int, int]]:
-    """The runs of the first ``full`` full chunks."""
-    kept: list[tuple[int, int]] = []
-    for made, alike in runs:
-        if full <= 0:
-            break
-        kept.append((made, min(alike, full)))
-        full -= alike
-    return kept
-
-
-def _grown(runs: list[tuple[int, int]], made: int) -> list[tuple[int, int]]:
-    """``runs`` and one more full chunk written by generation ``made``."""
-    if runs and runs[-1][0] == made:
-        return [*runs[:-1], (made, runs[-1][1] + 1)]
-    return [*runs, (made, 1)]
-
-
-def _retired(name: str, before: StoredList, after: StoredList) -> list[str]:
-    """The keys of ``before``'s full chunks that ``after`` no longer uses: it keeps a leading
-    part of them and writes the rest anew."""
-    full = before.full
-    if after.runs != before.runs:
-        old = [made for made, alike in before.runs for _ in range(alike)]
-        new = [made for made, alike in after.runs for _ in range(alike)]
-        full = next(
-            (n for n, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
-            min(full, len(new)),
-        )
-    return before.keys(name, full)[: before.full - full]
+def record_keys(head: Mapping[str, Any]) -> set[str]:
+    """The keys of every value a stored head (version 4) names."""
+    lists = {name: StoredList.from_json(data) for name, data in head["lists"].items()}
+    return {
+        *(k for name, saved in lists.items() for k in saved.keys(f"{RECORD_KEY}.{name}")),
+        *(_pieces_key(made) for saved in lists.values() for _, made in saved.pieces),
+    }
 
 
 def _columns(name: str, record: SessionRecord) -> tuple[Sequence[Any], ...] | None:
@@ -352,7 +207,7 @@ class StoredRecord:
             if name not in _SIZES:
                 raise MalformedDataError(f"this session's record names an unknown list {name!r}")
             saved = StoredList.from_json(chunks)
-            entries = [v for key in saved.keys(name)[: saved.full] for v in _chunk(read, key)]
+            entries = [v for key in saved.keys(f"{RECORD_KEY}.{name}") for v in _chunk(read, key)]
             for _, made in saved.pieces:
                 if made not in pieces:
                     pieces[made] = read(_pieces_key(made))
@@ -395,16 +250,21 @@ class StoredRecord:
             if columns is None:
                 continue
             stored = _stored_form(name, columns, as_dict)
-            before = self.lists.get(name, StoredList())
-            lists[name], retired = _store_list(name, before, columns, generation, writes, stored)
+            before = self.lists.get(name, StoredList(_SIZES[name]))
+            prefix = f"{RECORD_KEY}.{name}"
+            lists[name], retired, piece = store_list(
+                prefix, before, columns, generation, writes, stored
+            )
             stale += retired
+            if piece is not None:
+                writes.setdefault(_pieces_key(generation), {})[name] = piece
             if name in state:
                 state[name] = None  # keeps its place in the state
         stale += (
             k
             for n, saved in self.lists.items()
             if n not in lists
-            for k in saved.keys(n)[: saved.full]
+            for k in saved.keys(f"{RECORD_KEY}.{n}")
         )
         used = {made for saved in lists.values() for _, made in saved.pieces}
         held = {made for saved in self.lists.values() for _, made in saved.pieces}

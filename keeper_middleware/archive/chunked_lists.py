@@ -101,11 +101,17 @@ def store_list(
     stored: Callable[[int, int], list[Any]],
 ) -> tuple[StoredList, list[str], list[Any] | None]:
     """(``after`` stored, the keys of ``before``'s full chunks it no longer uses, the piece
-    this save writes or None).
+    this save writes or None): what ``after`` shares with ``before`` is kept, the rest written.
 
-    What ``after`` (its columns) shares with ``before`` is kept; new full chunks are added to
-    ``writes`` under ``{prefix}.{place}.{generation}``; ``stored(start, end)`` gives the stored
-    form of those entries. ``before.size`` is the size of full chunks (an empty list's too)."""
+    Args:
+        prefix: the keys' start; a full chunk's key is ``{prefix}.{place}.{generation}``.
+        before: the list as last saved (an empty one gives the size of full chunks).
+        after: the list now, as columns of equal length (the same objects as last saved for
+            the entries that did not change: they are compared by identity first).
+        generation: the number of this save, new to every save of the list's owner.
+        writes: where the full chunks to write are added (key to stored form).
+        stored: the stored form of entries ``start:end`` of ``after``.
+    """
     size = before.size
     common = _common(before.columns, after, before.length)
     full = min(common // size, before.full)

@@ -170,23 +170,26 @@ def test_a_stored_record_loads_back_as_saved() -> None:
     assert _load(values).record == stored.record == _record(2 * TAKEN_CHUNK + 5)
 
 
-def test_a_save_after_new_messages_rewrites_only_the_last_chunk() -> None:
+def test_a_save_after_new_messages_writes_only_them() -> None:
     first, writes, _ = StoredRecord(SessionRecord()).saved(_record(2 * TAKEN_CHUNK + 5))
     values: dict[str, object] = dict(writes)
     _, writes, stale = first.saved(_record(2 * TAKEN_CHUNK + 9))
     values.update(writes)
-    assert len(writes) == 2  # the last chunk, then the head
-    assert stale == [first.chunk_keys[-1]]
+    assert list(writes)[-1] == RECORD_KEY
+    new = [[f"d{i}", f"m-{i}"] for i in range(2 * TAKEN_CHUNK + 5, 2 * TAKEN_CHUNK + 9)]
+    assert list(writes.values())[:-1] == [{"taken": new}]  # one piece, then the head
+    assert stale == []
     assert _load(values).record == _record(2 * TAKEN_CHUNK + 9)
 
 
-def test_a_save_after_new_window_messages_rewrites_only_the_windows_last_chunk() -> None:
+def test_new_window_messages_join_the_smaller_piece_before_them() -> None:
     first, writes, _ = StoredRecord(SessionRecord()).saved(_record(5, 3 * WINDOW_CHUNK + 1))
     values: dict[str, object] = dict(writes)
-    _, writes, stale = first.saved(_record(5, 3 * WINDOW_CHUNK + 4))
+    second, writes, stale = first.saved(_record(5, 3 * WINDOW_CHUNK + 4))
     values.update(writes)
-    assert list(writes) == [first.window_keys[-1].rsplit(".", 1)[0] + ".2", RECORD_KEY]
-    assert stale == [first.window_keys[-1]]
+    assert len(writes[f"{RECORD_KEY}.pieces.2"]["window"]) == 4  # one, joined by three new
+    assert second.lists["window"].pieces == ((4, 2),)
+    assert stale == []  # the first save's pieces value still holds the fingerprints' piece
     assert _load(values).record == _record(5, 3 * WINDOW_CHUNK + 4)
 
 

@@ -1,6 +1,6 @@
 """The keeper state's per-message parts (the ids taken in and their item numbers) are saved as a
-change: a request that appends messages rewrites only their last chunks and a small head, a
-record saved in the previous form still loads, and a save cut short at any write leaves the
+change: a request that appends messages writes only the new entries and a small head, a
+record saved in an earlier form still loads, and a save cut short at any write leaves the
 previous record or the new one whole, never a mix (no turn lost or counted twice)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, message_to_dict
 
 from keeper_middleware.archive.sqlite.archive import SQLiteArchive
 from keeper_middleware.errors import KeeperError
@@ -19,6 +19,7 @@ from keeper_middleware.integrations.proxy.sessions.records import (
     ArchiveSessionStore,
     SessionRecord,
     StoredRecord,
+    record_keys,
 )
 
 _MESSAGES: tuple[BaseMessage, ...] = tuple(
@@ -48,38 +49,77 @@ def _load(values: dict[str, Any]) -> SessionRecord:
     return StoredRecord.load(values[RECORD_KEY], values.get).record
 
 
-def test_a_save_after_an_append_rewrites_only_the_states_last_chunks() -> None:
+def test_a_save_after_an_append_writes_only_the_new_entries() -> None:
     first, writes, _ = StoredRecord(SessionRecord()).saved(_record(2 * STATE_CHUNK + 10))
     values = dict(writes)
     _, writes, stale = first.saved(_record(2 * STATE_CHUNK + 12))
     values.update(writes)
-    state_writes = [
-        k for k in writes if k.startswith((f"{RECORD_KEY}.seen", f"{RECORD_KEY}.items"))
-    ]
-    assert state_writes == [
-        first.state_keys["seen"][-1][:-2] + ".2",
-        first.state_keys["items"][-1][:-2] + ".2",
-    ]
-    assert {first.state_keys["seen"][-1], first.state_keys["items"][-1]} <= set(stale)
+    grown = range(2 * STATE_CHUNK + 10, 2 * STATE_CHUNK + 12)
+    assert list(writes) == [f"{RECORD_KEY}.pieces.2", RECORD_KEY]  # one value of pieces, the head
+    pieces = writes[f"{RECORD_KEY}.pieces.2"]
+    assert pieces["seen"] == [f"m{n}" for n in grown]
+    assert pieces["items"] == [[f"m{n}", n // 2] for n in grown]
+    assert stale == []
     assert "m3" not in str(writes[RECORD_KEY])  # the head holds no per-message part
     loaded = _load(values)
     assert loaded == _record(2 * STATE_CHUNK + 12)
     assert list(loaded.keeper_state) == list(_record(1).keeper_state)  # the parts keep their place
 
 
-def test_a_record_saved_in_the_previous_form_still_loads() -> None:
-    record = _record(40)
-    _, writes, _ = StoredRecord(SessionRecord()).saved(record)
-    head = {**writes[RECORD_KEY], "version": 2, "keeper_state": dict(record.keeper_state)}
-    del head["state_chunks"]
-    values = {**writes, RECORD_KEY: head}
-    assert _load(values) == record
-    # and the next save writes the new form, which loads the same
-    stored = StoredRecord.load(head, values.get)
-    _, writes, _ = stored.saved(_record(42))
-    values.update(writes)
-    assert writes[RECORD_KEY]["version"] == 3
-    assert _load(values) == _record(42)
+def test_a_save_that_changes_nothing_writes_nothing() -> None:
+    first, _, _ = StoredRecord(SessionRecord()).saved(_record(40))
+    again, writes, stale = first.saved(_record(40))
+    assert (writes, stale) == ({}, [])
+    assert again.generation == first.generation
+
+
+def _version_3(record: SessionRecord) -> dict[str, Any]:
+    """``record`` as version 3 stored it: every list in chunks of a fixed size, each named in
+    the head, the last chunk written again at every save."""
+    values: dict[str, Any] = {}
+
+    def chunks(name: str, entries: list[Any], size: int) -> list[str]:
+        keys = [f"{RECORD_KEY}.{name}.{n // size}.1" for n in range(0, len(entries), size)]
+        for key, start in zip(keys, range(0, len(entries), size), strict=True):
+            values[key] = entries[start : start + size]
+        return keys
+
+    state = dict(record.keeper_state)
+    seen = chunks("seen", list(state.pop("seen")), 256)
+    items = chunks("items", [list(p) for p in state.pop("items").items()], 256)
+    values[RECORD_KEY] = {
+        **SessionRecord(keeper_state={**state, "seen": None, "items": None}).to_json(),
+        "version": 3,
+        "taken_chunks": chunks("taken", [list(p) for p in record.taken], 128),
+        "taken_count": len(record.taken),
+        "window_chunks": chunks("window", [message_to_dict(m) for m in record.window], 16),
+        "state_chunks": {"seen": seen, "items": items},
+        "generation": 1,
+    }
+    return values
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_record_saved_in_an_earlier_form_still_loads(tmp_path, version: int) -> None:
+    record = _record(300)
+    if version == 2:  # everything inline in the head
+        values = {RECORD_KEY: {**record.to_json(), "version": 2}}
+    else:
+        values = _version_3(record)
+    archive = SQLiteArchive(str(tmp_path / "a.db"))
+    archive.put_values("s", values)
+    store = ArchiveSessionStore(archive)
+    assert store.load("s") == record
+    # the next save writes the current form, retiring every chunk of the earlier one
+    store.save("s", _record(302))
+    assert archive.get_value("s", RECORD_KEY)["version"] == 4
+    assert ArchiveSessionStore(archive).load("s") == _record(302)
+    assert not set(values) - {RECORD_KEY} & set(_keys(archive))
+    archive.close()
+
+
+def _keys(archive: SQLiteArchive) -> list[str]:
+    return [row[0] for row in archive._query("SELECT key FROM kv WHERE session = ?", ("s",))]
 
 
 class _InterruptedError(KeeperError):
@@ -131,8 +171,7 @@ def test_a_long_session_leaves_no_rows_of_retired_chunks(tmp_path) -> None:
     rows = archive._query("SELECT key, value_json FROM kv WHERE session = ?", ("s",))
     assert all(value != "null" for _, value in rows)
     head = archive.get_value("s", RECORD_KEY)
-    named = {*head["taken_chunks"], *head["window_chunks"]}
-    named |= {k for part in head["state_chunks"].values() for k in part}
+    named = record_keys(head)
     assert {k for k, _ in rows if k.startswith(f"{RECORD_KEY}.")} == named
     assert ArchiveSessionStore(archive).load("s") == _record(3 * STATE_CHUNK + 2)
     archive.close()

@@ -48,18 +48,27 @@ def save_cpu_ms(length: int, saves: int = 30) -> float:
         number += 1
         messages += _round(number)
 
+    seen: list[str] = []
+    items: dict[str, int] = {}
+    taken: tuple[tuple[str, str], ...] = ()
+
     def record() -> SessionRecord:
-        ids = [str(m.id) for m in messages]
+        """The record after the messages new since the last one, built as the proxy and the
+        keeper build it: new lists and a new mapping each request, holding the same entries
+        (the same objects) as before and the new ones after them."""
+        nonlocal seen, items, taken
+        new = [str(m.id) for m in messages[len(seen) :]]
+        seen = [*seen, *new]
+        items = {**items, **{i: n // 2 for n, i in enumerate(new, len(items))}}
+        taken = (*taken, *((f"d-{i}", i) for i in new))
         state = {
-            "seen": ids,
-            "items": {i: n // 2 for n, i in enumerate(ids)},
-            "items_since_notes": len(ids) // 2,
+            "seen": seen,
+            "items": items,
+            "items_since_notes": len(seen) // 2,
             "notes_item": 0,
             "room": 900,
         }
-        return SessionRecord(
-            window=tuple(messages), keeper_state=state, taken=tuple((f"d-{i}", i) for i in ids)
-        )
+        return SessionRecord(window=tuple(messages), keeper_state=state, taken=taken)
 
     with tempfile.TemporaryDirectory() as folder:
         archive = SQLiteArchive(str(Path(folder) / "archive.db"))

@@ -13,13 +13,14 @@ form once while it stays in the window, not on every save.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
+from keeper_middleware.archive.chunked_lists import StoredList, store_list
 from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
@@ -33,21 +34,21 @@ __all__ = [
     "MessageMemo",
     "SessionRecord",
     "SessionStore",
+    "StoredList",
     "StoredRecord",
+    "record_keys",
 ]
 
 RECORD_KEY = "proxy_session"
 STATS_KEY = "proxy_counters"
-_RECORD_VERSION = 3
+_RECORD_VERSION = 4
 TAKEN_CHUNK = 128
 """Fingerprints per stored chunk: a save rewrites only the chunks that changed."""
 WINDOW_CHUNK = 16
 """Window messages per stored chunk: a save rewrites only the chunks that changed."""
 STATE_CHUNK = 256
-"""Entries per stored chunk of the keeper state's per-message parts (``seen``, ``items``)."""
-_STATE_PARTS = ("seen", "items")
-"""The keeper state's parts that hold one entry per message in view (the ids taken in, in the
-order they were taken in, and each one's item number): stored in chunks, not in the head."""
+"""Entries per stored chunk of the keeper state's per-message parts (``seen``, ``items``: the
+ids taken in, in the order they were taken in, and each one's item number)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,57 +93,145 @@ class SessionRecord:
         return replace(self, window=(*self.window, *messages))
 
 
+_SIZES = {"taken": TAKEN_CHUNK, "window": WINDOW_CHUNK, "seen": STATE_CHUNK, "items": STATE_CHUNK}
+"""The lists stored in chunks, and the entries in each one's full chunks."""
+
+
+def _pieces_key(generation: int) -> str:
+    """The key of the pieces a save wrote, of every list: {list's name: its piece's entries}
+    (one value, so a request's save writes three rows: that, the head and the counters)."""
+    return f"{RECORD_KEY}.pieces.{generation}"
+
+
+def record_keys(head: Mapping[str, Any]) -> set[str]:
+    """The keys of every value a stored head (version 4) names."""
+    lists = {name: StoredList.from_json(data) for name, data in head["lists"].items()}
+    return {
+        *(k for name, saved in lists.items() for k in saved.keys(f"{RECORD_KEY}.{name}")),
+        *(_pieces_key(made) for saved in lists.values() for _, made in saved.pieces),
+    }
+
+
+def _columns(name: str, record: SessionRecord) -> tuple[Sequence[Any], ...] | None:
+    """A list of ``record`` as the columns compared from save to save; None when the keeper
+    state's part has another shape than the keeper's (it then stays in the head whole)."""
+    if name == "taken":
+        return (record.taken,)
+    if name == "window":
+        return (record.window,)
+    value = record.keeper_state.get(name)
+    if name == "items":
+        return (list(value), list(value.values())) if isinstance(value, dict) else None
+    return (list(value),) if isinstance(value, list) else None
+
+
+def _stored_form(
+    name: str, columns: tuple[Sequence[Any], ...], as_dict: Callable[[BaseMessage], Any]
+) -> Callable[[int, int], list[Any]]:
+    """How entries ``start:end`` of a list are stored (the form of every version so far)."""
+    first = columns[0]
+    if name == "window":
+        return lambda start, end: [as_dict(m) for m in first[start:end]]
+    if name == "items":
+        second = columns[1]
+        return lambda start, end: [
+            [k, v] for k, v in zip(first[start:end], second[start:end], strict=True)
+        ]
+    if name == "taken":
+        return lambda start, end: [list(pair) for pair in first[start:end]]
+    return lambda start, end: list(first[start:end])
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
-    """A session record as the archive holds it: a head under ``RECORD_KEY`` (the keeper's state
-    and the names of the chunks), the window in chunks of ``WINDOW_CHUNK`` messages and the
-    fingerprints in chunks of ``TAKEN_CHUNK``, each chunk under a key of its own.
+    """A session record as the archive holds it: a head under ``RECORD_KEY`` (the keeper's
+    state, the withdrawn fingerprints and where each list's chunks are) and the lists in
+    chunks, each chunk under a key of its own (:class:`StoredList`): the window, the
+    fingerprints taken in and the keeper state's per-message parts (``seen``, ``items``).
 
-    The keeper state's per-message parts (``seen`` and ``items``) are stored in chunks of
-    ``STATE_CHUNK`` the same way, the head keeping only their place in the state.
-
-    These lists only grow between cuts, so a save writes the head and only the chunks that
-    changed (usually the last of each): what a request costs to save stays the same however
-    long the window and the conversation are. Changed chunks get new keys (a new
-    ``generation``) and the head, written last, names the chunks it uses: a save cut short
-    leaves the previous head and its chunks intact.
+    These lists only grow between cuts, so a save writes the new entries and the head (nothing
+    at all when nothing changed): what a request costs to save stays the same however long
+    the window and the conversation are. Chunks written get new keys (a new ``generation``)
+    and the head, written after them, names the chunks it uses; the chunks it no longer uses
+    are cleared after it: a save cut short leaves the previous head and its chunks intact.
     """
 
     record: SessionRecord
-    chunk_keys: tuple[str, ...] = ()
     generation: int = 0
-    window_keys: tuple[str, ...] = ()
-    state_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """The chunks of each of the keeper state's per-message parts, by part."""
-    state_lists: Mapping[str, list[Any]] = field(default_factory=dict)
-    """Those parts as the chunks hold them, so the next save compares with them as they are."""
+    lists: Mapping[str, StoredList] = field(default_factory=dict)
+    head: Mapping[str, Any] | None = None
+    """The head as last saved (without its generation): a save that changes nothing in it and
+    in the lists writes nothing."""
+    legacy: tuple[str, ...] = ()
+    """Keys of chunks of an earlier form, cleared by the next save."""
 
     @classmethod
     def load(cls, head: object, read: Callable[[str], object]) -> StoredRecord:
-        """From the head value and a reader of other keys; a head that holds its fingerprints
-        or its window inline (the earlier formats) is read as it is."""
+        """From the head value and a reader of other keys; a head of an earlier form (lists
+        inline, version 2, or chunks named one by one, version 3) is read as it is."""
         record = SessionRecord.from_json(head)
-        if not isinstance(head, dict) or not isinstance(head.get("taken_chunks"), list):
+        if not isinstance(head, dict):
+            return cls(record)
+        if isinstance(head.get("lists"), dict):
+            return cls._load_lists(record, head, read)
+        if not isinstance(head.get("taken_chunks"), list):
             return cls(record)
         keys = tuple(str(k) for k in head["taken_chunks"])
         taken = [(str(d), str(i)) for key in keys for d, i in _chunk(read, key)]
         count = int(head.get("taken_count", len(taken)))
         record = replace(record, taken=tuple(taken[:count]))
-        window_keys: tuple[str, ...] = ()
+        legacy = [*keys]
         if isinstance(head.get("window_chunks"), list):
-            window_keys = tuple(str(k) for k in head["window_chunks"])
+            window_keys = [str(k) for k in head["window_chunks"]]
+            legacy += window_keys
             dicts = [m for key in window_keys for m in _chunk(read, key)]
             record = replace(record, window=tuple(messages_from_dict(dicts)))
-        state_keys: dict[str, tuple[str, ...]] = {}
         chunked = head.get("state_chunks")
         if isinstance(chunked, dict):
             state = dict(record.keeper_state)
             for name, names in chunked.items():
-                state_keys[name] = tuple(str(k) for k in names)
-                values = [v for key in state_keys[name] for v in _chunk(read, key)]
+                legacy += [str(k) for k in names]
+                values = [v for key in names for v in _chunk(read, str(key))]
                 state[name] = dict(values) if name == "items" else values
             record = replace(record, keeper_state=state)
-        return cls(record, keys, int(head["generation"]), window_keys, state_keys)
+        return cls(record, int(head["generation"]), legacy=tuple(legacy))
+
+    @classmethod
+    def _load_lists(
+        cls, record: SessionRecord, head: dict[str, Any], read: Callable[[str], object]
+    ) -> StoredRecord:
+        lists: dict[str, StoredList] = {}
+        pieces: dict[int, object] = {}
+        state = dict(record.keeper_state)
+        for name, chunks in head["lists"].items():
+            if name not in _SIZES:
+                raise MalformedDataError(f"this session's record names an unknown list {name!r}")
+            saved = StoredList.from_json(chunks)
+            entries = [v for key in saved.keys(f"{RECORD_KEY}.{name}") for v in _chunk(read, key)]
+            for _, made in saved.pieces:
+                if made not in pieces:
+                    pieces[made] = read(_pieces_key(made))
+                entries += _chunk(partial(_piece, pieces[made], name), _pieces_key(made))
+            if len(entries) != saved.length:
+                raise MalformedDataError(
+                    f"this session's record holds {len(entries)} entries of {name!r} where its "
+                    f"head names {saved.length}; restore the archive file from a backup, or "
+                    "delete the session to start it again"
+                )
+            if name == "taken":
+                record = replace(record, taken=tuple((str(d), str(i)) for d, i in entries))
+            elif name == "window":
+                record = replace(record, window=tuple(messages_from_dict(entries)))
+            else:
+                state[name] = dict(entries) if name == "items" else entries
+            lists[name] = saved
+        record = replace(record, keeper_state=state)
+        lists = {
+            name: replace(saved, columns=_columns(name, record) or ())
+            for name, saved in lists.items()
+        }
+        body = {k: v for k, v in head.items() if k != "generation"}
+        return cls(record, int(head["generation"]), lists, body)
 
     def saved(
         self,
@@ -153,90 +242,46 @@ class StoredRecord:
         keys no longer used, to clear after the head is written)."""
         generation = self.generation + 1
         writes: dict[str, Any] = {}
-        keys = _chunked(
-            self.record.taken,
-            self.chunk_keys,
-            record.taken,
-            TAKEN_CHUNK,
-            f"{RECORD_KEY}.taken",
-            generation,
-            writes,
-            lambda part: [list(pair) for pair in part],
-            lambda old, new: old == new,
+        lists: dict[str, StoredList] = {}
+        stale = [*self.legacy]
+        state = dict(record.keeper_state)
+        for name in _SIZES:
+            columns = _columns(name, record)
+            if columns is None:
+                continue
+            stored = _stored_form(name, columns, as_dict)
+            before = self.lists.get(name, StoredList(_SIZES[name]))
+            prefix = f"{RECORD_KEY}.{name}"
+            lists[name], retired, piece = store_list(
+                prefix, before, columns, generation, writes, stored
+            )
+            stale += retired
+            if piece is not None:
+                writes.setdefault(_pieces_key(generation), {})[name] = piece
+            if name in state:
+                state[name] = None  # keeps its place in the state
+        stale += (
+            k
+            for n, saved in self.lists.items()
+            if n not in lists
+            for k in saved.keys(f"{RECORD_KEY}.{n}")
         )
-        window_keys = _chunked(
-            self.record.window,
-            self.window_keys,
-            record.window,
-            WINDOW_CHUNK,
-            f"{RECORD_KEY}.window",
-            generation,
-            writes,
-            lambda part: [as_dict(m) for m in part],
-            # messages are never changed in place: the same objects are the same messages
-            lambda old, new: len(old) == len(new) and all(map(operator.is_, old, new)),
-        )
-        state, state_keys, lists = self._state_chunks(record.keeper_state, generation, writes)
+        used = {made for saved in lists.values() for _, made in saved.pieces}
+        held = {made for saved in self.lists.values() for _, made in saved.pieces}
+        stale += (_pieces_key(made) for made in sorted(held - used))
         head = {
             **replace(record, taken=(), window=(), keeper_state=state).to_json(as_dict),
-            "version": _RECORD_VERSION,
-            "taken_chunks": keys,
-            "taken_count": len(record.taken),
-            "window_chunks": window_keys,
-            "state_chunks": state_keys,
-            "generation": generation,
+            "lists": {name: saved.to_json() for name, saved in lists.items()},
         }
-        writes[RECORD_KEY] = head
-        used = {*keys, *window_keys, *(k for part in state_keys.values() for k in part)}
-        before = (
-            *self.chunk_keys,
-            *self.window_keys,
-            *(k for p in self.state_keys.values() for k in p),
-        )
-        stale = [k for k in before if k not in used]
-        kept = {name: tuple(part) for name, part in state_keys.items()}
-        saved = StoredRecord(record, tuple(keys), generation, tuple(window_keys), kept, lists)
-        return saved, writes, stale
-
-    def _state_chunks(
-        self, keeper_state: Mapping[str, Any], generation: int, writes: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, list[str]], dict[str, list[Any]]]:
-        """The keeper state as the head holds it (each per-message part's value left as None,
-        keeping its place) and the keys of each part's chunks (changed chunks added to
-        ``writes``), and each part as a list. A part of another shape than the keeper's stays in
-        the head whole."""
-        state = dict(keeper_state)
-        keys: dict[str, list[str]] = {}
-        lists: dict[str, list[Any]] = {}
-        for name in _STATE_PARTS:
-            after = _entries_of(name, state.get(name))
-            if after is None:
-                continue
-            before = self.state_lists.get(name)
-            if before is None:
-                before = _entries_of(name, self.record.keeper_state.get(name)) or []
-            lists[name] = after
-            keys[name] = _chunked(
-                before,
-                self.state_keys.get(name, ()),
-                after,
-                STATE_CHUNK,
-                f"{RECORD_KEY}.{name}",
-                generation,
-                writes,
-                list if name == "seen" else lambda part: [list(pair) for pair in part],
-                operator.eq,
-            )
-            state[name] = None
-        return state, keys, lists
+        if not writes and not stale and head == self.head:
+            return replace(self, record=record, lists=lists), {}, []
+        writes[RECORD_KEY] = {**head, "generation": generation}
+        return StoredRecord(record, generation, lists, head), writes, stale
 
 
-def _entries_of(name: str, value: object) -> list[Any] | None:
-    """A per-message part of the keeper state as a list to store in chunks: the ids taken in,
-    or the (id, item) pairs; None when it has another shape."""
-    if name == "items":
-        return list(value.items()) if isinstance(value, dict) else None
-    return value if isinstance(value, list) else None
+def _piece(pieces: object, name: str, key: str) -> object:
+    """A list's piece in the value holding a save's pieces."""
+    return pieces.get(name) if isinstance(pieces, dict) else None
 
 
 def _chunk(read: Callable[[str], object], key: str) -> list[Any]:
@@ -247,31 +292,6 @@ def _chunk(read: Callable[[str], object], key: str) -> list[Any]:
             "archive file from a backup, or delete the session to start it again"
         )
     return chunk
-
-
-def _chunked(
-    before: Sequence[Any],
-    before_keys: Sequence[str],
-    after: Sequence[Any],
-    size: int,
-    prefix: str,
-    generation: int,
-    writes: dict[str, Any],
-    stored: Callable[[Sequence[Any]], list[Any]],
-    same: Callable[[Sequence[Any], Sequence[Any]], bool],
-) -> list[str]:
-    """The keys of ``after`` cut in chunks of ``size``: a chunk equal to the one stored at the
-    same place keeps its key, any other is added to ``writes`` under a new key."""
-    keys: list[str] = []
-    for number, start in enumerate(range(0, len(after), size)):
-        part = after[start : start + size]
-        if number < len(before_keys) and same(before[start : start + size], part):
-            keys.append(before_keys[number])
-            continue
-        key = f"{prefix}.{number}.{generation}"
-        writes[key] = stored(part)
-        keys.append(key)
-    return keys
 
 
 class SessionStore(Protocol):

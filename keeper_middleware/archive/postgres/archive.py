@@ -615,6 +615,9 @@ class PostgresArchive:
         return self.notes_at(session, TIP)
 
     def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
+        if head is None:  # no cut yet on the branch: no NOTES, nothing to read
+            self._live_pool()
+            return None
         with self._errors("reading"), self._live_pool().connection() as conn:
             row = pg_branches.notes_at(conn, self.schema, session, head)
         return None if row is None else notes_from_row(row)

@@ -128,6 +128,12 @@ class SQLiteArchive:
         reads it; only a cut changes it, and cuts of one session run in one process)."""
         self._notes_at: OrderedDict[tuple[str, Head], NotesVersion] = OrderedDict()
         """The NOTES in effect at a cut, as last read (they never change once committed)."""
+        self._timeout = timeout
+        self._read_lock = threading.Lock()
+        self._reader: FileConnection | None = None
+        self._no_reader = self.path == ":memory:"
+        """Whether values are read on the main connection (an in-memory archive, or a file
+        that is not in WAL mode, where a second connection would wait for writers anyway)."""
 
     def _live(self) -> FileConnection:
         if self._conn is None:
@@ -386,8 +392,15 @@ class SQLiteArchive:
         return int(rows[0][0])
 
     def archived_ids(self, session: str, msg_ids: Iterable[str]) -> set[str]:
+        """Read on the values' own connection (:meth:`get_value`): a request asks it as it
+        takes in messages, and need not wait for other sessions' saves."""
+        wanted = list(dict.fromkeys(msg_ids))
+        with self._read_lock:
+            reader = self._reading()
+            if reader is not None:
+                return self._archived_ids(reader, session, wanted)
         with self._lock:
-            return self._archived_ids(self._live(), session, list(dict.fromkeys(msg_ids)))
+            return self._archived_ids(self._live(), session, wanted)
 
     def set_positions(
         self,
@@ -427,7 +440,11 @@ class SQLiteArchive:
         and the session's latest changes only with a cut, which runs in one process at a time,
         so both are remembered as last read or written here. The latest is looked up before
         taking the archive's lock, which other sessions' saves hold while they commit: a cut of
-        this session drops it under that lock first, so what is found was current when found."""
+        this session drops it under that lock first, so what is found was current when found.
+        A head of None (no cut yet on the branch) has no NOTES, which needs no lock nor read."""
+        if head is None:
+            self._live()  # a closed archive still says so
+            return None
         if head is TIP:
             latest = self._latest.get(session, _UNKNOWN)
             if latest is not _UNKNOWN:
@@ -458,10 +475,45 @@ class SQLiteArchive:
         return self._pages(sql, lambda last: (session, last), 0, "version", _notes)
 
     def get_value(self, session: str, key: str) -> Any | None:
-        rows = self._query(
-            "SELECT value_json FROM kv WHERE session = ? AND key = ?", (session, key)
-        )
+        """A session's value, read on a connection of its own: in WAL mode a read never waits
+        for a write, so a request reading its session's values (the search guard, the counters,
+        a proxy's record) does not queue behind other sessions' saves committing on the main
+        connection. Each read sees every commit made before it began."""
+        sql = "SELECT value_json FROM kv WHERE session = ? AND key = ?"
+        with self._read_lock:
+            reader = self._reading()
+            if reader is not None:
+                row = reader.execute(sql, (session, key)).fetchone()
+                return json.loads(row[0]) if row is not None else None
+        rows = self._query(sql, (session, key))
         return json.loads(rows[0][0]) if rows else None
+
+    def _reading(self) -> FileConnection | None:
+        """The connection values are read on (read lock held); None: read on the main one."""
+        if self._reader is not None or self._no_reader:
+            return self._reader
+        self._live()
+        reader = sqlite3.connect(
+            self.path,
+            timeout=self._timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=FileConnection,
+        )
+        try:
+            reader.name_file(self.path, "the archive")
+            mode = reader.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                reader.close()
+                self._no_reader = True
+                return None
+            reader.execute("PRAGMA query_only=ON")
+            reader.watch(self.path)
+        except BaseException:
+            reader.close()
+            raise
+        self._reader = reader
+        return reader
 
     def put_value(self, session: str, key: str, value: Any) -> None:
         self.put_values(session, {key: value})
@@ -483,7 +535,8 @@ class SQLiteArchive:
             try:
                 conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
                 conn.executemany(_UPSERT_VALUE, rows)
-                conn.executemany("DELETE FROM kv WHERE session = ? AND key = ?", gone)
+                if gone:
+                    conn.executemany("DELETE FROM kv WHERE session = ? AND key = ?", gone)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -622,7 +675,11 @@ class SQLiteArchive:
             self._adopted.discard(session)
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            self._no_reader = True
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -642,6 +699,9 @@ class SQLiteArchive:
         return f"SQLiteArchive({self.path!r})"
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+"""``json.dumps(value, ensure_ascii=False, allow_nan=False)`` without making an encoder for
+each value (a save writes several)."""
 _UPSERT_VALUE = (
     "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
     "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json"
@@ -654,7 +714,7 @@ def _value_rows(session: str, values: Mapping[str, Any]) -> list[tuple[str, str,
     for key, value in values.items():
         try:
             # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
-            value_json = storable_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
+            value_json = storable_text(_ENCODER.encode(value))
         except (TypeError, ValueError) as exc:
             raise ArgumentTypeError(
                 f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): {exc}"

@@ -38,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
 from keeper_middleware import phases
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
@@ -87,16 +87,21 @@ from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionS
 from keeper_middleware.step.arrivals import Arrivals
 from keeper_middleware.step.backlog import Backlog, part_end, part_state, with_part
 from keeper_middleware.step.commit import CutCommit
-from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
-from keeper_middleware.step.entries import Entry, messages_of
+from keeper_middleware.step.cut import KEPT_KEY, Layout, recount_kept, uncount_removed
+from keeper_middleware.step.entries import Entry, first_fresh, ids_of, messages_of
 from keeper_middleware.step.handed_back import as_left, window_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
-from keeper_middleware.step.known import LastEntries
+from keeper_middleware.step.known import KnownEntries, LastEntries, Tail
 from keeper_middleware.step.oversized import OversizedMessages
 from keeper_middleware.step.result import Pending, StepResult
 from keeper_middleware.step.room import unkeep, without_passages
+from keeper_middleware.step.tail import Appending, WindowFacts, appendable, state_copy
 from keeper_middleware.step.window import NOTES_FRAME_TOKENS, WindowPolicy
-from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
+from keeper_middleware.tokens.counting import (
+    ADDITIVE_COUNTERS,
+    TokenCounter,
+    resolve_token_counter,
+)
 
 __all__ = [
     "MOVED_ENTRIES",
@@ -445,6 +450,9 @@ class Keeper:
         state: Mapping[str, Any] | None,
         setup: ModelSetup,
     ) -> Pending:
+        appended = self._appended(session, given, state, setup)
+        if appended is not None:
+            return appended
         kstate: dict[str, Any] = json_copy(dict(state or {}))
         fresh = not kstate
         kstate[ARCHIVE_SESSION_KEY] = session  # a copy of this state carries it to its thread
@@ -477,22 +485,89 @@ class Keeper:
         entries = self.last_entries.classify(session, messages, self.window.classify)
         messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
         entries = self.window.classify(messages, entries)
-        backlog = self._split_backlog(entries, setup)
+        replaced = bool(forged or shrunk or recounted)
+        return self._after_arrivals(session, entries, kstate, setup, notes, replaced)
+
+    def _after_arrivals(
+        self,
+        session: str,
+        entries: list[Entry],
+        kstate: dict[str, Any],
+        setup: ModelSetup,
+        notes: Notes,
+        replaced: bool,
+        facts: WindowFacts | None = None,
+        messages: list[BaseMessage] | None = None,
+    ) -> Pending:
+        """The step's decision once its messages are taken in (``facts``: what the
+        whole-window passes give for ``entries``, when known; ``messages``: theirs)."""
+        backlog = self._split_backlog(entries, setup, facts)
         if backlog is not None:
             # more than one note request can carry: note it in parts, a cut each
             entries = entries[: backlog.start]
-            messages = messages_of(entries)
             kstate = part_state(kstate, backlog)
+            facts = messages = None
+        if messages is None:
+            messages = messages_of(entries)
         return self._decide(
-            session,
-            messages,
-            entries,
-            kstate,
-            setup,
-            notes,
-            bool(forged or shrunk or recounted),
-            backlog,
+            session, messages, entries, kstate, setup, notes, replaced, backlog, facts
         )
+
+    def _appended(
+        self,
+        session: str,
+        given: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        setup: ModelSetup,
+    ) -> Pending | None:
+        """:meth:`_prepare` of a step that only appends to the window its session's last step
+        ended with, given back the state it handed back (None: any other step). Each pass
+        starts from what it found in that window (:mod:`~keeper_middleware.step.tail`), so the
+        step costs what the new messages cost, not what the window holds; the decisions are
+        those of the full path."""
+        if type(self.tokens) not in ADDITIVE_COUNTERS:
+            return None
+
+        def fits(known: KnownEntries, tail: Tail, added: Sequence[BaseMessage]) -> bool:
+            kept = tail.state.get(KEPT_KEY)
+            if not appendable(added, tail.ids, kept, len(known.messages)):
+                return False
+            return not kept or _kept_follow(known.messages, tail.facts.layout, kept)
+
+        taken = self.last_entries.appended(session, given, state, fits)
+        if taken is None:
+            return None
+        known, tail = taken
+        count = len(known.messages)
+        # the tail's copy of the state is private and left behind by this step: its values
+        # are this step's to replace (``_tail_of`` copies the state the step hands back)
+        kstate: dict[str, Any] = dict(tail.state)
+        kstate[HEAD_KEY] = self.branches.head(session, kstate, given)
+        self._check_archive_holds(session, kstate)
+        self._check_index(session)
+        self.indexing.schedule_once(session)
+        notes = self.notes(session, head=kstate[HEAD_KEY])
+        added = self.window.classify(given[count:])
+        entries = [*known.entries, *added]
+        facts = tail.facts.extended(added, self.detector)
+        if facts is None:  # never: appendable turns NOTES away; the full path walks all
+            self.last_entries.forget(session)
+            return None
+        first = count + first_fresh(added, tail.ids)
+        appending = Appending(facts, count, known.messages, tail.ids, first)
+        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes, appending)
+        if shrunk or not appending.whole:
+            entries = self.window.classify(messages, entries)
+            return self._after_arrivals(session, entries, kstate, setup, notes, shrunk)
+        added = self.window.classify(messages[count:], added)
+        entries = [*known.entries, *added]
+        facts = tail.facts.extended(added, self.detector)
+        pending = self._after_arrivals(
+            session, entries, kstate, setup, notes, False, facts, messages
+        )
+        if facts is not None and pending.plan is None and pending.backlog is None:
+            pending.facts, pending.appending, pending.before = facts, appending, known
+        return pending
 
     def _handed_back(self, session: str, messages: list[BaseMessage]) -> list[BaseMessage]:
         """A state that names no branch (its keeper channel stayed behind: a subgraph node of
@@ -511,13 +586,17 @@ class Keeper:
             pinned_head=self.config.pinned_head,
         )
 
-    def _split_backlog(self, entries: list[Entry], setup: ModelSetup) -> Backlog | None:
+    def _split_backlog(
+        self, entries: list[Entry], setup: ModelSetup, facts: WindowFacts | None = None
+    ) -> Backlog | None:
         """The messages past what one note request can carry, when there are any (their
-        first ``start`` entries make the first part)."""
+        first ``start`` entries make the first part; ``facts``: the window's, when known)."""
         window = self.window
-        layout = window.layout(messages_of(entries))
+        layout = window.layout(messages_of(entries)) if facts is None else facts.layout
         fixed = window.size_of(setup, entries[: layout.noted_start])
         room = self.config.budget - window.request_cost() - fixed
+        if facts is not None and facts.noted_tokens(entries) <= room:
+            return None  # everything fits (``part_end``'s usual case, from the facts)
         end = part_end(entries, layout.noted_start, room)
         if end is None:
             return None
@@ -560,8 +639,10 @@ class Keeper:
         notes: Notes,
         replaced: bool,
         backlog: Backlog | None,
+        facts: WindowFacts | None = None,
     ) -> Pending:
-        """The cut this window needs (if any), after fitting what is in view.
+        """The cut this window needs (if any), after fitting what is in view (``facts``: the
+        window's, when known).
 
         A part of a backlog is always cut (the rest of the backlog follows it), and keeps no
         exchange in view: the next part comes right after it."""
@@ -569,7 +650,9 @@ class Keeper:
         budget = self.config.budget
         shrunk = replaced
         due = backlog is not None
-        plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due, entries=entries)
+        plan, request_tokens = window.plan(
+            messages, kstate, setup, notes, due=due, entries=entries, facts=facts
+        )
         if not due and request_tokens > budget:
             # retrieved passages are archived text shown again: when the window is over the
             # budget (an open question's work has outgrown it) they leave view before a cut
@@ -675,12 +758,57 @@ class Keeper:
                 state = {**state, "seen": [*state["seen"], str(block.id)]}
                 self.counters(pending.session).rules_injected += 1
         self.sessions.save_counters(pending.session)
-        self.last_entries.keep(pending.session, pending.entries, messages)
-        given_ids = list(map(_ID, given))
-        ids = list(map(_ID, messages))
+        tail = None if cuts else self._tail_of(pending, messages, state)
+        self.last_entries.keep(
+            pending.session, pending.entries, messages, tail, before=pending.before
+        )
+        # the window the last step ended with is given back as it was (``_appended``)
+        same = 0 if pending.appending is None or cuts else pending.appending.length
+        given_ids = list(map(_ID, given[same:]))
+        ids = list(map(_ID, messages[same:]))
         changed = ids != given_ids or pending.replaced
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(messages, state, changed, rewritten, cut=cuts > 0)
+
+    def _tail_of(
+        self, pending: Pending, messages: list[BaseMessage], state: dict[str, Any]
+    ) -> Tail | None:
+        """What the next step starts from when it only appends to ``messages`` (the window
+        this step ends with, sent as it is); None when that cannot stand for walking it (the
+        window was changed on the way, or holds what a full step would change)."""
+        if pending.plan is not None or HEAD_KEY not in state:
+            return None
+        facts, appending = pending.facts, pending.appending
+        if facts is not None and appending is not None and appending.whole:
+            # taken in as the last step left it (``_appended``), unless changed since
+            return None if pending.replaced else Tail(facts, state_copy(state), appending.ids)
+        entries = pending.entries
+        if len(entries) != len(messages) or not all(
+            map(operator.is_, messages_of(entries), messages)
+        ):
+            return None
+        ids = set(ids_of(messages))
+        seen = state.get("seen")
+        items = state.get("items", {})
+        if (
+            len(ids) != len(messages)
+            or not isinstance(seen, list)
+            or len(seen) != len(ids)
+            or not ids.issuperset(seen)
+            or not isinstance(items, dict)
+            or not items.keys() <= ids
+        ):
+            return None
+        layout = self.window.layout(messages)
+        session = pending.session
+        if (
+            not _head_closed(messages, layout, self.config.pinned_head)
+            or not as_left(messages, pinned_head=self.config.pinned_head)
+            or verified(messages, lambda: self.sessions.secret(session))[1]
+            or close_unanswered_calls(messages)[1]
+        ):
+            return None
+        return Tail(WindowFacts.of(entries, layout, self.detector), json_copy(state), ids)
 
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retrievers have not seen yet, in the background: the step
@@ -900,6 +1028,23 @@ class Keeper:
             self.passages_retriever.close()
         self.retriever.close()
         self.archive.close()
+
+
+def _head_closed(messages: Sequence[BaseMessage], layout: Layout, pinned_head: int) -> bool:
+    """Whether messages appended to ``messages`` leave the head where it is: it ends before
+    the last message, or holds every pinned input it can."""
+    system = 1 if messages and isinstance(messages[0], SystemMessage) else 0
+    return layout.head_end < len(messages) or layout.head_end - system >= pinned_head
+
+
+def _kept_follow(messages: Sequence[BaseMessage], layout: Layout, kept: Sequence[str]) -> bool:
+    """Whether the kept messages a cut left after the NOTES still follow it, all within
+    ``messages`` (then ``recount_kept`` leaves the window as it is)."""
+    at = layout.notes_index
+    if at is None:
+        return True
+    end = at + 1 + len(kept)
+    return end <= len(messages) and [str(m.id) for m in messages[at + 1 : end]] == list(kept)
 
 
 def _with_id(message: BaseMessage) -> BaseMessage:

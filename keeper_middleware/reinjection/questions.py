@@ -7,7 +7,7 @@ question set, 29 in 29. The detector decides what counts as such a moment.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -53,12 +53,22 @@ def open_question_index(
     An open question is never moved out of view: a cut that removed a question set while the model
     was still searching cost seven answers in a measured run.
     """
-    open_at: int | None = None
     deciding: Sequence[int] = range(start, len(messages))
     if type(detector) is PatternQuestionDetector:  # its questions are user messages
         deciding = _users_and_answers(messages, start)
-    for index in deciding:
-        message = messages[index]
+    return open_after(zip(deciding, map(messages.__getitem__, deciding), strict=True), detector)
+
+
+def open_after(
+    messages: Iterable[tuple[int, BaseMessage]],
+    detector: QuestionDetector,
+    open_at: int | None = None,
+) -> int | None:
+    """:func:`open_question_index` of the indexed ``messages`` read in order after a part of
+    the conversation that left the question at ``open_at`` open (None: none): each message
+    opens a question or closes it, so the answer goes on from where the part before left it
+    (a step that only appends reads only what it appends)."""
+    for index, message in messages:
         if detector.is_question(message):
             if open_at is None:
                 open_at = index

@@ -69,6 +69,10 @@ class WindowPolicy:
     detector: QuestionDetector
     _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Sizes that are the same for every request of this keeper (the note request's)."""
+    _setups: list[tuple[ModelSetup, tuple[int, int]]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    """The setup the keeper was last called with, and what it adds to a request."""
     _facts: SameMessageMemo[dict[str, Any]] = field(
         default_factory=SameMessageMemo, init=False, repr=False, compare=False
     )
@@ -82,7 +86,21 @@ class WindowPolicy:
 
     def count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
         """The request's size as the model receives it (system prompt and tools included)."""
+        if not messages:
+            return self._setup_sizes(setup)[0]
         return self.tokens.count_messages(setup.render(messages), setup.tool_schemas)
+
+    def _setup_sizes(self, setup: ModelSetup) -> tuple[int, int]:
+        """What ``setup`` adds to any request: its system prompt and tools, and its tools
+        alone. Counted once for the setup a keeper was last called with (every step asks
+        several times; an equal setup made anew for each request is the same setup)."""
+        known = self._setups
+        if known and (known[0][0] is setup or known[0][0] == setup):
+            return known[0][1]
+        bare = self.tokens.count_messages(setup.render([]), setup.tool_schemas)
+        tools = self.tokens.count_messages([], setup.tool_schemas)
+        known[:] = [(setup, (bare, tools))]
+        return bare, tools
 
     def count_of(
         self,
@@ -281,7 +299,7 @@ class WindowPolicy:
             kind_positions(messages_of(entries), "notes") if facts is None else facts.notes_at
         )
         head = [e for e in entries[: layout.head_end] if seen is None or not e.fresh(seen)]
-        tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
+        tools = self._setup_sizes(setup)[1] if setup.tools else 0
         system_and_tools = self.count(setup, [e.message for e in head if e.is_system])
         return {
             "system prompt": system_and_tools - tools,
@@ -314,11 +332,7 @@ class WindowPolicy:
         the messages, and the system prompt (when not stored) and tools the call adds
         (``total``: the sum of the entries' sizes, when known)."""
         stored_system = bool(entries) and entries[0].is_system
-        extra = (
-            self.tokens.count_messages([], setup.tool_schemas)
-            if stored_system
-            else self.count(setup, [])
-        )
+        extra = self._setup_sizes(setup)[1] if stored_system else self.count(setup, [])
         return extra + (sum(sizes_of(entries)) if total is None else total)
 
     def beside_cost(self, notes: Notes) -> int:

@@ -38,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware import phases
 from keeper_middleware.archive.records import TIP, ArchivedTurn, Head
@@ -84,21 +84,21 @@ from keeper_middleware.sessions.json_copy import json_copy
 from keeper_middleware.sessions.locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions.starts import StartWarnings
 from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionState
+from keeper_middleware.step.appended import Tails
 from keeper_middleware.step.arrivals import Arrivals
 from keeper_middleware.step.backlog import Backlog, part_end, part_state, with_part
 from keeper_middleware.step.commit import CutCommit
-from keeper_middleware.step.cut import KEPT_KEY, Layout, recount_kept, uncount_removed
-from keeper_middleware.step.entries import Entry, first_fresh, ids_of, messages_of
+from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
+from keeper_middleware.step.entries import Entry, first_fresh, messages_of
 from keeper_middleware.step.handed_back import as_left, window_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
-from keeper_middleware.step.known import KnownEntries, LastEntries, Tail
+from keeper_middleware.step.known import LastEntries
 from keeper_middleware.step.oversized import OversizedMessages
 from keeper_middleware.step.result import Pending, StepResult
 from keeper_middleware.step.room import unkeep, without_passages
-from keeper_middleware.step.tail import Appending, WindowFacts, appendable, state_copy
+from keeper_middleware.step.tail import Appending, WindowFacts
 from keeper_middleware.step.window import NOTES_FRAME_TOKENS, WindowPolicy
 from keeper_middleware.tokens.counting import (
-    ADDITIVE_COUNTERS,
     TokenCounter,
     resolve_token_counter,
 )
@@ -274,6 +274,14 @@ class Keeper:
         self._lock = self.sessions.lock
         self.last_entries = LastEntries()
         """Each session's entries as its last step ended, so a step classifies only what is new."""
+        self.tails = Tails(
+            window=self.window,
+            detector=self.detector,
+            pinned_head=self.config.pinned_head,
+            secret=self.sessions.secret,
+            last=self.last_entries,
+        )
+        """When a step may start from what its session's last step found in its window."""
         self.copies = ThreadCopies(self.archive, self.sessions.secret)
         """Threads copied from another thread's state, by the archive session they go on in."""
         self._indexes_checked: set[str] = set()
@@ -525,22 +533,13 @@ class Keeper:
         starts from what it found in that window (:mod:`~keeper_middleware.step.tail`), so the
         step costs what the new messages cost, not what the window holds; the decisions are
         those of the full path."""
-        if type(self.tokens) not in ADDITIVE_COUNTERS:
-            return None
-
-        def fits(known: KnownEntries, tail: Tail, added: Sequence[BaseMessage]) -> bool:
-            kept = tail.state.get(KEPT_KEY)
-            if not appendable(added, tail.ids, kept, len(known.messages)):
-                return False
-            return not kept or _kept_follow(known.messages, tail.facts.layout, kept)
-
-        taken = self.last_entries.appended(session, given, state, fits)
+        taken = self.tails.take(session, given, state)
         if taken is None:
             return None
         known, tail = taken
         count = len(known.messages)
         # the tail's copy of the state is private and left behind by this step: its values
-        # are this step's to replace (``_tail_of`` copies the state the step hands back)
+        # are this step's to replace (``Tails.left`` copies the state the step hands back)
         kstate: dict[str, Any] = dict(tail.state)
         kstate[HEAD_KEY] = self.branches.head(session, kstate, given)
         self._check_archive_holds(session, kstate)
@@ -758,7 +757,7 @@ class Keeper:
                 state = {**state, "seen": [*state["seen"], str(block.id)]}
                 self.counters(pending.session).rules_injected += 1
         self.sessions.save_counters(pending.session)
-        tail = None if cuts else self._tail_of(pending, messages, state)
+        tail = None if cuts else self.tails.left(pending, messages, state)
         self.last_entries.keep(
             pending.session, pending.entries, messages, tail, before=pending.before
         )
@@ -769,46 +768,6 @@ class Keeper:
         changed = ids != given_ids or pending.replaced
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(messages, state, changed, rewritten, cut=cuts > 0)
-
-    def _tail_of(
-        self, pending: Pending, messages: list[BaseMessage], state: dict[str, Any]
-    ) -> Tail | None:
-        """What the next step starts from when it only appends to ``messages`` (the window
-        this step ends with, sent as it is); None when that cannot stand for walking it (the
-        window was changed on the way, or holds what a full step would change)."""
-        if pending.plan is not None or HEAD_KEY not in state:
-            return None
-        facts, appending = pending.facts, pending.appending
-        if facts is not None and appending is not None and appending.whole:
-            # taken in as the last step left it (``_appended``), unless changed since
-            return None if pending.replaced else Tail(facts, state_copy(state), appending.ids)
-        entries = pending.entries
-        if len(entries) != len(messages) or not all(
-            map(operator.is_, messages_of(entries), messages)
-        ):
-            return None
-        ids = set(ids_of(messages))
-        seen = state.get("seen")
-        items = state.get("items", {})
-        if (
-            len(ids) != len(messages)
-            or not isinstance(seen, list)
-            or len(seen) != len(ids)
-            or not ids.issuperset(seen)
-            or not isinstance(items, dict)
-            or not items.keys() <= ids
-        ):
-            return None
-        layout = self.window.layout(messages)
-        session = pending.session
-        if (
-            not _head_closed(messages, layout, self.config.pinned_head)
-            or not as_left(messages, pinned_head=self.config.pinned_head)
-            or verified(messages, lambda: self.sessions.secret(session))[1]
-            or close_unanswered_calls(messages)[1]
-        ):
-            return None
-        return Tail(WindowFacts.of(entries, layout, self.detector), json_copy(state), ids)
 
     def _sync_index(self, session: str) -> None:
         """Index archived turns the retrievers have not seen yet, in the background: the step
@@ -1028,23 +987,6 @@ class Keeper:
             self.passages_retriever.close()
         self.retriever.close()
         self.archive.close()
-
-
-def _head_closed(messages: Sequence[BaseMessage], layout: Layout, pinned_head: int) -> bool:
-    """Whether messages appended to ``messages`` leave the head where it is: it ends before
-    the last message, or holds every pinned input it can."""
-    system = 1 if messages and isinstance(messages[0], SystemMessage) else 0
-    return layout.head_end < len(messages) or layout.head_end - system >= pinned_head
-
-
-def _kept_follow(messages: Sequence[BaseMessage], layout: Layout, kept: Sequence[str]) -> bool:
-    """Whether the kept messages a cut left after the NOTES still follow it, all within
-    ``messages`` (then ``recount_kept`` leaves the window as it is)."""
-    at = layout.notes_index
-    if at is None:
-        return True
-    end = at + 1 + len(kept)
-    return end <= len(messages) and [str(m.id) for m in messages[at + 1 : end]] == list(kept)
 
 
 def _with_id(message: BaseMessage) -> BaseMessage:

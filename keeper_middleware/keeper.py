@@ -558,9 +558,12 @@ class Keeper:
         if shrunk or not appending.whole:
             entries = self.window.classify(messages, entries)
             return self._after_arrivals(session, entries, kstate, setup, notes, shrunk)
-        added = self.window.classify(messages[count:], added)
-        entries = [*known.entries, *added]
-        facts = tail.facts.extended(added, self.detector)
+        if len(messages) != len(given) or not all(
+            map(operator.is_, messages[count:], given[count:])
+        ):  # something was placed beside a new question
+            added = self.window.classify(messages[count:], added)
+            entries = [*known.entries, *added]
+            facts = tail.facts.extended(added, self.detector)
         pending = self._after_arrivals(
             session, entries, kstate, setup, notes, False, facts, messages
         )

@@ -13,8 +13,11 @@ and the state a step was handed must come back from it unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +33,10 @@ from langchain_core.messages import (
 )
 
 from keeper_middleware import KeeperConfig, ModelSetup
+from keeper_middleware.step.appended import Tails
 from keeper_middleware.step.result import StepResult
 from tests import test_last_entries as last_entries
+from tests import test_proxy_incremental as incremental
 
 SMALL = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=5)
 """Cuts every few items or when the window fills: a sequence makes cuts between appends."""
@@ -174,3 +179,52 @@ def test_anything_but_an_append_walks_the_whole_window(kind: str, same_secret: N
     arm.step()
     assert arm.tail_steps == before + 1
     arm.keeper.close()
+
+
+def _no_tail(self: Tails, *args: Any) -> None:
+    """The full path: no step starts from its session's last window."""
+    return None
+
+
+async def _through_the_proxy(ops: list[tuple[Any, ...]], folder: Path) -> int:
+    taken = 0
+    take = Tails.take
+
+    def counted(self: Tails, *args: Any) -> Any:
+        nonlocal taken
+        found = take(self, *args)
+        taken += found is not None
+        return found
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Tails, "take", counted)
+        fast = await incremental._run(ops, folder / "fast", incremental=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Tails, "take", _no_tail)
+        full = await incremental._run(ops, folder / "full", incremental=True)
+    assert fast == full  # the answers, the session record after each request, the bytes sent
+    return taken
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(incremental.operation, min_size=1, max_size=10))
+def test_through_the_proxy_the_tail_path_sends_the_same_bytes(ops: list[tuple[Any, ...]]) -> None:
+    """Appends, tool rounds, edits, regenerates, truncations, trims, resends and another
+    prefix through keeper-proxy: the same session records and upstream requests, byte for
+    byte, whether steps start from their session's last window or walk it whole."""
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(_through_the_proxy(ops, Path(folder)))
+
+
+def test_through_the_proxy_appends_take_the_tail_path() -> None:
+    ops: list[tuple[Any, ...]] = [("append",)] * 5
+    with tempfile.TemporaryDirectory() as folder:
+        taken = asyncio.run(_through_the_proxy(ops, Path(folder)))
+    # every request after the first appends a user message to the window the last one left
+    # (a client that answers a tool call with a user message leaves the call without its
+    # result instead: the full path closes it)
+    assert taken == len(ops)

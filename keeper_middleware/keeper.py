@@ -86,7 +86,13 @@ from keeper_middleware.sessions.starts import StartWarnings
 from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionState
 from keeper_middleware.step.appended import Tails
 from keeper_middleware.step.arrivals import Arrivals
-from keeper_middleware.step.backlog import Backlog, part_end, part_state, with_part
+from keeper_middleware.step.backlog import (
+    Backlog,
+    part_end,
+    part_state,
+    split_backlog,
+    with_part,
+)
 from keeper_middleware.step.commit import CutCommit
 from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
 from keeper_middleware.step.entries import Entry, first_fresh, messages_of
@@ -509,7 +515,7 @@ class Keeper:
     ) -> Pending:
         """The step's decision once its messages are taken in (``facts``: what the
         whole-window passes give for ``entries``, when known; ``messages``: theirs)."""
-        backlog = self._split_backlog(entries, setup, facts)
+        backlog = split_backlog(self.window, entries, setup, facts)
         if backlog is not None:
             # more than one note request can carry: note it in parts, a cut each
             entries = entries[: backlog.start]
@@ -587,26 +593,6 @@ class Keeper:
             archived=archived,
             pinned_head=self.config.pinned_head,
         )
-
-    def _split_backlog(
-        self, entries: list[Entry], setup: ModelSetup, facts: WindowFacts | None = None
-    ) -> Backlog | None:
-        """The messages past what one note request can carry, when there are any (their
-        first ``start`` entries make the first part; ``facts``: the window's, when known)."""
-        window = self.window
-        layout = window.layout(messages_of(entries)) if facts is None else facts.layout
-        fixed = window.size_of(setup, entries[: layout.noted_start])
-        room = self.config.budget - window.request_cost() - fixed
-        if facts is not None and facts.noted_tokens(entries) <= room:
-            return None  # everything fits (``part_end``'s usual case, from the facts)
-        end = part_end(entries, layout.noted_start, room)
-        if end is None:
-            return None
-        open_at = open_question_index(messages_of(entries), self.detector, start=layout.head_end)
-        if open_at is not None and layout.noted_start < open_at < end:
-            end = open_at  # the part notes what came before the open question
-        backlog = Backlog(entries, {}, open_at=open_at, start=end)
-        return backlog
 
     def _next_part(self, pending: Pending, result: StepResult, setup: ModelSetup) -> Pending:
         """After a part's cut: the window it left and the next part of the backlog."""

@@ -104,10 +104,7 @@ from keeper_middleware.step.result import Pending, StepResult
 from keeper_middleware.step.room import unkeep, without_passages
 from keeper_middleware.step.tail import Appending, WindowFacts
 from keeper_middleware.step.window import NOTES_FRAME_TOKENS, WindowPolicy
-from keeper_middleware.tokens.counting import (
-    TokenCounter,
-    resolve_token_counter,
-)
+from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
 __all__ = [
     "MOVED_ENTRIES",
@@ -750,8 +747,9 @@ class Keeper:
         self.last_entries.keep(
             pending.session, pending.entries, messages, tail, before=pending.before
         )
-        # the window the last step ended with is given back as it was (``_appended``)
-        same = 0 if pending.appending is None or cuts else pending.appending.length
+        # the window the last step ended with is sent on as it was given (``_appended``)
+        appending = pending.appending
+        same = 0 if appending is None or cuts or pending.replaced else appending.length
         given_ids = list(map(_ID, given[same:]))
         ids = list(map(_ID, messages[same:]))
         changed = ids != given_ids or pending.replaced

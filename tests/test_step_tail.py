@@ -147,7 +147,7 @@ def _run(ops: Sequence[tuple[str, str, int]], config: KeeperConfig) -> Arm:
 
 @pytest.mark.parametrize("config", [SMALL, ROOMY], ids=["cutting", "roomy"])
 @settings(
-    max_examples=25,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -207,7 +207,7 @@ async def _through_the_proxy(ops: list[tuple[Any, ...]], folder: Path) -> int:
 
 
 @settings(
-    max_examples=8,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

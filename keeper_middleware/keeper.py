@@ -84,17 +84,25 @@ from keeper_middleware.sessions.json_copy import json_copy
 from keeper_middleware.sessions.locks import SessionLockBackend, SessionLocks
 from keeper_middleware.sessions.starts import StartWarnings
 from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionState
+from keeper_middleware.step.appended import Tails
 from keeper_middleware.step.arrivals import Arrivals
-from keeper_middleware.step.backlog import Backlog, part_end, part_state, with_part
+from keeper_middleware.step.backlog import (
+    Backlog,
+    part_end,
+    part_state,
+    split_backlog,
+    with_part,
+)
 from keeper_middleware.step.commit import CutCommit
 from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
-from keeper_middleware.step.entries import Entry, messages_of
+from keeper_middleware.step.entries import Entry, first_fresh, messages_of
 from keeper_middleware.step.handed_back import as_left, window_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
 from keeper_middleware.step.known import LastEntries
 from keeper_middleware.step.oversized import OversizedMessages
 from keeper_middleware.step.result import Pending, StepResult
 from keeper_middleware.step.room import unkeep, without_passages
+from keeper_middleware.step.tail import Appending, WindowFacts
 from keeper_middleware.step.window import NOTES_FRAME_TOKENS, WindowPolicy
 from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
 
@@ -269,6 +277,14 @@ class Keeper:
         self._lock = self.sessions.lock
         self.last_entries = LastEntries()
         """Each session's entries as its last step ended, so a step classifies only what is new."""
+        self.tails = Tails(
+            window=self.window,
+            detector=self.detector,
+            pinned_head=self.config.pinned_head,
+            secret=self.sessions.secret,
+            last=self.last_entries,
+        )
+        """When a step may start from what its session's last step found in its window."""
         self.copies = ThreadCopies(self.archive, self.sessions.secret)
         """Threads copied from another thread's state, by the archive session they go on in."""
         self._indexes_checked: set[str] = set()
@@ -445,6 +461,9 @@ class Keeper:
         state: Mapping[str, Any] | None,
         setup: ModelSetup,
     ) -> Pending:
+        appended = self._appended(session, given, state, setup)
+        if appended is not None:
+            return appended
         kstate: dict[str, Any] = json_copy(dict(state or {}))
         fresh = not kstate
         kstate[ARCHIVE_SESSION_KEY] = session  # a copy of this state carries it to its thread
@@ -477,22 +496,83 @@ class Keeper:
         entries = self.last_entries.classify(session, messages, self.window.classify)
         messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes)
         entries = self.window.classify(messages, entries)
-        backlog = self._split_backlog(entries, setup)
+        replaced = bool(forged or shrunk or recounted)
+        return self._after_arrivals(session, entries, kstate, setup, notes, replaced)
+
+    def _after_arrivals(
+        self,
+        session: str,
+        entries: list[Entry],
+        kstate: dict[str, Any],
+        setup: ModelSetup,
+        notes: Notes,
+        replaced: bool,
+        facts: WindowFacts | None = None,
+        messages: list[BaseMessage] | None = None,
+    ) -> Pending:
+        """The step's decision once its messages are taken in (``facts``: what the
+        whole-window passes give for ``entries``, when known; ``messages``: theirs)."""
+        backlog = split_backlog(self.window, entries, setup, facts)
         if backlog is not None:
             # more than one note request can carry: note it in parts, a cut each
             entries = entries[: backlog.start]
-            messages = messages_of(entries)
             kstate = part_state(kstate, backlog)
+            facts = messages = None
+        if messages is None:
+            messages = messages_of(entries)
         return self._decide(
-            session,
-            messages,
-            entries,
-            kstate,
-            setup,
-            notes,
-            bool(forged or shrunk or recounted),
-            backlog,
+            session, messages, entries, kstate, setup, notes, replaced, backlog, facts
         )
+
+    def _appended(
+        self,
+        session: str,
+        given: Sequence[BaseMessage],
+        state: Mapping[str, Any] | None,
+        setup: ModelSetup,
+    ) -> Pending | None:
+        """:meth:`_prepare` of a step that only appends to the window its session's last step
+        ended with, given back the state it handed back (None: any other step). Each pass
+        starts from what it found in that window (:mod:`~keeper_middleware.step.tail`), so the
+        step costs what the new messages cost, not what the window holds; the decisions are
+        those of the full path."""
+        taken = self.tails.take(session, given, state)
+        if taken is None:
+            return None
+        known, tail = taken
+        count = len(known.messages)
+        # the tail's copy of the state is private and left behind by this step: its values
+        # are this step's to replace (``Tails.left`` copies the state the step hands back)
+        kstate: dict[str, Any] = dict(tail.state)
+        kstate[HEAD_KEY] = self.branches.head(session, kstate, given)
+        self._check_archive_holds(session, kstate)
+        self._check_index(session)
+        self.indexing.schedule_once(session)
+        notes = self.notes(session, head=kstate[HEAD_KEY])
+        added = self.window.classify(given[count:])
+        entries = [*known.entries, *added]
+        facts = tail.facts.extended(added, self.detector)
+        if facts is None:  # never: appendable turns NOTES away; the full path walks all
+            self.last_entries.forget(session)
+            return None
+        first = count + first_fresh(added, tail.ids)
+        appending = Appending(facts, count, known.messages, tail.ids, first)
+        messages, shrunk = self.arrivals.observe(session, entries, kstate, setup, notes, appending)
+        if shrunk or not appending.whole:
+            entries = self.window.classify(messages, entries)
+            return self._after_arrivals(session, entries, kstate, setup, notes, shrunk)
+        if len(messages) != len(given) or not all(
+            map(operator.is_, messages[count:], given[count:])
+        ):  # something was placed beside a new question
+            added = self.window.classify(messages[count:], added)
+            entries = [*known.entries, *added]
+            facts = tail.facts.extended(added, self.detector)
+        pending = self._after_arrivals(
+            session, entries, kstate, setup, notes, False, facts, messages
+        )
+        if facts is not None and pending.plan is None and pending.backlog is None:
+            pending.facts, pending.appending, pending.before = facts, appending, known
+        return pending
 
     def _handed_back(self, session: str, messages: list[BaseMessage]) -> list[BaseMessage]:
         """A state that names no branch (its keeper channel stayed behind: a subgraph node of
@@ -510,22 +590,6 @@ class Keeper:
             archived=archived,
             pinned_head=self.config.pinned_head,
         )
-
-    def _split_backlog(self, entries: list[Entry], setup: ModelSetup) -> Backlog | None:
-        """The messages past what one note request can carry, when there are any (their
-        first ``start`` entries make the first part)."""
-        window = self.window
-        layout = window.layout(messages_of(entries))
-        fixed = window.size_of(setup, entries[: layout.noted_start])
-        room = self.config.budget - window.request_cost() - fixed
-        end = part_end(entries, layout.noted_start, room)
-        if end is None:
-            return None
-        open_at = open_question_index(messages_of(entries), self.detector, start=layout.head_end)
-        if open_at is not None and layout.noted_start < open_at < end:
-            end = open_at  # the part notes what came before the open question
-        backlog = Backlog(entries, {}, open_at=open_at, start=end)
-        return backlog
 
     def _next_part(self, pending: Pending, result: StepResult, setup: ModelSetup) -> Pending:
         """After a part's cut: the window it left and the next part of the backlog."""
@@ -560,8 +624,10 @@ class Keeper:
         notes: Notes,
         replaced: bool,
         backlog: Backlog | None,
+        facts: WindowFacts | None = None,
     ) -> Pending:
-        """The cut this window needs (if any), after fitting what is in view.
+        """The cut this window needs (if any), after fitting what is in view (``facts``: the
+        window's, when known).
 
         A part of a backlog is always cut (the rest of the backlog follows it), and keeps no
         exchange in view: the next part comes right after it."""
@@ -569,7 +635,9 @@ class Keeper:
         budget = self.config.budget
         shrunk = replaced
         due = backlog is not None
-        plan, request_tokens = window.plan(messages, kstate, setup, notes, due=due, entries=entries)
+        plan, request_tokens = window.plan(
+            messages, kstate, setup, notes, due=due, entries=entries, facts=facts
+        )
         if not due and request_tokens > budget:
             # retrieved passages are archived text shown again: when the window is over the
             # budget (an open question's work has outgrown it) they leave view before a cut
@@ -675,9 +743,15 @@ class Keeper:
                 state = {**state, "seen": [*state["seen"], str(block.id)]}
                 self.counters(pending.session).rules_injected += 1
         self.sessions.save_counters(pending.session)
-        self.last_entries.keep(pending.session, pending.entries, messages)
-        given_ids = list(map(_ID, given))
-        ids = list(map(_ID, messages))
+        tail = None if cuts else self.tails.left(pending, messages, state)
+        self.last_entries.keep(
+            pending.session, pending.entries, messages, tail, before=pending.before
+        )
+        # the window the last step ended with is sent on as it was given (``_appended``)
+        appending = pending.appending
+        same = 0 if appending is None or cuts or pending.replaced else appending.length
+        given_ids = list(map(_ID, given[same:]))
+        ids = list(map(_ID, messages[same:]))
         changed = ids != given_ids or pending.replaced
         rewritten = changed and (ids[: len(given_ids)] != given_ids or pending.replaced)
         return StepResult(messages, state, changed, rewritten, cut=cuts > 0)

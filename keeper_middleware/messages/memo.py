@@ -51,6 +51,9 @@ _FIELDS = (
 )
 """What an answer about a message may depend on, where its type has it."""
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+"""Values that cannot change in place (exactly these types: a subclass may)."""
+
 _Getter = Callable[[Mapping[str, Any]], tuple[Any, ...]]
 _GETTERS: dict[type, _Getter] = {}
 
@@ -58,6 +61,8 @@ _GETTERS: dict[type, _Getter] = {}
 def _copy(value: Any) -> Any:
     """A copy of JSON-like data deep enough that changing the original in place shows
     (strings are kept as they are: they cannot change)."""
+    if type(value) in _ATOMS:  # most values: answered before the containers are asked
+        return value
     if isinstance(value, dict):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list):

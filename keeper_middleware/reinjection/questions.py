@@ -6,8 +6,10 @@ question set, 29 in 29. The detector decides what counts as such a moment.
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import compress, count
 from typing import Protocol, runtime_checkable
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -53,18 +55,31 @@ def open_question_index(
     An open question is never moved out of view: a cut that removed a question set while the model
     was still searching cost seven answers in a measured run.
     """
-    open_at: int | None = None
     deciding: Sequence[int] = range(start, len(messages))
     if type(detector) is PatternQuestionDetector:  # its questions are user messages
         deciding = _users_and_answers(messages, start)
-    for index in deciding:
-        message = messages[index]
+    return open_after(zip(deciding, map(messages.__getitem__, deciding), strict=True), detector)
+
+
+def open_after(
+    messages: Iterable[tuple[int, BaseMessage]],
+    detector: QuestionDetector,
+    open_at: int | None = None,
+) -> int | None:
+    """:func:`open_question_index` of the indexed ``messages`` read in order after a part of
+    the conversation that left the question at ``open_at`` open (None: none): each message
+    opens a question or closes it, so the answer goes on from where the part before left it
+    (a step that only appends reads only what it appends)."""
+    for index, message in messages:
         if detector.is_question(message):
             if open_at is None:
                 open_at = index
         elif is_final_answer(message):
             open_at = None
     return open_at
+
+
+_TOOL_CALLS = operator.attrgetter("tool_calls")
 
 
 def _users_and_answers(messages: Sequence[BaseMessage], start: int) -> list[int]:
@@ -75,8 +90,9 @@ def _users_and_answers(messages: Sequence[BaseMessage], start: int) -> list[int]
     kinds = set(types)
     users = {t for t in kinds if issubclass(t, HumanMessage)}
     replies = {t for t in kinds if issubclass(t, AIMessage)}
-    return [
-        start + i
-        for i, t in enumerate(types)
-        if t in users or (t in replies and not getattr(messages[start + i], "tool_calls", None))
-    ]
+    # read at C speed: a window of thousands of calls and results costs no Python call each
+    asking = compress(count(start), map(users.__contains__, types))
+    said = list(compress(count(start), map(replies.__contains__, types)))
+    calls = map(_TOOL_CALLS, map(messages.__getitem__, said))
+    answering = compress(said, map(operator.not_, calls))
+    return sorted({*asking, *answering})

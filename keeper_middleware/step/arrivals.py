@@ -38,6 +38,7 @@ from keeper_middleware.step.items import (
     items_since_notes,
     renumber,
 )
+from keeper_middleware.step.tail import Appending
 from keeper_middleware.step.window import WindowPolicy
 from keeper_middleware.tokens.counting import TokenCounter
 
@@ -84,17 +85,36 @@ class Arrivals:
         kstate: dict[str, Any],
         setup: ModelSetup,
         notes: Notes,
+        appending: Appending | None = None,
     ) -> tuple[list[BaseMessage], bool]:
         """Number new inputs, fit each new message to the room it needs, and place the RULES
         (and retrieved sentences) after new questions. True when a message was excerpted.
-        ``notes`` are the NOTES in effect on the branch ``kstate`` names."""
+        ``notes`` are the NOTES in effect on the branch ``kstate`` names; ``appending``: the
+        step only appends to the window the last one ended with (what it found in that
+        window; its ``ids`` end as the ids of the messages in view when ``whole`` is set)."""
         before: list[str] = kstate.get("seen", [])
-        seen = set(before)
+        seen = set(before) if appending is None else appending.ids
+        added_ids: list[str] = []  # the ids added to ``seen`` below (``appending`` only)
+
+        def take_id(msg_id: str) -> None:
+            if appending is not None and msg_id not in seen:
+                added_ids.append(msg_id)
+            seen.add(msg_id)
+
         items: dict[str, int] = dict(kstate.get("items", {}))
         counting = Counting.load(kstate)
         since_notes = items_since_notes(kstate)
         counters = self.sessions.counters(session)
-        caps, room, folds = self.window.message_caps(session, entries, seen, setup, notes)
+        facts = None if appending is None else appending.facts
+        caps, room, folds = self.window.message_caps(
+            session,
+            entries,
+            seen,
+            setup,
+            notes,
+            facts=facts,
+            first=None if appending is None else appending.first,
+        )
         self.sessions.set_room(session, room)
         kstate[ROOM_KEY] = room
         folded = {unit[0].id: unit for unit in folds}
@@ -104,15 +124,21 @@ class Arrivals:
         newest_input: BaseMessage | None = None
         # what was taken in before is passed over whole (the loop below would only note its ids
         # as seen, one by one); adding ids only makes later messages less fresh, never more
-        first = first_fresh(entries, seen)
-        seen.update(ids_of(messages_of(entries[:first])))
-        result.extend(messages_of(entries[:first]))
+        first = first_fresh(entries, seen) if appending is None else appending.first
+        if appending is None:
+            seen.update(ids_of(messages_of(entries[:first])))
+            result.extend(messages_of(entries[:first]))
+        else:  # the last window's ids are all in ``seen`` already
+            result.extend(appending.messages)
+            for msg_id in ids_of(messages_of(entries[appending.length : first])):
+                take_id(msg_id)
+            result.extend(messages_of(entries[appending.length : first]))
         for entry in entries[first:]:
             message, msg_id = entry.message, entry.id
             if msg_id in skip:
                 continue
             if not entry.fresh(seen):
-                seen.add(msg_id)
+                take_id(msg_id)
                 result.append(message)
                 continue
             unit = folded.get(msg_id)
@@ -121,13 +147,14 @@ class Arrivals:
                 pair = self.fold_round(session, [e.message for e in unit], last_item, kstate)
                 for e in unit:
                     items[e.id] = last_item
-                    seen.add(e.id)
+                    take_id(e.id)
                     skip.add(e.id)
-                seen.update(str(m.id) for m in pair)
+                for m in pair:
+                    take_id(str(m.id))
                 result.extend(pair)
                 shrunk = True
                 continue
-            seen.add(msg_id)
+            take_id(msg_id)
             self._log_if_oversized(session, entry)
             is_question = entry.question
             if self.items.is_new_input(message):
@@ -143,12 +170,15 @@ class Arrivals:
                 shrunk = True
             result.append(message)
             if is_question:
-                room = self.config.notes_threshold - self.window.size_of(setup, entries)
+                total = None if facts is None else facts.total
+                room = self.config.notes_threshold - self.window.size_of(
+                    setup, entries, total=total
+                )
                 extra = self.beside_question(
                     session, message, notes.rules, state_head(kstate), room=room
                 )
                 for added in extra:
-                    seen.add(str(added.id))
+                    take_id(str(added.id))
                     result.append(added)
                 counters.rules_injected += sum(1 for m in extra if keeper_kind(m) == "rules")
         if new_input:
@@ -159,14 +189,17 @@ class Arrivals:
                 )
                 guard = after_new_input(self.sessions.guard(session), budget=budget)
                 self.sessions.set_guard(session, guard)
-        result_ids = ids_of(result)
-        live_ids = set(result_ids)
-        kstate["seen"] = ordered_seen(before, seen, result_ids, live_ids)
-        kstate["items"] = (
-            dict(items)
-            if items.keys() <= live_ids
-            else {k: v for k, v in items.items() if k in live_ids}
-        )
+        if appending is not None and _appended_seen(kstate, before, added_ids, result, appending):
+            kstate["items"] = dict(items)  # its ids are the last window's and the ones added
+        else:
+            result_ids = ids_of(result)
+            live_ids = set(result_ids)
+            kstate["seen"] = ordered_seen(before, seen, result_ids, live_ids)
+            kstate["items"] = (
+                dict(items)
+                if items.keys() <= live_ids
+                else {k: v for k, v in items.items() if k in live_ids}
+            )
         counting.save(kstate)
         kstate[ITEMS_SINCE_NOTES] = since_notes
         kstate.setdefault("notes_item", 0)
@@ -227,6 +260,26 @@ class Arrivals:
                 size,
                 self.config.budget,
             )
+
+
+def _appended_seen(
+    kstate: dict[str, Any],
+    before: list[str],
+    added_ids: list[str],
+    result: Sequence[BaseMessage],
+    appending: Appending,
+) -> bool:
+    """Set the state's ``seen`` ids as :func:`ordered_seen` orders them, from the ids added
+    alone, when every id added is in view (then the ids before were the last window's, all
+    still in view, and ``appending.ids`` ends as the ids in view); False when one is not (a
+    round folded to its pointer pair), and nothing is set."""
+    new_ids = ids_of(result[appending.length :])
+    added = set(added_ids)
+    if not added.issubset(new_ids):
+        return False
+    kstate["seen"] = [*before, *dict.fromkeys(filter(added.__contains__, new_ids))]
+    appending.whole = True
+    return True
 
 
 def ordered_seen(

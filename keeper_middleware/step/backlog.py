@@ -18,9 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from keeper_middleware.step.entries import Entry, sizes_of
+from keeper_middleware.model.setup import ModelSetup
+from keeper_middleware.reinjection.questions import open_question_index
+from keeper_middleware.step.entries import Entry, messages_of, sizes_of
+
+if TYPE_CHECKING:
+    from keeper_middleware.step.tail import WindowFacts
+    from keeper_middleware.step.window import WindowPolicy
 
 
 @dataclass(slots=True)
@@ -48,6 +54,28 @@ class Backlog:
     def rest(self) -> list[Entry]:
         """Every entry not yet in a part (which all leave the backlog)."""
         return self.take(len(self.entries))
+
+
+def split_backlog(
+    window: WindowPolicy,
+    entries: list[Entry],
+    setup: ModelSetup,
+    facts: WindowFacts | None = None,
+) -> Backlog | None:
+    """The messages past what one note request can carry, when there are any (their first
+    ``start`` entries make the first part; ``facts``: the window's, when known)."""
+    layout = window.layout(messages_of(entries)) if facts is None else facts.layout
+    fixed = window.size_of(setup, entries[: layout.noted_start])
+    room = window.config.budget - window.request_cost() - fixed
+    if facts is not None and facts.noted_tokens(entries) <= room:
+        return None  # everything fits (``part_end``'s usual case, from the facts)
+    end = part_end(entries, layout.noted_start, room)
+    if end is None:
+        return None
+    open_at = open_question_index(messages_of(entries), window.detector, start=layout.head_end)
+    if open_at is not None and layout.noted_start < open_at < end:
+        end = open_at  # the part notes what came before the open question
+    return Backlog(entries, {}, open_at=open_at, start=end)
 
 
 def part_state(kstate: Mapping[str, Any], backlog: Backlog) -> dict[str, Any]:

@@ -31,12 +31,27 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.messages.memo import copy_fields
 from keeper_middleware.step.entries import Entry, messages_of
+from keeper_middleware.step.tail import WindowFacts
 
-__all__ = ["KnownEntries", "LastEntries"]
+__all__ = ["KnownEntries", "LastEntries", "Tail"]
 
 _MOST_SESSIONS = 256
 """Sessions whose last entries are kept at once (the least recently stepped leave first; each
 keeps a copy of its messages' fields, about half a kilobyte a message besides the strings)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What the whole-window passes found in the window a step ended with, and the state it
+    handed back, so that a step that only appends to that window starts from them
+    (:mod:`~keeper_middleware.step.tail`)."""
+
+    facts: WindowFacts
+    state: dict[str, Any]
+    """A private copy of the keeper state the step handed back: the next step takes this path
+    only when it is handed back a state equal to it (a caller may change its own in place)."""
+    ids: set[str]
+    """The ids of the window's messages (the state's ``seen`` ids are the same ones)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +61,8 @@ class KnownEntries:
     entries: list[Entry]
     messages: list[BaseMessage]
     fields: list[dict[str, Any]]
+    tail: Tail | None = None
+    """The window's facts, when the step that kept them ended without a cut or a change."""
 
     def reusable(self, messages: Sequence[BaseMessage]) -> int:
         """How many of ``messages`` (from the start) these entries stand for: all of them when
@@ -86,24 +103,67 @@ class LastEntries:
             return list(known.entries)
         return [*known.entries, *classify(messages[count:])]
 
-    def keep(self, session: str, entries: list[Entry], messages: Sequence[BaseMessage]) -> None:
-        """Keep the entries a step ended with, when they are the entries of ``messages`` (the
-        step's result); otherwise forget the session's (its next step classifies afresh)."""
-        ended = messages_of(entries)
-        if len(ended) != len(messages) or not all(map(operator.is_, ended, messages)):
-            self.forget(session)
-            return
+    def appended(
+        self,
+        session: str,
+        messages: Sequence[BaseMessage],
+        state: Any,
+        fits: Callable[[KnownEntries, Tail, Sequence[BaseMessage]], bool],
+    ) -> tuple[KnownEntries, Tail] | None:
+        """The session's last entries and window facts, taken out (a step that fails leaves
+        nothing kept), when ``messages`` are that window, unchanged, with messages appended,
+        ``state`` equals the state the step handed back, and ``fits`` says the appended
+        messages leave the window's facts standing; else None, and nothing is taken."""
         known = self._known.get(session)
-        count = 0 if known is None else _prefix(known.messages, ended)
-        fields = [
-            *(known.fields[:count] if known is not None else ()),
-            *map(copy_fields, ended[count:]),
-        ]
+        if known is None or known.tail is None or type(state) is not dict:
+            return None
+        tail = known.tail
+        count = known.reusable(messages)
+        if count == 0 or state != tail.state or not fits(known, tail, messages[count:]):
+            return None
+        with self._lock:
+            if self._known.get(session) is not known:
+                return None
+            del self._known[session]
+        return known, tail
+
+    def keep(
+        self,
+        session: str,
+        entries: list[Entry],
+        messages: Sequence[BaseMessage],
+        tail: Tail | None = None,
+        *,
+        before: KnownEntries | None = None,
+    ) -> None:
+        """Keep the entries a step ended with, when they are the entries of ``messages`` (the
+        step's result); otherwise forget the session's (its next step classifies afresh).
+        ``tail``: the window's facts; ``before``: the entries the step started from, taken
+        out by :meth:`appended` (their copies of fields are reused)."""
+        known = before if before is not None else self._known.get(session)
+        if before is not None and tail is not None:
+            ended = list(messages)  # the entries were made from them, in order (``appended``)
+            count = len(before.messages)
+        else:
+            ended = messages_of(entries)
+            if len(ended) != len(messages) or not all(map(operator.is_, ended, messages)):
+                self.forget(session)
+                return
+            count = 0 if known is None else _prefix(known.messages, ended)
+        if before is not None and count:  # taken out: its list is this step's to extend
+            fields = before.fields
+            del fields[count:]
+            fields.extend(map(copy_fields, ended[count:]))
+        else:
+            fields = [
+                *(known.fields[:count] if known is not None else ()),
+                *map(copy_fields, ended[count:]),
+            ]
         with self._lock:
             self._known.pop(session, None)
             if len(self._known) >= self._most:
                 del self._known[next(iter(self._known))]
-            self._known[session] = KnownEntries(list(entries), ended, fields)
+            self._known[session] = KnownEntries(list(entries), ended, fields, tail)
 
     def forget(self, session: str) -> None:
         """Drop what is kept of ``session``."""

@@ -18,6 +18,8 @@ from keeper_middleware.notes.recall import NO_ARCHIVED_KEYS, ArchivedKeys
 from keeper_middleware.step.backlog import Backlog
 from keeper_middleware.step.cut import CutPlan
 from keeper_middleware.step.entries import Entry
+from keeper_middleware.step.known import KnownEntries
+from keeper_middleware.step.tail import Appending, WindowFacts
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +64,10 @@ class Pending:
     """``messages`` as classified where they entered the step (one entry per message)."""
     backlog: Backlog | None = None
     """What the step took in beyond this window, noted in later parts (a cut each)."""
+    facts: WindowFacts | None = None
+    """What the whole-window passes give for ``entries``, when the step only appended to the
+    window its session's last step ended with (:mod:`~keeper_middleware.step.tail`)."""
+    appending: Appending | None = None
+    """That last window's facts as this step extended them."""
+    before: KnownEntries | None = None
+    """That last window's entries, taken out for this step."""

@@ -50,6 +50,7 @@ from keeper_middleware.step.excerpts import (
 from keeper_middleware.step.fold import foldable, folded_pair, reply_stub, round_ref
 from keeper_middleware.step.items import items_since_notes
 from keeper_middleware.step.room import units, water_level, water_level_above
+from keeper_middleware.step.tail import WindowFacts
 from keeper_middleware.tokens.counting import ADDITIVE_COUNTERS, TokenCounter
 
 NOTES_FRAME_TOKENS = 64
@@ -68,6 +69,10 @@ class WindowPolicy:
     detector: QuestionDetector
     _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Sizes that are the same for every request of this keeper (the note request's)."""
+    _setups: list[tuple[ModelSetup, tuple[int, int]]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    """The setup the keeper was last called with, and what it adds to a request."""
     _facts: SameMessageMemo[dict[str, Any]] = field(
         default_factory=SameMessageMemo, init=False, repr=False, compare=False
     )
@@ -81,17 +86,35 @@ class WindowPolicy:
 
     def count(self, setup: ModelSetup, messages: Sequence[BaseMessage]) -> int:
         """The request's size as the model receives it (system prompt and tools included)."""
+        if not messages:
+            return self._setup_sizes(setup)[0]
         return self.tokens.count_messages(setup.render(messages), setup.tool_schemas)
+
+    def _setup_sizes(self, setup: ModelSetup) -> tuple[int, int]:
+        """What ``setup`` adds to any request: its system prompt and tools, and its tools
+        alone. Counted once for the setup a keeper was last called with (every step asks
+        several times; an equal setup made anew for each request is the same setup)."""
+        known = self._setups
+        if known and (known[0][0] is setup or known[0][0] == setup):
+            return known[0][1]
+        bare = self.tokens.count_messages(setup.render([]), setup.tool_schemas)
+        tools = self.tokens.count_messages([], setup.tool_schemas)
+        known[:] = [(setup, (bare, tools))]
+        return bare, tools
 
     def count_of(
         self,
         setup: ModelSetup,
         messages: Sequence[BaseMessage],
         entries: Sequence[Entry] | None,
+        facts: WindowFacts | None = None,
     ) -> int:
         """:meth:`count` of ``messages``; from their entries' sizes (each message's counted once,
         no pass through the counter) when ``entries`` are theirs and the counter's count of a
-        request is the sum of its messages' counts, so the two are the same number."""
+        request is the sum of its messages' counts, so the two are the same number (``facts``:
+        the window's, when its step only appended to the last one's: their sum of sizes)."""
+        if facts is not None and entries is not None and type(self.tokens) in ADDITIVE_COUNTERS:
+            return self.size_of(setup, entries, total=facts.total)
         if (
             entries is not None
             and type(self.tokens) in ADDITIVE_COUNTERS
@@ -115,6 +138,7 @@ class WindowPolicy:
         messages: Sequence[BaseMessage],
         *,
         asking: int | None = None,
+        new_tokens: int | None = None,
     ) -> bool:
         """Whether a cut is due: the request reached the threshold, or enough items passed.
 
@@ -138,7 +162,11 @@ class WindowPolicy:
         due = items_due(
             every=every,
             notes_tokens=self.tokens.count_messages([messages[layout.notes_index]]),
-            new_tokens=self.tokens.count_messages(messages[layout.noted_start :]),
+            new_tokens=(
+                self.tokens.count_messages(messages[layout.noted_start :])
+                if new_tokens is None
+                else new_tokens
+            ),
             new_items=new_items,
         )
         return new_items >= due
@@ -152,15 +180,25 @@ class WindowPolicy:
         *,
         due: bool = False,
         entries: Sequence[Entry] | None = None,
+        facts: WindowFacts | None = None,
     ) -> tuple[CutPlan | None, int]:
         """The cut to make now (None: none), and the request's size as it stands (``due``:
         cut whatever the size and the cadence say, as a part of a backlog is; ``entries``:
-        the step's entries of ``messages``, whose sizes it adds up when the counter allows)."""
-        layout = self.layout(messages)
-        request_tokens = self.count_of(setup, messages, entries)
+        the step's entries of ``messages``, whose sizes it adds up when the counter allows;
+        ``facts``: what the whole-window passes give for them, when known)."""
+        new_tokens = None
+        if facts is None or entries is None or type(self.tokens) not in ADDITIVE_COUNTERS:
+            facts = None
+            layout = self.layout(messages)
+            open_at = open_question_index(messages, self.detector, start=layout.head_end)
+        else:
+            layout, open_at = facts.layout, facts.open_at
+            new_tokens = facts.noted_tokens(entries)
+        request_tokens = self.count_of(setup, messages, entries, facts)
         plan = None
-        open_at = open_question_index(messages, self.detector, start=layout.head_end)
-        if due or self.notes_due(kstate, request_tokens, layout, messages, asking=open_at):
+        if due or self.notes_due(
+            kstate, request_tokens, layout, messages, asking=open_at, new_tokens=new_tokens
+        ):
             request_cost = self.request_cost()
 
             def fits(boundary: int) -> bool:
@@ -247,13 +285,21 @@ class WindowPolicy:
         return replace(plan, keep_from=plan.boundary)
 
     def fixed_parts(
-        self, entries: Sequence[Entry], setup: ModelSetup, seen: set[str] | None = None
+        self,
+        entries: Sequence[Entry],
+        setup: ModelSetup,
+        seen: set[str] | None = None,
+        facts: WindowFacts | None = None,
     ) -> dict[str, int]:
         """What every note request carries whatever is cut, by part, in tokens (the pinned
-        task counted only once taken in, when ``seen`` is given)."""
-        layout = self.layout(messages_of(entries))
+        task counted only once taken in, when ``seen`` is given; ``facts``: the window's
+        layout and NOTES, when known)."""
+        layout = self.layout(messages_of(entries)) if facts is None else facts.layout
+        notes_at = (
+            kind_positions(messages_of(entries), "notes") if facts is None else facts.notes_at
+        )
         head = [e for e in entries[: layout.head_end] if seen is None or not e.fresh(seen)]
-        tools = self.tokens.count_messages([], setup.tool_schemas) if setup.tools else 0
+        tools = self._setup_sizes(setup)[1] if setup.tools else 0
         system_and_tools = self.count(setup, [e.message for e in head if e.is_system])
         return {
             "system prompt": system_and_tools - tools,
@@ -263,7 +309,7 @@ class WindowPolicy:
             # and as a later cut may grow them, up to their budget
             "NOTES": max(
                 self.config.notes_tokens + NOTES_FRAME_TOKENS,
-                sum(entries[i].tokens for i in kind_positions(messages_of(entries), "notes")),
+                sum(entries[i].tokens for i in notes_at),
             ),
             "note request": self.request_cost(),
         }
@@ -279,16 +325,15 @@ class WindowPolicy:
             self._known["request"] = found
         return found
 
-    def size_of(self, setup: ModelSetup, entries: Sequence[Entry]) -> int:
+    def size_of(
+        self, setup: ModelSetup, entries: Sequence[Entry], *, total: int | None = None
+    ) -> int:
         """A request's size from its entries' own sizes (each message sized once a step):
-        the messages, and the system prompt (when not stored) and tools the call adds."""
+        the messages, and the system prompt (when not stored) and tools the call adds
+        (``total``: the sum of the entries' sizes, when known)."""
         stored_system = bool(entries) and entries[0].is_system
-        extra = (
-            self.tokens.count_messages([], setup.tool_schemas)
-            if stored_system
-            else self.count(setup, [])
-        )
-        return extra + sum(sizes_of(entries))
+        extra = self._setup_sizes(setup)[1] if stored_system else self.count(setup, [])
+        return extra + (sum(sizes_of(entries)) if total is None else total)
 
     def beside_cost(self, notes: Notes) -> int:
         """What the keeper places beside a new question: the RULES and retrieved sentences."""
@@ -306,6 +351,9 @@ class WindowPolicy:
         seen: set[str],
         setup: ModelSetup,
         notes: Notes,
+        *,
+        facts: WindowFacts | None = None,
+        first: int | None = None,
     ) -> tuple[dict[str, int], int, list[list[Entry]]]:
         """The most each new message may take in view, by id, the room one message has in
         view (what a search result or a page read back may take), and the rounds of tool
@@ -317,8 +365,8 @@ class WindowPolicy:
         repeated beside a question. Within a unit the room is shared so that small messages stay
         whole and only the big ones are cut down, none beyond the message limit.
         """
-        layout = self.layout(messages_of(entries))
-        parts = self.fixed_parts(entries, setup, seen)
+        layout = self.layout(messages_of(entries)) if facts is None else facts.layout
+        parts = self.fixed_parts(entries, setup, seen, facts)
         # what was kept in view beside the NOTES is in every note request too, but it is not
         # fixed: when it leaves no room it is excerpted (in_view_excess), never refused
         kept = sum(
@@ -331,7 +379,7 @@ class WindowPolicy:
         floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
         caps: dict[str, int] = {}
         folds: list[list[Entry]] = []
-        for unit in units(entries[_first_unit_with_fresh(entries, seen) :]):
+        for unit in units(entries[_first_unit_with_fresh(entries, seen, first) :]):
             fresh = [e for e in unit if e.fresh(seen)]
             if not fresh:
                 continue
@@ -555,10 +603,14 @@ def _listed(parts: Mapping[str, int]) -> str:
     return " + ".join(f"{name} {size}" for name, size in parts.items() if size)
 
 
-def _first_unit_with_fresh(entries: Sequence[Entry], seen: set[str]) -> int:
+def _first_unit_with_fresh(
+    entries: Sequence[Entry], seen: set[str], first: int | None = None
+) -> int:
     """Where the unit holding the first message not taken in yet starts (the end when there is
-    none): the units before it need no cap, so a step sizes only what is new."""
-    first = first_fresh(entries, seen)
+    none): the units before it need no cap, so a step sizes only what is new (``first``: the
+    first such message, when known)."""
+    if first is None:
+        first = first_fresh(entries, seen)
     while 0 < first < len(entries) and entries[first].is_tool_result:
         first -= 1
     return first

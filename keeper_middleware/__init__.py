@@ -31,7 +31,7 @@ from keeper_middleware.reinjection.questions import PatternQuestionDetector, Que
 from keeper_middleware.retrievers.base import Hit, Passage, Retriever
 from keeper_middleware.search.tool import archive_search_tool
 from keeper_middleware.sessions.counters import Counters
-from keeper_middleware.startup import freeze_startup_objects
+from keeper_middleware.startup import collect_young_less_often, freeze_startup_objects
 from keeper_middleware.tokens.counting import ApproximateTokenCounter, TokenCounter
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "WindowTooSmallError",
     "archive_search_tool",
     "create_keeper_agent",
+    "collect_young_less_often",
     "default_checks",
     "freeze_startup_objects",
     "is_keeper_message",

@@ -8,11 +8,24 @@ whichever step's allocation sets it off. Frozen, they are skipped: along a 10M-t
 the full collections took 0.31 s instead of 1.99 s (``bench/results/notes_cost.md``). The keeper
 never does this by itself: the collector is the host's, so the host decides (``keeper-proxy``
 does before it serves; ``keeper-bench notes-cost`` before it runs).
+
+A server also sees each request's parsed body live for the whole request: a history of 5,000
+messages is some 15,000 dicts and lists alive at once. With Python's default young-generation
+threshold (700 allocations) they are walked by dozens of young collections a request, survive
+them all, and reach the old generation, whose growth in turn sets off full collections over
+every session the process keeps. :func:`collect_young_less_often` raises that threshold so a
+request's temporaries die by reference counting before a young collection sees them
+(``bench/results/proxy_overhead.md``).
 """
 
 from __future__ import annotations
 
 import gc
+
+from keeper_middleware.errors import ConfigurationError
+
+SERVER_YOUNG_THRESHOLD = 50_000
+"""Allocations between young collections in a server process (Python's default: 700)."""
 
 
 def freeze_startup_objects() -> int:
@@ -23,3 +36,24 @@ def freeze_startup_objects() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+def collect_young_less_often(threshold: int = SERVER_YOUNG_THRESHOLD) -> tuple[int, int, int]:
+    """Sets the young generation's threshold to ``threshold`` allocations, leaving the older
+    generations' as they are; returns the thresholds now in force. Cycles are still collected,
+    only in fewer, larger young collections. For a host's start-up, like
+    :func:`freeze_startup_objects`: the collector is the process's, not the library's.
+
+    Args:
+        threshold: net allocations of tracked objects between young collections.
+
+    Raises:
+        ConfigurationError: ``threshold`` is below 1.
+    """
+    if threshold < 1:
+        raise ConfigurationError(
+            f"the young generation's threshold must be at least 1, not {threshold}"
+        )
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(threshold, middle, old)
+    return gc.get_threshold()

@@ -39,6 +39,7 @@ EXPECTED = {
     "UnknownSessionError",
     "WindowTooSmallError",
     "archive_search_tool",
+    "collect_young_less_often",
     "create_keeper_agent",
     "default_checks",
     "freeze_startup_objects",

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from keeper_bench.reader.server import serve_reader
 from keeper_middleware.integrations.proxy import create_proxy_app
 from keeper_middleware.integrations.proxy.cli import main, serve_in_thread
+from keeper_middleware.startup import SERVER_YOUNG_THRESHOLD
 from tests.proxy_upstream import (
     FAST_RETRY,
     SYSTEM,
@@ -275,8 +276,10 @@ def test_the_server_starts_with_its_start_up_objects_out_of_the_collectors_sight
     def run(app, **_options):  # the server itself is not started: only what precedes it
         seen["frozen"] = gc.get_freeze_count()
         seen["tracked"] = len(gc.get_objects())
+        seen["young"] = gc.get_threshold()[0]
 
     monkeypatch.setattr(uvicorn, "run", run)
+    thresholds = gc.get_threshold()
     try:
         code = main(
             [
@@ -290,6 +293,25 @@ def test_the_server_starts_with_its_start_up_objects_out_of_the_collectors_sight
         )
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
     assert code == 0
     assert seen["frozen"] > 10_000  # the imported modules and the app
     assert seen["tracked"] < seen["frozen"]  # a full collection walks only what came after
+    assert seen["young"] == SERVER_YOUNG_THRESHOLD  # a request's temporaries die young
+
+
+def test_a_young_threshold_below_one_is_refused_at_start_up(capsys, tmp_path):
+    code = main(
+        [
+            "--upstream",
+            "http://127.0.0.1:1/v1",
+            "--window",
+            "32768",
+            "--archive-dir",
+            str(tmp_path),
+            "--gc-young-threshold",
+            "0",
+        ]
+    )
+    assert code == 2
+    assert "--gc-young-threshold must be at least 1" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""``freeze_startup_objects``: what a long-running host does once start-up is over."""
+"""``freeze_startup_objects`` and ``collect_young_less_often``: what a long-running host does once
+start-up is over."""
 
 from __future__ import annotations
 
@@ -6,6 +7,12 @@ import gc
 import subprocess
 import sys
 import textwrap
+import weakref
+
+import pytest
+
+import keeper_middleware
+from keeper_middleware.errors import ConfigurationError
 
 
 def test_what_lived_at_start_up_is_frozen_and_what_comes_after_is_still_collected():
@@ -34,3 +41,29 @@ def test_what_lived_at_start_up_is_frozen_and_what_comes_after_is_still_collecte
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
     assert gc.get_freeze_count() == 0  # this process was left alone
+
+
+class _Node:
+    self: _Node
+
+
+def test_a_raised_young_threshold_keeps_the_older_generations_and_still_collects_cycles():
+    before = gc.get_threshold()
+    try:
+        now = keeper_middleware.collect_young_less_often(50_000)
+        assert now == (50_000, before[1], before[2])
+        cycle = _Node()
+        cycle.self = cycle
+        gone = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert gone() is None
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_a_young_threshold_below_one_is_a_configuration_error():
+    before = gc.get_threshold()
+    with pytest.raises(ConfigurationError, match="at least 1"):
+        keeper_middleware.collect_young_less_often(0)
+    assert gc.get_threshold() == before

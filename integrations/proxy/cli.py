@@ -28,7 +28,11 @@ from keeper_middleware.integrations.proxy.serving import (
     http_protocol,
     serve_in_thread,
 )
-from keeper_middleware.startup import freeze_startup_objects
+from keeper_middleware.startup import (
+    SERVER_YOUNG_THRESHOLD,
+    collect_young_less_often,
+    freeze_startup_objects,
+)
 
 __all__ = ["build_parser", "main", "serve_in_thread"]
 
@@ -144,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_HEADER_TIMEOUT,
         help=f"seconds a client has to send a request's headers before its connection is "
         f"closed (default {DEFAULT_HEADER_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--gc-young-threshold",
+        type=int,
+        default=SERVER_YOUNG_THRESHOLD,
+        help=f"allocations between the garbage collector's young collections (default "
+        f"{SERVER_YOUNG_THRESHOLD:,}; Python's own is 700): a request's parsed history dies "
+        "before a collection walks it",
     )
     parser.add_argument(
         "--upstream-api-key",
@@ -307,7 +319,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "keeper-proxy: --header-timeout must be a positive number of seconds", file=sys.stderr
         )
         return 2
+    if args.gc_young_threshold < 1:
+        print("keeper-proxy: --gc-young-threshold must be at least 1", file=sys.stderr)
+        return 2
     freeze_startup_objects()
+    collect_young_less_often(args.gc_young_threshold)
     # uvicorn picks uvloop and httptools when installed (the proxy extra installs them)
     uvicorn.run(
         app,

@@ -5,7 +5,8 @@
 It does what every HTTP proxy must and nothing else: read the request body, send it to the
 upstream with one pooled aiohttp connection, and pass the status, content type and body back
 (a stream chunk by chunk as it arrives). It parses no JSON, keeps no state and logs nothing. It is
-served the way ``keeper-proxy`` is (uvicorn with uvloop and httptools, no access log), and calls
+served the way ``keeper-proxy`` is (uvicorn with uvloop and httptools, no access log, the same
+garbage-collector settings: start-up objects frozen, the same young threshold), and calls
 the upstream with the client ``keeper-proxy`` uses, so what ``keeper-proxy`` spends beyond it is
 the keeper's own work (:mod:`.overhead` measures both side by side).
 
@@ -26,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
+
+from keeper_middleware.startup import (
+    SERVER_YOUNG_THRESHOLD,
+    collect_young_less_often,
+    freeze_startup_objects,
+)
 
 __all__ = ["relay_app"]
 
@@ -126,11 +133,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--floor", type=Path, default=None, help="be the fair floor, keeping rows in this file"
     )
+    parser.add_argument(
+        "--gc-young-threshold",
+        type=int,
+        default=SERVER_YOUNG_THRESHOLD,
+        help="allocations between young collections, as keeper-proxy's option of that name",
+    )
     args = parser.parse_args(argv)
     import uvicorn
 
+    app = relay_app(args.upstream, args.floor)
+    freeze_startup_objects()  # as keeper-proxy does before it serves
+    collect_young_less_often(args.gc_young_threshold)
+
     uvicorn.run(
-        relay_app(args.upstream, args.floor),
+        app,
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

@@ -164,7 +164,11 @@ def spawn(command: Sequence[str], port: int, cwd: Path | None = None) -> Iterato
         yield child.pid, url
     finally:
         child.terminate()
-        child.wait(timeout=30)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # still draining its index: its figures are taken
+            child.kill()
+            child.wait(timeout=30)
 
 
 @contextmanager

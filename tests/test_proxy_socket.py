@@ -300,6 +300,61 @@ def test_the_server_starts_with_its_start_up_objects_out_of_the_collectors_sight
     assert seen["young"] == SERVER_YOUNG_THRESHOLD  # a request's temporaries die young
 
 
+def test_the_server_keeps_its_threads_on_the_cpu_it_is_given(monkeypatch, tmp_path):
+    import os
+    import threading
+
+    import uvicorn
+
+    allowed = os.sched_getaffinity(0)
+    cpu = max(allowed)
+    seen: dict[str, set[int]] = {}
+
+    def run(app, **_options):  # the server itself is not started: only what precedes it
+        seen["main"] = os.sched_getaffinity(0)
+        started = threading.Thread(
+            target=lambda: seen.setdefault("thread", os.sched_getaffinity(0))
+        )
+        started.start()
+        started.join()
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    try:
+        code = main(
+            [
+                "--upstream",
+                "http://127.0.0.1:1/v1",
+                "--window",
+                "32768",
+                "--archive-dir",
+                str(tmp_path),
+                "--cpu",
+                str(cpu),
+            ]
+        )
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert code == 0
+    assert seen == {"main": {cpu}, "thread": {cpu}}  # a thread started later inherits it
+
+
+def test_a_cpu_the_process_may_not_run_on_is_refused_at_start_up(capsys, tmp_path):
+    code = main(
+        [
+            "--upstream",
+            "http://127.0.0.1:1/v1",
+            "--window",
+            "32768",
+            "--archive-dir",
+            str(tmp_path),
+            "--cpu",
+            "4096",
+        ]
+    )
+    assert code == 2
+    assert "--cpu: CPU 4096 is not one this process may run on" in capsys.readouterr().err
+
+
 def test_a_young_threshold_below_one_is_refused_at_start_up(capsys, tmp_path):
     code = main(
         [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import threading
 import time
@@ -25,6 +26,7 @@ __all__ = [
     "DEFAULT_HEADER_TIMEOUT",
     "header_deadline",
     "http_protocol",
+    "pin_to_cpu",
     "serve_in_thread",
     "uvicorn_config",
 ]
@@ -117,6 +119,38 @@ def uvicorn_config(
         access_log=access_log,
         lifespan=lifespan,
     )
+
+
+def pin_to_cpu(cpu: int) -> None:
+    """Keep this process's threads on one CPU (``taskset -c CPU``); call it before any thread
+    starts, so that every thread started after inherits it.
+
+    The proxy's Python work runs one thread at a time (the interpreter's lock), on the event loop
+    and in its worker threads, which hand the lock back and forth at every request. With the
+    threads free to run on two cores, each hand-off wakes a thread on the other core, which
+    finds the lock taken and sleeps again: at 32 sessions at once about 15 context switches a
+    request, and 30-40% more CPU a request than with the threads on one core, where the lock
+    changes hands without waking anyone (``bench/results/proxy_overhead.md``). Unpinned, the
+    scheduler sometimes places them together and sometimes apart, so the cost varies from run
+    to run. Pinned, the OS can no longer move the proxy off a CPU that another process keeps
+    busy: pick one that is free.
+
+    Args:
+        cpu: the CPU's number, one this process may run on (``os.sched_getaffinity(0)``).
+
+    Raises:
+        ConfigurationError: the platform cannot pin threads, or ``cpu`` is not one this process
+            may run on.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        raise ConfigurationError("pinning to a CPU needs Linux (os.sched_setaffinity)")
+    allowed = sorted(os.sched_getaffinity(0))
+    if cpu not in allowed:
+        raise ConfigurationError(
+            f"CPU {cpu} is not one this process may run on (allowed: "
+            f"{', '.join(map(str, allowed))})"
+        )
+    os.sched_setaffinity(0, {cpu})
 
 
 @contextmanager

@@ -42,6 +42,7 @@ from keeper_bench.proxy.servers import (
     READ_NEXT,
     ProxyProcess,
     free_port,
+    pinned_servers,
     spawn,
     upstream_server,
 )
@@ -444,6 +445,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="also measure sessions whose live window holds these numbers of messages (e.g. "
         "1000,2000): the same rows with a window large enough that nothing is cut",
     )
+    parser.add_argument(
+        "--pin-cpu",
+        type=int,
+        default=None,
+        help="keep every measured server (the relays, keeper-proxy, the baseline) on this CPU, "
+        "as keeper-proxy --cpu does (default: wherever the OS puts them)",
+    )
     parser.add_argument("--stream", default="small:rules+overdrawn")
     parser.add_argument("--out", type=Path, default=Path("runs/proxy-overhead"))
 
@@ -457,6 +465,20 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     counts = [int(n) for n in args.sessions.split(",") if n]
     lengths = [int(n) for n in args.history.split(",") if n]
     only_history = args.history_only and bool(lengths or args.large_window)
+    with pinned_servers(args.pin_cpu):
+        return _run(args, argv, started, stream, calls, counts, lengths, only_history)
+
+
+def _run(
+    args: argparse.Namespace,
+    argv: Sequence[str] | None,
+    started: float,
+    stream: Path,
+    calls: list[str],
+    counts: list[int],
+    lengths: list[int],
+    only_history: bool,
+) -> int:
     rows: list[Row] = []
     if not only_history:
         print(HEADER, flush=True)

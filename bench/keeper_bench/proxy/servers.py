@@ -139,16 +139,48 @@ def _child(argument: str, spec: str) -> Iterator[tuple[int, str]]:
     port = free_port()
     filled = spec.replace("{port}", str(port))
     command = [sys.executable, "-m", "keeper_bench.proxy.cost", argument, filled]
-    with spawn(command, port) as started:
+    with spawn(command, port, pinned=argument != "--serve-upstream") as started:
         yield started
 
 
+_PINNED: list[int] = []
+"""The CPU the measured servers are kept on (:func:`pinned_servers`), if any."""
+
+
 @contextmanager
-def spawn(command: Sequence[str], port: int, cwd: Path | None = None) -> Iterator[tuple[int, str]]:
+def pinned_servers(cpu: int | None) -> Iterator[None]:
+    """Within this block, every server :func:`spawn` starts keeps its threads on ``cpu``, as
+    ``keeper-proxy --cpu`` does (None: wherever the OS puts them). The relays and both
+    keeper-proxies are pinned alike, so none of them is measured on better terms."""
+    if cpu is None:
+        yield
+        return
+    _PINNED.append(cpu)
+    try:
+        yield
+    finally:
+        _PINNED.pop()
+
+
+def _pin_child() -> None:  # in the child, before it runs the server's code
+    os.sched_setaffinity(0, {_PINNED[-1]})
+
+
+@contextmanager
+def spawn(
+    command: Sequence[str], port: int, cwd: Path | None = None, *, pinned: bool = True
+) -> Iterator[tuple[int, str]]:
     """``command`` as a server process that will listen on ``port`` (run in ``cwd``: a
     ``python -m`` there imports that checkout's code); yields (pid, base URL without /v1) once
-    ``GET /v1/models`` answers, and stops it after."""
-    child = subprocess.Popen(list(command), env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=cwd)
+    ``GET /v1/models`` answers, and stops it after. ``pinned=False``: never kept on the CPU of
+    :func:`pinned_servers` (the upstream, which is not measured, must not take turns with the
+    server that is)."""
+    child = subprocess.Popen(
+        list(command),
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        cwd=cwd,
+        preexec_fn=_pin_child if _PINNED and pinned else None,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -320,18 +320,7 @@ def test_the_server_keeps_its_threads_on_the_cpu_it_is_given(monkeypatch, tmp_pa
 
     monkeypatch.setattr(uvicorn, "run", run)
     try:
-        code = main(
-            [
-                "--upstream",
-                "http://127.0.0.1:1/v1",
-                "--window",
-                "32768",
-                "--archive-dir",
-                str(tmp_path),
-                "--cpu",
-                str(cpu),
-            ]
-        )
+        code = main(_started_in(tmp_path, "--cpu", str(cpu)))
     finally:
         os.sched_setaffinity(0, allowed)
     assert code == 0
@@ -339,34 +328,25 @@ def test_the_server_keeps_its_threads_on_the_cpu_it_is_given(monkeypatch, tmp_pa
 
 
 def test_a_cpu_the_process_may_not_run_on_is_refused_at_start_up(capsys, tmp_path):
-    code = main(
-        [
-            "--upstream",
-            "http://127.0.0.1:1/v1",
-            "--window",
-            "32768",
-            "--archive-dir",
-            str(tmp_path),
-            "--cpu",
-            "4096",
-        ]
-    )
+    code = main(_started_in(tmp_path, "--cpu", "4096"))
     assert code == 2
     assert "--cpu: CPU 4096 is not one this process may run on" in capsys.readouterr().err
 
 
 def test_a_young_threshold_below_one_is_refused_at_start_up(capsys, tmp_path):
-    code = main(
-        [
-            "--upstream",
-            "http://127.0.0.1:1/v1",
-            "--window",
-            "32768",
-            "--archive-dir",
-            str(tmp_path),
-            "--gc-young-threshold",
-            "0",
-        ]
-    )
+    code = main(_started_in(tmp_path, "--gc-young-threshold", "0"))
     assert code == 2
     assert "--gc-young-threshold must be at least 1" in capsys.readouterr().err
+
+
+def _started_in(folder, *options: str) -> list[str]:
+    """keeper-proxy's arguments for an upstream that is never called, archiving in ``folder``."""
+    return [
+        "--upstream",
+        "http://127.0.0.1:1/v1",
+        "--window",
+        "32768",
+        "--archive-dir",
+        str(folder),
+        *options,
+    ]

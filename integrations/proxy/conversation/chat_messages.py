@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import is_
 from typing import Any
 
+import orjson
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -29,7 +31,10 @@ from keeper_middleware.integrations.proxy.conversation.form import OWN_FIELDS, R
 
 __all__ = [
     "SYSTEM_ROLES",
+    "ListedForms",
+    "body_json",
     "content_of",
+    "encoded_forms",
     "message_from_openai",
     "message_to_openai",
     "upstream_body",
@@ -194,3 +199,62 @@ def upstream_body(
         body["tools"] = [dict(t) for t in tools]
     body["stream"] = False
     return body
+
+
+class ListedForms(list[dict[str, Any]]):
+    """A window's upstream forms (an ordinary list to every reader) that also carries each
+    form's JSON, kept from call to call by the session's window forms, so that the upstream
+    body is written by joining bytes (:func:`body_json`) instead of serializing every message
+    in view again: a request that appends a message or two serializes those alone.
+
+    The forms are the memo's, which no one changes (callers only read them); a list changed
+    after it was made (a form replaced, added or removed) is serialized whole, as any list."""
+
+    __slots__ = ("_encoded", "_made")
+
+    def __init__(self, forms: list[dict[str, Any]], encoded: list[bytes] | None) -> None:
+        super().__init__(forms)
+        self._made = forms
+        """The forms as listed (the caller's list is a copy of it, which it may change)."""
+        self._encoded = encoded
+        """``orjson.dumps`` of each form (None: one of them cannot be serialized)."""
+
+    def json(self) -> bytes | None:
+        """``orjson.dumps(self)``, joined from the kept bytes; None when the list was changed
+        since it was made (or a form cannot be serialized): serialize it then."""
+        encoded, made = self._encoded, self._made
+        if (
+            encoded is None
+            or len(self) != len(made)
+            or len(encoded) != len(made)
+            or not all(map(is_, self, made))
+        ):
+            return None
+        return b"[" + b",".join(encoded) + b"]"
+
+
+def encoded_forms(
+    encoded: list[bytes] | None, forms: Iterable[dict[str, Any]]
+) -> list[bytes] | None:
+    """``encoded`` followed by ``orjson.dumps`` of each of ``forms`` (a new list); None when
+    one cannot be serialized (the body is then serialized whole, which says why)."""
+    if encoded is None:
+        return None
+    try:
+        return [*encoded, *map(orjson.dumps, forms)]
+    except orjson.JSONEncodeError:
+        return None
+
+
+def body_json(body: Mapping[str, Any]) -> bytes:
+    """``orjson.dumps(body)``, byte for byte; its ``messages``, when they are
+    :class:`ListedForms` unchanged since they were listed, are joined from their kept bytes
+    (an ``orjson.Fragment`` in the same place among the keys).
+
+    Raises:
+        orjson.JSONEncodeError: a value JSON cannot hold, as ``orjson.dumps`` raises it.
+    """
+    forms = body.get("messages")
+    if type(forms) is ListedForms and (listed := forms.json()) is not None:
+        return orjson.dumps({**body, "messages": orjson.Fragment(listed)})
+    return orjson.dumps(body)

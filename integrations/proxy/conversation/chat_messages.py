@@ -34,7 +34,7 @@ __all__ = [
     "ListedForms",
     "body_json",
     "content_of",
-    "encoded_forms",
+    "joined_forms",
     "message_from_openai",
     "message_to_openai",
     "upstream_body",
@@ -202,53 +202,51 @@ def upstream_body(
 
 
 class ListedForms(list[dict[str, Any]]):
-    """A window's upstream forms (an ordinary list to every reader) that also carries each
-    form's JSON, kept from call to call by the session's window forms, so that the upstream
-    body is written by joining bytes (:func:`body_json`) instead of serializing every message
-    in view again: a request that appends a message or two serializes those alone.
+    """A window's upstream forms (an ordinary list to every reader) that also carries their
+    JSON, kept from call to call by the session's window forms, so that the upstream body is
+    written from it (:func:`body_json`) instead of serializing every message in view again: a
+    request that appends a message or two serializes those alone.
 
     The forms are the memo's, which no one changes (callers only read them); a list changed
     after it was made (a form replaced, added or removed) is serialized whole, as any list."""
 
-    __slots__ = ("_encoded", "_made")
+    __slots__ = ("_joined", "_made")
 
-    def __init__(self, forms: list[dict[str, Any]], encoded: list[bytes] | None) -> None:
+    def __init__(self, forms: list[dict[str, Any]], joined: bytes | None) -> None:
         super().__init__(forms)
         self._made = forms
         """The forms as listed (the caller's list is a copy of it, which it may change)."""
-        self._encoded = encoded
-        """``orjson.dumps`` of each form (None: one of them cannot be serialized)."""
+        self._joined = joined
+        """``orjson.dumps`` of each form, joined by commas (:func:`joined_forms`)."""
 
     def json(self) -> bytes | None:
-        """``orjson.dumps(self)``, joined from the kept bytes; None when the list was changed
-        since it was made (or a form cannot be serialized): serialize it then."""
-        encoded, made = self._encoded, self._made
-        if (
-            encoded is None
-            or len(self) != len(made)
-            or len(encoded) != len(made)
-            or not all(map(is_, self, made))
-        ):
+        """``orjson.dumps(self)`` from the kept JSON; None when the list was changed since it
+        was made (or a form cannot be serialized): serialize it then."""
+        joined, made = self._joined, self._made
+        if joined is None or len(self) != len(made) or not all(map(is_, self, made)):
             return None
-        return b"[" + b",".join(encoded) + b"]"
+        return b"".join((b"[", joined, b"]"))  # one copy
 
 
-def encoded_forms(
-    encoded: list[bytes] | None, forms: Iterable[dict[str, Any]]
-) -> list[bytes] | None:
-    """``encoded`` followed by ``orjson.dumps`` of each of ``forms`` (a new list); None when
-    one cannot be serialized (the body is then serialized whole, which says why)."""
-    if encoded is None:
+def joined_forms(joined: bytes | None, forms: Iterable[dict[str, Any]]) -> bytes | None:
+    """The JSON of a list's forms (``orjson.dumps`` of each, joined by commas, without the
+    brackets), ``joined`` being those of the forms before ``forms``; None when one cannot be
+    serialized (the body is then serialized whole, which says why). Adding to it copies bytes
+    once; it serializes only ``forms``."""
+    if joined is None:
         return None
     try:
-        return [*encoded, *map(orjson.dumps, forms)]
+        added = b",".join(map(orjson.dumps, forms))
     except orjson.JSONEncodeError:
         return None
+    if joined and added:  # a form's JSON is never empty: empty is no form
+        return b"".join((joined, b",", added))  # one copy
+    return joined or added
 
 
 def body_json(body: Mapping[str, Any]) -> bytes:
     """``orjson.dumps(body)``, byte for byte; its ``messages``, when they are
-    :class:`ListedForms` unchanged since they were listed, are joined from their kept bytes
+    :class:`ListedForms` unchanged since they were listed, are written from their kept JSON
     (an ``orjson.Fragment`` in the same place among the keys).
 
     Raises:

@@ -8,8 +8,8 @@ messages start with exactly those objects (checked at C speed), that part of the
 whole and only the messages after it are looked up. Anything else (a cut, an edit) is looked up
 message by message, with the same result.
 
-Each form's JSON is kept beside it the same way (bytes, serialized once), so the upstream body
-is written by joining them (:class:`~..conversation.chat_messages.ListedForms`): the
+The list's JSON is kept beside it the same way (each form serialized once, when listed first),
+so the upstream body is written from it (:class:`~..conversation.chat_messages.ListedForms`): the
 chat-completions body of a window of thousands costs what its new messages cost to serialize.
 """
 
@@ -23,7 +23,7 @@ from langchain_core.messages import BaseMessage
 
 from keeper_middleware.integrations.proxy.conversation.chat_messages import (
     ListedForms,
-    encoded_forms,
+    joined_forms,
 )
 from keeper_middleware.integrations.proxy.sessions.records import MessageMemo
 
@@ -36,22 +36,18 @@ class WindowForms(MessageMemo):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._last: tuple[list[BaseMessage], list[dict[str, Any]], list[bytes] | None] = (
-            [],
-            [],
-            [],
-        )
+        self._last: tuple[list[BaseMessage], list[dict[str, Any]], bytes | None] = ([], [], b"")
 
     def many(self, messages: Sequence[BaseMessage]) -> ListedForms:
         """``[self(m) for m in messages]``, the part the last call's list holds reused whole
         (and its JSON: only the forms after it are serialized)."""
-        last, forms, encoded = self._last
+        last, forms, joined = self._last
         if last and len(messages) >= len(last) and all(map(is_, messages, last)):
             added = list(map(self, messages[len(last) :]))
             listed = [*forms, *added]
         else:
             added = listed = list(map(self, messages))
-            encoded = []
-        encoded = encoded_forms(encoded, added)
-        self._last = (list(messages), listed, encoded)
-        return ListedForms(listed, encoded)  # the caller's own list: the kept one never changes
+            joined = b""
+        joined = joined_forms(joined, added)
+        self._last = (list(messages), listed, joined)
+        return ListedForms(listed, joined)  # the caller's own list: the kept one never changes

@@ -141,6 +141,7 @@ class Keeper:
         question_detector: QuestionDetector | None = None,
         namespace: str | None = None,
         phase_listener: PhaseListener | None = None,
+        unchanged_in_place: bool = False,
     ) -> None:
         """``retriever`` serves the archive search tool; ``passages_retriever`` (default: the
         same) serves the sentences shown next to new questions (``show_retrieved``), so the two
@@ -167,6 +168,12 @@ class Keeper:
             phase_listener: hears when each phase of a step or a search starts and ends
                 (:mod:`keeper_middleware.phases`), for tracing; also settable later as
                 ``keeper.phase_listener``.
+            unchanged_in_place: the caller never changes a message in place once a step has
+                seen it (a changed message is always a new object, as keeper-proxy makes
+                them): a step that appends then trusts the very same objects to be the very
+                same messages, instead of comparing each one's fields with a copy
+                (:mod:`~keeper_middleware.step.known`). Leave it off for LangChain and
+                LangGraph callers, which may change a message in place.
 
         Raises:
             ConfigurationError: a ``config`` that is not a :class:`KeeperConfig`, or a
@@ -275,7 +282,7 @@ class Keeper:
             index_ready=self.indexing.ready,
         )
         self._lock = self.sessions.lock
-        self.last_entries = LastEntries()
+        self.last_entries = LastEntries(unchanged_in_place=unchanged_in_place)
         """Each session's entries as its last step ended, so a step classifies only what is new."""
         self.tails = Tails(
             window=self.window,
@@ -804,8 +811,12 @@ class Keeper:
         Thinking stays on while a question is open (without it a measured run repeated one
         search 790 times); the one reply after a stop line is sampled with some randomness.
         """
-        layout = self.window.layout(messages)
-        open_at = open_question_index(messages, self.detector, start=layout.head_end)
+        facts = self.last_entries.facts_of(session, messages)  # the window a step just left
+        if facts is None:
+            layout = self.window.layout(messages)
+            open_at = open_question_index(messages, self.detector, start=layout.head_end)
+        else:
+            open_at = facts.open_at
         kwargs = call_kwargs(self.config.thinking, thinking=open_at is not None)
         carried = sample_now(messages)  # the branch's own search results say, in a graph
         if carried is not None:

@@ -65,8 +65,10 @@ def operations(draw: st.DrawFn) -> list[tuple[str, str, int]]:
 class Arm:
     """A keeper and the window it handed back, as an adapter keeps it."""
 
-    def __init__(self, *, full_path: bool, config: KeeperConfig = CONFIG) -> None:
-        self.keeper = Keeper(config)
+    def __init__(
+        self, *, full_path: bool, config: KeeperConfig = CONFIG, unchanged_in_place: bool = False
+    ) -> None:
+        self.keeper = Keeper(config, unchanged_in_place=unchanged_in_place)
         self.full_path = full_path
         self.history: list[BaseMessage] = [HumanMessage("Tally every counter.", id="task")]
         self.state: dict[str, Any] | None = None

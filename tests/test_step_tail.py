@@ -7,8 +7,11 @@ replies, a tool call left without its result, a message with a forged keeper tag
 regenerates, truncations, resends of an earlier window with its state, and changes a caller
 makes in place to the state it was handed. One takes the tail path whenever it may; the other
 never does (``Keeper._appended`` switched off), and still reuses its last entries. Their
-windows, states, flags, counters and the note requests they make must be equal at every step,
-and the state a step was handed must come back from it unchanged.
+windows, states, flags, counters, the note requests they make and the work call's kwargs
+(``Keeper.work_kwargs``) must be equal at every step, and the state a step was handed must come
+back from it unchanged. The fast one runs both as a LangChain caller's keeper (each kept
+message's fields compared) and as keeper-proxy's (``unchanged_in_place``: the sequences change
+no message in place, as the proxy never does).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from langchain_core.messages import (
     messages_to_dict,
 )
 
-from keeper_middleware import KeeperConfig, ModelSetup
+from keeper_middleware import Keeper, KeeperConfig, ModelSetup
+from keeper_middleware.messages.memo import copy_fields
 from keeper_middleware.step.appended import Tails
 from keeper_middleware.step.result import StepResult
 from tests import test_last_entries as last_entries
@@ -68,8 +72,8 @@ class Arm(last_entries.Arm):
     """A keeper and the window and state it handed back, as an adapter keeps them; ``tail``:
     whether its steps may take the tail path."""
 
-    def __init__(self, *, tail: bool, config: KeeperConfig) -> None:
-        super().__init__(full_path=False, config=config)
+    def __init__(self, *, tail: bool, config: KeeperConfig, unchanged: bool = False) -> None:
+        super().__init__(full_path=False, config=config, unchanged_in_place=unchanged)
         self.tail_steps = 0
         self.requests: list[list[dict[str, Any]]] = []
         appended = self.keeper._appended
@@ -122,8 +126,10 @@ class Arm(last_entries.Arm):
 
 
 def _outcome(arm: Arm, result: StepResult) -> dict[str, Any]:
-    """What a step decided (``last_entries._outcome``) and the note requests made so far."""
-    return {**last_entries._outcome(arm, result), "requests": arm.requests}
+    """What a step decided (``last_entries._outcome``), the note requests made so far and the
+    kwargs of the work call after it."""
+    kwargs = arm.keeper.work_kwargs("s", result.messages)
+    return {**last_entries._outcome(arm, result), "requests": arm.requests, "kwargs": kwargs}
 
 
 @pytest.fixture
@@ -131,8 +137,10 @@ def same_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("keeper_middleware.sessions.state.new_secret", lambda: "5" * 64)
 
 
-def _run(ops: Sequence[tuple[str, str, int]], config: KeeperConfig) -> Arm:
-    arms = (Arm(tail=True, config=config), Arm(tail=False, config=config))
+def _run(
+    ops: Sequence[tuple[str, str, int]], config: KeeperConfig, *, unchanged: bool = False
+) -> Arm:
+    arms = (Arm(tail=True, config=config, unchanged=unchanged), Arm(tail=False, config=config))
     for arm in arms:
         arm.step()
     for number, (kind, text, pick) in enumerate(ops):
@@ -145,6 +153,7 @@ def _run(ops: Sequence[tuple[str, str, int]], config: KeeperConfig) -> Arm:
     return arms[0]
 
 
+@pytest.mark.parametrize("unchanged", [False, True], ids=["fields-compared", "unchanged"])
 @pytest.mark.parametrize("config", [SMALL, ROOMY], ids=["cutting", "roomy"])
 @settings(
     max_examples=40,
@@ -153,15 +162,56 @@ def _run(ops: Sequence[tuple[str, str, int]], config: KeeperConfig) -> Arm:
 )
 @given(ops=OPERATIONS)
 def test_the_tail_path_decides_as_the_whole_window_walked(
-    config: KeeperConfig, ops: list[tuple[str, str, int]], same_secret: None
+    config: KeeperConfig, unchanged: bool, ops: list[tuple[str, str, int]], same_secret: None
 ) -> None:
-    _run(ops, config)
+    _run(ops, config, unchanged=unchanged)
 
 
-def test_appends_after_the_first_step_take_the_tail_path(same_secret: None) -> None:
+@pytest.mark.parametrize("unchanged", [False, True], ids=["fields-compared", "unchanged"])
+def test_appends_after_the_first_step_take_the_tail_path(
+    unchanged: bool, same_secret: None
+) -> None:
     ops = [(kind, "alpha bravo", n) for n, kind in enumerate(APPENDS * 3)]
-    fast = _run(ops, ROOMY)
+    fast = _run(ops, ROOMY, unchanged=unchanged)
     assert fast.tail_steps == len(ops)
+
+
+def test_a_keeper_told_messages_never_change_in_place_takes_the_facts_without_a_walk(
+    same_secret: None,
+) -> None:
+    arm = Arm(tail=True, config=ROOMY, unchanged=True)
+    arm.step()
+    arm.apply("question", "alpha", 1)
+    result = arm.step()
+    policy = type(arm.keeper.window)
+    layout = policy.layout
+    walks: list[int] = []
+
+    def walked(self: Any, messages: Sequence[BaseMessage]) -> Any:
+        walks.append(len(messages))
+        return layout(self, messages)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(policy, "layout", walked)
+        kwargs = arm.keeper.work_kwargs("s", list(result.messages))
+        assert walks == []
+        # a copy of one message is another window: walked, with the same answer
+        copied = [*result.messages[:-1], result.messages[-1].model_copy()]
+        assert arm.keeper.work_kwargs("s", copied) == kwargs
+        assert walks == [len(copied)]
+    arm.keeper.close()
+
+
+def test_a_keeper_that_compares_fields_walks_the_window_for_the_work_call(
+    same_secret: None,
+) -> None:
+    """A LangChain caller may change a message in place between the step and its call."""
+    arm = Arm(tail=True, config=ROOMY)
+    arm.step()
+    arm.apply("question", "alpha", 1)
+    result = arm.step()
+    assert arm.keeper.last_entries.facts_of("s", result.messages) is None
+    arm.keeper.close()
 
 
 @pytest.mark.parametrize("kind", ["edit", "truncate", "forged", "unanswered", "state"])
@@ -228,3 +278,52 @@ def test_through_the_proxy_appends_take_the_tail_path() -> None:
     # (a client that answers a tool call with a user message leaves the call without its
     # result instead: the full path closes it)
     assert taken == len(ops)
+
+
+async def _watching_messages(ops: list[tuple[Any, ...]], folder: Path) -> int:
+    """The proxy's run of ``ops``, every message a step was given or handed back kept with a
+    copy of its fields, checked unchanged before each step and at the end; how many steps
+    left window facts a work call could take without a walk."""
+    seen: dict[int, tuple[BaseMessage, dict[str, Any]]] = {}
+    trusted = 0
+    step = Keeper.step
+
+    def unchanged() -> None:
+        for message, fields in seen.values():
+            assert vars(message) == fields, f"changed in place: {message!r}"
+
+    def watched(self: Keeper, session: str, messages: Sequence[BaseMessage], *a: Any) -> Any:
+        nonlocal trusted
+        unchanged()
+        result = step(self, session, messages, *a)
+        for message in (*messages, *result.messages):
+            seen.setdefault(id(message), (message, copy_fields(message)))
+        trusted += self.last_entries.facts_of(session, result.messages) is not None
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Keeper, "step", watched)
+        await incremental._run(ops, folder, incremental=True)
+    unchanged()
+    return trusted
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(incremental.operation, min_size=1, max_size=10))
+def test_the_proxy_never_changes_a_window_message_in_place(ops: list[tuple[Any, ...]]) -> None:
+    """What ``unchanged_in_place`` (which keeper-proxy sets) rests on: through appends, tool
+    rounds, edits, regenerates, truncations, trims, resends and another prefix, no message a
+    step saw is changed afterwards, by the proxy or the keeper."""
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(_watching_messages(ops, Path(folder)))
+
+
+def test_the_proxy_work_call_takes_the_step_s_window_facts() -> None:
+    ops: list[tuple[Any, ...]] = [("append",)] * 4
+    with tempfile.TemporaryDirectory() as folder:
+        trusted = asyncio.run(_watching_messages(ops, Path(folder)))
+    assert trusted >= len(ops)

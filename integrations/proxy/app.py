@@ -182,6 +182,7 @@ def create_proxy_app(
         archive=archive,
         retriever=retriever,
         token_counter=token_counter,
+        unchanged_in_place=True,  # its window's messages are its own, replaced, never changed
     )
     retry = retry or RetryPolicy()
     upstream = Upstream(

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import is_
 from typing import Any
 
+import orjson
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -29,7 +31,10 @@ from keeper_middleware.integrations.proxy.conversation.form import OWN_FIELDS, R
 
 __all__ = [
     "SYSTEM_ROLES",
+    "ListedForms",
+    "body_json",
     "content_of",
+    "joined_forms",
     "message_from_openai",
     "message_to_openai",
     "upstream_body",
@@ -194,3 +199,60 @@ def upstream_body(
         body["tools"] = [dict(t) for t in tools]
     body["stream"] = False
     return body
+
+
+class ListedForms(list[dict[str, Any]]):
+    """A window's upstream forms (an ordinary list to every reader) that also carries their
+    JSON, kept from call to call by the session's window forms, so that the upstream body is
+    written from it (:func:`body_json`) instead of serializing every message in view again: a
+    request that appends a message or two serializes those alone.
+
+    The forms are the memo's, which no one changes (callers only read them); a list changed
+    after it was made (a form replaced, added or removed) is serialized whole, as any list."""
+
+    __slots__ = ("_joined", "_made")
+
+    def __init__(self, forms: list[dict[str, Any]], joined: bytes | None) -> None:
+        super().__init__(forms)
+        self._made = forms
+        """The forms as listed (the caller's list is a copy of it, which it may change)."""
+        self._joined = joined
+        """``orjson.dumps`` of each form, joined by commas (:func:`joined_forms`)."""
+
+    def json(self) -> bytes | None:
+        """``orjson.dumps(self)`` from the kept JSON; None when the list was changed since it
+        was made (or a form cannot be serialized): serialize it then."""
+        joined, made = self._joined, self._made
+        if joined is None or len(self) != len(made) or not all(map(is_, self, made)):
+            return None
+        return b"".join((b"[", joined, b"]"))  # one copy
+
+
+def joined_forms(joined: bytes | None, forms: Iterable[dict[str, Any]]) -> bytes | None:
+    """The JSON of a list's forms (``orjson.dumps`` of each, joined by commas, without the
+    brackets), ``joined`` being those of the forms before ``forms``; None when one cannot be
+    serialized (the body is then serialized whole, which says why). Adding to it copies bytes
+    once; it serializes only ``forms``."""
+    if joined is None:
+        return None
+    try:
+        added = b",".join(map(orjson.dumps, forms))
+    except orjson.JSONEncodeError:
+        return None
+    if joined and added:  # a form's JSON is never empty: empty is no form
+        return b"".join((joined, b",", added))  # one copy
+    return joined or added
+
+
+def body_json(body: Mapping[str, Any]) -> bytes:
+    """``orjson.dumps(body)``, byte for byte; its ``messages``, when they are
+    :class:`ListedForms` unchanged since they were listed, are written from their kept JSON
+    (an ``orjson.Fragment`` in the same place among the keys).
+
+    Raises:
+        orjson.JSONEncodeError: a value JSON cannot hold, as ``orjson.dumps`` raises it.
+    """
+    forms = body.get("messages")
+    if type(forms) is ListedForms and (listed := forms.json()) is not None:
+        return orjson.dumps({**body, "messages": orjson.Fragment(listed)})
+    return orjson.dumps(body)

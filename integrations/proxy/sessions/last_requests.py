@@ -38,8 +38,12 @@ class LastRequests:
 
     def keep(self, session: str, resent: Resent) -> Resent:
         """Keep ``resent`` as the session's last request (the session becomes the most recent);
-        ``resent``."""
+        ``resent``, with its messages' JSON when the check of the request before serialized
+        them (:meth:`.Resent.followed_by`)."""
         with self._lock:
+            before = self._kept.get(session)
+            if before is not None:  # its check may have serialized these messages already
+                resent = before.followed_by(resent)
             self._kept[session] = resent
             self._kept.move_to_end(session)
             while len(self._kept) > self.most:

@@ -43,6 +43,7 @@ from keeper_middleware.integrations.proxy.chat_completions.streams import (
     StreamPiece,
 )
 from keeper_middleware.integrations.proxy.chat_completions.upstream import ChatApi
+from keeper_middleware.integrations.proxy.conversation.chat_messages import body_json
 from keeper_middleware.integrations.proxy.upstream.apis import UpstreamApi
 from keeper_middleware.integrations.proxy.upstream.http_clients import (
     HttpClient,
@@ -235,10 +236,10 @@ class Upstream:
             UpstreamError: the last try's failure, with the status the agent gets.
         """
         chat = self.api.name == "chat"
-        if forward is None:
-            content = orjson.dumps(body)
+        if forward is None:  # a window's forms joined from their kept JSON, byte for byte
+            content = body_json(body)
         else:
-            content = orjson.dumps(_streaming(body) if chat else {**body, "stream": True})
+            content = body_json(_streaming(body) if chat else {**body, "stream": True})
 
         async def once() -> Completion:
             tally.calls += 1

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from keeper_middleware.errors import MalformedDataError
 
 __all__ = ["StoredList", "store_list"]
+
+_first: Callable[[tuple[int, int]], int] = itemgetter(0)
+_second: Callable[[tuple[int, int]], int] = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +45,11 @@ class StoredList:
 
     @property
     def full(self) -> int:
-        return sum(alike for _, alike in self.runs)
+        return sum(map(_second, self.runs))
 
     @property
     def length(self) -> int:
-        return self.size * self.full + sum(count for count, _ in self.pieces)
+        return self.size * self.full + sum(map(_first, self.pieces))
 
     def keys(self, prefix: str, first_full: int = 0) -> list[str]:
         """The keys of the full chunks from ``first_full`` on, in order."""

@@ -123,6 +123,9 @@ class SQLiteArchive:
         )
         self._adopted: set[str] = set()
         """Sessions whose moved entries are known to be rows (old values adopted or none)."""
+        self._present: set[str] = set()
+        """Sessions whose row this archive wrote or found (a save of values then skips writing
+        it again; one erased meanwhile by another process is written again on the refusal)."""
         self._latest: dict[str, NotesVersion | None] = {}
         """Each session's latest NOTES version as last read or written here (every keeper step
         reads it; only a cut changes it, and cuts of one session run in one process)."""
@@ -533,8 +536,13 @@ class SQLiteArchive:
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                conn.executemany(_UPSERT_VALUE, rows)
+                if session not in self._present:
+                    conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                try:
+                    conn.executemany(_UPSERT_VALUE, rows)
+                except sqlite3.IntegrityError:  # erased by another process since: write it again
+                    conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                    conn.executemany(_UPSERT_VALUE, rows)
                 if gone:
                     conn.executemany("DELETE FROM kv WHERE session = ? AND key = ?", gone)
                 conn.execute("COMMIT")
@@ -542,6 +550,7 @@ class SQLiteArchive:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            self._present.add(session)
 
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         _require_session(session)
@@ -673,6 +682,7 @@ class SQLiteArchive:
                 del self._notes_at[key]
             self._live().execute("DELETE FROM sessions WHERE session = ?", (session,))
             self._adopted.discard(session)
+            self._present.discard(session)
 
     def close(self) -> None:
         with self._lock, self._read_lock:

@@ -15,8 +15,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
+from keeper_middleware.archive.json_text import value_text
 from keeper_middleware.archive.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
 from keeper_middleware.archive.records import (
     TIP,
@@ -88,6 +89,10 @@ class SQLiteArchive:
     processes may open the same file; WAL plus a busy timeout of ``timeout`` seconds keeps them
     from corrupting it.
     """
+
+    takes_json_text: ClassVar[bool] = True
+    """A value given as :class:`~keeper_middleware.archive.json_text.JSONText` is written as
+    it is (its text is what this store writes for the value)."""
 
     def __init__(
         self,
@@ -709,9 +714,6 @@ class SQLiteArchive:
         return f"SQLiteArchive({self.path!r})"
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
-"""``json.dumps(value, ensure_ascii=False, allow_nan=False)`` without making an encoder for
-each value (a save writes several)."""
 _UPSERT_VALUE = (
     "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
     "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json"
@@ -724,7 +726,7 @@ def _value_rows(session: str, values: Mapping[str, Any]) -> list[tuple[str, str,
     for key, value in values.items():
         try:
             # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
-            value_json = storable_text(_ENCODER.encode(value))
+            value_json = storable_text(value_text(value))
         except (TypeError, ValueError) as exc:
             raise ArgumentTypeError(
                 f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): {exc}"

@@ -33,7 +33,7 @@ import logging
 import operator
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -299,12 +299,10 @@ class Keeper:
 
     # ----------------------------------------------------------------- state and counters
 
-    @contextmanager
-    def session(self, session: str) -> Iterator[None]:
+    def session(self, session: str) -> AbstractContextManager[None]:
         """Hold a session: its steps, searches and counters run one at a time, across every
         thread, task and (on a shared store) process. Re-entrant within one flow of control."""
-        with self.sessions.hold(session):
-            yield
+        return self.sessions.hold(session)
 
     @asynccontextmanager
     async def asession(self, session: str) -> AsyncIterator[None]:

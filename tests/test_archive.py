@@ -113,6 +113,19 @@ def test_delete_session_removes_only_that_session(store):
     assert [t.seq for t in store.turns("a")] == [0, 1, 2]
 
 
+def test_values_saved_after_another_opening_erased_the_session_are_kept(spec):
+    """A store that saved a session's values before saves them again after another opening of
+    the same archive erased the session: nothing is refused, nothing lost."""
+    with open_store(spec) as first, open_store(spec) as second:
+        first.put_values("a", {"k": 1, "j": [1, 2]})
+        second.delete_session("a")
+        assert first.get_value("a", "k") is None
+        first.put_values("a", {"k": 2})
+        first.put_values("a", {"j": None, "i": {"x": 3}})
+        assert [second.get_value("a", key) for key in ("k", "j", "i")] == [2, None, {"x": 3}]
+        assert second.sessions() == ["a"]
+
+
 def test_archived_ids_answers_for_many_ids_at_once(store):
     turns = [
         ArchivedTurn(session="s", msg_id=f"m{i}", item=1, role="human", content="x")

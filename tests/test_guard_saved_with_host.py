@@ -75,6 +75,47 @@ def test_an_erased_session_keeps_no_guard_from_its_host(keeper: Keeper) -> None:
     assert keeper.archive.get_value(SESSION, GUARD_KEY) is None
 
 
+def test_the_next_host_save_starts_from_the_guard_the_last_one_left(keeper: Keeper) -> None:
+    """On an archive no other process serves, every write of the guard goes through the keeper:
+    what a host's save left is still right at its next one, so it is not read again there."""
+    sessions = keeper.sessions
+    with sessions.hold(SESSION), sessions.saving_later(SESSION):
+        sessions.set_guard(SESSION, GuardState(since_input=5))
+    assert _stored(keeper) == GuardState(since_input=5)
+    keeper.archive.put_value(SESSION, GUARD_KEY, GuardState(since_input=9).to_json())
+    with sessions.hold(SESSION), sessions.saving_later(SESSION):
+        assert sessions.guard(SESSION) == GuardState(since_input=5)  # not read again
+    assert sessions.guard(SESSION) == GuardState(since_input=9)  # outside a host's save: read
+    sessions.set_guard(SESSION, GuardState(withheld=True))  # written through the keeper
+    with sessions.hold(SESSION), sessions.saving_later(SESSION):
+        assert sessions.guard(SESSION) == GuardState(withheld=True)
+    sessions.drop(SESSION)  # erased: nothing of it remembered
+    keeper.archive.put_value(SESSION, GUARD_KEY, GuardState(since_input=1).to_json())
+    with sessions.hold(SESSION), sessions.saving_later(SESSION):
+        assert sessions.guard(SESSION) == GuardState(since_input=1)
+
+
+@pytest.mark.postgres
+def test_on_a_shared_archive_each_host_save_reads_what_another_replica_wrote(
+    postgres_url: str, pg_schema: str
+) -> None:
+    from keeper_middleware.archive.postgres import PostgresArchive
+
+    one = Keeper(CONFIG, archive=PostgresArchive(postgres_url, schema=pg_schema))
+    other = Keeper(CONFIG, archive=PostgresArchive(postgres_url, schema=pg_schema))
+    try:
+        with one.sessions.hold(SESSION), one.sessions.saving_later(SESSION):
+            one.sessions.set_guard(SESSION, GuardState(since_input=5))
+        with other.sessions.hold(SESSION), other.sessions.saving_later(SESSION):
+            assert other.sessions.guard(SESSION) == GuardState(since_input=5)
+            other.sessions.set_guard(SESSION, GuardState(since_input=6, withheld=True))
+        with one.sessions.hold(SESSION), one.sessions.saving_later(SESSION):
+            assert one.sessions.guard(SESSION) == GuardState(since_input=6, withheld=True)
+    finally:
+        one.close()
+        other.close()
+
+
 @pytest.mark.anyio
 async def test_a_proxy_request_with_new_input_saves_the_reset_guard(tmp_path: Path) -> None:
     """The stop line withheld the tool; the client's next question lifts it, and the guard the

@@ -186,3 +186,59 @@ def test_a_value_of_none_deletes_its_key(tmp_path) -> None:
         ("kept",)
     ]
     archive.close()
+
+
+class _EncodingEachSave(SQLiteArchive):
+    """The same archive, but handed every value whole (it says it takes no JSON texts)."""
+
+    takes_json_text = False
+
+
+def test_window_messages_written_from_their_texts_store_the_very_same_rows(tmp_path) -> None:
+    """Each window message is encoded once while in view and its text joined into the values
+    that hold it: the rows written are byte for byte those of encoding each value whole, odd
+    text included (non-ASCII, a lone surrogate, tool calls), and they load back the same."""
+    odd = [
+        HumanMessage(content="café ☕ and a lone \ud800 surrogate", id="odd-0"),
+        AIMessage(
+            content="",
+            id="odd-1",
+            tool_calls=[{"name": "look", "args": {"q": "ünïcode", "n": 2.5}, "id": "c1"}],
+        ),
+    ]
+    messages = [*odd, *_MESSAGES]
+    archives = (
+        SQLiteArchive(str(tmp_path / "texts.db")),
+        _EncodingEachSave(str(tmp_path / "whole.db")),
+    )
+    stores = [ArchiveSessionStore(archive) for archive in archives]
+    assert [store.texts for store in stores] == [True, False]
+    for count in (1, 2, 5, 9, 16, 17, 18, 33, 40, 41):
+        ids = [str(m.id) for m in messages[:count]]
+        record = SessionRecord(
+            window=tuple(messages[:count]),
+            keeper_state={"seen": ids, "items": {i: n for n, i in enumerate(ids)}},
+            taken=tuple((f"d{n}", i) for n, i in enumerate(ids)),
+        )
+        for store in stores:
+            store.save("s", record)
+    rows = [
+        archive._query("SELECT key, value_json FROM kv WHERE session = ? ORDER BY key", ("s",))
+        for archive in archives
+    ]
+    assert [tuple(row) for row in rows[0]] == [tuple(row) for row in rows[1]]
+    assert any(key.startswith(f"{RECORD_KEY}.window.") for key, _ in rows[0])  # a full chunk
+    loaded = [ArchiveSessionStore(archive).load("s") for archive in archives]
+    assert loaded[0] == loaded[1] == record
+    for archive in archives:
+        archive.close()
+
+
+def test_a_window_message_that_is_not_json_able_is_refused_naming_the_value(tmp_path) -> None:
+    archive = SQLiteArchive(str(tmp_path / "a.db"))
+    store = ArchiveSessionStore(archive)
+    bad = AIMessage(content="x", id="bad", additional_kwargs={"score": float("nan")})
+    with pytest.raises(KeeperError, match="must be JSON-able"):
+        store.save("s", SessionRecord(window=(bad,)))
+    assert archive.get_value("s", RECORD_KEY) is None
+    archive.close()

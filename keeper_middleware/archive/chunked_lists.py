@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from keeper_middleware.errors import MalformedDataError
 
 __all__ = ["StoredList", "store_list"]
+
+_first: Callable[[tuple[int, int]], int] = itemgetter(0)
+_second: Callable[[tuple[int, int]], int] = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +45,11 @@ class StoredList:
 
     @property
     def full(self) -> int:
-        return sum(alike for _, alike in self.runs)
+        return sum(map(_second, self.runs))
 
     @property
     def length(self) -> int:
-        return self.size * self.full + sum(count for count, _ in self.pieces)
+        return self.size * self.full + sum(map(_first, self.pieces))
 
     def keys(self, prefix: str, first_full: int = 0) -> list[str]:
         """The keys of the full chunks from ``first_full`` on, in order."""
@@ -80,11 +84,12 @@ def _common(before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]], len
     by identity), entry by entry otherwise (after a cut or an edit)."""
     if not before:
         return 0
-    if len(after[0]) >= length and all(
-        (b if len(b) == length else b[:length]) == a[:length]
-        for b, a in zip(before, after, strict=True)
-    ):
-        return length
+    if len(after[0]) >= length:
+        for b, a in zip(before, after, strict=True):
+            if (b if len(b) == length else b[:length]) != a[:length]:
+                break
+        else:
+            return length
     shared = min(length, len(after[0]))
     for n in range(shared):
         if any(b[n] != a[n] for b, a in zip(before, after, strict=True)):
@@ -112,12 +117,13 @@ def store_list(
         writes: where the full chunks to write are added (key to stored form).
         stored: the stored form of entries ``start:end`` of ``after``.
     """
-    size = before.size
-    common = _common(before.columns, after, before.length)
-    full = min(common // size, before.full)
+    size, before_full = before.size, before.full
+    length = size * before_full + sum(map(_first, before.pieces))  # ``before.length``
+    common = _common(before.columns, after, length)
+    full = min(common // size, before_full)
     pieces: list[tuple[int, int]] = []
     end = full * size
-    if full == before.full:
+    if full == before_full:
         for count, made in before.pieces:
             if end + count > common:
                 break
@@ -133,7 +139,7 @@ def store_list(
             while pieces and pieces[-1][0] <= total - start:
                 start -= pieces.pop()[0]
         # full chunks go on with the last run's generation when none of it was dropped
-        made = runs[-1][0] if runs and full == before.full else generation
+        made = runs[-1][0] if runs and full == before_full else generation
         while total - start >= size:
             writes[f"{prefix}.{full}.{made}"] = stored(start, start + size)
             runs = _grown(runs, made)
@@ -144,6 +150,8 @@ def store_list(
         piece = stored(start, total)
         pieces.append((total - start, generation))
     saved = StoredList(size, tuple(runs), tuple(pieces), after)
+    if saved.runs == before.runs:  # every full chunk kept (most saves): none retired
+        return saved, [], piece
     return saved, _retired(prefix, before, saved), piece
 
 

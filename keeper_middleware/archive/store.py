@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
+from keeper_middleware.archive.json_text import plain, takes_json_text
 from keeper_middleware.archive.records import (
     TIP,
     ArchivedTurn,
@@ -195,6 +196,8 @@ def put_values(store: ArchiveStore, session: str, values: Mapping[str, Any]) -> 
     """Write ``values`` (in order) in one transaction where the store can (a ``put_values``
     method, as :class:`~keeper_middleware.archive.sqlite.SQLiteArchive` has), else one
     ``put_value`` each: a store without batches stays correct, only slower."""
+    if not takes_json_text(store):
+        values = plain(values)
     batch = getattr(store, "put_values", None)
     if batch is not None:
         batch(session, values)

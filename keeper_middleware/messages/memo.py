@@ -63,12 +63,14 @@ def _copy(value: Any) -> Any:
     (strings are kept as they are: they cannot change)."""
     if type(value) in _ATOMS:  # most values: answered before the containers are asked
         return value
+    # the atoms inside are kept without a call each (most of a message's values are atoms)
+    atoms = _ATOMS
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: v if type(v) in atoms else _copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [v if type(v) in atoms else _copy(v) for v in value]
     if isinstance(value, tuple):
-        return tuple(_copy(v) for v in value)
+        return tuple([v if type(v) in atoms else _copy(v) for v in value])
     return value
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -59,11 +59,21 @@ class SessionState:
         self._guards: dict[str, tuple[GuardState, bool]] = {}
         """The search guard of each session in :meth:`saving_later`, as read or set there, and
         whether it is still to be written."""
+        self._last_guards: dict[str, GuardState] = {}
+        """The search guard as each session's last :meth:`saving_later` left it (written), on
+        an archive no other process serves: the next one starts from it instead of reading
+        it again (every write of it goes through this object, which drops or updates it)."""
+
+    def hold(self, session: str) -> AbstractContextManager[None]:
+        """Hold a session: its steps, searches and counters run one at a time, across every
+        thread, task and (on a shared store) process. Re-entrant within one flow of control
+        (a hold within a hold is a plain no-op: a request takes its session several times)."""
+        if self.locks.held(session):
+            return nullcontext()
+        return self._take(session)
 
     @contextmanager
-    def hold(self, session: str) -> Iterator[None]:
-        """Hold a session: its steps, searches and counters run one at a time, across every
-        thread, task and (on a shared store) process. Re-entrant within one flow of control."""
+    def _take(self, session: str) -> Iterator[None]:
         with self.locks.hold(session) as took:
             if took:
                 self._forget_counters(session)
@@ -93,6 +103,7 @@ class SessionState:
             self._secrets.pop(session, None)
             self._rooms.pop(session, None)
             self._guards.pop(session, None)
+            self._last_guards.pop(session, None)
 
     def known(self, session: str) -> bool:
         """Whether a step ever ran for ``session`` here or its archive holds anything of it
@@ -128,7 +139,9 @@ class SessionState:
         save (:meth:`unsaved_values`, then :meth:`values_saved`), in the host's transaction,
         instead of in one of their own at each change: a proxy saves once a request. The guard
         is read once in that time, not at every use (the host holds the session, so nothing
-        else changes it meanwhile). Whatever is still unsaved at the end is written then."""
+        else changes it meanwhile), and on an archive no other process serves not even once:
+        the previous time's guard is still right. Whatever is still unsaved at the end is
+        written then."""
         self._later.add(session)
         try:
             yield
@@ -139,6 +152,9 @@ class SessionState:
                 known = session in self._counters  # not when the session was erased meanwhile
             if guard is not None and guard[1]:
                 self.archive.put_value(session, GUARD_KEY, guard[0].to_json())
+            if guard is not None and not self.shared:
+                with self.lock:  # remembered once written (a failed write reads it again)
+                    self._last_guards[session] = guard[0]
             if known:
                 self.save_counters(session)
 
@@ -189,9 +205,15 @@ class SessionState:
     def guard(self, session: str) -> GuardState:
         """The search guard's state (searches since the last new input, repeats). Read at every
         use (arms that manage their own memory reset it in the archive directly), except while
-        the session is :meth:`saving_later`: then once."""
+        the session is :meth:`saving_later`: then once, or not at all when the previous time
+        left it and no other process serves the archive."""
         with self.lock:
-            kept = self._guards.get(session) if session in self._later else None
+            kept = None
+            if session in self._later:
+                kept = self._guards.get(session)
+                last = self._last_guards.get(session) if kept is None else None
+                if last is not None:
+                    kept = self._guards[session] = (last, False)
         if kept is not None:
             return kept[0]
         guard = GuardState.from_json(self.archive.get_value(session, GUARD_KEY))
@@ -206,6 +228,7 @@ class SessionState:
             if session in self._later:
                 self._guards[session] = (guard, True)
                 return
+            self._last_guards.pop(session, None)
         self.archive.put_value(session, GUARD_KEY, guard.to_json())
 
     def room(self, session: str, default: int) -> int:

@@ -376,6 +376,7 @@ class WindowPolicy:
         )
         beside = self.beside_cost(notes)
         room = self.config.budget - sum(parts.values())
+        limit = self.config.message_tokens  # worked out once: a property of a few calls
         floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
         caps: dict[str, int] = {}
         folds: list[list[Entry]] = []
@@ -388,9 +389,9 @@ class WindowPolicy:
             avail = room - in_view - besides
             sizes = [e.tokens for e in fresh]
             if sum(min(size, floor) for size in sizes) <= avail:
-                share = water_level(sizes, avail - kept, self.config.message_tokens)
+                share = water_level(sizes, avail - kept, limit)
                 if share < MIN_EXCERPT_TOKENS and kept:
-                    share = water_level(sizes, avail, self.config.message_tokens)
+                    share = water_level(sizes, avail, limit)
                 caps.update((e.id, max(share, floor)) for e in fresh)
                 continue
             # a burst (fifty tool results at once, or five hundred): too many for each to keep
@@ -406,12 +407,12 @@ class WindowPolicy:
                     raise self._unit_too_big(parts, in_view, besides, [pair], folded)
                 folds.append(unit)
                 continue
-            level = water_level_above(sizes, smallest, avail, self.config.message_tokens)
+            level = water_level_above(sizes, smallest, avail, limit)
             caps.update(
                 (e.id, max(least, min(size, level)))
                 for e, size, least in zip(fresh, sizes, smallest, strict=True)
             )
-        return caps, max(MIN_EXCERPT_TOKENS, min(room, self.config.message_tokens)), folds
+        return caps, max(MIN_EXCERPT_TOKENS, min(room, limit)), folds
 
     def folded_tokens(self, session: str, unit: Sequence[Entry]) -> int:
         """What a round folded to its pointer pair takes in view."""

@@ -21,6 +21,9 @@ __all__ = ["digest_of", "message_key"]
 
 _TEXT_OR_NULL = (str, type(None))
 _THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+"""``json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)``, the fingerprint's
+text, without making an encoder for each message."""
 
 
 def _plain_fields(raw: dict[str, Any], *, but: str) -> bool:
@@ -100,5 +103,5 @@ def digest_of(message: BaseMessage) -> str:
         canonical["invalid"] = [[c["id"], c["name"], c["args"]] for c in message.invalid_tool_calls]
     if isinstance(message, ToolMessage):
         canonical["call_id"] = message.tool_call_id
-    text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, default=str)
+    text = _CANONICAL.encode(canonical)
     return hashlib.sha256(text.encode()).hexdigest()[:20]

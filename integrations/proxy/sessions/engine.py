@@ -337,7 +337,7 @@ class KeeperProxy:
         step = self.keeper.step(
             turn.session, list(record.window), record.keeper_state, turn.setup, note_call
         )
-        record = replace(record, window=tuple(step.messages), keeper_state=step.state)
+        record = SessionRecord(tuple(step.messages), step.state, record.taken, record.withdrawn)
         if step.cut:
             self.store.save_all(turn.session, record, self.stats(turn.session))
             turn.unsaved = None
@@ -470,7 +470,8 @@ class KeeperProxy:
         digest = digest_of(received)
         window = record.window if answered else (*record.window, visible)
         self.quota.charge(turn.session, len(text_of(reply)), check=False)
-        record = replace(record, window=window, taken=(*record.taken, (digest, str(reply.id))))
+        taken = (*record.taken, (digest, str(reply.id)))
+        record = SessionRecord(window, record.keeper_state, taken, record.withdrawn)
         self.store.save_all(turn.session, record, turn.count_into(self.stats(turn.session)))
         turn.unsaved = None
         if not turn.carried and turn.resent is not None:  # the agent may send it back as is

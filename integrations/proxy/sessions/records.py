@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
 from keeper_middleware.archive.chunked_lists import StoredList, store_list
+from keeper_middleware.archive.json_text import dict_text, list_text, takes_json_text, value_text
 from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
@@ -125,12 +126,22 @@ def _columns(name: str, record: SessionRecord) -> tuple[Sequence[Any], ...] | No
     return (list(value),) if isinstance(value, list) else None
 
 
+class _Texts(list[str]):
+    """Window entries as their JSON texts (:meth:`MessageMemo.text`), joined into the stored
+    value's text once the save's values are known (:func:`_as_texts`)."""
+
+
 def _stored_form(
-    name: str, columns: tuple[Sequence[Any], ...], as_dict: Callable[[BaseMessage], Any]
+    name: str,
+    columns: tuple[Sequence[Any], ...],
+    as_dict: Callable[[BaseMessage], Any],
+    as_text: Callable[[BaseMessage], str] | None = None,
 ) -> Callable[[int, int], list[Any]]:
     """How entries ``start:end`` of a list are stored (the form of every version so far)."""
     first = columns[0]
     if name == "window":
+        if as_text is not None:
+            return lambda start, end: _Texts(map(as_text, first[start:end]))
         return lambda start, end: [as_dict(m) for m in first[start:end]]
     if name == "items":
         second = columns[1]
@@ -237,9 +248,13 @@ class StoredRecord:
         self,
         record: SessionRecord,
         as_dict: Callable[[BaseMessage], dict[str, Any]] = message_to_dict,
+        as_text: Callable[[BaseMessage], str] | None = None,
     ) -> tuple[StoredRecord, dict[str, Any], list[str]]:
         """(the stored form of ``record``, the values to write in order with the head last, the
-        keys no longer used, to clear after the head is written)."""
+        keys no longer used, to clear after the head is written). With ``as_text`` (the JSON
+        text of ``as_dict``'s form of a message) the values holding window messages are given
+        as their text (:class:`~keeper_middleware.archive.json_text.JSONText`), joined from
+        the messages' texts: the same text, each message encoded once."""
         generation = self.generation + 1
         writes: dict[str, Any] = {}
         lists: dict[str, StoredList] = {}
@@ -249,7 +264,7 @@ class StoredRecord:
             columns = _columns(name, record)
             if columns is None:
                 continue
-            stored = _stored_form(name, columns, as_dict)
+            stored = _stored_form(name, columns, as_dict, as_text)
             before = self.lists.get(name, StoredList(_SIZES[name]))
             prefix = f"{RECORD_KEY}.{name}"
             lists[name], retired, piece = store_list(
@@ -275,8 +290,22 @@ class StoredRecord:
         }
         if not writes and not stale and head == self.head:
             return replace(self, record=record, lists=lists), {}, []
+        if as_text is not None:
+            writes = {key: _as_texts(value) for key, value in writes.items()}
         writes[RECORD_KEY] = {**head, "generation": generation}
         return StoredRecord(record, generation, lists, head), writes, stale
+
+
+def _as_texts(value: Any) -> Any:
+    """A value to write with its window entries' texts joined: a window chunk as its text, the
+    pieces' value as its text when it holds the window's piece (others stay as they are)."""
+    if type(value) is _Texts:
+        return list_text(value)
+    if type(value) is dict and any(type(v) is _Texts for v in value.values()):
+        return dict_text(
+            {k: list_text(v) if type(v) is _Texts else value_text(v) for k, v in value.items()}
+        )
+    return value
 
 
 def _piece(pieces: object, name: str, key: str) -> object:
@@ -339,6 +368,7 @@ class MessageMemo:
     def __init__(self, convert: Callable[[BaseMessage], dict[str, Any]]) -> None:
         self.convert = convert
         self._known: dict[int, tuple[BaseMessage, dict[str, Any]]] = {}
+        self._texts: dict[int, tuple[BaseMessage, str]] = {}
 
     def __call__(self, message: BaseMessage) -> dict[str, Any]:
         known = self._known.get(id(message))
@@ -347,15 +377,30 @@ class MessageMemo:
             self._known[id(message)] = known
         return known[1]
 
+    def text(self, message: BaseMessage) -> str:
+        """The JSON text of the message's converted form, as a store writes it (made once).
+
+        Raises:
+            TypeError: the converted form is not JSON-able.
+            ValueError: it holds a NaN or infinite float.
+        """
+        known = self._texts.get(id(message))
+        if known is None or known[0] is not message:
+            known = (message, value_text(self(message)))
+            self._texts[id(message)] = known
+        return known[1]
+
     def keep(self, messages: Sequence[BaseMessage]) -> None:
         """Drop the conversions of messages no longer in ``messages`` once the memo holds more
         than there are (so what it holds stays within the window's size, and a window that only
         grows is not walked on every save)."""
-        if len(self._known) <= len(messages):
+        if len(self._known) <= len(messages) and len(self._texts) <= len(messages):
             return
         live = set(map(id, messages))
         if not self._known.keys() <= live:
             self._known = {k: v for k, v in self._known.items() if k in live}
+        if not self._texts.keys() <= live:
+            self._texts = {k: v for k, v in self._texts.items() if k in live}
 
 
 class ArchiveSessionStore:
@@ -380,6 +425,9 @@ class ArchiveSessionStore:
         self.also = also
         self.saved_also = saved_also
         self.shared = isinstance(archive, SessionLockBackend)
+        self.texts = takes_json_text(archive)
+        """Whether the archive takes values as their JSON text (window messages are then
+        encoded once while in view, not at every save that writes them)."""
         self._records: dict[str, StoredRecord] = {}
         self._stats: dict[str, ProxyStats] = {}
         self._dicts: dict[str, MessageMemo] = {}
@@ -413,7 +461,13 @@ class ArchiveSessionStore:
         """``record``'s stored form and the values that store it, in order: the changed
         fingerprint chunks, the head, then the chunks no longer used (cleared)."""
         dicts = self._dicts.setdefault(session, MessageMemo(message_to_dict))
-        stored, writes, stale = self._stored(session).saved(record, dicts)
+        before = self._stored(session)
+        try:
+            # each window message encoded once while in view, where the archive takes texts
+            as_text = dicts.text if self.texts else None
+            stored, writes, stale = before.saved(record, dicts, as_text)
+        except (TypeError, ValueError):  # not JSON-able: the archive refuses it, naming the key
+            stored, writes, stale = before.saved(record, dicts)
         dicts.keep(record.window)
         return stored, {**writes, **dict.fromkeys(stale)}
 

@@ -21,8 +21,9 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
+from keeper_middleware.archive.json_text import value_text
 from keeper_middleware.archive.postgres import branches as pg_branches
 from keeper_middleware.archive.postgres import handles as pg_handles
 from keeper_middleware.archive.postgres import moved as pg_moved
@@ -87,6 +88,10 @@ class PostgresArchive:
     connections; ``timeout`` bounds connecting and waiting for a free connection. Errors are
     ``ArchiveError``s naming the server without its password.
     """
+
+    takes_json_text: ClassVar[bool] = True
+    """A value given as :class:`~keeper_middleware.archive.json_text.JSONText` is written as
+    it is (its text is what this store writes for the value)."""
 
     def __init__(
         self,
@@ -328,7 +333,7 @@ class PostgresArchive:
                 gone.append((session, key))
                 continue
             try:
-                value_json = json.dumps(value, ensure_ascii=False, allow_nan=False)
+                value_json = value_text(value)
             except (TypeError, ValueError) as exc:
                 raise ArgumentTypeError(
                     f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): "

@@ -15,8 +15,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
+from keeper_middleware.archive.json_text import value_text
 from keeper_middleware.archive.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
 from keeper_middleware.archive.records import (
     TIP,
@@ -89,6 +90,10 @@ class SQLiteArchive:
     from corrupting it.
     """
 
+    takes_json_text: ClassVar[bool] = True
+    """A value given as :class:`~keeper_middleware.archive.json_text.JSONText` is written as
+    it is (its text is what this store writes for the value)."""
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -123,6 +128,9 @@ class SQLiteArchive:
         )
         self._adopted: set[str] = set()
         """Sessions whose moved entries are known to be rows (old values adopted or none)."""
+        self._present: set[str] = set()
+        """Sessions whose row this archive wrote or found (a save of values then skips writing
+        it again; one erased meanwhile by another process is written again on the refusal)."""
         self._latest: dict[str, NotesVersion | None] = {}
         """Each session's latest NOTES version as last read or written here (every keeper step
         reads it; only a cut changes it, and cuts of one session run in one process)."""
@@ -533,8 +541,13 @@ class SQLiteArchive:
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                conn.executemany(_UPSERT_VALUE, rows)
+                if session not in self._present:
+                    conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                try:
+                    conn.executemany(_UPSERT_VALUE, rows)
+                except sqlite3.IntegrityError:  # erased by another process since: write it again
+                    conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
+                    conn.executemany(_UPSERT_VALUE, rows)
                 if gone:
                     conn.executemany("DELETE FROM kv WHERE session = ? AND key = ?", gone)
                 conn.execute("COMMIT")
@@ -542,6 +555,7 @@ class SQLiteArchive:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            self._present.add(session)
 
     def update_moved(self, session: str, update: MovedUpdate) -> None:
         _require_session(session)
@@ -673,6 +687,7 @@ class SQLiteArchive:
                 del self._notes_at[key]
             self._live().execute("DELETE FROM sessions WHERE session = ?", (session,))
             self._adopted.discard(session)
+            self._present.discard(session)
 
     def close(self) -> None:
         with self._lock, self._read_lock:
@@ -699,9 +714,6 @@ class SQLiteArchive:
         return f"SQLiteArchive({self.path!r})"
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
-"""``json.dumps(value, ensure_ascii=False, allow_nan=False)`` without making an encoder for
-each value (a save writes several)."""
 _UPSERT_VALUE = (
     "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
     "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json"
@@ -714,7 +726,7 @@ def _value_rows(session: str, values: Mapping[str, Any]) -> list[tuple[str, str,
     for key, value in values.items():
         try:
             # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
-            value_json = storable_text(_ENCODER.encode(value))
+            value_json = storable_text(value_text(value))
         except (TypeError, ValueError) as exc:
             raise ArgumentTypeError(
                 f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): {exc}"

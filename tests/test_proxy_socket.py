@@ -301,6 +301,7 @@ def test_the_server_starts_with_its_start_up_objects_out_of_the_collectors_sight
 
 
 def test_the_server_keeps_its_threads_on_the_cpu_it_is_given(monkeypatch, tmp_path):
+    import gc
     import os
     import threading
 
@@ -319,10 +320,13 @@ def test_the_server_keeps_its_threads_on_the_cpu_it_is_given(monkeypatch, tmp_pa
         started.join()
 
     monkeypatch.setattr(uvicorn, "run", run)
+    thresholds = gc.get_threshold()
     try:
         code = main(_started_in(tmp_path, "--cpu", str(cpu)))
-    finally:
+    finally:  # this process is pytest's: as it was
         os.sched_setaffinity(0, allowed)
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
     assert code == 0
     assert seen == {"main": {cpu}, "thread": {cpu}}  # a thread started later inherits it
 

@@ -11,7 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import httpx
 
@@ -31,11 +34,51 @@ class Replicas:
         self.ports = [free_port() for _ in range(count)]
         self.children: list[subprocess.Popen[bytes] | None] = [None] * count
         self.down: set[int] = set()
+        self.logs = tempfile.TemporaryDirectory(prefix="keeper-replicas-")  # removed with self
+        self.stopped = False
+        self._spawning = threading.Lock()  # a restart on another thread never outlives stop()
 
     def urls(self) -> list[str]:
         return [f"http://127.0.0.1:{port}" for port in self.ports]
 
     def start(self, number: int) -> None:
+        """Start replica ``number`` and wait until it answers.
+
+        A restart binds the port the killed replica held; if the child exits before it answers
+        (the port not yet free, say), it is started again, up to three times, and then the error
+        carries what the child printed.
+        """
+        for attempt in range(3):
+            spawned = self._spawn(number)
+            if spawned is None:  # the group was stopped
+                return
+            child, log = spawned
+            deadline = time.monotonic() + 120
+            while child.poll() is None and time.monotonic() < deadline and not self.stopped:
+                try:
+                    httpx.get(f"{self.urls()[number]}/metrics", timeout=2)
+                except httpx.TransportError:
+                    time.sleep(0.1)
+                    continue
+                self.down.discard(number)
+                return
+            if self.stopped:  # the group was stopped while this replica started
+                if child.poll() is None:
+                    child.kill()
+                    child.wait(timeout=30)
+                return
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=30)
+                break
+            if attempt < 2:
+                time.sleep(1.0)
+        printed = log.read_text("utf-8", "replace")[-2000:]
+        raise RuntimeError(
+            f"replica {number} did not start (exit code {child.returncode}); it printed:\n{printed}"
+        )
+
+    def _spawn(self, number: int) -> tuple[subprocess.Popen[bytes], Path] | None:
         command = [
             sys.executable,
             "-m",
@@ -49,22 +92,17 @@ class Replicas:
             "--archive-url",
             self.database,
         ]
-        self.children[number] = subprocess.Popen(
-            command,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                httpx.get(f"{self.urls()[number]}/metrics", timeout=2)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"replica {number} did not start") from None
-                time.sleep(0.1)
-        self.down.discard(number)
+        log = Path(self.logs.name) / f"replica-{number}.log"
+        with self._spawning, log.open("wb") as printed:
+            if self.stopped:
+                return None
+            child = self.children[number] = subprocess.Popen(
+                command,
+                env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                stdout=printed,
+                stderr=subprocess.STDOUT,
+            )
+        return child, log
 
     def kill(self, number: int) -> None:
         child = self.children[number]
@@ -74,6 +112,8 @@ class Replicas:
             child.wait(timeout=30)
 
     def stop(self) -> None:
+        with self._spawning:
+            self.stopped = True
         for child in self.children:
             if child is not None and child.poll() is None:
                 child.terminate()

@@ -248,13 +248,23 @@ def run(
     upstream = Upstream()
     group: Replicas | None = None
 
+    restarted = threading.Event()
+    restart_failures: list[BaseException] = []
+
     def kill_and_restart(tag: str) -> None:
-        """Kill the replica serving ``tag`` (it waits for a note reply: mid-cut), restart it."""
+        """Kill the replica serving ``tag`` (it waits for a note reply: mid-cut), restart it.
+        Runs on the thread that reads the upstream's notes: a failure is kept for ``run`` to
+        raise, since an exception on that thread would reach no one."""
         assert group is not None
-        number = upstream.killed = upstream.routes.get(tag, 0)
-        group.kill(number)
-        time.sleep(1.0)
-        group.start(number)
+        try:
+            number = upstream.killed = upstream.routes.get(tag, 0)
+            group.kill(number)
+            time.sleep(1.0)
+            group.start(number)
+        except BaseException as failure:
+            restart_failures.append(failure)
+        finally:
+            restarted.set()
 
     kill_after = sessions * turns // 3 if kill else -1
     try:
@@ -265,6 +275,13 @@ def run(
             traffic, wall = asyncio.run(
                 drive(tags, turns, group.urls(), upstream_url, upstream, group)
             )
+            if upstream.killed is not None:  # the killed replica must be back before the audit
+                if not restarted.wait(timeout=300):
+                    raise RuntimeError("the killed replica was not restarted within 300 s")
+                if restart_failures:
+                    raise RuntimeError("the killed replica did not restart") from (
+                        restart_failures[0]
+                    )
             direct_traffic, direct_wall = (
                 asyncio.run(drive([f"d{t}" for t in tags], turns, None, upstream_url))
                 if direct

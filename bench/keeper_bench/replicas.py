@@ -48,35 +48,39 @@ class Replicas:
         (the port not yet free, say), it is started again, up to three times, and then the error
         carries what the child printed.
         """
+        why = ""
         for attempt in range(3):
+            if attempt:
+                time.sleep(1.0)
             spawned = self._spawn(number)
             if spawned is None:  # the group was stopped
                 return
             child, log = spawned
-            deadline = time.monotonic() + 120
-            while child.poll() is None and time.monotonic() < deadline and not self.stopped:
-                try:
-                    httpx.get(f"{self.urls()[number]}/metrics", timeout=2)
-                except httpx.TransportError:
-                    time.sleep(0.1)
-                    continue
+            if self._answers(number, child):
                 self.down.discard(number)
                 return
-            if self.stopped:  # the group was stopped while this replica started
-                if child.poll() is None:
-                    child.kill()
-                    child.wait(timeout=30)
-                return
-            if child.poll() is None:
+            if child.poll() is None:  # hung, or the group was stopped: no retry
                 child.kill()
                 child.wait(timeout=30)
+                if self.stopped:
+                    return
+            printed = log.read_text("utf-8", "replace")[-2000:]
+            why = f"exit code {child.returncode}; it printed:\n{printed}"
+            if child.returncode == -signal.SIGKILL:
                 break
-            if attempt < 2:
-                time.sleep(1.0)
-        printed = log.read_text("utf-8", "replace")[-2000:]
-        raise RuntimeError(
-            f"replica {number} did not start (exit code {child.returncode}); it printed:\n{printed}"
-        )
+        raise RuntimeError(f"replica {number} did not start: {why}")
+
+    def _answers(self, number: int, child: subprocess.Popen[bytes]) -> bool:
+        """Whether the replica answers within two minutes (False once it exits or on stop)."""
+        deadline = time.monotonic() + 120
+        while child.poll() is None and time.monotonic() < deadline and not self.stopped:
+            try:
+                httpx.get(f"{self.urls()[number]}/metrics", timeout=2)
+            except httpx.TransportError:
+                time.sleep(0.1)
+                continue
+            return True
+        return False
 
     def _spawn(self, number: int) -> tuple[subprocess.Popen[bytes], Path] | None:
         command = [

@@ -131,11 +131,29 @@ class _HttpxStream:
 
 
 class HttpxClient:
-    """httpx: any transport (``httpx.MockTransport`` in tests), or the network."""
+    """httpx: any transport (``httpx.MockTransport`` in tests), or the network.
+
+    Every upstream call goes to one or two URLs fixed at start-up, so each URL is parsed into an
+    ``httpx.URL`` once and every request is built straight from it, not through the client's
+    ``build_request`` (a URL merge, a header merge and a cookie merge on every call). With an
+    injected transport the request goes to it directly, past the client's auth, redirect and
+    cookie layers (none of which the proxy uses: one upstream connection serves every tenant, so
+    no cookie is kept, as with aiohttp); over the network it goes through ``client.send``, which
+    picks the proxy the environment names.
+    """
 
     def __init__(self, *, timeout: float, transport: httpx.AsyncBaseTransport | None = None):
         limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=64)
         self.client = httpx.AsyncClient(timeout=timeout, transport=transport, limits=limits)
+        self._transport = transport
+        self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
+        self._urls: dict[str, httpx.URL] = {}
+        self._defaults = [
+            (k.decode("latin-1"), k.lower().decode("latin-1"), v.decode("latin-1"))
+            for k, v in self.client.headers.raw
+        ]
+        """The client's own headers (``User-Agent``, ``Accept``...), which every request
+        carried when it was built by the client: they still go first."""
 
     @staticmethod
     def _reply(response: httpx.Response) -> HttpReply:
@@ -143,9 +161,34 @@ class HttpxClient:
             response.status_code, response.reason_phrase, response.headers, response.content
         )
 
+    def _request(self, url: str, content: bytes, headers: Mapping[str, str]) -> httpx.Request:
+        """A ``POST`` as ``client.build_request`` makes it; ``headers`` have lower-case names."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            parsed = self._urls.setdefault(url, httpx.URL(url))
+        given: list[tuple[str, str]]
+        given = [(k, v) for k, low, v in self._defaults if low not in headers]  # as merged
+        given += headers.items()
+        return httpx.Request(
+            "POST", parsed, headers=given, content=content, extensions=self._extensions
+        )
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """The response with its body not read yet (the caller reads and closes it)."""
+        if self._transport is None:
+            return await self.client.send(request, stream=True)
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        return response
+
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> HttpReply:
         try:
-            return self._reply(await self.client.post(url, content=content, headers=headers))
+            response = await self._send(self._request(url, content, headers))
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            return self._reply(response)
         except httpx.TransportError as exc:
             raise _httpx_failure(exc) from exc
 
@@ -154,8 +197,11 @@ class HttpxClient:
         self, url: str, content: bytes, headers: Mapping[str, str]
     ) -> AsyncIterator[StreamingReply]:
         try:
-            async with self.client.stream("POST", url, content=content, headers=headers) as got:
-                yield _HttpxStream(got)
+            response = await self._send(self._request(url, content, headers))
+            try:
+                yield _HttpxStream(response)
+            finally:
+                await response.aclose()
         except httpx.TransportError as exc:
             raise _httpx_failure(exc) from exc
 

@@ -1,0 +1,76 @@
+"""The httpx client builds each upstream request itself, from a URL parsed once: the upstream
+gets exactly what ``httpx.AsyncClient`` would have sent (method, URL, headers in their order
+and case, body, timeouts), a reply is read whole or line by line, and a failure of the
+transport is a :class:`TransportError` as before."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from keeper_middleware.integrations.proxy.upstream.http_clients import (
+    HttpxClient,
+    TransportError,
+)
+
+pytestmark = pytest.mark.anyio
+URL = "http://upstream.test:8011/v1/chat/completions"
+HEADERS = {"content-type": "application/json", "authorization": "Bearer k", "accept": "x/y"}
+
+
+def _seen(into: list[Any], reply: httpx.Response) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        into.append((request.method, str(request.url), request.headers.raw, request.content,
+                     request.extensions))  # fmt: skip
+        return reply
+
+    return httpx.MockTransport(handle)
+
+
+async def test_a_post_carries_what_the_client_itself_would_send() -> None:
+    seen: list[Any] = []
+    client = HttpxClient(timeout=7.0, transport=_seen(seen, httpx.Response(200, content=b"{}")))
+    for _ in range(2):  # the second from the URL already parsed
+        reply = await client.post(URL, b'{"a": 1}', HEADERS)
+        assert (reply.status, reply.reason, reply.body) == (200, "OK", b"{}")
+    await client.client.post(URL, content=b'{"a": 1}', headers=HEADERS)
+    assert seen[0] == seen[1] == seen[2]
+    names = [name for name, _ in seen[0][2]]
+    assert names.count(b"accept") == 1 and b"Accept" not in names  # a given header wins
+    await client.aclose()
+
+
+async def test_a_stream_is_read_line_by_line_and_closed() -> None:
+    closed: list[bool] = []
+
+    class Body(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            for chunk in (b"data: one\n\ndata: ", b"two\n\n"):
+                yield chunk
+
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    reply = httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Body())
+    client = HttpxClient(timeout=7.0, transport=_seen([], reply))
+    async with client.stream(URL, b"{}", HEADERS) as got:
+        assert (got.status, got.headers["content-type"]) == (200, "text/event-stream")
+        lines = [line async for line in got.lines()]
+    assert lines == ["data: one", "", "data: two", ""]
+    assert closed == [True]
+
+
+async def test_a_transport_failure_is_a_transport_error() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    client = HttpxClient(timeout=7.0, transport=httpx.MockTransport(refuse))
+    with pytest.raises(TransportError, match="ConnectError: refused") as caught:
+        await client.post(URL, b"{}", HEADERS)
+    assert not caught.value.timed_out
+    with pytest.raises(TransportError, match="ConnectError"):
+        async with client.stream(URL, b"{}", HEADERS):
+            pass

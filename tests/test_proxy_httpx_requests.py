@@ -33,14 +33,27 @@ def _seen(into: list[Any], reply: httpx.Response) -> httpx.MockTransport:
 async def test_a_post_carries_what_the_client_itself_would_send() -> None:
     seen: list[Any] = []
     client = HttpxClient(timeout=7.0, transport=_seen(seen, httpx.Response(200, content=b"{}")))
-    for _ in range(2):  # the second from the URL already parsed
-        reply = await client.post(URL, b'{"a": 1}', HEADERS)
+    for body in (b'{"a": 1}', b'{"a": 12}', b""):  # the second from the first's template
+        reply = await client.post(URL, body, HEADERS)
         assert (reply.status, reply.reason, reply.body) == (200, "OK", b"{}")
-    await client.client.post(URL, content=b'{"a": 1}', headers=HEADERS)
-    assert seen[0] == seen[1] == seen[2]
+        await client.client.post(URL, content=body, headers=HEADERS)
+    assert seen[0] == seen[1] and seen[2] == seen[3] and seen[4] == seen[5]
+    assert dict(seen[2][2])[b"Content-Length"] == b"9"
     names = [name for name, _ in seen[0][2]]
     assert names.count(b"accept") == 1 and b"Accept" not in names  # a given header wins
     await client.aclose()
+
+
+async def test_each_key_forwarded_is_sent_with_its_own_request() -> None:
+    seen: list[Any] = []
+    client = HttpxClient(timeout=7.0, transport=_seen(seen, httpx.Response(200, content=b"{}")))
+    for key in ("Bearer one", "Bearer two", "Bearer one"):
+        await client.post(URL, b"{}", {**HEADERS, "authorization": key})
+    assert [dict(raw)[b"authorization"] for _, _, raw, _, _ in seen] == [
+        b"Bearer one",
+        b"Bearer two",
+        b"Bearer one",
+    ]
 
 
 async def test_a_stream_is_read_line_by_line_and_closed() -> None:

@@ -108,6 +108,16 @@ def split_lines(pending: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
 
 
 # -- httpx --------------------------------------------------------------------------------------
+MAX_TEMPLATES = 1024
+"""Request templates kept (one per upstream URL and set of headers: per API key forwarded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    url: httpx.URL
+    headers: httpx.Headers
+
+
 def _httpx_failure(exc: httpx.TransportError) -> TransportError:
     return TransportError(
         f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc),
@@ -133,9 +143,11 @@ class _HttpxStream:
 class HttpxClient:
     """httpx: any transport (``httpx.MockTransport`` in tests), or the network.
 
-    Every upstream call goes to one or two URLs fixed at start-up, so each URL is parsed into an
-    ``httpx.URL`` once and every request is built straight from it, not through the client's
-    ``build_request`` (a URL merge, a header merge and a cookie merge on every call). With an
+    Every upstream call goes to one or two URLs fixed at start-up with the same few headers, so
+    the client's ``build_request`` (a URL parse and merge, a header merge and normalization, a
+    cookie merge) runs once for each URL and set of headers, and every request is made from
+    that template with its own body and ``Content-Length``, byte for byte as the client makes
+    it. With an
     injected transport the request goes to it directly, past the client's auth, redirect and
     cookie layers (none of which the proxy uses: one upstream connection serves every tenant, so
     no cookie is kept, as with aiohttp); over the network it goes through ``client.send``, which
@@ -147,13 +159,7 @@ class HttpxClient:
         self.client = httpx.AsyncClient(timeout=timeout, transport=transport, limits=limits)
         self._transport = transport
         self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
-        self._urls: dict[str, httpx.URL] = {}
-        self._defaults = [
-            (k.decode("latin-1"), k.lower().decode("latin-1"), v.decode("latin-1"))
-            for k, v in self.client.headers.raw
-        ]
-        """The client's own headers (``User-Agent``, ``Accept``...), which every request
-        carried when it was built by the client: they still go first."""
+        self._templates: dict[tuple[str, tuple[tuple[str, str], ...]], _Template] = {}
 
     @staticmethod
     def _reply(response: httpx.Response) -> HttpReply:
@@ -161,17 +167,34 @@ class HttpxClient:
             response.status_code, response.reason_phrase, response.headers, response.content
         )
 
+    def _template(self, url: str, headers: Mapping[str, str]) -> _Template:
+        """The URL parsed and the headers merged and normalized, as ``client.build_request``
+        does, for a ``POST`` to ``url`` with ``headers`` (what varies is the body's length)."""
+        key = (url, tuple(headers.items()))
+        template = self._templates.get(key)
+        if template is None:
+            if len(self._templates) >= MAX_TEMPLATES:  # as many as keys forwarded, at most
+                self._templates.clear()
+            built = self.client.build_request("POST", url, headers=headers, content=b"{}")
+            template = self._templates[key] = _Template(built.url, built.headers)
+        return template
+
     def _request(self, url: str, content: bytes, headers: Mapping[str, str]) -> httpx.Request:
-        """A ``POST`` as ``client.build_request`` makes it; ``headers`` have lower-case names."""
-        parsed = self._urls.get(url)
-        if parsed is None:
-            parsed = self._urls.setdefault(url, httpx.URL(url))
-        given: list[tuple[str, str]]
-        given = [(k, v) for k, low, v in self._defaults if low not in headers]  # as merged
-        given += headers.items()
-        return httpx.Request(
-            "POST", parsed, headers=given, content=content, extensions=self._extensions
+        """A ``POST`` exactly as ``client.build_request`` makes it, from a template."""
+        if not content:  # no Content-Length to put in the template's place for it
+            return self.client.build_request("POST", url, headers=headers, content=content)
+        template = self._template(url, headers)
+        merged = httpx.Headers(template.headers)
+        merged["Content-Length"] = str(len(content))  # in the template's place for it
+        request = httpx.Request(
+            "POST",
+            template.url,
+            headers=merged,
+            stream=httpx.ByteStream(content),
+            extensions=self._extensions,
         )
+        request.read()  # the body is held, as a request built with ``content`` holds it
+        return request
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         """The response with its body not read yet (the caller reads and closes it)."""

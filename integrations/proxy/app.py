@@ -27,7 +27,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from keeper_middleware.config import KeeperConfig, ThinkingPolicy
@@ -48,7 +48,6 @@ from keeper_middleware.integrations.proxy.conversation.chat_request import parse
 from keeper_middleware.integrations.proxy.conversation.form import RequestError, error_body
 from keeper_middleware.integrations.proxy.doors.dispatch import ProxyApp, read_json
 from keeper_middleware.integrations.proxy.doors.errors import JsonReply
-from keeper_middleware.integrations.proxy.doors.event_stream import EventStream
 from keeper_middleware.integrations.proxy.doors.routes import FrontDoors
 from keeper_middleware.integrations.proxy.sessions.engine import Answer, KeeperProxy
 from keeper_middleware.integrations.proxy.sessions.metrics import SessionCounters, metrics_registry
@@ -477,7 +476,7 @@ async def _stream(
             _RUNNING.add(task)
             task.add_done_callback(_RUNNING.discard)
 
-    return EventStream(
+    return StreamingResponse(
         events(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
     )
 

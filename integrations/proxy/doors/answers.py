@@ -10,13 +10,12 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
 from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY, ChatRequest
 from keeper_middleware.integrations.proxy.conversation.wire import ToolNames, item_id
 from keeper_middleware.integrations.proxy.doors.errors import Failure, failure_of
-from keeper_middleware.integrations.proxy.doors.event_stream import EventStream
 from keeper_middleware.integrations.proxy.messages.client_events import MessagesWriter
 from keeper_middleware.integrations.proxy.messages.replies import (
     message_blocks,
@@ -234,6 +233,6 @@ async def stream_answer(
             _RUNNING.add(task)
             task.add_done_callback(_RUNNING.discard)
 
-    return EventStream(
+    return StreamingResponse(
         events(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
     )

@@ -87,3 +87,15 @@ async def test_a_transport_failure_is_a_transport_error() -> None:
     with pytest.raises(TransportError, match="ConnectError"):
         async with client.stream(URL, b"{}", HEADERS):
             pass
+
+
+async def test_no_cookie_of_the_upstream_is_kept() -> None:
+    seen: list[Any] = []
+    set_cookie = httpx.Response(200, content=b"{}", headers={"set-cookie": "tenant=a; Path=/"})
+    client = HttpxClient(timeout=7.0, transport=_seen(seen, set_cookie))
+    await client.client.post(URL, content=b"{}", headers=HEADERS)  # the client's own path
+    await client.post(URL, b"{}", HEADERS)
+    assert not client.client.cookies
+    assert all(
+        b"cookie" not in dict(raw) and b"Cookie" not in dict(raw) for _, _, raw, _, _ in seen
+    )

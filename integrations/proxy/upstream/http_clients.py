@@ -15,6 +15,7 @@ stream that keeps sending is never cut.
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -157,6 +158,9 @@ class HttpxClient:
     def __init__(self, *, timeout: float, transport: httpx.AsyncBaseTransport | None = None):
         limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=64)
         self.client = httpx.AsyncClient(timeout=timeout, transport=transport, limits=limits)
+        # no cookie is ever kept (one connection serves every tenant; a template would keep
+        # whatever the jar held when it was made)
+        self.client.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         self._transport = transport
         self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
         self._templates: dict[tuple[str, tuple[tuple[str, str], ...]], _Template] = {}

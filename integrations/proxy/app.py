@@ -47,6 +47,7 @@ from keeper_middleware.integrations.proxy.chat_completions.streams import (
 from keeper_middleware.integrations.proxy.conversation.chat_request import parse_chat_request
 from keeper_middleware.integrations.proxy.conversation.form import RequestError, error_body
 from keeper_middleware.integrations.proxy.doors.dispatch import ProxyApp, read_json
+from keeper_middleware.integrations.proxy.doors.errors import JsonReply
 from keeper_middleware.integrations.proxy.doors.routes import FrontDoors
 from keeper_middleware.integrations.proxy.sessions.engine import Answer, KeeperProxy
 from keeper_middleware.integrations.proxy.sessions.metrics import SessionCounters, metrics_registry
@@ -89,7 +90,7 @@ class _RefusedError(Exception):
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+    return JsonReply(body, status, headers)
 
 
 def _error(

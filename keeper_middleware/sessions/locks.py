@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
+from contextvars import ContextVar, Token
 from typing import Protocol, runtime_checkable
 
 from keeper_middleware.errors import ArchiveError, ConfigurationError
@@ -77,26 +77,13 @@ class SessionLocks:
             _HELD.reset(token)
             self._give_back(session)
 
-    @asynccontextmanager
-    async def ahold(self, session: str) -> AsyncIterator[bool]:
-        """``hold`` for asyncio: waiting never blocks the event loop."""
-        if self.held(session):
-            yield False
-            return
-        deadline = time.monotonic() + self.timeout
-        pause = _FIRST_PAUSE
-        while not await self._atry_take(session):
-            pause = self._wait_or_fail(session, deadline, pause)
-            await asyncio.sleep(pause)
-        token = _HELD.set(_HELD.get() | {(id(self), session)})
-        try:
-            yield True
-        finally:
-            _HELD.reset(token)
-            if self.backend is None:
-                self._give_back(session)
-            else:
-                await asyncio.to_thread(self._give_back, session)
+    def ahold(
+        self, session: str, taken: Callable[[str], None] | None = None
+    ) -> AbstractAsyncContextManager[bool]:
+        """``hold`` for asyncio: waiting never blocks the event loop. Entering gives True when
+        this call took the session, False when already held; ``taken(session)`` is called
+        when it took it (before the body runs)."""
+        return _AsyncHold(self, session, taken)
 
     def _wait_or_fail(self, session: str, deadline: float, pause: float) -> float:
         if time.monotonic() >= deadline:
@@ -145,3 +132,45 @@ class SessionLocks:
     def _release_local(self, session: str) -> None:
         with self._mutex:
             self._busy.discard(session)
+
+
+class _AsyncHold(AbstractAsyncContextManager[bool]):
+    """:meth:`SessionLocks.ahold`: a plain object rather than an ``asynccontextmanager``
+    generator, whose machinery costs more than the hold itself (every proxy request takes its
+    session once)."""
+
+    __slots__ = ("_locks", "_session", "_taken", "_token")
+
+    def __init__(
+        self, locks: SessionLocks, session: str, taken: Callable[[str], None] | None
+    ) -> None:
+        self._locks, self._session, self._taken = locks, session, taken
+        self._token: Token[frozenset[tuple[int, str]]] | None = None
+
+    async def __aenter__(self) -> bool:
+        locks, session = self._locks, self._session
+        if locks.held(session):
+            return False
+        deadline = time.monotonic() + locks.timeout
+        pause = _FIRST_PAUSE
+        while not await locks._atry_take(session):
+            pause = locks._wait_or_fail(session, deadline, pause)
+            await asyncio.sleep(pause)
+        self._token = _HELD.set(_HELD.get() | {(id(locks), session)})
+        if self._taken is not None:
+            try:
+                self._taken(session)
+            except BaseException:
+                await self.__aexit__()
+                raise
+        return True
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        token, self._token = self._token, None
+        if token is None:  # it was held already: nothing taken here
+            return
+        _HELD.reset(token)
+        if self._locks.backend is None:
+            self._locks._give_back(self._session)
+        else:
+            await asyncio.to_thread(self._locks._give_back, self._session)

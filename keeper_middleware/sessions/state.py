@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    contextmanager,
+    nullcontext,
+)
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -79,13 +84,9 @@ class SessionState:
                 self._forget_counters(session)
             yield
 
-    @asynccontextmanager
-    async def ahold(self, session: str) -> AsyncIterator[None]:
+    def ahold(self, session: str) -> AbstractAsyncContextManager[bool]:
         """:meth:`hold` for asyncio: waiting never blocks the event loop."""
-        async with self.locks.ahold(session) as took:
-            if took:
-                self._forget_counters(session)
-            yield
+        return self.locks.ahold(session, self._forget_counters)
 
     def _forget_counters(self, session: str) -> None:
         """Drop what this process remembers of a session: another process may have moved it on

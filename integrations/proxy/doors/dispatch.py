@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
@@ -73,20 +73,37 @@ async def _serve(endpoint: Endpoint, scope: Scope, receive: Receive, send: Send)
 async def read_json(request: Request, limit: int) -> object:
     """The request's body parsed once (orjson), refused past ``limit`` bytes.
 
+    The body is taken from the server's messages directly, as ``Request.stream`` takes it (a
+    disconnect before its end raises ``ClientDisconnect``), without an async generator.
+
     Raises:
         RequestError: the body is larger than ``limit`` (413) or not valid JSON (400).
+        ClientDisconnect: the client hung up before the body's end.
     """
     declared = request.headers.get("content-length", "")
-    too_big = f"The request is larger than {limit} bytes (the proxy's --max-body-mb)."
     if declared.isdigit() and int(declared) > limit:
-        raise RequestError(too_big, status=413)
-    size, chunks = 0, []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(too_big, status=413)
-        chunks.append(chunk)
+        raise _too_big(limit)
+    receive, size, chunks = request.receive, 0, []
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_big(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        elif kind == "http.disconnect":
+            raise ClientDisconnect()
     try:
-        return orjson.loads(b"".join(chunks))
+        return orjson.loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
     except orjson.JSONDecodeError as exc:
         raise RequestError(f"The request body is not valid JSON: {exc}.") from exc
+
+
+def _too_big(limit: int) -> RequestError:
+    return RequestError(
+        f"The request is larger than {limit} bytes (the proxy's --max-body-mb).", status=413
+    )

@@ -24,7 +24,7 @@ from keeper_middleware.integrations.proxy.upstream.client import (
     retry_after_header,
 )
 
-__all__ = ["Failure", "failure_of", "json_response"]
+__all__ = ["Failure", "JsonReply", "failure_of", "json_response"]
 
 _log = logging.getLogger(__name__)
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -56,10 +56,46 @@ class Failure:
         )
 
 
+class JsonReply(Response):
+    """``orjson.dumps(body)`` as ``application/json``: the status, headers and bytes that
+    ``Response(orjson.dumps(body), status, headers, media_type="application/json")`` sends,
+    built straight (every answer of the proxy is one; Starlette's general path renders the
+    content and merges the headers in a dozen calls).
+
+    Args:
+        body: the JSON value.
+        status: the HTTP status.
+        headers: headers sent before ``content-length`` and ``content-type``.
+    """
+
+    media_type = "application/json"
+
+    def __init__(
+        self, body: Any, status: int = 200, headers: Mapping[str, str] | None = None
+    ) -> None:
+        content = orjson.dumps(body)
+        if headers:
+            raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+            plain = _PLAIN.isdisjoint(k for k, _ in raw)
+        else:
+            raw, plain = [], True
+        if not plain or status < 200 or status in (204, 304):  # Starlette's own rules then
+            super().__init__(content, status, dict(headers or {}), media_type=self.media_type)
+            return
+        self.status_code, self.body, self.background = status, content, None
+        raw.append((b"content-length", b"%d" % len(content)))
+        raw.append(_JSON_TYPE)
+        self.raw_headers = raw
+
+
+_PLAIN = frozenset((b"content-length", b"content-type"))
+_JSON_TYPE = (b"content-type", b"application/json")
+
+
 def json_response(
     body: Any, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
-    return Response(orjson.dumps(body), status, dict(headers or {}), media_type="application/json")
+    return JsonReply(body, status, headers)
 
 
 def failure_of(exc: BaseException, session: str, retry: RetryPolicy) -> Failure:

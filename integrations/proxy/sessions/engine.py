@@ -180,7 +180,7 @@ class KeeperProxy:
         if isinstance(self.store, ArchiveSessionStore) and self.store.also is not None:
             # the keeper's counters go with the request's own save: one transaction
             saving = self.keeper.sessions.saving_later(session)
-        async with self.keeper.asession(session):
+        async with self.keeper.sessions.ahold(session):  # Keeper.asession, one layer less
             with saving:
                 turn = shape_turn(
                     session,

@@ -15,6 +15,7 @@ stream that keeps sending is never cut.
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -108,6 +109,16 @@ def split_lines(pending: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
 
 
 # -- httpx --------------------------------------------------------------------------------------
+MAX_TEMPLATES = 1024
+"""Request templates kept (one per upstream URL and set of headers: per API key forwarded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    url: httpx.URL
+    headers: httpx.Headers
+
+
 def _httpx_failure(exc: httpx.TransportError) -> TransportError:
     return TransportError(
         f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc),
@@ -131,11 +142,28 @@ class _HttpxStream:
 
 
 class HttpxClient:
-    """httpx: any transport (``httpx.MockTransport`` in tests), or the network."""
+    """httpx: any transport (``httpx.MockTransport`` in tests), or the network.
+
+    Every upstream call goes to one or two URLs fixed at start-up with the same few headers, so
+    the client's ``build_request`` (a URL parse and merge, a header merge and normalization, a
+    cookie merge) runs once for each URL and set of headers, and every request is made from
+    that template with its own body and ``Content-Length``, byte for byte as the client makes
+    it. With an
+    injected transport the request goes to it directly, past the client's auth, redirect and
+    cookie layers (none of which the proxy uses: one upstream connection serves every tenant, so
+    no cookie is kept, as with aiohttp); over the network it goes through ``client.send``, which
+    picks the proxy the environment names.
+    """
 
     def __init__(self, *, timeout: float, transport: httpx.AsyncBaseTransport | None = None):
         limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=64)
         self.client = httpx.AsyncClient(timeout=timeout, transport=transport, limits=limits)
+        # no cookie is ever kept (one connection serves every tenant; a template would keep
+        # whatever the jar held when it was made)
+        self.client.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        self._transport = transport
+        self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
+        self._templates: dict[tuple[str, tuple[tuple[str, str], ...]], _Template] = {}
 
     @staticmethod
     def _reply(response: httpx.Response) -> HttpReply:
@@ -143,9 +171,51 @@ class HttpxClient:
             response.status_code, response.reason_phrase, response.headers, response.content
         )
 
+    def _template(self, url: str, headers: Mapping[str, str]) -> _Template:
+        """The URL parsed and the headers merged and normalized, as ``client.build_request``
+        does, for a ``POST`` to ``url`` with ``headers`` (what varies is the body's length)."""
+        key = (url, tuple(headers.items()))
+        template = self._templates.get(key)
+        if template is None:
+            if len(self._templates) >= MAX_TEMPLATES:  # as many as keys forwarded, at most
+                self._templates.clear()
+            built = self.client.build_request("POST", url, headers=headers, content=b"{}")
+            template = self._templates[key] = _Template(built.url, built.headers)
+        return template
+
+    def _request(self, url: str, content: bytes, headers: Mapping[str, str]) -> httpx.Request:
+        """A ``POST`` exactly as ``client.build_request`` makes it, from a template."""
+        if not content:  # no Content-Length to put in the template's place for it
+            return self.client.build_request("POST", url, headers=headers, content=content)
+        template = self._template(url, headers)
+        merged = httpx.Headers(template.headers)
+        merged["Content-Length"] = str(len(content))  # in the template's place for it
+        request = httpx.Request(
+            "POST",
+            template.url,
+            headers=merged,
+            stream=httpx.ByteStream(content),
+            extensions=self._extensions,
+        )
+        request.read()  # the body is held, as a request built with ``content`` holds it
+        return request
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """The response with its body not read yet (the caller reads and closes it)."""
+        if self._transport is None:
+            return await self.client.send(request, stream=True)
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        return response
+
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> HttpReply:
         try:
-            return self._reply(await self.client.post(url, content=content, headers=headers))
+            response = await self._send(self._request(url, content, headers))
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            return self._reply(response)
         except httpx.TransportError as exc:
             raise _httpx_failure(exc) from exc
 
@@ -154,8 +224,11 @@ class HttpxClient:
         self, url: str, content: bytes, headers: Mapping[str, str]
     ) -> AsyncIterator[StreamingReply]:
         try:
-            async with self.client.stream("POST", url, content=content, headers=headers) as got:
-                yield _HttpxStream(got)
+            response = await self._send(self._request(url, content, headers))
+            try:
+                yield _HttpxStream(response)
+            finally:
+                await response.aclose()
         except httpx.TransportError as exc:
             raise _httpx_failure(exc) from exc
 

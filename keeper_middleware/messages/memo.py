@@ -122,12 +122,14 @@ class SameMessageMemo(Generic[V]):
             ref = weakref.ref(message, forget)
         except TypeError:  # an object that cannot be referenced weakly is not remembered
             return
-        with self._lock:
-            if len(known) >= self._most:
-                log.debug("message memo full (%d messages): starting afresh", len(known))
-                known.clear()
-            getter = _getter(type(message))
-            known[key] = (ref, getter, _copy(getter(message.__dict__)), value)
+        if len(known) >= self._most:
+            with self._lock:
+                if len(known) >= self._most:
+                    log.debug("message memo full (%d messages): starting afresh", len(known))
+                    known.clear()
+        getter = _GETTERS.get(type(message)) or _getter(type(message))
+        # one dict assignment (atomic): no lock needed beside the rare clearing above
+        known[key] = (ref, getter, _copy(getter(message.__dict__)), value)
 
     def __len__(self) -> int:
         return len(self._known)

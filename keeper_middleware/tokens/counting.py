@@ -214,11 +214,15 @@ class _TextMemo:
         self._lock = threading.Lock()
 
     def get(self, text: str) -> int | None:
-        with self._lock:
-            found = self._known.get(text)
-            if found is not None:
+        # without the lock: each of these is one operation of the C ``OrderedDict`` (atomic
+        # under the interpreter lock), and a text dropped in between is simply not moved
+        found = self._known.get(text)
+        if found is not None:
+            try:
                 self._known.move_to_end(text)
-            return found
+            except KeyError:  # dropped by another thread in between: nothing to move
+                return found
+        return found
 
     def put(self, text: str, value: int) -> None:
         if len(text) > self.chars or not self.size:

@@ -63,8 +63,8 @@ class StoredList:
     def to_json(self) -> dict[str, Any]:
         return {
             "size": self.size,
-            "runs": [list(run) for run in self.runs],
-            "pieces": [list(piece) for piece in self.pieces],
+            "runs": list(map(list, self.runs)),
+            "pieces": list(map(list, self.pieces)),
         }
 
     @classmethod

@@ -67,6 +67,10 @@ class WindowPolicy:
     config: KeeperConfig
     tokens: TokenCounter
     detector: QuestionDetector
+    unchanged_in_place: bool = False
+    """The caller never changes a message in place once a step has seen it
+    (:class:`~keeper_middleware.step.known.LastEntries`): what was worked out of a message is
+    then kept by the object alone, with no copy of its fields to compare."""
     _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Sizes that are the same for every request of this keeper (the note request's)."""
     _setups: list[tuple[ModelSetup, tuple[int, int]]] = field(
@@ -78,6 +82,10 @@ class WindowPolicy:
     )
     """What earlier steps worked out of each message still in view (kind, size, question), so a
     step classifies only its new messages (:mod:`~keeper_middleware.messages.memo`)."""
+
+    def __post_init__(self) -> None:
+        if self.unchanged_in_place:
+            object.__setattr__(self, "_facts", SameMessageMemo(same_objects=True))
 
     def classify(self, messages: Sequence[BaseMessage], known: Sequence[Entry] = ()) -> list[Entry]:
         """The step's entries of ``messages`` (those in ``known`` reused for the same message,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
@@ -75,15 +76,17 @@ class Entry:
             found = self.facts["question"] = self.detector.is_question(self.message)
         return found
 
-    @property
+    # read many times a step (the window's decisions ask every message): worked out once, then
+    # an attribute of the entry (an entry's message never changes: a changed one gets a new entry)
+    @cached_property
     def id(self) -> str:
         return str(self.message.id)
 
-    @property
+    @cached_property
     def is_system(self) -> bool:
         return isinstance(self.message, SystemMessage)
 
-    @property
+    @cached_property
     def is_tool_result(self) -> bool:
         return isinstance(self.message, ToolMessage)
 

@@ -106,6 +106,10 @@ TokenCounterSpec: TypeAlias = (
 a ``TokenCounter``, a LangChain chat model, or a function from messages to a count."""
 
 
+_ARGS_JSON = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(args, ensure_ascii=False)`` without making an encoder for each tool call."""
+
+
 def message_parts(message: BaseMessage) -> tuple[list[str], int, int]:
     """Every text a message sends, its number of images and of tool calls.
 
@@ -131,14 +135,14 @@ def message_parts(message: BaseMessage) -> tuple[list[str], int, int]:
     for call in calls:
         args = call.get("args")
         parts.append(str(call.get("name") or ""))
-        parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        parts.append(args if isinstance(args, str) else _ARGS_JSON.encode(args))
         parts.append(str(call.get("id") or ""))
     if isinstance(message, ToolMessage):
         parts.append(message.tool_call_id)
     reasoning = message.additional_kwargs.get("reasoning_content")
     if isinstance(reasoning, str):
         parts.append(reasoning)
-    return [p for p in parts if p], images, len(calls)
+    return list(filter(None, parts)), images, len(calls)
 
 
 _TOOLS_SEEN: dict[tuple[int, ...], tuple[Sequence[dict[str, Any]], str]] = {}

@@ -65,7 +65,7 @@ class Entry:
         """The message's size alone, by the configured counter."""
         found: int | None = self.facts.get("tokens")
         if found is None:
-            found = self.facts["tokens"] = self.counter.count_messages([self.message])
+            found = self.facts["tokens"] = self.counter.count_messages((self.message,))
         return found
 
     @property

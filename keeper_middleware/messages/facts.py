@@ -299,6 +299,8 @@ def storable_args(value: Any) -> Any:
 
 def with_storable_calls(message: AIMessage) -> AIMessage:
     """``message`` with every tool call's arguments made storable (the same object if they were)."""
+    if not message.tool_calls:
+        return message
     calls = [{**call, "args": storable_args(call["args"])} for call in message.tool_calls]
     if calls == list(message.tool_calls):
         return message

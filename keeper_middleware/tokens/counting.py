@@ -308,7 +308,7 @@ class ApproximateTokenCounter:
     def count_messages(
         self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
     ) -> int:
-        total = sum(self.count_message(message) for message in messages)
+        total = sum(map(self.count_message, messages))
         return total + (self.count_text(_tools_json(tools)) if tools else 0)
 
 

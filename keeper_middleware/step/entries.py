@@ -43,6 +43,12 @@ class Entry:
     """The answers worked out so far (shared with the entries of the same unchanged message in
     later steps, through a memo: they hold no reference to the message)."""
 
+    def __post_init__(self) -> None:
+        # what every decision asks, set once as attributes (``id`` and ``is_system`` below are
+        # then never computed); a frozen dataclass's fields are set the same way
+        message = self.message
+        self.__dict__.update(id=str(message.id), is_system=isinstance(message, SystemMessage))
+
     @property
     def kind(self) -> str | None:
         """The kind of a keeper-authored message ("notes", "rules", ...); None for others'."""
@@ -175,7 +181,14 @@ def _entry(
     """``Entry(message, counter, detector, facts)`` without the frozen dataclass's field-by-field
     ``__init__`` (a step makes one for every message in view: a third of classifying them)."""
     entry = object.__new__(Entry)
-    entry.__dict__.update(message=message, counter=counter, detector=detector, facts=facts)
+    entry.__dict__.update(
+        message=message,
+        counter=counter,
+        detector=detector,
+        facts=facts,
+        id=str(message.id),
+        is_system=isinstance(message, SystemMessage),
+    )
     return entry
 
 

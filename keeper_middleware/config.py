@@ -163,6 +163,12 @@ class KeeperConfig:
     ``KeeperMiddleware``, the pre-model hook), ``"window_with_keeper"`` for a ``KeeperNode``
     before a model node of your own, which reads ``state["messages"]``."""
 
+    _sizes: tuple[int, int, int, int, int] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """(reserve, budget, message_tokens, notes_tokens, notes_threshold), worked out once the
+    fields are checked: a step reads them dozens of times, and they never change."""
+
     def __post_init__(self) -> None:
         _check_int("window", self.window, minimum=1024, fix="tokens")
         if self.reply_reserve is not None:
@@ -258,10 +264,20 @@ class KeeperConfig:
             raise ConfigurationError("max_rules must be 0 or more (0: the NOTES keep no rules)")
         object.__setattr__(self, "item_tools", tuple(self.item_tools))
         object.__setattr__(self, "question_patterns", tuple(self.question_patterns))
+        sizes = (
+            self.reserve,
+            self.budget,
+            self.message_tokens,
+            self.notes_tokens,
+            self.notes_threshold,
+        )
+        object.__setattr__(self, "_sizes", sizes)
 
     @property
     def reserve(self) -> int:
         """The reply reserve in tokens: ``reply_reserve``, or the one scaled to the window."""
+        if self._sizes is not None:
+            return self._sizes[0]
         if self.reply_reserve is not None:
             return self.reply_reserve
         return scaled_reply_reserve(self.window)
@@ -269,11 +285,15 @@ class KeeperConfig:
     @property
     def budget(self) -> int:
         """The largest request the keeper lets through."""
+        if self._sizes is not None:
+            return self._sizes[1]
         return self.window - self.reserve
 
     @property
     def message_tokens(self) -> int:
         """The most one message may take in view, in tokens (``message_limit`` resolved)."""
+        if self._sizes is not None:
+            return self._sizes[2]
         return resolve_size(self.message_limit, self.budget, name="message_limit")
 
     @property
@@ -284,6 +304,8 @@ class KeeperConfig:
     @property
     def notes_tokens(self) -> int:
         """The NOTES budget in tokens."""
+        if self._sizes is not None:
+            return self._sizes[3]
         if self.notes_budget is None:
             default = max(512, int(self.budget * DEFAULT_NOTES_FRACTION))
             return min(default, self.notes_threshold // 4)
@@ -292,6 +314,8 @@ class KeeperConfig:
     @property
     def notes_threshold(self) -> int:
         """Request size (tokens) at which notes are taken."""
+        if self._sizes is not None:
+            return self._sizes[4]
         return resolve_size(self.notes_at, self.budget, name="notes_at")
 
 

@@ -234,7 +234,9 @@ class Keeper:
         )
         self.sessions = SessionState(self.archive, self.locks)
         self.starts = StartWarnings(self.archive)
-        self.window = WindowPolicy(self.config, self.tokens, self.detector)
+        self.window = WindowPolicy(
+            self.config, self.tokens, self.detector, unchanged_in_place=unchanged_in_place
+        )
         self.dialogue = NoteDialogue(self.config, self.tokens, self.checks, self.detector)
         self.branches = Branches(self.archive, self._index_retrievers, self.config.passages)
         self.oversized = OversizedMessages(

@@ -63,8 +63,8 @@ class StoredList:
     def to_json(self) -> dict[str, Any]:
         return {
             "size": self.size,
-            "runs": [list(run) for run in self.runs],
-            "pieces": [list(piece) for piece in self.pieces],
+            "runs": list(map(list, self.runs)),
+            "pieces": list(map(list, self.pieces)),
         }
 
     @classmethod
@@ -117,10 +117,13 @@ def store_list(
         writes: where the full chunks to write are added (key to stored form).
         stored: the stored form of entries ``start:end`` of ``after``.
     """
-    size, before_full = before.size, before.full
+    size, before_runs = before.size, before.runs
+    before_full = sum(map(_second, before_runs))  # ``before.full``
     length = size * before_full + sum(map(_first, before.pieces))  # ``before.length``
     common = _common(before.columns, after, length)
-    full = min(common // size, before_full)
+    full = common // size
+    if full > before_full:
+        full = before_full
     pieces: list[tuple[int, int]] = []
     end = full * size
     if full == before_full:
@@ -129,7 +132,8 @@ def store_list(
                 break
             pieces.append((count, made))
             end += count
-    runs = _first_runs(before.runs, full)
+    # every full chunk kept (most saves): the runs as they were
+    runs = list(before_runs) if full == before_full else _first_runs(before_runs, full)
     total = len(after[0])
     start = end
     if total > end:

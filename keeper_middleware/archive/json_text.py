@@ -22,6 +22,9 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 each value (a save writes several)."""
 
 
+_KEY = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
 class JSONText(str):
     """A value already written as JSON text, exactly as :func:`value_text` writes it."""
 
@@ -47,9 +50,8 @@ def list_text(texts: Iterable[str]) -> JSONText:
 
 def dict_text(texts: Mapping[str, str]) -> JSONText:
     """The text of a mapping whose values' texts are ``texts``, keys in their order."""
-    return JSONText(
-        "{" + ", ".join(f"{_ENCODER.encode(key)}: {text}" for key, text in texts.items()) + "}"
-    )
+    # ``encode_basestring`` is what the encoder writes a string key with (``ensure_ascii=False``)
+    return JSONText("{" + ", ".join([f"{_KEY(key)}: {text}" for key, text in texts.items()]) + "}")
 
 
 def takes_json_text(store: object) -> bool:

@@ -113,12 +113,14 @@ def is_input(message: BaseMessage) -> bool:
 def reasoning_of(message: BaseMessage) -> str:
     """Reasoning text a reply carried, wherever the provider put it."""
     found: list[str] = []
-    for key in _REASONING_KEYS:
-        value = message.additional_kwargs.get(key)
+    extra = message.additional_kwargs
+    for key in _REASONING_KEYS if extra else ():
+        value = extra.get(key)
         if isinstance(value, str) and value:
             found.append(value)
     if isinstance(message.content, str):
-        found.extend(m.group(0) for m in _THINK_BLOCK.finditer(message.content))
+        if "<think>" in message.content:  # a block needs its opening tag
+            found.extend(m.group(0) for m in _THINK_BLOCK.finditer(message.content))
     else:
         for part in message.content:
             if isinstance(part, dict) and part.get("type") in ("reasoning", "thinking"):
@@ -297,6 +299,8 @@ def storable_args(value: Any) -> Any:
 
 def with_storable_calls(message: AIMessage) -> AIMessage:
     """``message`` with every tool call's arguments made storable (the same object if they were)."""
+    if not message.tool_calls:
+        return message
     calls = [{**call, "args": storable_args(call["args"])} for call in message.tool_calls]
     if calls == list(message.tool_calls):
         return message

@@ -61,10 +61,17 @@ _GETTERS: dict[type, _Getter] = {}
 def _copy(value: Any) -> Any:
     """A copy of JSON-like data deep enough that changing the original in place shows
     (strings are kept as they are: they cannot change)."""
-    if type(value) in _ATOMS:  # most values: answered before the containers are asked
+    kind = type(value)
+    if kind in _ATOMS:  # most values: answered before the containers are asked
         return value
     # the atoms inside are kept without a call each (most of a message's values are atoms)
     atoms = _ATOMS
+    if kind is dict or kind is list:  # the usual containers, an empty one made at C speed
+        if not value:
+            return kind()
+        if kind is dict:
+            return {k: v if type(v) in atoms else _copy(v) for k, v in value.items()}
+        return [v if type(v) in atoms else _copy(v) for v in value]
     if isinstance(value, dict):
         return {k: v if type(v) in atoms else _copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -92,17 +99,28 @@ def _getter(kind: type[BaseMessage]) -> _Getter:
 
 
 class SameMessageMemo(Generic[V]):
-    """One value per live, unchanged message object; safe to share between threads."""
+    """One value per live, unchanged message object; safe to share between threads.
 
-    def __init__(self, most: int = _MOST) -> None:
+    ``same_objects``: the caller never changes a message in place once it was put here (it
+    makes a changed copy instead, as keeper-proxy does): then the object itself is the message,
+    and no copy of its fields is taken or compared."""
+
+    def __init__(self, most: int = _MOST, *, same_objects: bool = False) -> None:
         self._most = most
-        self._known: dict[int, tuple[weakref.ref[BaseMessage], _Getter, tuple[Any, ...], V]] = {}
+        self._same_objects = same_objects
+        self._known: dict[
+            int, tuple[weakref.ref[BaseMessage], _Getter | None, tuple[Any, ...], V]
+        ] = {}
         self._lock = threading.Lock()
 
     def get(self, message: BaseMessage) -> V | None:
         """The value kept for this very object, if it has not changed since; else None."""
         found = self._known.get(id(message))
-        if found is None or found[0]() is not message or found[1](message.__dict__) != found[2]:
+        if (
+            found is None
+            or found[0]() is not message
+            or (found[1] is not None and found[1](message.__dict__) != found[2])
+        ):
             return None
         return found[3]
 
@@ -122,12 +140,17 @@ class SameMessageMemo(Generic[V]):
             ref = weakref.ref(message, forget)
         except TypeError:  # an object that cannot be referenced weakly is not remembered
             return
-        with self._lock:
-            if len(known) >= self._most:
-                log.debug("message memo full (%d messages): starting afresh", len(known))
-                known.clear()
-            getter = _getter(type(message))
-            known[key] = (ref, getter, _copy(getter(message.__dict__)), value)
+        if len(known) >= self._most:
+            with self._lock:
+                if len(known) >= self._most:
+                    log.debug("message memo full (%d messages): starting afresh", len(known))
+                    known.clear()
+        # one dict assignment (atomic): no lock needed beside the rare clearing above
+        if self._same_objects:
+            known[key] = (ref, None, (), value)
+            return
+        getter = _GETTERS.get(type(message)) or _getter(type(message))
+        known[key] = (ref, getter, _copy(getter(message.__dict__)), value)
 
     def __len__(self) -> int:
         return len(self._known)

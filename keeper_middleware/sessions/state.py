@@ -184,7 +184,7 @@ class SessionState:
         """The NOTES in effect at the cut ``head`` (empty before a branch's first cut)."""
         version = self.archive.notes_at(session, head)
         if version is None:
-            return Notes()
+            return _NO_NOTES
         return _notes_of(version.data_json)
 
     def secret(self, session: str) -> str:
@@ -259,6 +259,10 @@ class SessionState:
 _NOTES_KEPT = 64
 _read_notes: OrderedDict[str, Notes] = OrderedDict()
 _read_notes_lock = threading.Lock()
+
+
+_NO_NOTES = Notes()
+"""The NOTES before a branch's first cut (a value: one serves every session)."""
 
 
 def _notes_of(data_json: str) -> Notes:

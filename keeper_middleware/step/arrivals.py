@@ -133,6 +133,7 @@ class Arrivals:
             for msg_id in ids_of(messages_of(entries[appending.length : first])):
                 take_id(msg_id)
             result.extend(messages_of(entries[appending.length : first]))
+        oversized = self.config.budget // 2  # a message over it is logged
         for entry in entries[first:]:
             message, msg_id = entry.message, entry.id
             if msg_id in skip:
@@ -155,7 +156,8 @@ class Arrivals:
                 shrunk = True
                 continue
             take_id(msg_id)
-            self._log_if_oversized(session, entry)
+            if entry.tokens > oversized:
+                self._log_if_oversized(session, entry)
             is_question = entry.question
             if self.items.is_new_input(message):
                 new_input = True

@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
@@ -41,6 +42,12 @@ class Entry:
     facts: dict[str, Any] = field(default_factory=dict, repr=False)
     """The answers worked out so far (shared with the entries of the same unchanged message in
     later steps, through a memo: they hold no reference to the message)."""
+
+    def __post_init__(self) -> None:
+        # what every decision asks, set once as attributes (``id`` and ``is_system`` below are
+        # then never computed); a frozen dataclass's fields are set the same way
+        message = self.message
+        self.__dict__.update(id=str(message.id), is_system=isinstance(message, SystemMessage))
 
     @property
     def kind(self) -> str | None:
@@ -64,7 +71,7 @@ class Entry:
         """The message's size alone, by the configured counter."""
         found: int | None = self.facts.get("tokens")
         if found is None:
-            found = self.facts["tokens"] = self.counter.count_messages([self.message])
+            found = self.facts["tokens"] = self.counter.count_messages((self.message,))
         return found
 
     @property
@@ -75,15 +82,17 @@ class Entry:
             found = self.facts["question"] = self.detector.is_question(self.message)
         return found
 
-    @property
+    # read many times a step (the window's decisions ask every message): worked out once, then
+    # an attribute of the entry (an entry's message never changes: a changed one gets a new entry)
+    @cached_property
     def id(self) -> str:
         return str(self.message.id)
 
-    @property
+    @cached_property
     def is_system(self) -> bool:
         return isinstance(self.message, SystemMessage)
 
-    @property
+    @cached_property
     def is_tool_result(self) -> bool:
         return isinstance(self.message, ToolMessage)
 
@@ -172,7 +181,14 @@ def _entry(
     """``Entry(message, counter, detector, facts)`` without the frozen dataclass's field-by-field
     ``__init__`` (a step makes one for every message in view: a third of classifying them)."""
     entry = object.__new__(Entry)
-    entry.__dict__.update(message=message, counter=counter, detector=detector, facts=facts)
+    entry.__dict__.update(
+        message=message,
+        counter=counter,
+        detector=detector,
+        facts=facts,
+        id=str(message.id),
+        is_system=isinstance(message, SystemMessage),
+    )
     return entry
 
 

@@ -8,6 +8,7 @@ the archiving these decisions call for.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,8 @@ from keeper_middleware.tokens.counting import ADDITIVE_COUNTERS, TokenCounter
 
 NOTES_FRAME_TOKENS = 64
 """What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
+_ENTRY_ID: Callable[[Entry], str] = operator.attrgetter("id")
+
 
 Excerpt = Callable[[BaseMessage, int], BaseMessage]
 """Archive a message whole and return its excerpt within a cap (the engine's I/O)."""
@@ -67,6 +70,10 @@ class WindowPolicy:
     config: KeeperConfig
     tokens: TokenCounter
     detector: QuestionDetector
+    unchanged_in_place: bool = False
+    """The caller never changes a message in place once a step has seen it
+    (:class:`~keeper_middleware.step.known.LastEntries`): what was worked out of a message is
+    then kept by the object alone, with no copy of its fields to compare."""
     _known: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Sizes that are the same for every request of this keeper (the note request's)."""
     _setups: list[tuple[ModelSetup, tuple[int, int]]] = field(
@@ -78,6 +85,10 @@ class WindowPolicy:
     )
     """What earlier steps worked out of each message still in view (kind, size, question), so a
     step classifies only its new messages (:mod:`~keeper_middleware.messages.memo`)."""
+
+    def __post_init__(self) -> None:
+        if self.unchanged_in_place:
+            object.__setattr__(self, "_facts", SameMessageMemo(same_objects=True))
 
     def classify(self, messages: Sequence[BaseMessage], known: Sequence[Entry] = ()) -> list[Entry]:
         """The step's entries of ``messages`` (those in ``known`` reused for the same message,
@@ -381,18 +392,19 @@ class WindowPolicy:
         caps: dict[str, int] = {}
         folds: list[list[Entry]] = []
         for unit in units(entries[_first_unit_with_fresh(entries, seen, first) :]):
-            fresh = [e for e in unit if e.fresh(seen)]
-            if not fresh:
+            flags = [e.fresh(seen) for e in unit]
+            if not any(flags):
                 continue
-            in_view = sum(e.tokens for e in unit if not e.fresh(seen))
+            fresh = list(itertools.compress(unit, flags))
+            in_view = sum(e.tokens for e, new in zip(unit, flags, strict=True) if not new)
             besides = beside if any(e.question for e in fresh) else 0
             avail = room - in_view - besides
             sizes = [e.tokens for e in fresh]
-            if sum(min(size, floor) for size in sizes) <= avail:
+            if sum(map(min, sizes, itertools.repeat(floor))) <= avail:
                 share = water_level(sizes, avail - kept, limit)
                 if share < MIN_EXCERPT_TOKENS and kept:
                     share = water_level(sizes, avail, limit)
-                caps.update((e.id, max(share, floor)) for e in fresh)
+                caps.update(zip(map(_ENTRY_ID, fresh), itertools.repeat(max(share, floor))))
                 continue
             # a burst (fifty tool results at once, or five hundred): too many for each to keep
             # a head, a tail and a full pointer, so the big ones stand as their smallest form

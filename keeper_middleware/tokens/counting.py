@@ -106,6 +106,10 @@ TokenCounterSpec: TypeAlias = (
 a ``TokenCounter``, a LangChain chat model, or a function from messages to a count."""
 
 
+_ARGS_JSON = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(args, ensure_ascii=False)`` without making an encoder for each tool call."""
+
+
 def message_parts(message: BaseMessage) -> tuple[list[str], int, int]:
     """Every text a message sends, its number of images and of tool calls.
 
@@ -131,14 +135,14 @@ def message_parts(message: BaseMessage) -> tuple[list[str], int, int]:
     for call in calls:
         args = call.get("args")
         parts.append(str(call.get("name") or ""))
-        parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        parts.append(args if isinstance(args, str) else _ARGS_JSON.encode(args))
         parts.append(str(call.get("id") or ""))
     if isinstance(message, ToolMessage):
         parts.append(message.tool_call_id)
     reasoning = message.additional_kwargs.get("reasoning_content")
     if isinstance(reasoning, str):
         parts.append(reasoning)
-    return [p for p in parts if p], images, len(calls)
+    return list(filter(None, parts)), images, len(calls)
 
 
 _TOOLS_SEEN: dict[tuple[int, ...], tuple[Sequence[dict[str, Any]], str]] = {}
@@ -214,11 +218,15 @@ class _TextMemo:
         self._lock = threading.Lock()
 
     def get(self, text: str) -> int | None:
-        with self._lock:
-            found = self._known.get(text)
-            if found is not None:
+        # without the lock: each of these is one operation of the C ``OrderedDict`` (atomic
+        # under the interpreter lock), and a text dropped in between is simply not moved
+        found = self._known.get(text)
+        if found is not None:
+            try:
                 self._known.move_to_end(text)
-            return found
+            except KeyError:  # dropped by another thread in between: nothing to move
+                return found
+        return found
 
     def put(self, text: str, value: int) -> None:
         if len(text) > self.chars or not self.size:
@@ -300,7 +308,7 @@ class ApproximateTokenCounter:
     def count_messages(
         self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
     ) -> int:
-        total = sum(self.count_message(message) for message in messages)
+        total = sum(map(self.count_message, messages))
         return total + (self.count_text(_tools_json(tools)) if tools else 0)
 
 

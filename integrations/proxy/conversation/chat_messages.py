@@ -28,6 +28,7 @@ from langchain_core.messages import (
 
 from keeper_middleware.errors import MalformedDataError
 from keeper_middleware.integrations.proxy.conversation.form import OWN_FIELDS, RequestError
+from keeper_middleware.integrations.proxy.conversation.plain_forms import plain_form
 
 __all__ = [
     "SYSTEM_ROLES",
@@ -151,8 +152,10 @@ def message_to_openai(message: BaseMessage) -> dict[str, Any]:
     ``convert_to_openai_messages`` does the work; what it lacks is added here: a tool call the
     model sent with arguments that were not JSON is sent back as it came (LangChain drops it,
     which would leave its result without a call), and reasoning is never included."""
-    rendered = convert_to_openai_messages(message, text_format="string")
-    assert isinstance(rendered, dict)
+    rendered = plain_form(message)
+    if rendered is None:
+        rendered = convert_to_openai_messages(message, text_format="string")
+        assert isinstance(rendered, dict)
     if isinstance(message, AIMessage):
         rendered.pop("reasoning_content", None)
         calls = list(rendered.get("tool_calls") or [])

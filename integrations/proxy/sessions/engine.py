@@ -234,7 +234,10 @@ class KeeperProxy:
 
     def _as_openai(self, session: str) -> WindowForms:
         """What the upstream reads of each window message, converted once per message."""
-        return self._rendered.setdefault(session, WindowForms(self.upstream.api.render))
+        forms = self._rendered.get(session)
+        if forms is None:  # made once a session, not at every call
+            forms = self._rendered[session] = WindowForms(self.upstream.api.render)
+        return forms
 
     def _body(
         self,

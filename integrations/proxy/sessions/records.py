@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Protocol
+from operator import is_, itemgetter
+from typing import Any, Protocol, cast
 
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
@@ -96,6 +97,12 @@ class SessionRecord:
 
 _SIZES = {"taken": TAKEN_CHUNK, "window": WINDOW_CHUNK, "seen": STATE_CHUNK, "items": STATE_CHUNK}
 """The lists stored in chunks, and the entries in each one's full chunks."""
+_UNSAVED = {name: StoredList(size) for name, size in _SIZES.items()}
+"""Each list as it stands before its first save (immutable: shared by every record)."""
+
+
+_MESSAGE: Callable[[tuple[BaseMessage, str]], BaseMessage] = itemgetter(0)
+_TEXT: Callable[[tuple[BaseMessage, str]], str] = itemgetter(1)
 
 
 def _pieces_key(generation: int) -> str:
@@ -136,10 +143,13 @@ def _stored_form(
     columns: tuple[Sequence[Any], ...],
     as_dict: Callable[[BaseMessage], Any],
     as_text: Callable[[BaseMessage], str] | None = None,
+    as_texts: Callable[[Sequence[BaseMessage]], list[str]] | None = None,
 ) -> Callable[[int, int], list[Any]]:
     """How entries ``start:end`` of a list are stored (the form of every version so far)."""
     first = columns[0]
     if name == "window":
+        if as_texts is not None:
+            return lambda start, end: _Texts(as_texts(first[start:end]))
         if as_text is not None:
             return lambda start, end: _Texts(map(as_text, first[start:end]))
         return lambda start, end: [as_dict(m) for m in first[start:end]]
@@ -249,12 +259,14 @@ class StoredRecord:
         record: SessionRecord,
         as_dict: Callable[[BaseMessage], dict[str, Any]] = message_to_dict,
         as_text: Callable[[BaseMessage], str] | None = None,
+        as_texts: Callable[[Sequence[BaseMessage]], list[str]] | None = None,
     ) -> tuple[StoredRecord, dict[str, Any], list[str]]:
         """(the stored form of ``record``, the values to write in order with the head last, the
         keys no longer used, to clear after the head is written). With ``as_text`` (the JSON
         text of ``as_dict``'s form of a message) the values holding window messages are given
         as their text (:class:`~keeper_middleware.archive.json_text.JSONText`), joined from
-        the messages' texts: the same text, each message encoded once."""
+        the messages' texts: the same text, each message encoded once (``as_texts``: the texts
+        of several messages at once, the same as ``as_text`` gives one by one)."""
         generation = self.generation + 1
         writes: dict[str, Any] = {}
         lists: dict[str, StoredList] = {}
@@ -264,8 +276,8 @@ class StoredRecord:
             columns = _columns(name, record)
             if columns is None:
                 continue
-            stored = _stored_form(name, columns, as_dict, as_text)
-            before = self.lists.get(name, StoredList(_SIZES[name]))
+            stored = _stored_form(name, columns, as_dict, as_text, as_texts)
+            before = self.lists.get(name) or _UNSAVED[name]
             prefix = f"{RECORD_KEY}.{name}"
             lists[name], retired, piece = store_list(
                 prefix, before, columns, generation, writes, stored
@@ -275,17 +287,22 @@ class StoredRecord:
                 writes.setdefault(_pieces_key(generation), {})[name] = piece
             if name in state:
                 state[name] = None  # keeps its place in the state
-        stale += (
-            k
-            for n, saved in self.lists.items()
-            if n not in lists
-            for k in saved.keys(f"{RECORD_KEY}.{n}")
-        )
+        if not self.lists.keys() <= lists.keys():
+            stale += (
+                k
+                for n, saved in self.lists.items()
+                if n not in lists
+                for k in saved.keys(f"{RECORD_KEY}.{n}")
+            )
         used = {made for saved in lists.values() for _, made in saved.pieces}
         held = {made for saved in self.lists.values() for _, made in saved.pieces}
         stale += (_pieces_key(made) for made in sorted(held - used))
-        head = {
-            **replace(record, taken=(), window=(), keeper_state=state).to_json(as_dict),
+        head = {  # ``SessionRecord.to_json`` of the record without its lists, and where they are
+            "version": _RECORD_VERSION,
+            "window": [],
+            "keeper_state": state,
+            "taken": [],
+            "withdrawn": list(map(list, record.withdrawn)),
             "lists": {name: saved.to_json() for name, saved in lists.items()},
         }
         if not writes and not stale and head == self.head:
@@ -390,6 +407,24 @@ class MessageMemo:
             self._texts[id(message)] = known
         return known[1]
 
+    def texts(self, messages: Sequence[BaseMessage]) -> list[str]:
+        """``[self.text(m) for m in messages]``: the texts already made are read at C speed (a
+        save writes the window's newest messages, most of them written by an earlier save).
+
+        Raises:
+            TypeError: a converted form is not JSON-able.
+            ValueError: it holds a NaN or infinite float.
+        """
+        found = list(map(self._texts.get, map(id, messages)))
+        if None not in found:
+            made = cast("list[tuple[BaseMessage, str]]", found)
+            if all(map(is_, map(_MESSAGE, made), messages)):
+                return list(map(_TEXT, made))
+        return [
+            known[1] if known is not None and known[0] is m else self.text(m)
+            for known, m in zip(found, messages, strict=True)
+        ]
+
     def keep(self, messages: Sequence[BaseMessage]) -> None:
         """Drop the conversions of messages no longer in ``messages`` once the memo holds more
         than there are (so what it holds stays within the window's size, and a window that only
@@ -464,8 +499,8 @@ class ArchiveSessionStore:
         before = self._stored(session)
         try:
             # each window message encoded once while in view, where the archive takes texts
-            as_text = dicts.text if self.texts else None
-            stored, writes, stale = before.saved(record, dicts, as_text)
+            as_text, as_texts = (dicts.text, dicts.texts) if self.texts else (None, None)
+            stored, writes, stale = before.saved(record, dicts, as_text, as_texts)
         except (TypeError, ValueError):  # not JSON-able: the archive refuses it, naming the key
             stored, writes, stale = before.saved(record, dicts)
         dicts.keep(record.window)

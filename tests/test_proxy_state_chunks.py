@@ -6,6 +6,7 @@ previous record or the new one whole, never a mix (no turn lost or counted twice
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 import pytest
@@ -115,6 +116,26 @@ def test_a_record_saved_in_an_earlier_form_still_loads(tmp_path, version: int) -
     assert archive.get_value("s", RECORD_KEY)["version"] == 4
     assert ArchiveSessionStore(archive).load("s") == _record(302)
     assert not set(values) - {RECORD_KEY} & set(_keys(archive))
+    archive.close()
+
+
+def test_a_record_written_with_spaced_separators_loads_and_goes_on(tmp_path) -> None:
+    """Values of the current form as earlier releases wrote them (``json.dumps``'s ``", "``
+    and ``": "``) read as they did: stored values are only ever read by parsing them."""
+    archive = SQLiteArchive(str(tmp_path / "a.db"))
+    store = ArchiveSessionStore(archive)
+    for count in range(2, 40, 2):
+        store.save("s", _record(count))
+    conn = archive._live()
+    for key, text in archive._query("SELECT key, value_json FROM kv WHERE session = ?", ("s",)):
+        spaced = json.dumps(json.loads(text), ensure_ascii=False, allow_nan=False)
+        conn.execute(
+            "UPDATE kv SET value_json = ? WHERE session = ? AND key = ?", (spaced, "s", key)
+        )
+    reopened = ArchiveSessionStore(archive)
+    assert reopened.load("s") == _record(38)
+    reopened.save("s", _record(41))
+    assert ArchiveSessionStore(archive).load("s") == _record(41)
     archive.close()
 
 

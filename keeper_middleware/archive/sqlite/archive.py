@@ -17,7 +17,6 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
-from keeper_middleware.archive.json_text import value_text
 from keeper_middleware.archive.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
 from keeper_middleware.archive.records import (
     TIP,
@@ -44,14 +43,13 @@ from keeper_middleware.archive.sqlite import branches as sqlite_branches
 from keeper_middleware.archive.sqlite import handles as sqlite_handles
 from keeper_middleware.archive.sqlite import moved as sqlite_moved
 from keeper_middleware.archive.sqlite.open import open_archive_file
+from keeper_middleware.archive.sqlite.values import UPSERT_VALUE, value_rows, write_values
 from keeper_middleware.errors import (
     ArchiveError,
-    ArgumentTypeError,
     ConfigurationError,
     unknown_cut,
 )
 from keeper_middleware.errors.sqlite import FileConnection
-from keeper_middleware.messages.facts import storable_text
 
 _T = TypeVar("_T")
 _NOTES_KEPT = 256
@@ -416,7 +414,7 @@ class SQLiteArchive:
         positions: Sequence[tuple[int, int]],
         values: Mapping[str, Any] | None = None,
     ) -> None:
-        rows = _value_rows(session, values or {})
+        rows = value_rows(session, values or {})
         if not positions and not rows:
             return
         with self._lock:
@@ -429,7 +427,7 @@ class SQLiteArchive:
                 )
                 if rows:
                     conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                    conn.executemany(_UPSERT_VALUE, rows)
+                    conn.executemany(UPSERT_VALUE, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -529,32 +527,17 @@ class SQLiteArchive:
     def put_values(self, session: str, values: Mapping[str, Any]) -> None:
         """Upsert several values in one transaction (in the mapping's order): all or none.
 
-        One commit instead of one per value is most of what saving a session costs. A value of
-        None deletes its key (reading it gives None either way), so a store that retires keys,
-        as the proxy's session record retires its old chunks, leaves no rows behind."""
+        One commit instead of one per value is most of what saving a session costs, and a
+        batch that only upserts is one statement (``sqlite.values``). A value of None deletes
+        its key (reading it gives None either way), so a store that retires keys, as the
+        proxy's session record retires its old chunks, leaves no rows behind."""
         _require_session(session)
         gone = [(session, key) for key, value in values.items() if value is None]
-        rows = _value_rows(session, {k: v for k, v in values.items() if v is not None})
+        rows = value_rows(session, {k: v for k, v in values.items() if v is not None})
         if not rows and not gone:
             return
         with self._lock:
-            conn = self._live()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if session not in self._present:
-                    conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                try:
-                    conn.executemany(_UPSERT_VALUE, rows)
-                except sqlite3.IntegrityError:  # erased by another process since: write it again
-                    conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                    conn.executemany(_UPSERT_VALUE, rows)
-                if gone:
-                    conn.executemany("DELETE FROM kv WHERE session = ? AND key = ?", gone)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            write_values(self._live(), session, rows, gone, present=session in self._present)
             self._present.add(session)
 
     def update_moved(self, session: str, update: MovedUpdate) -> None:
@@ -660,7 +643,7 @@ class SQLiteArchive:
     def put_handle(self, session: str, handle: str, value: Any) -> None:
         """Record a handle for ``session`` (``archive.handles.HandleStore``)."""
         _require_session(session)
-        ((_, _, value_json),) = _value_rows(session, {handle: value})
+        ((_, _, value_json),) = value_rows(session, {handle: value})
         with self._lock:
             conn = self._live()
             conn.execute("BEGIN IMMEDIATE")
@@ -712,24 +695,3 @@ class SQLiteArchive:
 
     def __repr__(self) -> str:
         return f"SQLiteArchive({self.path!r})"
-
-
-_UPSERT_VALUE = (
-    "INSERT INTO kv (session, key, value_json) VALUES (?, ?, ?) "
-    "ON CONFLICT (session, key) DO UPDATE SET value_json = excluded.value_json"
-)
-
-
-def _value_rows(session: str, values: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(session, key, JSON) rows of per-session values, or a TypeError naming the key."""
-    rows = []
-    for key, value in values.items():
-        try:
-            # a lone surrogate cannot be stored as UTF-8: keep it as its JSON escape
-            value_json = storable_text(value_text(value))
-        except (TypeError, ValueError) as exc:
-            raise ArgumentTypeError(
-                f"value for {key!r} must be JSON-able (dict, list, str, number, bool, None): {exc}"
-            ) from exc
-        rows.append((session, key, value_json))
-    return rows

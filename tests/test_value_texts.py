@@ -15,7 +15,7 @@ import pytest
 
 from keeper_middleware.archive.json_text import dict_text, list_text, value_text
 from keeper_middleware.archive.sqlite.archive import SQLiteArchive
-from keeper_middleware.errors import ArgumentTypeError
+from keeper_middleware.errors import ArchiveError, ArgumentTypeError
 
 
 class _Colour(enum.Enum):
@@ -119,6 +119,17 @@ def test_a_batch_that_deletes_runs_as_one_transaction(tmp_path) -> None:
     archive.put_values("s", {"head": 2, "old": None})
     assert seen[0] == "BEGIN IMMEDIATE" and seen[-1] == "COMMIT"
     assert (archive.get_value("s", "head"), archive.get_value("s", "old")) == (2, None)
+    archive.close()
+
+
+def test_a_batch_is_never_joined_to_a_transaction_left_open(tmp_path) -> None:
+    archive = SQLiteArchive(str(tmp_path / "a.db"))
+    archive.put_values("s", {"head": 1})
+    archive._live().execute("BEGIN")
+    with pytest.raises(ArchiveError, match="within a transaction"):
+        archive.put_values("s", {"head": 2})
+    archive._live().execute("ROLLBACK")
+    assert archive.get_value("s", "head") == 1
     archive.close()
 
 

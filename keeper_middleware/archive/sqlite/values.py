@@ -72,7 +72,8 @@ def write_values(
     """Upsert ``rows`` and delete the keys ``gone`` of ``session``, all or none.
 
     Args:
-        conn: the archive's connection, outside a transaction (its lock held by the caller).
+        conn: the archive's connection, outside a transaction (its lock held by the caller;
+            inside one, the batch is refused as ``BEGIN`` refuses it, never joined to it).
         session: whose values these are.
         rows: (session, key, JSON) rows to upsert, in order.
         gone: (session, key) pairs to delete.
@@ -82,7 +83,7 @@ def write_values(
     Raises:
         ArchiveError: the file failed (the write is rolled back whole).
     """
-    if present and rows and not gone and len(rows) <= _ONE_STATEMENT:
+    if present and rows and not gone and len(rows) <= _ONE_STATEMENT and not conn.in_transaction:
         try:
             conn.execute(_upsert_rows(len(rows)), list(chain.from_iterable(rows)))
             return

@@ -333,11 +333,12 @@ def test_the_two_keeper_proxies_trade_places_from_pass_to_pass() -> None:
     assert pass_order(paths[:3], 1) == paths[:3]
 
 
-@pytest.mark.parametrize("floor", [False, True], ids=["bare", "fair floor"])
+@pytest.mark.parametrize("floor", ["bare", "fair", "keeping"])
 def test_the_bare_relay_passes_bodies_statuses_and_streams_through(
-    floor: bool, tmp_path: Path
+    floor: str, tmp_path: Path
 ) -> None:
-    """The bare relay, and the fair floor, which also commits one row per request."""
+    """The bare relay; the fair floor, which also commits one row per request; the keeping
+    floor, which keeps each whole reply with its request's new turn (a stream passes through)."""
     import asyncio
     import sqlite3
 
@@ -351,8 +352,9 @@ def test_the_bare_relay_passes_bodies_statuses_and_streams_through(
     upstream = ScriptedUpstream(script=[text_reply("plain"), httpx.Response(418, json={})])
     with serve_in_thread(upstream_app(upstream)) as upstream_url:
         base = upstream_url.removesuffix("/v1")
-        rows = tmp_path / "floor.sqlite" if floor else None
-        with serve_in_thread(relay_app(base, rows)) as relay_url:
+        rows = tmp_path / "floor.sqlite" if floor == "fair" else None
+        turns = tmp_path / "keeping.sqlite" if floor == "keeping" else None
+        with serve_in_thread(relay_app(base, rows, turns)) as relay_url:
 
             async def ask() -> list[httpx.Response]:
                 async with httpx.AsyncClient(base_url=relay_url, timeout=10) as client:
@@ -370,3 +372,9 @@ def test_the_bare_relay_passes_bodies_statuses_and_streams_through(
     if rows is not None:
         with sqlite3.connect(rows) as kept:
             assert kept.execute("SELECT count(*), sum(messages) FROM requests").fetchone() == (3, 3)
+    if turns is not None:
+        with sqlite3.connect(turns) as kept:
+            got = kept.execute("SELECT session, request, reply FROM turns ORDER BY id").fetchall()
+        assert [json.loads(request)["content"] for _, request, _ in got] == ["hi", "hi"]
+        assert json.loads(got[0][2])["content"] == "plain"
+        assert json.loads(got[1][2]) is None  # the refusal's body holds no reply

@@ -375,7 +375,7 @@ class KeeperProxy:
         answering = searching and bool(searches or broken) and number < self.max_upstream_calls
         final = own_calls or not answering  # the front door may have named the final reply
         named = turn.reply_id if final and turn.reply_id is not None else new_id()
-        reply = reply.model_copy(update={"id": named})
+        reply.id = named  # read for this call alone (or copied from it by the keeper): no copy
         if answering:
             results = answer_searches(self.keeper, session, reply)
             self.stats(session).search_rounds += 1

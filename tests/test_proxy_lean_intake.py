@@ -46,15 +46,17 @@ ARGUMENTS = st.one_of(
     ),
     st.sampled_from(["", "not json", "[1]", '{"n": 1e400}', '{"big": 123456789012345678901234}']),
 )
-CALL = st.builds(
-    lambda n, name, arguments: {
-        "id": f"call_{n}",
-        "type": "function",
-        "function": {"name": name, "arguments": arguments},
-    },
-    st.integers(0, 99),
-    st.sampled_from(["read_file", "ünïcode_tool", SEARCH_TOOL_NAME]),
-    ARGUMENTS,
+CALL = st.fixed_dictionaries(
+    {
+        "id": st.integers(0, 99).map("call_{}".format),
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {
+                "name": st.sampled_from(["read_file", "ünïcode_tool", SEARCH_TOOL_NAME]),
+                "arguments": ARGUMENTS,
+            }
+        ),
+    }
 )
 PART = st.one_of(
     TEXTS.map(lambda t: {"type": "text", "text": t}),

@@ -15,9 +15,13 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from keeper_middleware.errors import MalformedDataError
-from keeper_middleware.integrations.proxy.conversation.chat_messages import message_from_openai
+from keeper_middleware.integrations.proxy.conversation.chat_messages import (
+    assistant_from_openai,
+    message_from_openai,
+)
 from keeper_middleware.integrations.proxy.conversation.digests import digest_of
 from keeper_middleware.integrations.proxy.conversation.form import WIRE_KEY
+from keeper_middleware.messages.facts import text_of
 
 __all__ = [
     "Completion",
@@ -27,6 +31,7 @@ __all__ = [
     "completion_body",
     "logprobs_after",
     "read_completion",
+    "received_digest",
 ]
 
 
@@ -39,9 +44,17 @@ class Completion:
     """The completion's JSON, as the upstream sent it (read into a chat completion)."""
     reply: AIMessage
     """What :func:`ai_from_completion` gives: the keeper's form of it."""
-    said: AIMessage
-    """The completion's message alone, as :func:`~..conversation.chat_messages.message_from_openai` reads it: what an
-    agent's copy of it reads as when no call of it was hidden."""
+
+    @property
+    def said(self) -> AIMessage:
+        """The completion's message alone, as
+        :func:`~..conversation.chat_messages.message_from_openai` reads it: what an agent's copy
+        of it reads as when no call of it was hidden. Made when asked (:attr:`reply` without
+        what the keeper reads beside the message): a plain reply needs only its fingerprint,
+        which is the reply's own (:func:`received_digest`)."""
+        return self.reply.model_copy(
+            update={"additional_kwargs": {}, "response_metadata": {}, "usage_metadata": None}
+        )
 
 
 def ai_from_completion(data: Mapping[str, Any]) -> AIMessage:
@@ -63,28 +76,28 @@ def read_completion(data: dict[str, Any]) -> Completion:
     raw = choices[0].get("message")
     if not isinstance(raw, dict):
         raise MalformedDataError("the upstream's reply has no message")
-    message = message_from_openai({**raw, "role": "assistant"})
-    assert isinstance(message, AIMessage)
     reasoning = {
         k: raw[k] for k in ("reasoning_content", "reasoning") if isinstance(raw.get(k), str)
     }
-    wire = raw.get(WIRE_KEY)
-    if wire is not None:  # the upstream's own items (Responses, Messages) ride along
-        reasoning[WIRE_KEY] = {**wire, "check": digest_of(message)}
     metadata = {"finish_reason": choices[0].get("finish_reason"), "model_name": data.get("model")}
-    update: dict[str, Any] = {"additional_kwargs": reasoning, "response_metadata": metadata}
+    fields: dict[str, Any] = {"additional_kwargs": reasoning, "response_metadata": metadata}
     usage = data.get("usage")
     if isinstance(usage, dict):
         details = usage.get("prompt_tokens_details") or {}
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
-        update["usage_metadata"] = {
+        fields["usage_metadata"] = {
             "input_tokens": prompt,
             "output_tokens": completion,
             "total_tokens": int(usage.get("total_tokens") or prompt + completion),
             "input_token_details": {"cache_read": int(details.get("cached_tokens") or 0)},
         }
-    return Completion(data, message.model_copy(update=update), message)
+    reply = assistant_from_openai(raw, **fields)  # made once, with what the keeper reads
+    wire = raw.get(WIRE_KEY)
+    if wire is not None:  # the upstream's own items (Responses, Messages) ride along
+        # the fingerprint reads none of the fields above: the message's own, as before
+        reply.additional_kwargs[WIRE_KEY] = {**wire, "check": digest_of(reply)}
+    return Completion(data, reply)
 
 
 def agent_reply(data: Mapping[str, Any], hidden_tool: str | None) -> tuple[dict[str, Any], str]:
@@ -110,6 +123,20 @@ def agent_reply(data: Mapping[str, Any], hidden_tool: str | None) -> tuple[dict[
     elif reason == "tool_calls":
         reason = "stop"
     return message, reason
+
+
+def received_digest(done: Completion, message: Mapping[str, Any], carried: str = "") -> str:
+    """``digest_of`` the agent's ``message`` as :func:`as_received` reads it, after ``carried``
+    (text a streaming agent got from earlier calls of the request, before this reply's). When
+    nothing was hidden or carried, the reply's own fingerprint: usage, metadata and reasoning
+    are no part of one, so the message is not read again or copied."""
+    calls = done.data["choices"][0]["message"].get("tool_calls") or []
+    if not carried and (message.get("tool_calls") or []) == calls:
+        return digest_of(done.reply)
+    received = as_received(done, message)
+    if carried:
+        received = received.model_copy(update={"content": carried + text_of(received)})
+    return digest_of(received)
 
 
 def as_received(done: Completion, message: Mapping[str, Any]) -> BaseMessage:

@@ -33,6 +33,7 @@ from keeper_middleware.integrations.proxy.conversation.plain_forms import plain_
 __all__ = [
     "SYSTEM_ROLES",
     "ListedForms",
+    "assistant_from_openai",
     "body_json",
     "content_of",
     "joined_forms",
@@ -59,19 +60,22 @@ def content_of(raw: Mapping[str, Any], position: int) -> str | list[dict[str, An
     )
 
 
-def message_from_openai(raw: object, position: int = 0) -> BaseMessage:
-    """One OpenAI chat message as a LangChain message; reasoning the agent sends back is dropped."""
+def message_from_openai(raw: object, position: int = 0, msg_id: str | None = None) -> BaseMessage:
+    """One OpenAI chat message as a LangChain message; reasoning the agent sends back is dropped.
+    ``msg_id``: the id it is made with (the session's, for a message taken in: made once, not
+    made and then copied to carry it)."""
     if not isinstance(raw, dict) or raw.get("role") not in _ROLES:
         raise RequestError(
             f"messages[{position}] must be an object with a 'role' among {list(_ROLES)}.",
             param=f"messages[{position}].role",
         )
-    role, content = raw["role"], content_of(raw, position)
+    role = raw["role"]
+    if role == "assistant":
+        return assistant_from_openai(raw, position, id=msg_id)
+    content = content_of(raw, position)
     name = raw.get("name") if isinstance(raw.get("name"), str) else None
     if role in SYSTEM_ROLES:
-        return SystemMessage(content=content)  # type: ignore[arg-type]
-    if role == "user":
-        return HumanMessage(content=content, name=name)  # type: ignore[arg-type]
+        return SystemMessage(content=content, id=msg_id)  # type: ignore[arg-type]
     if role == "tool":
         call_id = raw.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
@@ -79,13 +83,31 @@ def message_from_openai(raw: object, position: int = 0) -> BaseMessage:
                 f"messages[{position}] is a tool result without a 'tool_call_id'.",
                 param=f"messages[{position}].tool_call_id",
             )
-        return ToolMessage(content=content, tool_call_id=call_id, name=name)  # type: ignore[arg-type]
+        return ToolMessage(
+            content=content,  # type: ignore[arg-type]
+            tool_call_id=call_id,
+            name=name,
+            id=msg_id,
+        )
+    return HumanMessage(content=content, name=name, id=msg_id)  # type: ignore[arg-type]
+
+
+def assistant_from_openai(raw: Mapping[str, Any], position: int = 0, **fields: Any) -> AIMessage:
+    """An OpenAI assistant message (its role not looked at) as an AIMessage made with
+    ``fields`` (its id, a reply's usage and metadata), not made and then copied to carry them.
+
+    Raises:
+        RequestError: its content or a tool call is malformed.
+    """
+    content = content_of(raw, position)
+    name = raw.get("name") if isinstance(raw.get("name"), str) else None
     calls, invalid = _tool_calls(raw.get("tool_calls"), position)
     return AIMessage(
         content=content,  # type: ignore[arg-type]
         name=name,
         tool_calls=calls,
         invalid_tool_calls=invalid,
+        **fields,
     )
 
 

@@ -58,6 +58,20 @@ class LazyMessages(Sequence[BaseMessage]):
             self._converted[position] = message_from_openai(self._raw[at], at)
         return self._converted[position]
 
+    def kept(self, index: int, msg_id: str) -> BaseMessage:
+        """The message at ``index`` as the session keeps it, with ``msg_id``: made once with
+        it, or this request's own reading of it given the id (no copy). The reading is handed
+        over: a later read of ``index`` makes it anew, without an id."""
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        made = self._converted.pop(position, None)
+        if made is None:
+            at = self._first + position
+            return message_from_openai(self._raw[at], at, msg_id)
+        made.id = msg_id  # made here for this request alone: nobody else holds it
+        return made
+
 
 def parse_chat_request(body: object, resent: Resent | None = None) -> ChatRequest:
     """Read a ``POST /v1/chat/completions`` body; a :class:`RequestError` says what is wrong.

@@ -30,10 +30,10 @@ from keeper_middleware.errors import ConfigurationError, InvalidStateError, Wind
 from keeper_middleware.integrations.proxy.chat_completions.replies import (
     Completion,
     agent_reply,
-    as_received,
+    received_digest,
 )
 from keeper_middleware.integrations.proxy.chat_completions.streams import StreamPiece
-from keeper_middleware.integrations.proxy.conversation.digests import digest_of, message_key
+from keeper_middleware.integrations.proxy.conversation.digests import message_key
 from keeper_middleware.integrations.proxy.conversation.form import ChatRequest, RequestError
 from keeper_middleware.integrations.proxy.conversation.resent import Resent
 from keeper_middleware.integrations.proxy.sessions.history import continued, take_in
@@ -375,7 +375,7 @@ class KeeperProxy:
         answering = searching and bool(searches or broken) and number < self.max_upstream_calls
         final = own_calls or not answering  # the front door may have named the final reply
         named = turn.reply_id if final and turn.reply_id is not None else new_id()
-        reply = reply.model_copy(update={"id": named})
+        reply.id = named  # read for this call alone (or copied from it by the keeper): no copy
         if answering:
             results = answer_searches(self.keeper, session, reply)
             self.stats(session).search_rounds += 1
@@ -467,10 +467,8 @@ class KeeperProxy:
                     ],
                 }
             )
-        received = as_received(done, message)
-        if turn.carried:  # a streaming agent got earlier calls' text before this reply's
-            received = received.model_copy(update={"content": turn.carried + text_of(received)})
-        digest = digest_of(received)
+        # a streaming agent got earlier calls' text (carried) before this reply's
+        digest = received_digest(done, message, turn.carried)
         window = record.window if answered else (*record.window, visible)
         self.quota.charge(turn.session, len(text_of(reply)), check=False)
         taken = (*record.taken, (digest, str(reply.id)))

@@ -34,6 +34,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from keeper_middleware.integrations.proxy.conversation.chat_request import LazyMessages
 from keeper_middleware.integrations.proxy.conversation.form import RequestError
 from keeper_middleware.integrations.proxy.sessions.records import SessionRecord
 from keeper_middleware.messages.facts import keeper_kind, text_of
@@ -125,7 +126,7 @@ def _appended(
     result as :func:`_matched` gives for it, in time proportional to what is new."""
     arrivals = _Arrivals(record.withdrawn, new_id)
     new_taken = [
-        (digests[j], arrivals.take(messages[j], digests[j]))
+        (digests[j], arrivals.take(messages, j, digests[j]))
         for j in range(len(record.taken), len(digests))
     ]
     appended = arrivals.settle(
@@ -180,7 +181,7 @@ def _matched(
                 arrivals.appended.append(removed[msg_id])
                 put_back += 1
         else:
-            msg_id = arrivals.take(messages[j], digest)
+            msg_id = arrivals.take(messages, j, digest)
         new_taken.append((digest, msg_id))
     appended = arrivals.settle(in_window, archived)
     return Intake(
@@ -210,15 +211,15 @@ class _Arrivals:
         self.returning: list[tuple[int, str]] = []
         self.fresh = 0
 
-    def take(self, message: BaseMessage, digest: str) -> str:
-        """Append ``message`` with its id; the id."""
+    def take(self, messages: Sequence[BaseMessage], index: int, digest: str) -> str:
+        """Append ``messages[index]`` with its id; the id."""
         waiting = self.pool.get(digest)
         if waiting:
             msg_id = waiting.pop(0)
             self.returning.append((len(self.appended), msg_id))
         else:
             msg_id, self.fresh = self.new_id(), self.fresh + 1
-        self.appended.append(message.model_copy(update={"id": msg_id}))
+        self.appended.append(_with_id(messages, index, msg_id))
         return msg_id
 
     def settle(
@@ -275,6 +276,15 @@ def withdraw(window: Sequence[BaseMessage], ids: set[str]) -> tuple[BaseMessage,
     return tuple(kept)
 
 
+def _with_id(messages: Sequence[BaseMessage], index: int, msg_id: str) -> BaseMessage:
+    """``messages[index]`` with the id the session gives it. A request's own messages
+    (:class:`~..conversation.chat_request.LazyMessages`) are made with it, once; any other
+    sequence's message is copied (it may be held elsewhere)."""
+    if isinstance(messages, (LazyMessages, _After)):
+        return messages.kept(index, msg_id)
+    return messages[index].model_copy(update={"id": msg_id})
+
+
 class _After(Sequence[BaseMessage]):
     """``messages`` placed after ``count`` positions that are never read (they match what the
     session has taken in already)."""
@@ -291,6 +301,12 @@ class _After(Sequence[BaseMessage]):
         if index < self.skipped:
             raise IndexError("a message the session has taken in already is not resent")
         return self.messages[index - self.skipped]
+
+    def kept(self, index: int, msg_id: str) -> BaseMessage:
+        """:func:`_with_id` of the message at ``index``."""
+        if index < self.skipped:
+            raise IndexError("a message the session has taken in already is not resent")
+        return _with_id(self.messages, index - self.skipped, msg_id)
 
 
 def continued(

@@ -557,7 +557,8 @@ class Keeper:
         self.indexing.schedule_once(session)
         notes = self.notes(session, head=kstate[HEAD_KEY])
         added = self.window.classify(given[count:])
-        entries = [*known.entries, *added]
+        entries = known.entries  # taken out: this step's to extend (``LastEntries.appended``)
+        entries.extend(added)
         facts = tail.facts.extended(added, self.detector)
         if facts is None:  # never: appendable turns NOTES away; the full path walks all
             self.last_entries.forget(session)
@@ -572,7 +573,8 @@ class Keeper:
             map(operator.is_, messages[count:], given[count:])
         ):  # something was placed beside a new question
             added = self.window.classify(messages[count:], added)
-            entries = [*known.entries, *added]
+            del entries[count:]
+            entries.extend(added)
             facts = tail.facts.extended(added, self.detector)
         pending = self._after_arrivals(
             session, entries, kstate, setup, notes, False, facts, messages

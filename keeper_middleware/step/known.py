@@ -80,11 +80,11 @@ class KnownEntries:
         count = len(self.messages)
         if count == 0 or count > len(messages):
             return 0
-        start = messages[:count]
-        if not all(map(operator.is_, self.messages, start)):
+        # ``map`` stops at the shorter list: the first ``count`` of ``messages``, not copied
+        if not all(map(operator.is_, self.messages, messages)):
             return 0
-        if self.fields is not None and list(map(vars, start)) != self.fields:
-            return 0
+        if self.fields is not None and list(map(vars, self.messages)) != self.fields:
+            return 0  # (the very same objects as ``messages`` start with, checked above)
         return count
 
     def facts_of(self, messages: Sequence[BaseMessage]) -> WindowFacts | None:

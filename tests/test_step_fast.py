@@ -8,8 +8,7 @@ rounds, replies), edits, regenerates and truncations. One takes the append path 
 (the keeper as keeper-proxy builds it: ``unchanged_in_place``); the other never does. Their
 windows, states, flags, counters, note requests and work-call kwargs must be equal at every
 step. What the append path works out once and keeps (what the RULES beside a question cost,
-the least a new message's cap may be, a message's size counted alone) is pinned against the
-values worked out afresh.
+the least a new message's cap may be) is pinned against the values worked out afresh.
 """
 
 from __future__ import annotations
@@ -17,15 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
-    SystemMessage,
-    ToolMessage,
     messages_to_dict,
 )
 
@@ -36,7 +32,6 @@ from keeper_middleware.reinjection.additions import render_rules_block
 from keeper_middleware.step.excerpts import MIN_EXCERPT_TOKENS, excerpt_ref, pointer_cost
 from keeper_middleware.step.result import StepResult
 from keeper_middleware.testing import ScriptedChatModel
-from keeper_middleware.tokens.counting import ApproximateTokenCounter, count_alone
 from tests import test_step_tail as tail
 
 CUTTING = KeeperConfig(window=2048, reply_reserve=256, notes_every_items=4)
@@ -148,21 +143,3 @@ def test_the_least_cap_of_a_new_message_is_the_session_s_own() -> None:
         ref = excerpt_ref(session, "x")
         expected = MIN_EXCERPT_TOKENS + pointer_cost(ref, window.tokens.count_text)
         assert window.excerpt_floor(session) == expected
-
-
-MESSAGES: list[BaseMessage] = [
-    SystemMessage("You keep tallies."),
-    HumanMessage("Tally every counter, café included. 12 + 7?", name="clerk"),
-    HumanMessage([{"type": "text", "text": "see"}, {"type": "image_url", "image_url": "x"}]),
-    AIMessage("", tool_calls=[{"name": "read", "args": {"n": 3}, "id": "c1"}]),
-    ToolMessage("line 3: parcel 21", tool_call_id="c1"),
-    AIMessage("Noted.", additional_kwargs={"reasoning_content": "it adds up"}),
-]
-
-
-@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: m.type)
-def test_a_message_counted_alone_counts_as_the_counter_counts_it(message: BaseMessage) -> None:
-    counter = ApproximateTokenCounter()
-    alone = count_alone(counter, message)
-    assert alone == counter.count_messages([message]) == count_alone(counter, message)
-    assert alone == ApproximateTokenCounter().count_messages([message])

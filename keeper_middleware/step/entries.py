@@ -28,7 +28,7 @@ from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
 from keeper_middleware.messages.facts import keeper_kind, text_of
 from keeper_middleware.messages.memo import SameMessageMemo
 from keeper_middleware.reinjection.questions import QuestionDetector
-from keeper_middleware.tokens.counting import TokenCounter, count_alone
+from keeper_middleware.tokens.counting import TokenCounter
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,7 +71,7 @@ class Entry:
         """The message's size alone, by the configured counter."""
         found: int | None = self.facts.get("tokens")
         if found is None:
-            found = self.facts["tokens"] = count_alone(self.counter, self.message)
+            found = self.facts["tokens"] = self.counter.count_messages((self.message,))
         return found
 
     @property

@@ -68,7 +68,6 @@ __all__ = [
     "TokenCounter",
     "TokenCounterSpec",
     "TokenizeEndpointError",
-    "count_alone",
     "estimate_tokens",
     "message_parts",
     "resolve_token_counter",
@@ -296,21 +295,15 @@ class ApproximateTokenCounter:
         found = self._counted.get(message)
         if found is not None:
             return found
-        count = self.count_unkept(message)
-        self._counted.put(message, count)
-        return count
-
-    def count_unkept(self, message: BaseMessage) -> int:
-        """:meth:`count_message` without remembering the count by the message object: for a
-        caller that keeps it itself (a step's entry, whose answers the window's memo keeps),
-        where remembering it twice only costs a copy of the message's fields."""
         parts, images, calls = message_parts(message)
-        return (
+        count = (
             sum(map(self.count_text, parts))
             + self.per_message
             + self.per_tool_call * calls
             + self.per_image * images
         )
+        self._counted.put(message, count)
+        return count
 
     def count_messages(
         self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]] = ()
@@ -504,20 +497,6 @@ ADDITIVE_COUNTERS: frozenset[type] = frozenset(
 )
 """Counters whose count of messages is the sum of each message's count alone (plus the tools'):
 a request's size can be added up from the sizes of its messages already counted."""
-
-
-def count_alone(counter: TokenCounter, message: BaseMessage) -> int:
-    """``counter.count_messages((message,))``, the count of one message alone, for a caller
-    that keeps the answer itself: the estimate is not also remembered by the message object
-    (:meth:`ApproximateTokenCounter.count_unkept`); any other counter counts as it always does.
-
-    Args:
-        counter: the keeper's counter.
-        message: the message to count.
-    """
-    if type(counter) is ApproximateTokenCounter:
-        return counter.count_unkept(message)
-    return counter.count_messages((message,))
 
 
 def resolve_token_counter(spec: TokenCounterSpec) -> TokenCounter:

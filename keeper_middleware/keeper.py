@@ -13,7 +13,8 @@ Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert 
 :meth:`Keeper.step` or :meth:`Keeper.astep`; the two differ only in how the model is called.
 
 This module holds the step's order and its I/O; each phase lives beside it:
-:mod:`~keeper_middleware.step.arrivals` (taking new messages in), :mod:`~keeper_middleware.step.window`
+:mod:`~keeper_middleware.step.arrivals` (taking new messages in), :mod:`~keeper_middleware.step.decide`
+(the cut a window needs, what is in view fitted first), :mod:`~keeper_middleware.step.window`
 (sizes, when and what to cut; pure), :mod:`~keeper_middleware.step.room` (sharing the room among
 messages; pure), :mod:`~keeper_middleware.notes.dialogue` (the note-taking conversation),
 :mod:`~keeper_middleware.step.commit` (finishing a cut), :mod:`~keeper_middleware.step.oversized`
@@ -87,21 +88,18 @@ from keeper_middleware.sessions.state import MOVED_ENTRIES, MOVED_KEYS, SessionS
 from keeper_middleware.step.appended import Tails
 from keeper_middleware.step.arrivals import Arrivals
 from keeper_middleware.step.backlog import (
-    Backlog,
-    part_end,
     part_state,
     split_backlog,
-    with_part,
 )
 from keeper_middleware.step.commit import CutCommit
 from keeper_middleware.step.cut import KEPT_KEY, recount_kept, uncount_removed
+from keeper_middleware.step.decide import Decisions
 from keeper_middleware.step.entries import Entry, first_fresh, messages_of
 from keeper_middleware.step.handed_back import as_left, window_of
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES, ItemNumbering
 from keeper_middleware.step.known import LastEntries
 from keeper_middleware.step.oversized import OversizedMessages
 from keeper_middleware.step.result import Pending, StepResult
-from keeper_middleware.step.room import unkeep, without_passages
 from keeper_middleware.step.tail import Appending, WindowFacts
 from keeper_middleware.step.window import NOTES_FRAME_TOKENS, WindowPolicy
 from keeper_middleware.tokens.counting import TokenCounter, resolve_token_counter
@@ -123,7 +121,8 @@ _ID = operator.attrgetter("id")
 
 log = logging.getLogger(__name__)
 """One record per decision: a cut (INFO), a NOTES version (INFO), a re-ask (INFO), a refused
-search (INFO), an oversized message (WARNING), the request size of every step (DEBUG)."""
+search (INFO), an oversized message (WARNING); the request size of every step (DEBUG) is
+:mod:`~keeper_middleware.step.decide`'s."""
 
 
 class Keeper:
@@ -270,6 +269,15 @@ class Keeper:
             sync_index=lambda session: self._sync_index(session),
             whole_of=self.oversized.whole_of,
         )
+        self.decisions = Decisions(
+            config=self.config,
+            window=self.window,
+            oversized=self.oversized,
+            dialogue=self.dialogue,
+            sessions=self.sessions,
+            branches=self.branches,
+        )
+        """The step's decision once its messages are taken in (:mod:`~keeper_middleware.step.decide`)."""
         self.arrivals = Arrivals(
             config=self.config,
             tokens=self.tokens,
@@ -527,7 +535,7 @@ class Keeper:
             facts = messages = None
         if messages is None:
             messages = messages_of(entries)
-        return self._decide(
+        return self.decisions.decide(
             session, messages, entries, kstate, setup, notes, replaced, backlog, facts
         )
 
@@ -557,7 +565,8 @@ class Keeper:
         self.indexing.schedule_once(session)
         notes = self.notes(session, head=kstate[HEAD_KEY])
         added = self.window.classify(given[count:])
-        entries = [*known.entries, *added]
+        entries = known.entries  # taken out: this step's to extend (``LastEntries.appended``)
+        entries.extend(added)
         facts = tail.facts.extended(added, self.detector)
         if facts is None:  # never: appendable turns NOTES away; the full path walks all
             self.last_entries.forget(session)
@@ -572,7 +581,8 @@ class Keeper:
             map(operator.is_, messages[count:], given[count:])
         ):  # something was placed beside a new question
             added = self.window.classify(messages[count:], added)
-            entries = [*known.entries, *added]
+            del entries[count:]
+            entries.extend(added)
             facts = tail.facts.extended(added, self.detector)
         pending = self._after_arrivals(
             session, entries, kstate, setup, notes, False, facts, messages
@@ -600,139 +610,8 @@ class Keeper:
 
     def _next_part(self, pending: Pending, result: StepResult, setup: ModelSetup) -> Pending:
         """After a part's cut: the window it left and the next part of the backlog."""
-        backlog = pending.backlog
-        assert backlog is not None
-        window = self.window
-        entries = window.classify(result.messages, pending.entries)
-        fixed = window.size_of(setup, entries)
-        room = self.config.budget - window.request_cost() - fixed
-        end = part_end(backlog.entries, backlog.start, room, stop=backlog.open_at)
-        taken = backlog.rest() if end is None else backlog.take(end)
-        entries = [*entries, *taken]
-        return self._decide(
-            pending.session,
-            messages_of(entries),
-            entries,
-            with_part(result.state, backlog, taken),
-            setup,
-            # as the part's cut left them, on the branch it made
-            self.notes(pending.session, head=state_head(result.state)),
-            True,
-            None if end is None else backlog,
-        )
-
-    def _decide(
-        self,
-        session: str,
-        messages: list[BaseMessage],
-        entries: list[Entry],
-        kstate: dict[str, Any],
-        setup: ModelSetup,
-        notes: Notes,
-        replaced: bool,
-        backlog: Backlog | None,
-        facts: WindowFacts | None = None,
-    ) -> Pending:
-        """The cut this window needs (if any), after fitting what is in view (``facts``: the
-        window's, when known).
-
-        A part of a backlog is always cut (the rest of the backlog follows it), and keeps no
-        exchange in view: the next part comes right after it."""
-        window = self.window
-        budget = self.config.budget
-        shrunk = replaced
-        due = backlog is not None
-        plan, request_tokens = window.plan(
-            messages, kstate, setup, notes, due=due, entries=entries, facts=facts
-        )
-        if not due and request_tokens > budget:
-            # retrieved passages are archived text shown again: when the window is over the
-            # budget (an open question's work has outgrown it) they leave view before a cut
-            # takes any of that work; under it they stay, so the prefix cache keeps serving them
-            messages, dropped = without_passages(entries)
-            if dropped:
-                shrunk = True
-                entries = window.classify(messages, entries)
-                plan, request_tokens = window.plan(
-                    messages, kstate, setup, notes, due=due, entries=entries
-                )
-        if plan is None and request_tokens > budget:
-            # what was kept in view as already noted may leave with the next cut instead
-            messages, unkept = unkeep(entries)
-            if unkept:
-                shrunk = True
-                entries = window.classify(messages, entries)
-                plan, request_tokens = window.plan(
-                    messages, kstate, setup, notes, due=due, entries=entries
-                )
-        for _ in range(8):
-            if plan is not None or request_tokens <= budget:
-                break
-            messages, more = self.oversized.shrink_in_view(session, entries, kstate, setup)
-            if not more:
-                break
-            shrunk = True
-            entries = window.classify(messages, entries)
-            plan, request_tokens = window.plan(
-                messages, kstate, setup, notes, due=due, entries=entries
-            )
-        if plan is None and request_tokens > budget:
-            # the last resort: excerpt the biggest messages in view, wherever they are
-            layout = window.layout(messages)
-            messages = window.shrink_largest(
-                entries,
-                setup,
-                self.oversized.excerpter(session, kstate),
-                start=layout.head_end,
-            )
-            shrunk = True
-            entries = window.classify(messages, entries)
-            plan, request_tokens = window.plan(
-                messages, kstate, setup, notes, due=due, entries=entries
-            )
-        if backlog is not None:
-            if plan is None:
-                # nothing in this part could be cut: the rest is decided as one window
-                taken = backlog.rest()
-                entries = [*entries, *taken]
-                merged = with_part(kstate, backlog, taken)
-                return self._decide(
-                    session, messages_of(entries), entries, merged, setup, notes, shrunk, None
-                )
-            if not plan.pinned:
-                plan = replace(plan, keep_from=plan.boundary)
-        counters = self.counters(session)
-        if plan is None:  # sent as it is; a cut records the window it leaves (``CutCommit.finish``)
-            counters.peak_window = max(counters.peak_window, request_tokens)
-        log.debug(
-            "step session=%s messages=%d request_tokens=%d notes_at=%d budget=%d",
-            session,
-            len(messages),
-            request_tokens,
-            self.config.notes_threshold,
-            budget,
-        )
-        if plan is None and request_tokens > budget:
-            raise window.too_big_error(request_tokens, entries, setup)
-        pending = Pending(
-            session,
-            messages,
-            kstate,
-            plan,
-            notes,
-            replaced=shrunk,
-            entries=entries,
-            backlog=backlog,
-        )
-        if plan is not None and self.config.notes_mode == "in_place":
-            # only the moved entries the noted turns may name are read, not every one ever moved
-            noted = self.dialogue.noted_text(pending)
-            chain = self.branches.chain(session, state_head(kstate))
-            pending.moved_entries = self.sessions.moved_named(session, noted, chain)
-            pending.archived_keys = self.sessions.archived_keys(
-                session, self.dialogue.named_names(noted), chain
-            )
-        return pending
+        notes = self.notes(pending.session, head=state_head(result.state))
+        return self.decisions.next_part(pending, result, setup, notes)
 
     # ----------------------------------------------------------------- finishing
 

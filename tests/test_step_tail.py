@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,14 @@ def _outcome(arm: Arm, result: StepResult) -> dict[str, Any]:
     return {**last_entries._outcome(arm, result), "requests": arm.requests, "kwargs": kwargs}
 
 
+SEQUENCES = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+"""How many random sequences a property test of the step runs (each a few dozen steps)."""
+
+
 @pytest.fixture
 def same_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("keeper_middleware.sessions.state.new_secret", lambda: "5" * 64)
@@ -141,25 +149,31 @@ def _run(
     ops: Sequence[tuple[str, str, int]], config: KeeperConfig, *, unchanged: bool = False
 ) -> Arm:
     arms = (Arm(tail=True, config=config, unchanged=unchanged), Arm(tail=False, config=config))
+    return compare(arms, ops)[0]
+
+
+def compare(
+    arms: tuple[Arm, Arm],
+    ops: Sequence[tuple[str, str, int]],
+    outcome: Callable[[Arm, StepResult], dict[str, Any]] = _outcome,
+) -> tuple[Arm, Arm]:
+    """Run ``ops`` through both arms (the one that may take the tail path first), a step after
+    each, and check that every step decided the same (``outcome``); the arms, closed."""
     for arm in arms:
         arm.step()
     for number, (kind, text, pick) in enumerate(ops):
         for arm in arms:
             arm.apply(kind, text, number * 1000 + pick)
         fast, full = (arm.step() for arm in arms)
-        assert _outcome(arms[0], fast) == _outcome(arms[1], full), f"after {kind} ({number})"
+        assert outcome(arms[0], fast) == outcome(arms[1], full), f"after {kind} ({number})"
     for arm in arms:
         arm.keeper.close()
-    return arms[0]
+    return arms
 
 
 @pytest.mark.parametrize("unchanged", [False, True], ids=["fields-compared", "unchanged"])
 @pytest.mark.parametrize("config", [SMALL, ROOMY], ids=["cutting", "roomy"])
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@SEQUENCES
 @given(ops=OPERATIONS)
 def test_the_tail_path_decides_as_the_whole_window_walked(
     config: KeeperConfig, unchanged: bool, ops: list[tuple[str, str, int]], same_secret: None

@@ -101,7 +101,10 @@ class Arrivals:
                 added_ids.append(msg_id)
             seen.add(msg_id)
 
-        items: dict[str, int] = dict(kstate.get("items", {}))
+        # ``kstate`` is the step's own copy (``json_copy`` of the caller's on the full path, the
+        # last step's private copy on the append path): its item numbers change in place
+        held = kstate.get("items")
+        items: dict[str, int] = held if type(held) is dict else dict(held or {})
         counting = Counting.load(kstate)
         since_notes = items_since_notes(kstate)
         counters = self.sessions.counters(session)
@@ -192,13 +195,13 @@ class Arrivals:
                 guard = after_new_input(self.sessions.guard(session), budget=budget)
                 self.sessions.set_guard(session, guard)
         if appending is not None and _appended_seen(kstate, before, added_ids, result, appending):
-            kstate["items"] = dict(items)  # its ids are the last window's and the ones added
+            kstate["items"] = items  # its ids are the last window's and the ones added
         else:
             result_ids = ids_of(result)
             live_ids = set(result_ids)
             kstate["seen"] = ordered_seen(before, seen, result_ids, live_ids)
             kstate["items"] = (
-                dict(items)
+                items
                 if items.keys() <= live_ids
                 else {k: v for k, v in items.items() if k in live_ids}
             )
@@ -279,7 +282,12 @@ def _appended_seen(
     added = set(added_ids)
     if not added.issubset(new_ids):
         return False
-    kstate["seen"] = [*before, *dict.fromkeys(filter(added.__contains__, new_ids))]
+    fresh = dict.fromkeys(filter(added.__contains__, new_ids))
+    if type(before) is list:  # the last step's private copy, this step's to extend
+        before.extend(fresh)
+        kstate["seen"] = before
+    else:
+        kstate["seen"] = [*before, *fresh]
     appending.whole = True
     return True
 

@@ -80,11 +80,11 @@ class KnownEntries:
         count = len(self.messages)
         if count == 0 or count > len(messages):
             return 0
-        start = messages[:count]
-        if not all(map(operator.is_, self.messages, start)):
+        # ``map`` stops at the shorter list: the first ``count`` of ``messages``, not copied
+        if not all(map(operator.is_, self.messages, messages)):
             return 0
-        if self.fields is not None and list(map(vars, start)) != self.fields:
-            return 0
+        if self.fields is not None and list(map(vars, self.messages)) != self.fields:
+            return 0  # (the very same objects as ``messages`` start with, checked above)
         return count
 
     def facts_of(self, messages: Sequence[BaseMessage]) -> WindowFacts | None:
@@ -171,13 +171,17 @@ class LastEntries:
         before: KnownEntries | None = None,
     ) -> None:
         """Keep the entries a step ended with, when they are the entries of ``messages`` (the
-        step's result); otherwise forget the session's (its next step classifies afresh).
+        step's result); otherwise forget the session's (its next step classifies afresh). The
+        ``entries`` list is kept as it is (the step that made it is done with it).
         ``tail``: the window's facts; ``before``: the entries the step started from, taken
         out by :meth:`appended` (their copies of fields are reused)."""
         known = before if before is not None else self._known.get(session)
         if before is not None and tail is not None:
-            ended = list(messages)  # the entries were made from them, in order (``appended``)
+            # the entries were made from them, in order (``appended``), and they start with
+            # the very same objects as the window taken out, whose list is this step's to extend
             count = len(before.messages)
+            ended = before.messages
+            ended.extend(messages[count:])
         else:
             ended = messages_of(entries)
             if len(ended) != len(messages) or not all(map(operator.is_, ended, messages)):
@@ -200,7 +204,7 @@ class LastEntries:
             self._known.pop(session, None)
             if len(self._known) >= self._most:
                 del self._known[next(iter(self._known))]
-            self._known[session] = KnownEntries(list(entries), ended, fields, tail)
+            self._known[session] = KnownEntries(entries, ended, fields, tail)
 
     def facts_of(self, session: str, messages: Sequence[BaseMessage]) -> WindowFacts | None:
         """The window facts ``session``'s last step ended with, when ``messages`` are that

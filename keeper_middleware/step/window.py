@@ -57,6 +57,8 @@ from keeper_middleware.tokens.counting import ADDITIVE_COUNTERS, TokenCounter
 NOTES_FRAME_TOKENS = 64
 """What the NOTES message adds to the NOTES' own text (its frame, mark and kept-turns line)."""
 _ENTRY_ID: Callable[[Entry], str] = operator.attrgetter("id")
+_FLOORS_KEPT = 4096
+"""Sessions whose excerpt floor is kept at once (all are dropped when more come)."""
 
 
 Excerpt = Callable[[BaseMessage, int], BaseMessage]
@@ -80,6 +82,12 @@ class WindowPolicy:
         default_factory=list, init=False, repr=False, compare=False
     )
     """The setup the keeper was last called with, and what it adds to a request."""
+    _besides: list[tuple[tuple[str, ...], int]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    """The RULES :meth:`beside_cost` last priced, and the price."""
+    _floors: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """:meth:`excerpt_floor` by session (bounded)."""
     _facts: SameMessageMemo[dict[str, Any]] = field(
         default_factory=SameMessageMemo, init=False, repr=False, compare=False
     )
@@ -347,13 +355,33 @@ class WindowPolicy:
         return extra + (sum(sizes_of(entries)) if total is None else total)
 
     def beside_cost(self, notes: Notes) -> int:
-        """What the keeper places beside a new question: the RULES and retrieved sentences."""
+        """What the keeper places beside a new question: the RULES and retrieved sentences
+        (worked out once for the RULES a keeper last saw: every step asks, and the RULES
+        change only at a cut)."""
+        rules = notes.rules
+        known = self._besides
+        if known and known[0][0] == rules:
+            return known[0][1]
         cost = 0
-        if self.config.rules_next_to_questions and notes.rules:
-            cost += self.tokens.count_text(render_rules_block(notes.rules)) + 8
+        if self.config.rules_next_to_questions and rules:
+            cost += self.tokens.count_text(render_rules_block(rules)) + 8
         if self.config.show_retrieved > 0:
             cost += self.config.budget // 4
+        known[:] = [(rules, cost)]
         return cost
+
+    def excerpt_floor(self, session: str) -> int:
+        """The least a new message's cap may be: an excerpt's head and tail and its pointer
+        line (whose reference is the session's; worked out once a session, as every step
+        asks)."""
+        floors = self._floors
+        found = floors.get(session)
+        if found is None:
+            if len(floors) >= _FLOORS_KEPT:
+                floors.clear()
+            ref = excerpt_ref(session, "x")
+            found = floors[session] = MIN_EXCERPT_TOKENS + pointer_cost(ref, self.tokens.count_text)
+        return found
 
     def message_caps(
         self,
@@ -388,7 +416,7 @@ class WindowPolicy:
         beside = self.beside_cost(notes)
         room = self.config.budget - sum(parts.values())
         limit = self.config.message_tokens  # worked out once: a property of a few calls
-        floor = MIN_EXCERPT_TOKENS + pointer_cost(excerpt_ref(session, "x"), self.tokens.count_text)
+        floor = self.excerpt_floor(session)
         caps: dict[str, int] = {}
         folds: list[list[Entry]] = []
         for unit in units(entries[_first_unit_with_fresh(entries, seen, first) :]):

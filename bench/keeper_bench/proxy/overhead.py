@@ -247,7 +247,10 @@ def keeper_proxy_process(
     upstream: ProxyProcess, window: int, archive: Path, checkout: Path | None = None
 ) -> Iterator[ProxyProcess]:
     """The ``keeper-proxy`` command itself, as a user starts it (``checkout``: that source
-    tree's code instead of the installed one, to measure two versions side by side)."""
+    tree's code instead of the installed one, to measure two versions side by side). The
+    archive's path is made absolute first: a relative one would be emptied here but opened in
+    the checkout by the child, which would then start from an earlier run's sessions."""
+    archive = archive.resolve()
     shutil.rmtree(archive, ignore_errors=True)
     port = free_port()
     command = [sys.executable, "-m", "keeper_middleware.integrations.proxy"]

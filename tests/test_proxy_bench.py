@@ -378,3 +378,23 @@ def test_the_bare_relay_passes_bodies_statuses_and_streams_through(
         assert [json.loads(request)["content"] for _, request, _ in got] == ["hi", "hi"]
         assert json.loads(got[0][2])["content"] == "plain"
         assert json.loads(got[1][2]) is None  # the refusal's body holds no reply
+
+
+def test_a_baseline_checkout_opens_the_archive_the_runner_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative archive path names one folder for the runner and the checkout's process alike:
+    an earlier run's sessions are gone, and nothing is opened inside the checkout."""
+    from keeper_bench.proxy.overhead import keeper_proxy_process
+    from keeper_bench.proxy.servers import upstream_server
+
+    checkout = Path(__file__).resolve().parents[1]
+    runner = tmp_path / "runner"
+    (runner / "runs" / "arch").mkdir(parents=True)
+    (runner / "runs" / "arch" / "from-an-earlier-run").write_text("stale", encoding="utf-8")
+    monkeypatch.chdir(runner)
+    relative = Path("runs") / "arch"
+    with upstream_server() as upstream, keeper_proxy_process(upstream, 4096, relative, checkout):
+        opened = sorted(p.name for p in (runner / "runs" / "arch").iterdir())
+    assert "from-an-earlier-run" not in opened and opened  # emptied, then opened by the proxy
+    assert not (checkout / "runs" / "arch").exists()

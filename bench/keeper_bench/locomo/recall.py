@@ -111,7 +111,7 @@ class StaticEmbedder:
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
         try:
-            from static_model import get_embeddings
+            from static_model import get_embeddings  # pyright: ignore[reportMissingImports]
         except ImportError as error:
             raise ConfigurationError(
                 "The static64 embedder needs `pip install 'keeper-bench[static]'` (the package "

@@ -274,12 +274,23 @@ def test_proxy_overhead_measures_the_three_paths_side_by_side(tmp_path: Path) ->
     table = results.read_text()
     rows = [line for line in table.splitlines() if line.startswith("| instant |")]
     assert code == 0
-    assert [row.split(" | ")[2] for row in rows] == ["direct", "relay", "floor", "keeper-proxy"]
-    relay, floor, proxy = (row.split(" | ") for row in rows[1:])
-    for cells in (relay, floor, proxy):  # CPU a request, read from each process
+    assert [row.split(" | ")[2] for row in rows] == [
+        "direct",
+        "relay",
+        "floor",
+        "keeping",
+        "keeper-proxy",
+    ]
+    relay, floor, keeping, proxy = (row.split(" | ") for row in rows[1:])
+    for cells in (relay, floor, keeping, proxy):  # CPU a request, read from each process
         assert float(cells[6].split()[0]) > 0
-    assert proxy[9] == "0"  # the agents' tool loop makes no cut
+    by_floor, by_keeping = float(proxy[8].split()[0]), float(proxy[9].split()[0])
+    proxy_ms = float(proxy[6].split()[0])
+    assert by_floor == pytest.approx(proxy_ms / float(floor[6].split()[0]), rel=0.05)
+    assert by_keeping == pytest.approx(proxy_ms / float(keeping[6].split()[0]), rel=0.05)
+    assert proxy[10] == "0"  # the agents' tool loop makes no cut
     assert "the fair floor's CPU a request" in table and "Measured at commit" in table
+    assert "the keeping floor's CPU a request" in table
 
 
 @pytest.mark.slow
@@ -313,10 +324,14 @@ def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path
     ]
     assert [row[0] for row in rows] == ["| 6", "| 12", "| 12"]
     for row in rows:
-        relay, floor, proxy, baseline = (float(cell.split()[0]) for cell in row[2:6])
-        assert min(relay, floor, proxy, baseline) > 0  # each read from its own process
+        relay, floor, keeping, proxy, baseline = (float(cell.split()[0]) for cell in row[2:7])
+        assert min(relay, floor, keeping, proxy, baseline) > 0  # each read from its own process
+        by_floor, by_keeping = (float(cell.split()[0]) for cell in row[8:10])
+        assert by_floor == pytest.approx(proxy / floor, rel=0.05)
+        assert by_keeping == pytest.approx(proxy / keeping, rel=0.05)
     assert "keeper-proxy at " in table and "As the resent history grows" in table
     assert "A live window of many small messages" in table and "fair floor's CPU" in table
+    assert "keeping floor's CPU a request" in table
 
 
 def test_the_two_keeper_proxies_trade_places_from_pass_to_pass() -> None:
@@ -398,3 +413,24 @@ def test_a_baseline_checkout_opens_the_archive_the_runner_emptied(
         opened = sorted(p.name for p in (runner / "runs" / "arch").iterdir())
     assert "from-an-earlier-run" not in opened and opened  # emptied, then opened by the proxy
     assert not (checkout / "runs" / "arch").exists()
+
+
+def test_a_growth_row_reads_keeper_proxy_against_each_floor_it_measured() -> None:
+    """Each ratio comes from its own floor's passes; a floor left out reads as a dash, and the
+    line keeps the header's columns either way."""
+    from keeper_bench.proxy.growth import GrowthRow, growth_header
+
+    row = GrowthRow(200, 1)
+    row.cpu_ms.update(relay=[0.3, 0.3], floor=[0.5, 0.4], keeping=[1.0, 0.8])
+    row.cpu_ms["keeper-proxy"] = [2.0, 2.0]
+    row.p50_ms["keeper-proxy"] = [3.0, 3.0]
+    assert row.ratios() == [4.0, 5.0]
+    assert row.ratios("keeping") == [2.0, 2.5]
+    cells = row.line().split(" | ")
+    assert cells[7:9] == ["4.50 (4.00–5.00)", "2.25 (2.00–2.50)"]
+    assert row.line().count("|") == growth_header(None).splitlines()[0].count("|")
+    row.cpu_ms["keeping"] = []
+    assert row.ratios("keeping") == []
+    cells = row.line().split(" | ")
+    assert cells[4] == "–" and cells[8] == "–"
+    assert row.line().count("|") == growth_header(None).splitlines()[0].count("|")

@@ -38,7 +38,7 @@ __all__ = [
     "starting_history",
 ]
 
-GROWTH_PATHS = ("relay", "floor", "keeper-proxy", "baseline")
+GROWTH_PATHS = ("relay", "floor", "keeping", "keeper-proxy", "baseline")
 
 
 def pass_order(paths: Sequence[str], number: int) -> list[str]:
@@ -101,21 +101,26 @@ class GrowthRow:
     load_before: float = 0.0
     load_after: float = 0.0
 
-    def ratios(self) -> list[float]:
-        """keeper-proxy's CPU a request over the fair floor's, pass by pass."""
-        pairs = zip(self.cpu_ms["floor"], self.cpu_ms["keeper-proxy"], strict=True)
+    def ratios(self, floor: str = "floor") -> list[float]:
+        """keeper-proxy's CPU a request over the fair floor's (``floor="keeping"``: the keeping
+        floor's), pass by pass; empty when that floor was not measured."""
+        floors = self.cpu_ms[floor]
+        if not floors:
+            return []
+        pairs = zip(floors, self.cpu_ms["keeper-proxy"], strict=True)
         return [p / f for f, p in pairs if f]
 
     def line(self) -> str:
         relay, proxy = self.cpu_ms["relay"], self.cpu_ms["keeper-proxy"]
-        ratios = self.ratios()
-        base = self.cpu_ms["baseline"]
+        ratios, kept = self.ratios(), self.ratios("keeping")
+        base, keeping = self.cpu_ms["baseline"], self.cpu_ms["keeping"]
         return (
             f"| {self.history:,} | {self.sessions} | {_spread(relay)} | "
-            f"{_spread(self.cpu_ms['floor'])} | {_spread(proxy)} | "
+            f"{_spread(self.cpu_ms['floor'])} | {_spread(keeping) if keeping else '–'} | "
+            f"{_spread(proxy)} | "
             + (f"{_spread(base)} | " if base else "")
             + f"{_spread(self.p50_ms['keeper-proxy'], '{:.1f}')} | "
-            f"{_spread(ratios) if ratios else '–'} | "
+            f"{_spread(ratios) if ratios else '–'} | {_spread(kept) if kept else '–'} | "
             f"{self.load_before:.1f} → {self.load_after:.1f} |"
         )
 
@@ -193,11 +198,13 @@ def measure_growth(
     start_relay: Callable[[ProxyProcess], Any],
     start_proxy: Callable[..., Any],
     start_floor: Callable[[ProxyProcess, Path | None], Any],
+    start_keeping: Callable[[ProxyProcess, Path], Any] | None = None,
     baseline: Path | None = None,
     report: Callable[[str], None] = print,
 ) -> list[GrowthRow]:
-    """One row per history length, the relay and keeper-proxy (and the ``baseline`` checkout's
-    keeper-proxy) in interleaved passes, in front of an upstream that answers at once."""
+    """One row per history length, the relay, the fair floor, the keeping floor (with
+    ``start_keeping``) and keeper-proxy (and the ``baseline`` checkout's keeper-proxy) in
+    interleaved passes, in front of an upstream that answers at once."""
     texts = list(inputs[1 : calls + 1]) or [inputs[0]]
     rows: list[GrowthRow] = []
     with ExitStack() as stack:
@@ -206,8 +213,12 @@ def measure_growth(
         floor = stack.enter_context(
             start_floor(upstream, archive.with_name(archive.name + ".floor"))
         )
-        proxy = stack.enter_context(start_proxy(upstream, window, archive))
-        middles = {"relay": relay, "floor": floor, "keeper-proxy": proxy}
+        middles = {"relay": relay, "floor": floor}
+        if start_keeping is not None:
+            middles["keeping"] = stack.enter_context(
+                start_keeping(upstream, archive.with_name(archive.name + ".keeping"))
+            )
+        middles["keeper-proxy"] = stack.enter_context(start_proxy(upstream, window, archive))
         if baseline is not None:
             middles["baseline"] = stack.enter_context(
                 start_proxy(
@@ -240,9 +251,9 @@ def measure_growth(
 
 GROWTH_HEADER = (
     "| messages resent | sessions | bare relay CPU a request (ms) | fair floor CPU a request "
-    "(ms) | keeper-proxy CPU a request (ms) | keeper-proxy p50 (ms) | proxy ÷ floor CPU | "
-    "load avg |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    "(ms) | keeping floor CPU a request (ms) | keeper-proxy CPU a request (ms) | keeper-proxy "
+    "p50 (ms) | proxy ÷ floor CPU | proxy ÷ keeping floor CPU | load avg |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -268,6 +279,13 @@ def growth_verdict(rows: Sequence[GrowthRow]) -> list[str]:
             lines.append(
                 f"- {row.history:,} messages, {row.sessions} session(s): keeper-proxy spends "
                 f"{ratio:.2f}× the fair floor's CPU a request (target ≤ {TARGET_RATIO:g}×): {met}."
+            )
+        if row.ratios("keeping"):
+            lines.append(
+                f"- {row.history:,} messages, {row.sessions} session(s): keeper-proxy spends "
+                f"{statistics.median(row.ratios('keeping')):.2f}× the keeping floor's CPU a "
+                "request (a reference, not a target: what the keeper adds beyond the least a "
+                "proxy under its rules does)."
             )
     cost = {row.history: statistics.median(row.cpu_ms["keeper-proxy"]) for row in rows}
     if all(n in cost for n in (200, 1000, 5000)):
@@ -301,7 +319,11 @@ def growth_markdown(
         f"and result; keeper-proxy's window is {window:,} tokens. Instant upstream; CPU a "
         "request as in the table above, over those calls only. The *fair floor* is the bare "
         "relay that also parses each JSON body and commits one SQLite row per request before "
-        "forwarding it (`python -m keeper_bench.proxy.relay --floor FILE`).",
+        "forwarding it (`python -m keeper_bench.proxy.relay --floor FILE`); the *keeping floor* "
+        "(`--keeping FILE`) is the least a proxy does under keeper-proxy's own rules: it also "
+        "encodes its own upstream body, keeps each reply with the request's new turn in one "
+        "committed row, and does its token count and SQLite work in worker threads (two "
+        "hand-offs a request), never on the event loop.",
         "",
         growth_header(baseline),
         *(row.line() for row in rows),

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ from keeper_bench.streams import read_stream
 
 __all__ = ["PATHS", "Pass", "Row", "main", "register_commands", "results_markdown"]
 
-PATHS = ("direct", "relay", "floor", "keeper-proxy")
+PATHS = ("direct", "relay", "floor", "keeping", "keeper-proxy")
 TARGET_RATIO = 2.0
 """keeper-proxy's CPU per request at most this many times the fair floor's (the relay that also
 parses each body and commits one SQLite row)."""
@@ -106,9 +106,13 @@ class Row:
     load_before: float = 0.0
     load_after: float = 0.0
 
-    def ratios(self) -> list[float]:
-        """keeper-proxy's CPU per request over the fair floor's, pass by pass."""
-        pairs = zip(self.passes["floor"], self.passes["keeper-proxy"], strict=True)
+    def ratios(self, floor: str = "floor") -> list[float]:
+        """keeper-proxy's CPU per request over the fair floor's (``floor="keeping"``: the
+        keeping floor's), pass by pass; empty when that floor was not measured."""
+        floors = self.passes[floor]
+        if not floors:
+            return []
+        pairs = zip(floors, self.passes["keeper-proxy"], strict=True)
         return [p.middle_ms / r.middle_ms for r, p in pairs if r.middle_ms and p.middle_ms]
 
     def lines(self) -> list[str]:
@@ -118,15 +122,18 @@ class Row:
             if not passes:
                 continue
             middle = [p.middle_ms for p in passes if p.middle_ms is not None]
-            ratio = ""
+            ratio = kept = ""
             if path == "keeper-proxy" and self.ratios():
                 ratio = _spread(self.ratios(), "{:.2f}")
+            if path == "keeper-proxy" and self.ratios("keeping"):
+                kept = _spread(self.ratios("keeping"), "{:.2f}")
             out.append(
                 f"| {self.upstream} | {self.sessions} | {path} | {passes[0].requests:,} | "
                 f"{_spread([p.rps for p in passes], '{:.0f}')} | "
                 f"{_spread([p.p50_ms for p in passes], '{:.1f}')} | "
                 f"{_spread(middle, '{:.2f}') if middle else '–'} | "
                 f"{_spread([p.upstream_ms for p in passes], '{:.2f}')} | {ratio or '–'} | "
+                f"{kept or '–'} | "
                 f"{sum(p.cuts for p in passes) if path == 'keeper-proxy' else '–'} | "
                 f"{self.load_before:.1f} → {self.load_after:.1f} |"
             )
@@ -229,17 +236,29 @@ def timed_pass(
 
 # -- the processes ------------------------------------------------------------------------------
 @contextmanager
-def relay_process(upstream: ProxyProcess, floor: Path | None = None) -> Iterator[ProxyProcess]:
-    """The bare relay; with ``floor`` the fair floor, committing a row a request to that file."""
+def relay_process(
+    upstream: ProxyProcess, floor: Path | None = None, keeping: Path | None = None
+) -> Iterator[ProxyProcess]:
+    """The bare relay; with ``floor`` the fair floor, committing a row a request to that file;
+    with ``keeping`` the keeping floor, keeping each new turn and its reply in that file (each
+    file emptied first, its path made absolute)."""
     port = free_port()
     command = [sys.executable, "-m", "keeper_bench.proxy.relay"]
     command += ["--upstream", upstream.url, "--port", str(port)]
-    if floor is not None:
-        floor.unlink(missing_ok=True)
-        floor.parent.mkdir(parents=True, exist_ok=True)
-        command += ["--floor", str(floor)]
+    for option, path in (("--floor", floor), ("--keeping", keeping)):
+        if path is not None:
+            path = path.resolve()
+            path.unlink(missing_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            command += [option, str(path)]
     with spawn(command, port) as (pid, url):
         yield ProxyProcess(pid, url)
+
+
+def keeping_process(upstream: ProxyProcess, rows: Path) -> AbstractContextManager[ProxyProcess]:
+    """The keeping floor (:class:`~keeper_bench.proxy.relay.KeepingFloor`), its rows in
+    ``rows``."""
+    return relay_process(upstream, keeping=rows)
 
 
 @contextmanager
@@ -268,30 +287,31 @@ def measure_upstream(
     repeat: int,
     window: int,
     archive: Path,
+    keeping: bool = True,
     report: Callable[[str], None] = print,
 ) -> list[Row]:
-    """Every number of sessions in front of one upstream, in interleaved passes; each path is
-    warmed by a short pass first, so that start-up and lazy imports are not measured."""
+    """Every number of sessions in front of one upstream, in interleaved passes (``keeping``:
+    the keeping floor among them); each path is warmed by a short pass first, so that start-up
+    and lazy imports are not measured."""
     label = "instant" if not delay else f"{delay * 1000:.0f} ms"
     rows: list[Row] = []
     with ExitStack() as stack:
         upstream = stack.enter_context(upstream_server(delay))
         relay = stack.enter_context(relay_process(upstream))
         floor = stack.enter_context(relay_process(upstream, archive.with_name("floor.sqlite")))
+        middles: dict[str, ProxyProcess | None] = {"direct": None, "relay": relay, "floor": floor}
+        if keeping:
+            rows_file = archive.with_name("keeping.sqlite")
+            middles["keeping"] = stack.enter_context(keeping_process(upstream, rows_file))
         proxy = stack.enter_context(keeper_proxy_process(upstream, window, archive))
-        middles: dict[str, ProxyProcess | None] = {
-            "direct": None,
-            "relay": relay,
-            "floor": floor,
-            "keeper-proxy": proxy,
-        }
+        middles["keeper-proxy"] = proxy
         urls = {p: (m.url if m is not None else upstream.url) for p, m in middles.items()}
-        for path in PATHS:
+        for path in middles:
             asyncio.run(drive(urls[path], calls[:6], 2, f"warm-{path}"))
         for count in sessions:
             row = Row(label, count, load_before=os.getloadavg()[0])
             for number in range(repeat):
-                for path in PATHS:
+                for path in middles:
                     tag = f"{path}-{count}-{number}"
                     done = timed_pass(urls[path], calls, count, tag, upstream, middles[path])
                     if path == "keeper-proxy":
@@ -314,9 +334,9 @@ def measure_upstream(
 HEADER = (
     "| upstream | sessions | path | requests a pass | throughput (req/s) | p50 (ms) | "
     "relay, floor or proxy CPU a request (ms) | upstream CPU a request (ms) | "
-    "proxy ÷ floor CPU | "
+    "proxy ÷ floor CPU | proxy ÷ keeping floor CPU | "
     "cuts | load avg |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -349,6 +369,13 @@ def verdict(rows: Sequence[Row]) -> list[str]:
             f"{ratio:.2f}× the fair floor's CPU a request (median of {len(ratios)} passes): "
             f"{met}."
         )
+        kept = row.ratios("keeping")
+        if kept:
+            lines.append(
+                f"- {row.upstream} upstream, {row.sessions} session(s): keeper-proxy spends "
+                f"{statistics.median(kept):.2f}× the keeping floor's CPU a request (a reference, "
+                "not a target)."
+            )
         floor = statistics.median(p.rps for p in row.passes["floor"])
         proxy = statistics.median(p.rps for p in row.passes["keeper-proxy"])
         if row.sessions >= 32 and floor:
@@ -359,6 +386,13 @@ def verdict(rows: Sequence[Row]) -> list[str]:
                 f"is {share:.0%} of the fair floor's ({proxy:.0f} against {floor:.0f} req/s; "
                 f"target ≥ {TARGET_THROUGHPUT:.0%}): {met}."
             )
+            keeping = [p.rps for p in row.passes["keeping"]]
+            if keeping and statistics.median(keeping):
+                rate = statistics.median(keeping)
+                lines.append(
+                    f"- {row.upstream} upstream, {row.sessions} sessions: keeper-proxy's "
+                    f"throughput is {proxy / rate:.0%} of the keeping floor's ({rate:.0f} req/s)."
+                )
     return lines
 
 
@@ -386,6 +420,12 @@ def results_markdown(
             *main,
             "- *fair floor*: the bare relay that also parses each JSON body (orjson) and commits "
             "one SQLite row per request (WAL, synchronous=NORMAL) before forwarding it.",
+            "- *keeping floor*: the least a proxy does under keeper-proxy's own rules "
+            "(`python -m keeper_bench.proxy.relay --keeping FILE`): beyond the fair floor it "
+            "encodes its own upstream body, keeps each reply with the request's new turn in one "
+            "committed row, and does its token count and SQLite work in worker threads, never "
+            "on the event loop (two hand-offs a request). *proxy ÷ keeping floor* is what the "
+            "keeper itself adds; a reference beside the target, not the target.",
             "- *relay, floor or proxy CPU a request*: that process's user + system CPU time over a pass "
             "(read from the process, `/proc/<pid>/task/*/schedstat`), divided by the pass's "
             "requests. It moves far less with other jobs' load than wall-clock time does.",
@@ -455,6 +495,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="keep every measured server (the relays, keeper-proxy, the baseline) on this CPU, "
         "as keeper-proxy --cpu does (default: wherever the OS puts them)",
     )
+    parser.add_argument(
+        "--no-keeping-floor",
+        action="store_true",
+        help="leave the keeping floor (relay --keeping) out of every table, for a shorter run",
+    )
     parser.add_argument("--stream", default="small:rules+overdrawn")
     parser.add_argument("--out", type=Path, default=Path("runs/proxy-overhead"))
 
@@ -493,6 +538,7 @@ def _run(
             repeat=args.repeat,
             window=args.window,
             archive=args.out / "proxy",
+            keeping=not args.no_keeping_floor,
             report=lambda line: print(line, flush=True),
         )
     growth: list[str] = []
@@ -518,6 +564,7 @@ def _run(
             start_relay=relay_process,
             start_proxy=keeper_proxy_process,
             start_floor=relay_process,
+            start_keeping=None if args.no_keeping_floor else keeping_process,
             baseline=args.baseline.resolve() if args.baseline else None,
             report=lambda line: print(line, flush=True),
         )

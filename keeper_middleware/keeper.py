@@ -12,8 +12,10 @@ Each step, before the model is called:
 Adapters (the LangGraph node, the LangChain middleware, the proxy) only convert formats and call
 :meth:`Keeper.step` or :meth:`Keeper.astep`; the two differ only in how the model is called.
 
-This module holds the step's order and its I/O; each phase lives beside it:
-:mod:`~keeper_middleware.step.arrivals` (taking new messages in), :mod:`~keeper_middleware.step.decide`
+This module holds the step's order and its I/O; how a step takes its messages in is
+:mod:`~keeper_middleware.step.preparing`, what the adapters ask around the agent's own model calls
+is :mod:`~keeper_middleware.work_calls` (both mixed into :class:`Keeper`); each phase lives beside
+it: :mod:`~keeper_middleware.step.arrivals` (taking new messages in), :mod:`~keeper_middleware.step.decide`
 (the cut a window needs, what is in view fitted first), :mod:`~keeper_middleware.step.window`
 (sizes, when and what to cut; pure), :mod:`~keeper_middleware.step.room` (sharing the room among
 messages; pure), :mod:`~keeper_middleware.notes.dialogue` (the note-taking conversation),

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self
 
 from keeper_middleware.archive.json_text import value_text
 from keeper_middleware.archive.postgres import branches as pg_branches
@@ -37,12 +37,12 @@ from keeper_middleware.archive.postgres.connect import (
     translated_errors,
 )
 from keeper_middleware.archive.postgres.locks import AdvisoryLocks
+from keeper_middleware.archive.postgres.moved_entries import PostgresMovedEntries
+from keeper_middleware.archive.postgres.reads import PostgresReads
 from keeper_middleware.archive.postgres.rows import (
     cut_from_row,
     encoded,
-    notes_from_row,
     refuse_nul,
-    turn_from_row,
 )
 from keeper_middleware.archive.postgres.schema import setup
 from keeper_middleware.archive.records import (
@@ -53,7 +53,6 @@ from keeper_middleware.archive.records import (
     Head,
     MovedUpdate,
     NotesDraft,
-    NotesVersion,
     _distinct_turns,
     _require_session,
 )
@@ -73,12 +72,8 @@ from keeper_middleware.errors import (
     unknown_cut,
 )
 
-_T = TypeVar("_T")
-_TURN_PAGE = 256
-_NOTES_PAGE = 8
 
-
-class PostgresArchive:
+class PostgresArchive(PostgresReads, PostgresMovedEntries):
     """``ArchiveStore`` on PostgreSQL, shared by every worker and replica that opens the URL.
 
     ``schema`` (default ``keeper``; also ``?schema=name`` in the URL) holds the tables (created on
@@ -150,11 +145,6 @@ class PostgresArchive:
                 f"the archive at {redact_url(self.url)} is closed; open a new PostgresArchive"
             )
         return self._pool
-
-    def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._errors("reading"), self._live_pool().connection() as conn:
-            rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
-            return rows
 
     def _before_commit(self, session: str, cut_key: str) -> None:
         """Runs inside the cut's transaction just before COMMIT (a seam for crash tests)."""
@@ -384,107 +374,6 @@ class PostgresArchive:
         with self._errors("reading"), self._live_pool().connection() as conn:
             return pg_handles.find(conn, self.schema, handle)
 
-    def update_moved(self, session: str, update: MovedUpdate) -> None:
-        _require_session(session)
-        refuse_nul(session, "session")
-
-        def work(conn: Any) -> None:
-            tip, forked, count = pg_branches.tip_of(conn, self.schema, session)
-            if not forked:
-                pg_moved.apply_linear(conn, self.schema, session, update, ordinal=count)
-                return
-            chain = pg_branches.chain_at(conn, self.schema, session, tip, tip, forked)
-            pg_moved.apply(
-                conn, self.schema, session, update, ordinal=count, holds=chain.holds_ordinal
-            )
-
-        self._write_moved(session, work)
-
-    def _write_moved(self, session: str, work: Callable[[Any], None]) -> None:
-        """``work`` in one transaction with the session's row locked, after adopting the
-        session's old values."""
-        s = self.schema
-        with (
-            self._errors("saving moved entries"),
-            self._live_pool().connection() as conn,
-            conn.transaction(),
-        ):
-            conn.execute(
-                f"INSERT INTO {s}.sessions (session) VALUES (%s) ON CONFLICT DO NOTHING",
-                (session,),
-            )
-            conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session = %s FOR UPDATE", (session,))
-            _, forked, count = pg_branches.tip_of(conn, s, session)
-            pg_moved.adopt_legacy(conn, s, session, ordinal=count, linear=not forked)
-            work(conn)
-        self._adopted.add(session)
-
-    def _adopt(self, session: str) -> None:
-        """Move the session's old values (if any) to rows, once per process."""
-        if session in self._adopted:
-            return
-        with self._errors("reading"), self._live_pool().connection() as conn:
-            found = pg_moved.has_legacy(conn, self.schema, session)
-        if found:
-            self._write_moved(session, lambda conn: None)
-        self._adopted.add(session)
-
-    def _current(self, conn: Any, session: str, within: Chain | None) -> bool:
-        """Whether a read of moved entries can use the current rows (the branch is the whole of
-        a session that never forked); else it reads the log."""
-        if within is not None:
-            return within.whole
-        return not pg_branches.tip_of(conn, self.schema, session)[1]
-
-    def _holds(self, conn: Any, session: str, within: Chain | None) -> Callable[[int], bool]:
-        return (within or pg_branches.chain(conn, self.schema, session, TIP)).holds_ordinal
-
-    def moved_named(
-        self, session: str, words: Collection[str], *, within: Chain | None = None
-    ) -> list[tuple[str, str]]:
-        self._adopt(session)
-        with self._errors("reading"), self._live_pool().connection() as conn:
-            if self._current(conn, session, within):
-                return pg_moved.named_current(conn, self.schema, session, words)
-            holds = self._holds(conn, session, within)
-            rows = pg_moved.named(conn, self.schema, session, words, holds)
-        return [(row.key, str(row.value)) for row in rows]
-
-    def moved_among(
-        self, session: str, folded: Collection[str], *, within: Chain | None = None
-    ) -> list[str]:
-        self._adopt(session)
-        with self._errors("reading"), self._live_pool().connection() as conn:
-            if self._current(conn, session, within):
-                return pg_moved.among_current(conn, self.schema, session, folded)
-            holds = self._holds(conn, session, within)
-            return [row.key for row in pg_moved.among(conn, self.schema, session, folded, holds)]
-
-    def moved_rows(
-        self, session: str, *, within: Chain | None = None
-    ) -> Iterator[tuple[str, str | None]]:
-        self._adopt(session)
-        with self._errors("reading"), self._live_pool().connection() as conn:
-            current = self._current(conn, session, within)
-            logged = (
-                []
-                if current
-                else pg_moved.every(conn, self.schema, session, self._holds(conn, session, within))
-            )
-        if not current:
-            for row in logged:
-                yield row.key, row.value
-            return
-        last = -1
-        while True:
-            with self._errors("reading"), self._live_pool().connection() as conn:
-                rows = pg_moved.page_current(conn, self.schema, session, last, _TURN_PAGE)
-            if not rows:
-                return
-            for key, value, _ in rows:
-                yield key, value
-            last = rows[-1][2]
-
     def delete_session(self, session: str) -> None:
         """Remove the session's turns, notes, cuts and values (the one way anything is erased)."""
         with self._errors("deleting a session"), self._live_pool().connection() as conn:
@@ -492,104 +381,6 @@ class PostgresArchive:
         self._adopted.discard(session)
 
     # ------------------------------------------------------------------ reading
-
-    def find_cut(self, session: str, cut_key: str) -> CutRecord | None:
-        rows = self._query(
-            f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND cut_key = %s",
-            (session, cut_key),
-        )
-        return cut_from_row(rows[0]) if rows else None
-
-    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
-        sql = (
-            f"SELECT {CUT_COLUMNS} FROM {self.schema}.cuts WHERE session = %s AND ordinal > %s "
-            f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
-        )
-        return self._pages(sql, lambda last: (session, last), after, 6, cut_from_row)
-
-    def turns(
-        self,
-        session: str,
-        *,
-        from_item: int | None = None,
-        to_item: int | None = None,
-        after_seq: int = -1,
-        within: Chain | None = None,
-    ) -> Iterator[ArchivedTurn]:
-        """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
-        _require_session(session)
-        where = "session = %s AND seq > %s"
-        bounds: list[Any] = []
-        if from_item is not None:
-            where, bounds = where + " AND item >= %s", [*bounds, from_item]
-        if to_item is not None:
-            where, bounds = where + " AND item <= %s", [*bounds, to_item]
-        sql = (
-            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} "
-            f"ORDER BY seq LIMIT {_TURN_PAGE}"
-        )
-        if within is None or within.whole:
-            return self._pages(
-                sql, lambda last: (session, last, *bounds), after_seq, 9, turn_from_row
-            )
-        return self._walk(where, session, bounds, after_seq, within)
-
-    def _walk(
-        self, where: str, session: str, bounds: list[Any], after_seq: int, within: Chain
-    ) -> Iterator[ArchivedTurn]:
-        """The records a branch sees, in its own order: each run of its records read in turn."""
-        sql = (
-            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE {where} AND seq < %s "
-            f"ORDER BY seq LIMIT {_TURN_PAGE}"
-        )
-        for start, end in within.seqs.walk:
-
-            def params(last: int, end: int = end) -> tuple[Any, ...]:
-                return (session, last, *bounds, end)
-
-            yield from self._pages(
-                sql,
-                params,
-                max(after_seq, start - 1),
-                9,
-                turn_from_row,
-            )
-
-    def _pages(
-        self,
-        sql: str,
-        params: Callable[[int], Sequence[Any]],
-        start: int,
-        key: int,
-        make: Callable[[Sequence[Any]], _T],
-    ) -> Iterator[_T]:
-        """Keyset paging: no cursor or connection is held between pages."""
-        self._live_pool()
-        last = start
-        while rows := self._query(sql, params(last)):
-            yield from map(make, rows)
-            last = rows[-1][key]
-
-    def turn(
-        self, session: str, msg_id: str, *, within: Chain | None = None
-    ) -> ArchivedTurn | None:
-        rows = self._query(
-            f"SELECT {TURN_COLUMNS} FROM {self.schema}.turns WHERE session = %s AND msg_id = %s "
-            "ORDER BY seq DESC",
-            (session, msg_id),
-        )
-        seen = [row for row in rows if within is None or within.sees(int(row[9]))]
-        if not seen:
-            return None
-        if within is None:
-            return turn_from_row(seen[0])
-        return turn_from_row(max(seen, key=lambda row: within.rank(int(row[9]))))
-
-    def turn_count(self, session: str) -> int:
-        rows = self._query(
-            f"SELECT next_seq FROM {self.schema}.sessions WHERE session = %s", (session,)
-        )
-        return int(rows[0][0]) if rows else 0
 
     def archived_ids(self, session: str, msg_ids: Iterable[str]) -> set[str]:
         wanted = list(dict.fromkeys(msg_ids))
@@ -611,29 +402,6 @@ class PostgresArchive:
                 pg_branches.set_positions(conn, self.schema, session, positions)
         if values:  # after the positions: an index caught up is never ahead of them
             self.put_values(session, values)
-
-    def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
-        with self._errors("reading"), self._live_pool().connection() as conn:
-            return pg_branches.positions(conn, self.schema, session, seqs)
-
-    def latest_notes(self, session: str) -> NotesVersion | None:
-        return self.notes_at(session, TIP)
-
-    def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
-        if head is None:  # no cut yet on the branch: no NOTES, nothing to read
-            self._live_pool()
-            return None
-        with self._errors("reading"), self._live_pool().connection() as conn:
-            row = pg_branches.notes_at(conn, self.schema, session, head)
-        return None if row is None else notes_from_row(row)
-
-    def notes_versions(self, session: str) -> Iterator[NotesVersion]:
-        """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
-        sql = (
-            f"SELECT {NOTES_COLUMNS} FROM {self.schema}.notes WHERE session = %s "
-            f"AND version > %s ORDER BY version LIMIT {_NOTES_PAGE}"
-        )
-        return self._pages(sql, lambda last: (session, last), 0, 1, notes_from_row)
 
     def get_value(self, session: str, key: str) -> Any | None:
         rows = self._query(

@@ -13,11 +13,10 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self
 
-from keeper_middleware.archive.moved_rows import LEGACY_ENTRIES, LEGACY_KEYS
 from keeper_middleware.archive.records import (
     TIP,
     ArchivedTurn,
@@ -42,7 +41,9 @@ from keeper_middleware.archive.rows import (
 from keeper_middleware.archive.sqlite import branches as sqlite_branches
 from keeper_middleware.archive.sqlite import handles as sqlite_handles
 from keeper_middleware.archive.sqlite import moved as sqlite_moved
+from keeper_middleware.archive.sqlite.moved_entries import SQLiteMovedEntries
 from keeper_middleware.archive.sqlite.open import open_archive_file
+from keeper_middleware.archive.sqlite.reads import SQLiteReads, cut_of
 from keeper_middleware.archive.sqlite.values import UPSERT_VALUE, value_rows, write_values
 from keeper_middleware.errors import (
     ArchiveError,
@@ -51,28 +52,10 @@ from keeper_middleware.errors import (
 )
 from keeper_middleware.errors.sqlite import FileConnection
 
-_T = TypeVar("_T")
-_NOTES_KEPT = 256
-_UNKNOWN: Any = object()
-"""Not remembered (a session's latest NOTES may be remembered as None: none yet)."""
-_TURN_PAGE = 256
-_NOTES_PAGE = 8
 _ID_CHUNK = 500
 
 
-def _turn(row: sqlite3.Row) -> ArchivedTurn:
-    return ArchivedTurn(**dict(row))
-
-
-def _notes(row: sqlite3.Row) -> NotesVersion:
-    return NotesVersion(**dict(row))
-
-
-def _cut(row: sqlite3.Row) -> CutRecord:
-    return CutRecord(**dict(row))
-
-
-class SQLiteArchive:
+class SQLiteArchive(SQLiteReads, SQLiteMovedEntries):
     """``ArchiveStore`` on one SQLite file in WAL mode (or ``":memory:"`` for tests).
 
     Durability: with ``synchronous="NORMAL"`` (the default) every commit is atomic and survives
@@ -288,7 +271,7 @@ class SQLiteArchive:
             f"SELECT {CUT_COLUMNS} FROM cuts WHERE session = ? AND cut_key = ?",
             (session, cut_key),
         ).fetchone()
-        return None if row is None else _cut(row)
+        return None if row is None else cut_of(row)
 
     @staticmethod
     def _archived_ids(conn: sqlite3.Connection, session: str, msg_ids: list[str]) -> set[str]:
@@ -303,99 +286,9 @@ class SQLiteArchive:
             found.update(row[0] for row in rows)
         return found
 
-    def _query(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._live().execute(sql, params).fetchall()
-
     def find_cut(self, session: str, cut_key: str) -> CutRecord | None:
         with self._lock:
             return self._find_cut(self._live(), session, cut_key)
-
-    def cuts(self, session: str, *, after: int = 0) -> Iterator[CutRecord]:
-        sql = (
-            f"SELECT {CUT_COLUMNS} FROM cuts WHERE session = ? AND ordinal > ? "
-            f"ORDER BY ordinal LIMIT {_TURN_PAGE}"
-        )
-        return self._pages(sql, lambda last: (session, last), after, "ordinal", _cut)
-
-    def turns(
-        self,
-        session: str,
-        *,
-        from_item: int | None = None,
-        to_item: int | None = None,
-        after_seq: int = -1,
-        within: Chain | None = None,
-    ) -> Iterator[ArchivedTurn]:
-        """Turns in ``seq`` order; item bounds are inclusive and leave out turns with no item."""
-        _require_session(session)
-        where = "session = ? AND seq > ?"
-        bounds: list[int] = []
-        if from_item is not None:
-            where, bounds = where + " AND item >= ?", [*bounds, from_item]
-        if to_item is not None:
-            where, bounds = where + " AND item <= ?", [*bounds, to_item]
-        if within is None or within.whole:
-            sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
-            return self._pages(sql, lambda last: (session, last, *bounds), after_seq, "seq", _turn)
-        return self._walk(where + " AND seq < ?", session, bounds, after_seq, within)
-
-    def _walk(
-        self, where: str, session: str, bounds: list[int], after_seq: int, within: Chain
-    ) -> Iterator[ArchivedTurn]:
-        """The records a branch sees, in its own order: each run of its records read in turn."""
-        sql = f"SELECT {TURN_COLUMNS} FROM turns WHERE {where} ORDER BY seq LIMIT {_TURN_PAGE}"
-        for start, end in within.seqs.walk:
-
-            def params(last: int, end: int = end) -> tuple[Any, ...]:
-                return (session, last, *bounds, end)
-
-            yield from self._pages(
-                sql,
-                params,
-                max(after_seq, start - 1),
-                "seq",
-                _turn,
-            )
-
-    def _pages(
-        self,
-        sql: str,
-        params: Callable[[int], Sequence[Any]],
-        start: int,
-        key: str,
-        make: Callable[[sqlite3.Row], _T],
-    ) -> Iterator[_T]:
-        """Keyset paging: no cursor stays open between pages, so writers are never blocked."""
-        self._live()
-        last = start
-        while rows := self._query(sql, params(last)):
-            yield from map(make, rows)
-            last = rows[-1][key]
-
-    def turn(
-        self, session: str, msg_id: str, *, within: Chain | None = None
-    ) -> ArchivedTurn | None:
-        rows = self._query(
-            f"SELECT {TURN_COLUMNS} FROM turns WHERE session = ? AND msg_id = ? ORDER BY seq DESC",
-            (session, msg_id),
-        )
-        seen = [row for row in rows if within is None or within.sees(int(row["seq"]))]
-        if not seen:
-            return None
-        if within is None:
-            return _turn(seen[0])
-        return _turn(max(seen, key=lambda row: within.rank(int(row["seq"]))))
-
-    def turn_count(self, session: str) -> int:
-        """The turns archived: a cut numbers its turns on from the last (``commit_cut``) and
-        only erasing the whole session removes any, so the next number is the count. Read from
-        the key's end, it costs the same at any size; counting the rows cost a cut 0.5 ms at
-        18,000 turns and grew with every one (PostgreSQL keeps the next number likewise)."""
-        rows = self._query(
-            "SELECT COALESCE(MAX(seq) + 1, 0) FROM turns WHERE session = ?", (session,)
-        )
-        return int(rows[0][0])
 
     def archived_ids(self, session: str, msg_ids: Iterable[str]) -> set[str]:
         """Read on the values' own connection (:meth:`get_value`): a request asks it as it
@@ -437,48 +330,6 @@ class SQLiteArchive:
     def positions(self, session: str, seqs: Collection[int]) -> dict[int, int | None]:
         with self._lock:
             return sqlite_branches.positions(self._live(), session, seqs)
-
-    def latest_notes(self, session: str) -> NotesVersion | None:
-        return self.notes_at(session, TIP)
-
-    def notes_at(self, session: str, head: Head = TIP) -> NotesVersion | None:
-        """Every step reads the NOTES at its head: a cut's never change once it is committed,
-        and the session's latest changes only with a cut, which runs in one process at a time,
-        so both are remembered as last read or written here. The latest is looked up before
-        taking the archive's lock, which other sessions' saves hold while they commit: a cut of
-        this session drops it under that lock first, so what is found was current when found.
-        A head of None (no cut yet on the branch) has no NOTES, which needs no lock nor read."""
-        if head is None:
-            self._live()  # a closed archive still says so
-            return None
-        if head is TIP:
-            latest = self._latest.get(session, _UNKNOWN)
-            if latest is not _UNKNOWN:
-                return latest  # type: ignore[no-any-return]
-        with self._lock:
-            key = (session, head)
-            if head is TIP and session in self._latest:
-                return self._latest[session]
-            if isinstance(head, str) and key in self._notes_at:
-                self._notes_at.move_to_end(key)
-                return self._notes_at[key]
-            row = sqlite_branches.notes_at(self._live(), session, head)
-            found = None if row is None else _notes(row)
-            if head is TIP:
-                self._latest[session] = found
-            elif isinstance(head, str) and found is not None:
-                self._notes_at[key] = found
-                while len(self._notes_at) > _NOTES_KEPT:
-                    self._notes_at.popitem(last=False)
-            return found
-
-    def notes_versions(self, session: str) -> Iterator[NotesVersion]:
-        """Every saved version, oldest first, a few at a time (they add up to gigabytes)."""
-        sql = (
-            f"SELECT {NOTES_COLUMNS} FROM notes WHERE session = ? AND version > ? "
-            f"ORDER BY version LIMIT {_NOTES_PAGE}"
-        )
-        return self._pages(sql, lambda last: (session, last), 0, "version", _notes)
 
     def get_value(self, session: str, key: str) -> Any | None:
         """A session's value, read on a connection of its own: in WAL mode a read never waits
@@ -539,106 +390,6 @@ class SQLiteArchive:
         with self._lock:
             write_values(self._live(), session, rows, gone, present=session in self._present)
             self._present.add(session)
-
-    def update_moved(self, session: str, update: MovedUpdate) -> None:
-        _require_session(session)
-
-        def work(conn: sqlite3.Connection) -> None:
-            tip, forked, count = sqlite_branches.tip_of(conn, session)
-            if not forked:
-                sqlite_moved.apply_linear(conn, session, update, ordinal=count)
-                return
-            holds = sqlite_branches.chain_at(conn, session, tip, tip, forked).holds_ordinal
-            sqlite_moved.apply(conn, session, update, ordinal=count, holds=holds)
-
-        self._write(session, work)
-
-    def _write(self, session: str, work: Callable[[sqlite3.Connection], None]) -> None:
-        """``work`` in one write transaction, after adopting the session's old values."""
-        with self._lock:
-            conn = self._live()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute("INSERT OR IGNORE INTO sessions (session) VALUES (?)", (session,))
-                _, forked, count = sqlite_branches.tip_of(conn, session)
-                sqlite_moved.adopt_legacy(conn, session, ordinal=count, linear=not forked)
-                work(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            self._adopted.add(session)
-
-    def _adopt(self, session: str) -> sqlite3.Connection:
-        """The connection, once the session's old values (if any) are rows (lock held)."""
-        conn = self._live()
-        if session not in self._adopted:
-            found = conn.execute(
-                "SELECT 1 FROM kv WHERE session = ? AND key IN (?, ?)",
-                (session, LEGACY_KEYS, LEGACY_ENTRIES),
-            ).fetchone()
-            if found is None:
-                self._adopted.add(session)
-            else:
-                self._write(session, lambda conn: None)
-        return conn
-
-    def _current(self, conn: sqlite3.Connection, session: str, within: Chain | None) -> bool:
-        """Whether a read of moved entries can use the current rows (the branch is the whole of
-        a session that never forked); else it reads the log."""
-        if within is not None:
-            return within.whole
-        return not sqlite_branches.tip_of(conn, session)[1]
-
-    def _holds(self, session: str, within: Chain | None) -> Callable[[int], bool]:
-        """Which cut ordinals a read of the log counts (lock held)."""
-        if within is None:
-            within = self.chain(session, TIP)
-        return within.holds_ordinal
-
-    def moved_named(
-        self, session: str, words: Collection[str], *, within: Chain | None = None
-    ) -> list[tuple[str, str]]:
-        with self._lock:
-            conn = self._adopt(session)
-            if self._current(conn, session, within):
-                return sqlite_moved.named_current(conn, session, words)
-            rows = sqlite_moved.named(conn, session, words, self._holds(session, within))
-        return [(row.key, str(row.value)) for row in rows]
-
-    def moved_among(
-        self, session: str, folded: Collection[str], *, within: Chain | None = None
-    ) -> list[str]:
-        with self._lock:
-            conn = self._adopt(session)
-            if self._current(conn, session, within):
-                return sqlite_moved.among_current(conn, session, folded)
-            rows = sqlite_moved.among(conn, session, folded, self._holds(session, within))
-        return [row.key for row in rows]
-
-    def moved_rows(
-        self, session: str, *, within: Chain | None = None
-    ) -> Iterator[tuple[str, str | None]]:
-        with self._lock:
-            conn = self._adopt(session)
-            current = self._current(conn, session, within)
-            logged = (
-                [] if current else sqlite_moved.every(conn, session, self._holds(session, within))
-            )
-        if not current:
-            for entry in logged:
-                yield entry.key, entry.value
-            return
-        last = -1
-        while True:
-            with self._lock:
-                page = sqlite_moved.every_current(self._live(), session, last, _TURN_PAGE)
-            if not page:
-                return
-            for row in page:
-                yield row[0], row[1]
-            last = page[-1][2]
 
     def put_handle(self, session: str, handle: str, value: Any) -> None:
         """Record a handle for ``session`` (``archive.handles.HandleStore``)."""

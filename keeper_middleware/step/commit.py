@@ -34,7 +34,8 @@ from keeper_middleware.step.cut import KEPT_KEY, cut_key
 from keeper_middleware.step.items import ITEMS_SINCE_NOTES
 from keeper_middleware.step.result import Pending, StepResult
 from keeper_middleware.step.turns import leaving_turns
-from keeper_middleware.step.window import Excerpt, WindowPolicy
+from keeper_middleware.step.view_room import Excerpt
+from keeper_middleware.step.window import WindowPolicy
 from keeper_middleware.tokens.counting import TokenCounter
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,9 @@ Kept apart from the measuring (``cost.py``, ``vs_direct.py``) because both
 benchmarks start the same processes and read the same ``/proc`` figures from them. A server
 process is ``python -m keeper_bench.proxy.cost --serve-proxy/--serve-upstream``
 (that command's hidden options call ``serve_proxy`` and ``serve_upstream`` here), so its CPU
-time and memory are its own, not the agents'.
+time and memory are its own, not the agents'. ``proxy-overhead`` also starts the bare relay, the
+fair and keeping floors (``relay_process``, ``keeping_process``) and the ``keeper-proxy`` command
+itself (``keeper_proxy_process``) from here.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,3 +246,48 @@ def serve_proxy(spec: str) -> None:
         upstream, window=int(window), archive_dir=Path(archive), max_body_bytes=BODY_LIMIT
     )
     uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
+
+
+# -- the relays and keeper-proxy the measurements start ------------------------------------------
+@contextmanager
+def relay_process(
+    upstream: ProxyProcess, floor: Path | None = None, keeping: Path | None = None
+) -> Iterator[ProxyProcess]:
+    """The bare relay; with ``floor`` the fair floor, committing a row a request to that file;
+    with ``keeping`` the keeping floor, keeping each new turn and its reply in that file (each
+    file emptied first, its path made absolute)."""
+    port = free_port()
+    command = [sys.executable, "-m", "keeper_bench.proxy.relay"]
+    command += ["--upstream", upstream.url, "--port", str(port)]
+    for option, path in (("--floor", floor), ("--keeping", keeping)):
+        if path is not None:
+            path = path.resolve()
+            path.unlink(missing_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            command += [option, str(path)]
+    with spawn(command, port) as (pid, url):
+        yield ProxyProcess(pid, url)
+
+
+def keeping_process(upstream: ProxyProcess, rows: Path) -> AbstractContextManager[ProxyProcess]:
+    """The keeping floor (:class:`~keeper_bench.proxy.relay.KeepingFloor`), its rows in
+    ``rows``."""
+    return relay_process(upstream, keeping=rows)
+
+
+@contextmanager
+def keeper_proxy_process(
+    upstream: ProxyProcess, window: int, archive: Path, checkout: Path | None = None
+) -> Iterator[ProxyProcess]:
+    """The ``keeper-proxy`` command itself, as a user starts it (``checkout``: that source
+    tree's code instead of the installed one, to measure two versions side by side). The
+    archive's path is made absolute first: a relative one would be emptied here but opened in
+    the checkout by the child, which would then start from an earlier run's sessions."""
+    archive = archive.resolve()
+    shutil.rmtree(archive, ignore_errors=True)
+    port = free_port()
+    command = [sys.executable, "-m", "keeper_middleware.integrations.proxy"]
+    command += ["--upstream", f"{upstream.url}/v1", "--window", str(window), "--port", str(port)]
+    command += ["--archive-dir", str(archive), "--log-level", "warning", "--max-body-mb", "512"]
+    with spawn(command, port, cwd=checkout) as (pid, url):
+        yield ProxyProcess(pid, url)

@@ -20,7 +20,7 @@
     ├── RetrieverError          a retrieval backend failed (retrievers/base.py)
     │   ├── ServerUnavailableError  (ConnectionError) a configured search server did not answer
     │   └── IndexingFailedError     (RuntimeError) indexing in the background failed
-    └── TokenizeEndpointError   a server's tokenize endpoint is down or answers wrongly (tokens.py)
+    └── TokenizeEndpointError   a server's tokenize endpoint is down or answers wrongly (tokens.tokenizers)
 
 Each class also is the builtin named beside it, so code that caught ``ValueError``,
 ``TypeError`` or ``RuntimeError`` before catches the same errors now. Integrations define a few

@@ -26,6 +26,8 @@ from keeper_middleware.archive.store import ArchiveStore, put_values
 from keeper_middleware.integrations.proxy.sessions.metrics import ProxyStats
 from keeper_middleware.integrations.proxy.sessions.stored_record import (
     RECORD_KEY,
+    STATE_CHUNK,
+    TAKEN_CHUNK,
     WINDOW_CHUNK,
     SessionRecord,
     StoredList,
@@ -40,7 +42,9 @@ _TEXT: Callable[[tuple[BaseMessage, str]], str] = itemgetter(1)
 
 __all__ = [
     "RECORD_KEY",
+    "STATE_CHUNK",
     "STATS_KEY",
+    "TAKEN_CHUNK",
     "WINDOW_CHUNK",
     "ArchiveSessionStore",
     "MessageMemo",

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from keeper_bench.locomo.dataset import load_locomo
-from keeper_bench.locomo.recall import MethodSpec, configuration, measure
+from keeper_bench.locomo.methods import MethodSpec, configuration
+from keeper_bench.locomo.recall import measure
 from keeper_bench.locomo.replies import parse_replies
 from keeper_middleware.errors import ConfigurationError
 from keeper_middleware.retrievers.base import Hit, Passage

@@ -22,12 +22,8 @@ from pathlib import Path
 
 from keeper_bench.cli import Command
 from keeper_bench.locomo.dataset import Conversation, load_locomo
-from keeper_bench.locomo.recall import (
-    DEFAULT_METHODS,
-    MethodSpec,
-    configuration,
-    render,
-)
+from keeper_bench.locomo.methods import DEFAULT_METHODS, MethodSpec, configuration
+from keeper_bench.locomo.recall import render
 from keeper_bench.locomo.spread import Spread, measure_spread, render_spread
 from keeper_bench.locomo.vector_cache import load_cached_vectors, save_cached_vectors
 from keeper_middleware.retrievers.embedders import Embedder

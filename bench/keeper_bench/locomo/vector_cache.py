@@ -14,7 +14,7 @@ import os
 import pickle
 from pathlib import Path
 
-from keeper_bench.locomo.recall import CachedEmbedder, shared_embedder
+from keeper_bench.locomo.methods import CachedEmbedder, shared_embedder
 from keeper_middleware.retrievers.embedders import Embedder
 
 logger = logging.getLogger(__name__)

@@ -434,3 +434,49 @@ def test_a_growth_row_reads_keeper_proxy_against_each_floor_it_measured() -> Non
     cells = row.line().split(" | ")
     assert cells[4] == "–" and cells[8] == "–"
     assert row.line().count("|") == growth_header(None).splitlines()[0].count("|")
+
+
+class _Readings:
+    """A process whose CPU readings are scripted: busy for a while, then idle."""
+
+    def __init__(self, readings: list[float]) -> None:
+        self.readings = readings
+        self.read = 0
+
+    def cpu_seconds(self) -> float:
+        value = self.readings[min(self.read, len(self.readings) - 1)]
+        self.read += 1
+        return value
+
+
+def test_the_growth_table_waits_out_what_a_take_in_leaves_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Indexing what an unmeasured take-in archived is not counted to the calls after it: the
+    process is read until it idles, and one still busy at the limit is measured as it is."""
+    import asyncio
+
+    from keeper_bench.proxy import growth
+
+    monkeypatch.setattr(growth, "SETTLE_EVERY", 0.001)
+    busy_then_idle = _Readings([0.0, 0.05, 0.10, 0.15, 0.1505, 0.30])
+    asyncio.run(growth.settled(busy_then_idle))  # type: ignore[arg-type]
+    assert busy_then_idle.read == 5  # stopped at the first quiet reading, not after it
+    always_busy = _Readings([0.01 * n for n in range(100_000)])
+    waited = asyncio.run(growth.settled(always_busy, limit=0.05))  # type: ignore[arg-type]
+    assert waited >= 0.05 and always_busy.read < 100_000
+
+
+def test_the_growth_table_says_how_long_it_waited_for_each_process() -> None:
+    """The wait left out of the table is shown under it when any process took longer than a
+    read or two; a table whose processes all idled at once says nothing of it."""
+    from keeper_bench.proxy.growth import GrowthRow, settle_lines
+
+    quiet, busy = GrowthRow(200, 1), GrowthRow(5000, 1)
+    for row in (quiet, busy):
+        row.settle_s.update(relay=[0.1], floor=[0.1], keeping=[0.1])
+        row.settle_s["keeper-proxy"] = [0.1, 0.1]
+    assert settle_lines([quiet]) == []
+    busy.settle_s["keeper-proxy"] = [2.4, 1.9]
+    (line,) = settle_lines([quiet, busy])
+    assert "keeper-proxy 2.4 s" in line and "relay 0.1 s" in line and "baseline" not in line

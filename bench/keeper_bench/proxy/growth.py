@@ -342,10 +342,10 @@ def settle_lines(rows: Sequence[GrowthRow]) -> list[str]:
     }
     if all(w <= 2 * SETTLE_EVERY for w in longest.values()):
         return []
-    waits = ", ".join(f"{path} {w:.1f} s" for path, w in longest.items())
+    named = ", ".join(f"{path} {w:.1f} s" for path, w in longest.items())
     return [
         f"- Left out: the work a take-in leaves running (keeper-proxy indexes the turns it "
-        f"archived). Longest wait for each process to idle before its calls: {waits}.",
+        f"archived). Longest wait for each process to idle before its calls: {named}.",
     ]
 
 

@@ -113,9 +113,9 @@ def test_a_tantivy_build_tells_the_archive_so_a_keeper_does_not_index_it_again(t
 def test_index_cost_builds_the_hybrids_vectors_in_slices_beside_tantivy_alone(
     tmp_path, capsys, monkeypatch
 ):
-    from keeper_bench import index_cost
+    from keeper_bench import index_builds
 
-    monkeypatch.setattr(index_cost, "BULK_SLICE", 64)
+    monkeypatch.setattr(index_builds, "BULK_SLICE", 64)
     keep = tmp_path / "keep"
     argv = ["index-cost", "--messages", "200", "--searches", "2", "--engines", "tantivy"]
     argv += ["--retrievers", "hybrid", "--skip", "steps,sessions", "--embedder", "hashing"]

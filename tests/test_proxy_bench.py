@@ -319,8 +319,10 @@ def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path
     table = results.read_text()
     assert code == 0
     assert "| instant |" not in table
-    rows = [
-        line.split(" | ") for line in table.splitlines() if line.startswith(("| 6 |", "| 12 |"))
+    rows = [  # the growth rows (the tables of where the CPU went split each cell with " / ")
+        line.split(" | ")
+        for line in table.splitlines()
+        if line.startswith(("| 6 |", "| 12 |")) and " / " not in line
     ]
     assert [row[0] for row in rows] == ["| 6", "| 12", "| 12"]
     for row in rows:
@@ -332,6 +334,9 @@ def test_proxy_overhead_measures_the_cpu_a_request_as_the_history_grows(tmp_path
     assert "keeper-proxy at " in table and "As the resent history grows" in table
     assert "A live window of many small messages" in table and "fair floor's CPU" in table
     assert "keeping floor's CPU a request" in table
+    assert "Where each path's CPU a request went" in table
+    split = [line for line in table.splitlines() if line.startswith("| 12 |") and " / " in line]
+    assert split and all(cell.count(" / ") == 1 for cell in split[0].split(" | ")[1:])
 
 
 def test_the_two_keeper_proxies_trade_places_from_pass_to_pass() -> None:
@@ -480,3 +485,53 @@ def test_the_growth_table_says_how_long_it_waited_for_each_process() -> None:
     busy.settle_s["keeper-proxy"] = [2.4, 1.9]
     (line,) = settle_lines([quiet, busy])
     assert "keeper-proxy 2.4 s" in line and "relay 0.1 s" in line and "baseline" not in line
+
+
+def test_a_process_s_cpu_splits_into_its_event_loop_s_thread_and_the_rest() -> None:
+    """CPU another thread spends shows in the process's total and not in its main thread's,
+    which is how the growth table tells the event loop's work from the workers'. (The busy
+    thread stays alive until both are read: an ended thread leaves the process's total.)"""
+    import os
+    import threading
+    import time
+
+    from keeper_bench.proxy.servers import ProxyProcess
+
+    process = ProxyProcess(os.getpid(), "")
+    burnt, release = threading.Event(), threading.Event()
+
+    def burn() -> None:
+        started = time.thread_time()
+        while time.thread_time() - started < 0.05:
+            pass
+        burnt.set()
+        release.wait(10)
+
+    total, loop = process.cpu_seconds(), process.loop_cpu_seconds()
+    assert 0 < loop <= total
+    busy = threading.Thread(target=burn)
+    busy.start()
+    try:
+        assert burnt.wait(10)
+        assert process.cpu_seconds() - total >= 0.05
+        assert process.loop_cpu_seconds() - loop < 0.04  # this thread only waited
+    finally:
+        release.set()
+        busy.join()
+
+
+def test_the_growth_table_says_which_thread_each_path_spent_its_cpu_on() -> None:
+    """Each path's CPU a request is split into its event loop's part and the rest, medians of
+    the passes; a path whose threads were not read is left out, and nothing read, no table."""
+    from keeper_bench.proxy.growth import GrowthRow, thread_lines
+
+    row = GrowthRow(20, 1)
+    row.cpu_ms.update(floor=[0.5, 0.4, 0.6], keeping=[0.7, 0.7, 0.7])
+    row.loop_ms.update(floor=[0.5, 0.4, 0.6], keeping=[0.5, 0.55, 0.5])
+    row.cpu_ms["keeper-proxy"] = [1.6, 1.8, 1.7]
+    row.loop_ms["keeper-proxy"] = [0.8, 0.9, 0.85]
+    lines = thread_lines([row])
+    header = next(line for line in lines if line.startswith("| messages"))
+    assert header == "| messages | fair floor | keeping floor | keeper-proxy |"
+    assert "| 20 | 0.50 / 0.00 | 0.50 / 0.20 | 0.85 / 0.85 |" in lines
+    assert thread_lines([GrowthRow(20, 1)]) == []

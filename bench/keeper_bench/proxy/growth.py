@@ -41,6 +41,7 @@ __all__ = [
     "settle_lines",
     "settled",
     "starting_history",
+    "thread_lines",
 ]
 
 GROWTH_PATHS = ("relay", "floor", "keeping", "keeper-proxy", "baseline")
@@ -107,6 +108,9 @@ class GrowthRow:
     load_after: float = 0.0
     settle_s: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in GROWTH_PATHS})
     """Seconds each path's process took to idle after the take-in, pass by pass."""
+    loop_ms: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in GROWTH_PATHS})
+    """CPU a request of each path's event loop (its main thread) alone, pass by pass: the rest
+    of ``cpu_ms`` is its other threads' (worker threads, background indexing)."""
 
     def ratios(self, floor: str = "floor") -> list[float]:
         """keeper-proxy's CPU a request over the fair floor's (``floor="keeping"``: the keeping
@@ -168,10 +172,11 @@ async def _grow(
     sessions: int,
     tag: str,
     middle: ProxyProcess,
-) -> tuple[float, list[float], float]:
+) -> tuple[float, list[float], float, float]:
     """Every session takes its starting history in (not measured, nor what it leaves running:
     :func:`settled`), then makes its calls; the CPU ``middle`` spent on the calls, in seconds,
-    each call's round trip, and the seconds ``middle`` took to idle after the take-in."""
+    each call's round trip, the seconds ``middle`` took to idle after the take-in, and the CPU
+    its event loop's thread alone spent on the calls."""
     import aiohttp
 
     histories = [list(start) for _ in range(sessions)]
@@ -201,10 +206,11 @@ async def _grow(
     async with aiohttp.ClientSession(connector=connector) as client:
         await asyncio.gather(*(call(client, n, texts[0]) for n in range(sessions)))
         waited = await settled(middle)
-        before = middle.cpu_seconds()
+        before, loop_before = middle.cpu_seconds(), middle.loop_cpu_seconds()
         runs = await asyncio.gather(*(calls(client, n) for n in range(sessions)))
         spent = middle.cpu_seconds() - before
-    return spent, [t for run in runs for t in run], waited
+        on_loop = middle.loop_cpu_seconds() - loop_before
+    return spent, [t for run in runs for t in run], waited, on_loop
 
 
 _TOOL = {
@@ -269,11 +275,12 @@ def measure_growth(
                 order = pass_order(list(middles), len(rows) * repeat + number)
                 for path in order:
                     tag = f"grow-{path}-{length}-{number}"
-                    spent, times, waited = asyncio.run(
+                    spent, times, waited, on_loop = asyncio.run(
                         _grow(middles[path].url, start, texts, sessions, tag, middles[path])
                     )
                     row.settle_s[path].append(waited)
                     row.cpu_ms[path].append(1000 * spent / max(1, len(times)))
+                    row.loop_ms[path].append(1000 * on_loop / max(1, len(times)))
                     row.p50_ms[path].append(1000 * statistics.median(times))
             row.load_after = os.getloadavg()[0]
             rows.append(row)
@@ -349,6 +356,42 @@ def settle_lines(rows: Sequence[GrowthRow]) -> list[str]:
     ]
 
 
+THREAD_PATHS = {
+    "floor": "fair floor",
+    "keeping": "keeping floor",
+    "keeper-proxy": "keeper-proxy",
+    "baseline": "baseline keeper-proxy",
+}
+"""The paths whose CPU is split by thread, with their names in the table."""
+
+
+def thread_lines(rows: Sequence[GrowthRow]) -> list[str]:
+    """Each path's CPU a request split between its event loop's thread and every other thread
+    (medians of the passes): where a proxy's own work runs, and what its hand-offs move off the
+    loop. Empty when no path's event loop was read."""
+    paths = [path for path in THREAD_PATHS if any(row.loop_ms[path] for row in rows)]
+    if not paths:
+        return []
+    lines = [
+        "Where each path's CPU a request went (ms, medians of the passes): its event loop's "
+        "thread / every other thread (worker threads, and keeper-proxy's background indexing).",
+        "",
+        "| messages | " + " | ".join(THREAD_PATHS[path] for path in paths) + " |",
+        "| --- |" + " --- |" * len(paths),
+    ]
+    for row in rows:
+        cells = []
+        for path in paths:
+            loop, whole = row.loop_ms[path], row.cpu_ms[path]
+            if not loop:
+                cells.append("–")
+                continue
+            others = [total - on_loop for total, on_loop in zip(whole, loop, strict=True)]
+            cells.append(f"{statistics.median(loop):.2f} / {statistics.median(others):.2f}")
+        lines.append(f"| {row.history:,} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def growth_markdown(
     rows: Sequence[GrowthRow],
     *,
@@ -382,6 +425,7 @@ def growth_markdown(
         *settle_lines(rows),
         *growth_verdict(rows),
         "",
+        *thread_lines(rows),
     ]
 
 

@@ -128,6 +128,17 @@ class ProxyProcess:
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
 
+    def loop_cpu_seconds(self) -> float:
+        """CPU time of the process's main thread alone (the event loop's, in a server), read as
+        :meth:`cpu_seconds` reads each thread's."""
+        task = Path(f"/proc/{self.pid}/task/{self.pid}")
+        try:
+            return int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def memory_mb(self) -> tuple[float, float]:
         """(resident now, peak resident) in MB."""
         status = dict(
